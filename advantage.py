@@ -1,0 +1,71 @@
+"""advantage.py: decomposed credit assignment from the bi-level reward matrix.
+
+For each query q the Designer writes M workflow scripts d_1..d_M, and each script is executed N times
+(e_i1..e_iN). Every execution gets a scalar reward R_ij = correct(e_ij) + lambda * format(e_ij), so a query
+yields an M x N reward matrix R. Two advantages come out of it, GRPO-style (group-relative, no critic):
+
+Designer (one advantage per script, judged by how well it does on average across its executions):
+
+    R̄_i  = (1/N) Σ_j R_ij
+    Â_D,i = (R̄_i - mean_k R̄_k) / (std_k R̄_k + eps)
+
+Executor (one advantage per execution, shared by every agent call made during that execution):
+
+    group="query"  (the paper's):  Â_E,ij = (R_ij - mean_{k,l} R_kl) / (std_{k,l} R_kl + eps)
+    group="design" (ablation):     Â_E,ij = (R_ij - mean_l R_il)     / (std_l R_il + eps)
+
+What the grouping means: under "query", all M*N executions of a query compete with each other, so an execution
+that ran under a good script gets credit for the Designer's choice as well as for its own work (the executor
+learns "behave like executions under good designs"). Under "design", executions are only compared with their
+siblings under the same script, which isolates the executor's own contribution but discards the between-design
+signal (and a design whose N executions all score the same gives its executor samples zero advantage).
+
+std is torch.std's default (unbiased, N-1), as verl and TRL compute it. normalize_std=False gives the Dr. GRPO
+variant (mean-centering only), which avoids up-weighting near-degenerate groups.
+
+Failed executions (script crashed, timed out, no answer) are not dropped: they keep their reward (0, or the
+fail penalty) and stay in the group, so a script that often crashes gets a low R̄_i and its designer sample a
+negative advantage. Degenerate groups (all rewards equal, a single design M=1, a single sample M*N=1) give
+zeros, never NaN or inf.
+
+Usage:
+    R = torch.tensor(...)                       # [B, M, N] rewards
+    a_design = designer_advantages(R)           # [B, M]    -> every token of script d_i
+    a_exec = executor_advantages(R)             # [B, M, N] -> every completion token of every call in e_ij
+"""
+
+import torch
+
+
+def _group_normalize(x, eps, normalize_std):
+    """(x - mean) / (std + eps) over the last dim; zeros for a group of one (unbiased std is undefined)."""
+    # Exact zeros for constant groups: the rounded mean of e.g. five 0.4s leaves ~1e-8 residues, and
+    # dividing those by std (~1e-8) + eps would turn "no signal" into advantages of ~0.05.
+    constant = (x == x[..., :1]).all(dim=-1, keepdim=True)
+    centered = torch.where(constant, 0.0, x - x.mean(dim=-1, keepdim=True))
+    if not normalize_std:
+        return centered
+    if x.shape[-1] < 2:
+        return torch.zeros_like(x)
+    return torch.where(constant, 0.0, centered / (x.std(dim=-1, keepdim=True) + eps))  # 0/0 when eps=0
+
+
+def designer_advantages(rewards, eps=1e-6, normalize_std=True):
+    """rewards [..., M, N] -> designer advantages [..., M] (design i's mean reward, normalised across designs)."""
+    rewards = torch.as_tensor(rewards).float()
+    if rewards.dim() < 2:
+        raise ValueError(f"rewards must have shape [..., M, N], got {tuple(rewards.shape)}")
+    return _group_normalize(rewards.mean(dim=-1), eps, normalize_std)
+
+
+def executor_advantages(rewards, eps=1e-6, normalize_std=True, group="query"):
+    """rewards [..., M, N] -> executor advantages [..., M, N], normalised per query or per design."""
+    rewards = torch.as_tensor(rewards).float()
+    if rewards.dim() < 2:
+        raise ValueError(f"rewards must have shape [..., M, N], got {tuple(rewards.shape)}")
+    if group == "query":
+        flat = rewards.reshape(*rewards.shape[:-2], -1)
+        return _group_normalize(flat, eps, normalize_std).reshape(rewards.shape)
+    if group == "design":
+        return _group_normalize(rewards, eps, normalize_std)
+    raise ValueError(f"group must be 'query' or 'design', got {group!r}")

@@ -1,0 +1,40 @@
+"""stagewise.py: which role (Designer, Executor) is trained at RL step t.
+
+Why stagewise co-evolution: the two roles are each other's environment. The Designer's reward depends on how
+well the Executor carries out its scripts; the Executor's prompts and reward depend on which scripts the
+Designer writes. Updating both at once makes each chase a moving target (a non-stationary environment), so
+the default trains one role at a time for `stage_len` steps while the other is frozen, then swaps:
+
+    active(t) = {first}   if floor(t / stage_len) is even
+                {other}   otherwise
+
+The ablations: "coupled" trains both roles every step; "designer" / "executor" train one role only.
+Samples of the inactive role are dropped before the forward pass (no compute is spent on them).
+
+Usage:
+    roles = active_roles(step, mode="stagewise", stage_len=30)
+    if "designer" in roles: ...
+"""
+
+import numbers
+
+ROLES = ("designer", "executor")
+MODES = ("stagewise", "coupled", "designer", "executor")
+
+
+def active_roles(step, mode="stagewise", stage_len=30, first="designer"):
+    """The frozenset of roles trained at step `step` (steps count from 0)."""
+    if mode not in MODES:
+        raise ValueError(f"unknown mode {mode!r}; allowed: {', '.join(MODES)}")
+    if first not in ROLES:
+        raise ValueError(f"unknown role {first!r}; allowed: {', '.join(ROLES)}")
+    if isinstance(stage_len, bool) or not isinstance(stage_len, numbers.Integral) or stage_len < 1:
+        raise ValueError(f"stage_len must be an integer >= 1, got {stage_len!r}")
+    if isinstance(step, bool) or not isinstance(step, numbers.Integral) or step < 0:
+        raise ValueError(f"step must be an integer >= 0, got {step!r}")
+    if mode == "coupled":
+        return frozenset(ROLES)
+    if mode in ROLES:
+        return frozenset({mode})
+    other = ROLES[1 - ROLES.index(first)]
+    return frozenset({first if (step // stage_len) % 2 == 0 else other})
