@@ -1,0 +1,618 @@
+"""sft.py: the supervised cold start of both roles, and distillation of SFT data from a teacher.
+
+A sample is a chat prompt and the completion the model should write: {"messages": [...], "completion": str}.
+Designer samples pair the Designer prompt with a workflow script, Executor samples pair one agent call's
+prompt with its reply. The prompt is rendered with the tokenizer's chat template (add_generation_prompt=True),
+exactly as the engine renders it at rollout time; the completion ids and the end-of-turn token are appended.
+Only the completion is trained on:
+
+    L(theta) = - (1 / |C|) * sum_{t in C} log pi_theta(y_t | prompt, y_<t)
+
+where C is the set of completion tokens (plus the end-of-turn token, so the model learns to stop) of the
+whole batch on all ranks: a token-mean, with the token count all-reduced so every rank divides by the same
+number. Log-probs come from grpo.token_logprobs (chunked: never the full-vocabulary logits in fp32).
+Batches are length-bucketed (samples of similar length together, little padding); AdamW with linear warmup
+and cosine decay; gradient-norm clipping; Hugging Face checkpoints (model AND tokenizer).
+
+    python sft.py                                   # tiny default: build, train on CPU, write out/tiny-sft/,
+                                                    # print the quality-bar figures on held-out tasks
+    python sft.py --roles separate                  # two cold-started models: OUT/designer, OUT/executor
+    python sft.py --model Qwen3-8B --data DIR --out out/sft-8b --no-eval    # DIR has designer/executor.jsonl
+    torchrun --nproc_per_node=8 sft.py --model ... # FSDP2 (nccl on GPU, gloo on CPU), data sharded by rank
+    python sft.py distill --teacher http://127.0.0.1:8000 --model NAME --tasks tasks.jsonl --out DIR
+
+Roles: "both" trains one model on both sample sets (shared policy) into OUT; "designer" / "executor" train
+one role into OUT/designer or OUT/executor; "separate" does both of those, each from the same base weights.
+
+Distillation (the paper's cold start at scale): an OpenAI-compatible chat endpoint plays the Designer (it
+writes a script, or picks one of mas.TEMPLATES) and the Executor (every agent call of the script, run in the
+sandbox); only runs that reward.py grades correct are kept, written as designer.jsonl and executor.jsonl.
+
+From Python (train.py does this):
+    stats = train_sft(model, tokenizer, samples, steps=300, lr=2e-3, batch_size=64, out_dir="out/x")
+    figures = evaluate_sft("out/x", heldout_tasks)
+"""
+
+import argparse
+import json
+import math
+import os
+import random
+import shutil
+import sys
+import time
+import urllib.error
+import urllib.request
+from concurrent.futures import ThreadPoolExecutor
+
+import torch
+import torch.distributed as dist
+
+# ----------------------------------------------------------------------------------------------------------
+# tokenization: chat-template prompt + completion ids + end of turn
+
+
+def end_of_turn_id(tokenizer) -> int:
+    """The token that closes an assistant turn in the chat template (Qwen: <|im_end|>); the eos otherwise.
+
+    Read from the template itself, so that what SFT teaches the model to emit is what the template (and so
+    the engine's stop condition) uses."""
+    probe = "SFTPROBE"
+    try:
+        text = tokenizer.apply_chat_template([{"role": "user", "content": "q"},
+                                              {"role": "assistant", "content": probe}], tokenize=False)
+        tail = text[text.rindex(probe) + len(probe):]
+        ids = tokenizer(tail, add_special_tokens=False)["input_ids"]
+        if ids and ids[0] in tokenizer.all_special_ids and ids[0] != tokenizer.unk_token_id:
+            return ids[0]
+    except Exception:   # a template that cannot render a finished assistant turn: fall back to eos
+        pass
+    return tokenizer.eos_token_id
+
+
+def prompt_ids(tokenizer, messages, **template_kwargs) -> list[int]:
+    out = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True, **template_kwargs)
+    if hasattr(out, "keys"):   # BatchEncoding (return_dict=True is the default in recent transformers)
+        out = out["input_ids"]
+    return list(out)
+
+
+def encode_samples(tokenizer, samples, max_len=None, template_kwargs=None):
+    """Samples -> list of (token ids, prompt length). Samples longer than max_len are dropped, not truncated
+    (a cut completion without its end-of-turn would teach the model never to stop)."""
+    eot = end_of_turn_id(tokenizer)
+    out, dropped = [], 0
+    for s in samples:
+        p = prompt_ids(tokenizer, s["messages"], **(template_kwargs or {}))
+        c = tokenizer(s["completion"], add_special_tokens=False)["input_ids"] + [eot]
+        if max_len is not None and len(p) + len(c) > max_len:
+            dropped += 1
+            continue
+        out.append((p + c, len(p)))
+    return out, dropped
+
+
+def length_batches(lengths, batch_size, rng, bucket=32):
+    """Shuffle, then sort within windows of bucket*batch_size samples so each batch holds similar lengths;
+    the batch order is shuffled again so long and short batches interleave."""
+    order = list(range(len(lengths)))
+    rng.shuffle(order)
+    batches = []
+    window = batch_size * bucket
+    for s in range(0, len(order), window):
+        part = sorted(order[s:s + window], key=lengths.__getitem__)
+        batches += [part[k:k + batch_size] for k in range(0, len(part), batch_size)]
+    rng.shuffle(batches)
+    return batches
+
+
+def collate(encoded, idx, pad_id, device):
+    """Right-padded input_ids/attention_mask [B, T] and the loss mask [B, T-1] aligned with
+    grpo.token_logprobs (position t scores token t+1): 1 on completion tokens only."""
+    T = max(len(encoded[k][0]) for k in idx)
+    ids = torch.full((len(idx), T), pad_id, dtype=torch.long)
+    attn = torch.zeros(len(idx), T, dtype=torch.long)
+    mask = torch.zeros(len(idx), T - 1)
+    for r, k in enumerate(idx):
+        seq, P = encoded[k]
+        ids[r, :len(seq)] = torch.tensor(seq)
+        attn[r, :len(seq)] = 1
+        mask[r, max(P - 1, 0):len(seq) - 1] = 1
+    return ids.to(device), attn.to(device), mask.to(device)
+
+
+def cosine_lr(step, steps, warmup, min_ratio=0.1):
+    """Multiplier of the peak lr: linear warmup over `warmup` steps, then cosine down to min_ratio."""
+    if step < warmup:
+        return (step + 1) / warmup
+    progress = min(1.0, (step - warmup) / max(1, steps - warmup))
+    return min_ratio + (1 - min_ratio) * 0.5 * (1 + math.cos(math.pi * progress))
+
+
+# ----------------------------------------------------------------------------------------------------------
+# distributed: FSDP2 when torchrun started us, plain single process otherwise
+
+
+def dist_info():
+    if dist.is_available() and dist.is_initialized():
+        return dist.get_rank(), dist.get_world_size()
+    return 0, 1
+
+
+def init_distributed():
+    """Initialise the process group when launched by torchrun (gloo on CPU, nccl on GPU); returns device."""
+    if "RANK" in os.environ and "WORLD_SIZE" in os.environ and not dist.is_initialized():
+        if torch.cuda.is_available():
+            local = int(os.environ.get("LOCAL_RANK", 0))
+            torch.cuda.set_device(local)
+            dist.init_process_group("nccl", device_id=torch.device("cuda", local))
+        else:
+            dist.init_process_group("gloo")
+    if torch.cuda.is_available():
+        return torch.device("cuda", torch.cuda.current_device())
+    return torch.device("cpu")
+
+
+def shard_model(model):
+    """FSDP2: each decoder layer is its own unit (its params gathered only while it runs), then the root."""
+    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+    kw = {}
+    if next(model.parameters()).is_cuda:
+        kw["mp_policy"] = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
+    for layer in getattr(getattr(model, "model", None), "layers", []):
+        fully_shard(layer, **kw)
+    fully_shard(model, **kw)
+    return model
+
+
+def is_sharded(model):
+    from torch.distributed.fsdp import FSDPModule
+    return isinstance(model, FSDPModule)
+
+
+def save_checkpoint(model, tokenizer, out_dir):
+    """HF-format model + tokenizer, written to a temporary folder and renamed into place. Under FSDP every
+    rank takes part in gathering the full state dict (a collective); rank 0 writes it."""
+    rank, world = dist_info()
+    state = None
+    if is_sharded(model):
+        from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
+        state = get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+    if rank == 0:
+        out_dir = os.path.abspath(out_dir)
+        tmp, old = out_dir + ".tmp", out_dir + ".old"
+        shutil.rmtree(tmp, ignore_errors=True)
+        if state is None:
+            model.save_pretrained(tmp)
+        else:
+            model.save_pretrained(tmp, state_dict=state)
+        tokenizer.save_pretrained(tmp)
+        shutil.rmtree(old, ignore_errors=True)
+        if os.path.exists(out_dir):
+            os.replace(out_dir, old)
+        os.replace(tmp, out_dir)
+        shutil.rmtree(old, ignore_errors=True)
+    if world > 1:
+        dist.barrier()
+
+
+# ----------------------------------------------------------------------------------------------------------
+# training
+
+
+def train_sft(model, tokenizer, samples, steps=300, lr=2e-3, batch_size=64, out_dir=None, *, warmup=None,
+              weight_decay=0.01, clip=1.0, min_lr_ratio=0.1, max_len=None, micro_batch_size=None, seed=0,
+              log_every=25, template_kwargs=None, log=print):
+    """Train `model` on chat samples for `steps` optimizer steps; save to out_dir (HF format) if given.
+
+    batch_size is samples per rank per step (split into micro-batches of micro_batch_size, gradients
+    accumulated). Under torchrun the model is sharded with FSDP2 (unless it already is), each rank trains on
+    its own share of the length-bucketed batches, and FSDP reduces the gradients. Returns a stats dict.
+    """
+    from grpo import token_logprobs
+    rank, world = dist_info()
+    torch.manual_seed(seed)
+    device = next(model.parameters()).device
+    encoded, dropped = encode_samples(tokenizer, samples, max_len, template_kwargs)
+    if not encoded:
+        raise ValueError(f"no trainable samples ({dropped} longer than max_len={max_len})")
+    if world > 1 and not is_sharded(model):
+        shard_model(model)
+    model.train()
+    pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+    warmup = max(1, steps // 20) if warmup is None else max(1, warmup)
+    opt = torch.optim.AdamW(model.parameters(), lr=lr, betas=(0.9, 0.95), weight_decay=weight_decay)
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: cosine_lr(s, steps, warmup, min_lr_ratio))
+    micro = micro_batch_size or batch_size
+    autocast = torch.autocast("cuda", dtype=torch.bfloat16) if device.type == "cuda" and not is_sharded(model) \
+        else torch.autocast("cpu", enabled=False)
+
+    def my_batches():
+        """Every rank builds the same batch list (same seed) and takes batches rank, rank+world, ...:
+        disjoint shards, the same number of steps on every rank."""
+        rng, lengths = random.Random(seed), [len(e[0]) for e in encoded]
+        while True:
+            bs = length_batches(lengths, batch_size, rng)
+            while len(bs) < world:
+                bs = bs + bs
+            bs = bs[:len(bs) - len(bs) % world]
+            yield from bs[rank::world]
+
+    stream = my_batches()
+    losses, tokens, t0 = [], 0, time.perf_counter()
+    for step in range(steps):
+        idx = next(stream)
+        parts = [collate(encoded, idx[k:k + micro], pad_id, device) for k in range(0, len(idx), micro)]
+        n_tok = torch.tensor(float(sum(p[2].sum().item() for p in parts)), device=device)
+        if world > 1:
+            dist.all_reduce(n_tok)
+        total = 0.0
+        for ids, attn, mask in parts:
+            with autocast:
+                lp = token_logprobs(model, ids, attn)
+            # FSDP averages gradients over ranks, so scale by world: the result is the global token-mean
+            loss = -(lp.float() * mask).sum() * world / n_tok.clamp(min=1)
+            loss.backward()
+            total += loss.item() / world
+        gnorm = torch.nn.utils.clip_grad_norm_(model.parameters(), clip)
+        opt.step()
+        sched.step()
+        opt.zero_grad(set_to_none=True)
+        if world > 1:
+            t = torch.tensor(total, device=device)
+            dist.all_reduce(t)
+            total = t.item()
+        losses.append(total)
+        tokens += int(n_tok.item())
+        if rank == 0 and log is not None and (step % log_every == 0 or step == steps - 1):
+            gn = gnorm.full_tensor() if hasattr(gnorm, "full_tensor") else gnorm
+            log(f"sft step {step:5d}/{steps}  loss {total:.4f}  lr {sched.get_last_lr()[0]:.2e}  "
+                f"gnorm {float(gn):.2f}  {tokens / (time.perf_counter() - t0):.0f} tok/s")
+    wall = time.perf_counter() - t0
+    if out_dir is not None:
+        save_checkpoint(model, tokenizer, out_dir)
+    model.eval()
+    return {"steps": steps, "loss": losses[-1], "losses": losses, "trained_tokens": tokens, "wall_s": wall,
+            "samples": len(encoded), "dropped": dropped}
+
+
+def load_jsonl(path):
+    with open(path) as f:
+        return [json.loads(line) for line in f if line.strip()]
+
+
+def write_jsonl(rows, path):
+    tmp = path + ".tmp"
+    with open(tmp, "w") as f:
+        for r in rows:
+            f.write(json.dumps(r) + "\n")
+    os.replace(tmp, path)
+
+
+# ----------------------------------------------------------------------------------------------------------
+# evaluation: the quality bar, with rollout.py's own machinery (the same code evaluate.py and RL use)
+
+
+def _solved(R):
+    """Per-run correctness from a lam=0 reward tensor (correct in [0, 1]; a run counts when fully correct)."""
+    return (R >= 1 - 1e-6).float()
+
+
+def evaluate_sft(model_path, tasks, *, designer_path=None, templates=None, n=1, backend="auto", short=True,
+                 temperature=1.0, designer_max_tokens=400, executor_max_tokens=128, seed=0, engine_kw=None):
+    """Quality-bar figures on held-out tasks.
+
+    parse: share of Designer completions that parse into a script (one design per task);
+    designer: accuracy of executing those designs once each; structures: their structure shares;
+    templates[name]: accuracy of fixed template `name` (rollout's fixed-structure mode, n executions per task),
+    "single" being the single-agent baseline. Accuracy counts a run as correct when reward.py's correctness
+    is 1 (lam=0, so the format term is left out). With designer_path the Designer's weights are swapped in
+    for the design phase (separate policies).
+    """
+    import mas
+
+    import engine as engine_lib
+    import rollout as rollout_lib
+    eng = engine_lib.make_engine(model_path, backend=backend, **(engine_kw or {}))
+    on_phase = None
+    if designer_path is not None:
+        from safetensors.torch import load_file
+
+        def weights(path):
+            return {k: v for f in sorted(os.listdir(path)) if f.endswith(".safetensors")
+                    for k, v in load_file(os.path.join(path, f)).items()}
+        wd, we = weights(designer_path), weights(model_path)
+        on_phase = lambda phase: eng.load_weights(wd if phase == "designer" else we)
+    dsamp = engine_lib.Sampling(temperature=temperature, max_tokens=designer_max_tokens)
+    esamp = engine_lib.Sampling(temperature=temperature, max_tokens=executor_max_tokens)
+    out = {"tasks": len(tasks)}
+    b = rollout_lib.rollout(tasks, eng, eng, M=1, N=1, seed=seed, short=short, lam=0.0, on_phase=on_phase,
+                            designer_sampling=dsamp, executor_sampling=esamp)
+    parsed = [s for row in b.scripts for s in row if s is not None]
+    out["parse"] = len(parsed) / max(1, len(tasks))
+    out["designer"] = _solved(b.R).mean().item()
+    shares = {}
+    for s in parsed:
+        k = mas.structure_of(s)
+        shares[k] = shares.get(k, 0) + 1 / len(parsed)
+    out["structures"] = shares
+    if on_phase is not None:
+        on_phase("executor")
+    out["templates"] = {}
+    for name in templates or list(mas.TEMPLATES):
+        b = rollout_lib.rollout(tasks, None, eng, M=1, N=n, seed=seed + 1, template=name, lam=0.0,
+                                executor_sampling=esamp)
+        out["templates"][name] = _solved(b.R).mean().item()
+    return out
+
+
+def format_figures(fig):
+    t = fig["templates"]
+    best = max((k for k in t if k != "single"), key=t.get, default=None)
+    lines = [f"held-out tasks: {fig['tasks']}",
+             f"(a) designer completions that parse: {100 * fig['parse']:.1f}%   (target >= 95%)",
+             f"    learned designs, executed once: {100 * fig['designer']:.1f}% correct; structures "
+             + ", ".join(f"{k} {100 * v:.0f}%" for k, v in sorted(fig["structures"].items())),
+             f"(b) single agent accuracy: {100 * t.get('single', float('nan')):.1f}%   (target 30-80%)",
+             "(c) fixed templates: " + ", ".join(f"{k} {100 * v:.1f}%" for k, v in t.items())]
+    if best is not None and "single" in t:
+        lines.append(f"    best template {best} beats single by {100 * (t[best] - t['single']):+.1f} points")
+    return "\n".join(lines)
+
+
+# ----------------------------------------------------------------------------------------------------------
+# command line: training
+
+
+def _load_base(model_path, device, seed):
+    if model_path is None:
+        import tiny
+        model, tok = tiny.build_model(seed=seed)
+    else:
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+        tok = AutoTokenizer.from_pretrained(model_path)
+        model = AutoModelForCausalLM.from_pretrained(model_path, dtype=torch.float32)
+    if tok.pad_token_id is None:
+        tok.pad_token = tok.eos_token
+    return model.to(device), tok
+
+
+def main_train(argv):
+    p = argparse.ArgumentParser(description="SFT cold start (no arguments: the tiny default on CPU)")
+    p.add_argument("--model", default=None, help="HF model dir (default: the tiny model from tiny.py)")
+    p.add_argument("--data", default=None, help="dir with designer.jsonl/executor.jsonl (default: tiny traces)")
+    p.add_argument("--out", default="out/tiny-sft")
+    p.add_argument("--roles", default="both", choices=["both", "designer", "executor", "separate"])
+    p.add_argument("--steps", type=int, default=None)
+    p.add_argument("--lr", type=float, default=None)
+    p.add_argument("--batch-size", type=int, default=None)
+    p.add_argument("--micro-batch-size", type=int, default=None)
+    p.add_argument("--max-len", type=int, default=None)
+    p.add_argument("--train-tasks", type=int, default=None, help="tiny: tasks to make traces from")
+    p.add_argument("--eval-tasks", type=int, default=200, help="tiny: held-out tasks for the quality bar")
+    p.add_argument("--eval-n", type=int, default=1, help="executions per task and template in evaluation")
+    p.add_argument("--no-eval", action="store_true")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--threads", type=int, default=None, help="torch CPU threads")
+    a = p.parse_args(argv)
+    if a.threads:
+        torch.set_num_threads(a.threads)
+    device = init_distributed()
+    rank, world = dist_info()
+    tiny_world = a.data is None
+    if tiny_world:
+        import tiny
+        defaults = dict(steps=TINY["steps"], lr=TINY["lr"], batch_size=TINY["batch_size"])
+        tasks = tiny.make_tasks(a.train_tasks or TINY["train_tasks"], seed=a.seed)
+        designer, executor = tiny.sft_traces(tasks, seed=a.seed)
+    else:
+        defaults = dict(steps=1000, lr=1e-5, batch_size=8)
+        designer = load_jsonl(os.path.join(a.data, "designer.jsonl"))
+        executor = load_jsonl(os.path.join(a.data, "executor.jsonl"))
+    hp = {k: getattr(a, k) if getattr(a, k) is not None else v for k, v in defaults.items()}
+    jobs = {"both": [(a.out, designer + executor)], "designer": [(os.path.join(a.out, "designer"), designer)],
+            "executor": [(os.path.join(a.out, "executor"), executor)]}
+    jobs["separate"] = jobs["designer"] + jobs["executor"]
+    t0 = time.perf_counter()
+    for out_dir, samples in jobs[a.roles]:
+        model, tok = _load_base(a.model, device, a.seed)   # every role starts cold from the same base
+        if rank == 0:
+            print(f"sft -> {out_dir}: {len(samples)} samples, {hp}, world {world}")
+        stats = train_sft(model, tok, samples, out_dir=out_dir, max_len=a.max_len,
+                          micro_batch_size=a.micro_batch_size, seed=a.seed, **hp)
+        if rank == 0:
+            print(f"sft done: {stats['steps']} steps, final loss {stats['loss']:.4f}, "
+                  f"{stats['trained_tokens']} tokens, {stats['wall_s']:.1f}s, {stats['dropped']} dropped")
+        del model
+    wall = time.perf_counter() - t0
+    if world > 1:
+        dist.destroy_process_group()
+    if rank != 0:
+        return
+    print(f"SFT wall time: {wall:.1f}s")
+    if tiny_world and not a.no_eval:
+        import tiny
+        held = tiny.make_tasks(a.eval_tasks, seed=a.seed + 1_000_003)
+        if a.roles == "both":
+            paths = dict(model_path=a.out)
+        elif a.roles == "separate":
+            paths = dict(model_path=os.path.join(a.out, "executor"), designer_path=os.path.join(a.out, "designer"))
+        else:
+            print("quality bar needs both roles (--roles both or separate): skipped")
+            return
+        t1 = time.perf_counter()
+        fig = evaluate_sft(tasks=held, n=a.eval_n, seed=a.seed, **paths)
+        print(format_figures(fig))
+        print(f"evaluation wall time: {time.perf_counter() - t1:.1f}s")
+
+
+# the tiny default: sized to finish within ~5 minutes on 2 CPU cores
+TINY = dict(steps=400, lr=2e-3, batch_size=64, train_tasks=2000)
+
+
+# ----------------------------------------------------------------------------------------------------------
+# distillation from an OpenAI-compatible teacher
+
+
+def chat(url, model, messages, *, max_tokens=1024, temperature=0.7, api_key=None, timeout=120.0, retries=2,
+         seed=None):
+    """One POST {url}/v1/chat/completions; returns the reply text ("" after failed retries, with the error).
+
+    url may end in /v1 or not. Errors never raise: a teacher that fails loses that one call."""
+    base = url.rstrip("/")
+    endpoint = base + ("/chat/completions" if base.endswith("/v1") else "/v1/chat/completions")
+    body = {"model": model, "messages": messages, "max_tokens": max_tokens, "temperature": temperature}
+    if seed is not None:
+        body["seed"] = seed
+    headers = {"Content-Type": "application/json"}
+    if api_key:
+        headers["Authorization"] = f"Bearer {api_key}"
+    err = None
+    for attempt in range(retries + 1):
+        try:
+            req = urllib.request.Request(endpoint, data=json.dumps(body).encode(), headers=headers)
+            with urllib.request.urlopen(req, timeout=timeout) as r:
+                reply = json.loads(r.read().decode())
+            return reply["choices"][0]["message"].get("content") or "", None
+        except (urllib.error.URLError, OSError, ValueError, KeyError, IndexError, TypeError) as e:
+            err = f"{type(e).__name__}: {e}"
+            if isinstance(e, urllib.error.HTTPError) and e.code < 500 and e.code != 429:
+                break   # a 4xx other than rate limiting will not get better by retrying
+            time.sleep(min(8.0, 0.5 * 2 ** attempt))
+    return "", err
+
+
+PICK_PROMPT = ("Choose the workflow that best solves the task below. The options are:\n"
+               "- single: one agent answers directly\n"
+               "- ensemble: several agents answer independently and the majority answer wins\n"
+               "- critic: one agent solves, a critic checks the solution and the solver revises it\n"
+               "- tester: for code, write a program and check it against the visible examples\n"
+               "Reply with one word: single, ensemble, critic or tester.\n\nTask:\n")
+
+
+def pick_template(reply):
+    """The first template name the reply mentions (None if it names none)."""
+    import mas
+    low = reply.lower()
+    hits = [(low.find(k), k) for k in mas.TEMPLATES if k in low]
+    return min(hits)[1] if hits else None
+
+
+def distill(teacher, model, tasks, out_dir, *, designer="script", designs=1, executions=1, short=False,
+            temperature=0.7, max_tokens=1024, workers=8, api_key=None, limits=None, log=print):
+    """Distill SFT data from a teacher endpoint. Returns counts; writes designer.jsonl and executor.jsonl.
+
+    designer="script": the teacher writes the workflow script from mas.designer_messages (kept if it parses);
+    designer="pick": the teacher names one of mas.TEMPLATES, and the designer sample is that template
+    written as a Designer completion (mas.script_completion). Every kept design runs `executions` times in
+    the sandbox with the teacher answering each agent call; a design is kept if at least one of its runs is
+    correct (reward.py, lam=0), and the agent calls of every correct run become executor samples.
+    """
+    import data
+    import mas
+    import reward as reward_lib
+    import sandbox
+    os.makedirs(out_dir, exist_ok=True)
+    pool = ThreadPoolExecutor(max_workers=workers)
+    counts = {"tasks": len(tasks), "designs": 0, "parsed": 0, "runs": 0, "correct_runs": 0,
+              "teacher_errors": 0, "designer_samples": 0, "executor_samples": 0}
+
+    def ask(messages, seed=None):
+        text, err = chat(teacher, model, messages, max_tokens=max_tokens, temperature=temperature,
+                         api_key=api_key, seed=seed)
+        if err:
+            counts["teacher_errors"] += 1
+        return text
+
+    # design phase: designs per task, all requests in parallel
+    dmsgs = [mas.designer_messages(data.task_text(t), short=short) for t in tasks]
+    jobs = [(q, i) for q in range(len(tasks)) for i in range(designs)]
+    if designer == "script":
+        replies = list(pool.map(lambda job: ask(dmsgs[job[0]], seed=job[1]), jobs))
+    else:
+        pick_msgs = [[{"role": "user", "content": PICK_PROMPT + data.task_text(t)}] for t in tasks]
+        replies = list(pool.map(lambda job: ask(pick_msgs[job[0]], seed=job[1]), jobs))
+    kept_designs = []   # (q, script, designer completion)
+    for (q, _), reply in zip(jobs, replies):
+        counts["designs"] += 1
+        if designer == "script":
+            script, why = mas.parse_script(reply)
+            completion = reply
+        else:
+            name = pick_template(reply)
+            script, why = (mas.TEMPLATES[name], None) if name else (None, "no template named")
+            completion = mas.script_completion(script) if script else None
+        if script is None:
+            continue
+        counts["parsed"] += 1
+        kept_designs.append((q, script, completion))
+    log(f"distill: {counts['parsed']}/{counts['designs']} designs usable")
+
+    # execution phase: every kept design `executions` times, one sandbox call; each tick's agent calls are
+    # sent to the teacher in parallel
+    def generate(calls):
+        return list(pool.map(lambda c: ask(c.messages), calls))
+
+    scripts = [s for (_, s, _) in kept_designs for _ in range(executions)]
+    run_tasks = [tasks[q] for (q, _, _) in kept_designs for _ in range(executions)]
+    kw = {} if limits is None else {"limits": limits}
+    runs = sandbox.run_workflows(scripts, run_tasks, generate, **kw) if scripts else []
+    counts["runs"] = len(runs)
+    pairs = list(zip(run_tasks, runs))
+    if hasattr(reward_lib, "grade_many"):
+        scores = list(reward_lib.grade_many(pairs, lam=0.0))
+    else:
+        scores = [reward_lib.reward(t, r, lam=0.0) for t, r in pairs]
+    designer_rows, executor_rows, seen = [], [], set()
+    for k, (q, script, completion) in enumerate(kept_designs):
+        good = [runs[k * executions + j] for j in range(executions) if scores[k * executions + j] >= 1 - 1e-6]
+        counts["correct_runs"] += len(good)
+        if not good:
+            continue
+        designer_rows.append({"messages": dmsgs[q], "completion": completion, "task_id": tasks[q].get("id"),
+                              "structure": mas.structure_of(script)})
+        for run in good:
+            for c in run.calls:
+                key = json.dumps([c.messages, c.reply])
+                if key not in seen:   # voting repeats identical calls; keep each (prompt, reply) once
+                    seen.add(key)
+                    executor_rows.append({"messages": c.messages, "completion": c.reply,
+                                          "task_id": tasks[q].get("id"), "role": c.role})
+    pool.shutdown()
+    write_jsonl(designer_rows, os.path.join(out_dir, "designer.jsonl"))
+    write_jsonl(executor_rows, os.path.join(out_dir, "executor.jsonl"))
+    counts["designer_samples"], counts["executor_samples"] = len(designer_rows), len(executor_rows)
+    with open(os.path.join(out_dir, "distill_stats.json"), "w") as f:
+        json.dump(counts, f, indent=1)
+    log("distill: " + json.dumps(counts))
+    return counts
+
+
+def main_distill(argv):
+    p = argparse.ArgumentParser(prog="sft.py distill", description="distill SFT data from a teacher endpoint")
+    p.add_argument("--teacher", required=True, help="base URL of an OpenAI-compatible server")
+    p.add_argument("--model", required=True, help="model name the server serves")
+    p.add_argument("--tasks", required=True, help="tasks JSONL (data.py format)")
+    p.add_argument("--out", default="out/distill")
+    p.add_argument("--designer", default="script", choices=["script", "pick"])
+    p.add_argument("--designs", type=int, default=1, help="designs per task")
+    p.add_argument("--executions", type=int, default=1, help="executions per design")
+    p.add_argument("--short", action="store_true", help="the short (tiny) Designer prompt")
+    p.add_argument("--temperature", type=float, default=0.7)
+    p.add_argument("--max-tokens", type=int, default=1024)
+    p.add_argument("--workers", type=int, default=8, help="concurrent requests to the teacher")
+    p.add_argument("--limit", type=int, default=None, help="use only the first N tasks")
+    p.add_argument("--api-key-env", default="OPENAI_API_KEY", help="environment variable holding the key")
+    a = p.parse_args(argv)
+    import data
+    tasks = data.load_tasks(a.tasks)[:a.limit]
+    distill(a.teacher, a.model, tasks, a.out, designer=a.designer, designs=a.designs, executions=a.executions,
+            short=a.short, temperature=a.temperature, max_tokens=a.max_tokens, workers=a.workers,
+            api_key=os.environ.get(a.api_key_env))
+
+
+if __name__ == "__main__":
+    if sys.argv[1:2] == ["distill"]:
+        main_distill(sys.argv[2:])
+    else:
+        main_train(sys.argv[1:])
