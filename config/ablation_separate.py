@@ -1,0 +1,10 @@
+"""Ablation: separate Designer and Executor policies (two models, two optimizers; the engine swaps weights
+between the design and the execution phase), each cold-started by `python sft.py --roles separate`.
+
+    python train.py config/tiny.py config/ablation_separate.py
+"""
+
+policy = "separate"
+init_from = "out/tiny-sft-separate/designer"
+executor_init = "out/tiny-sft-separate/executor"
+out_dir = "out/ablation-separate"
