@@ -1,0 +1,155 @@
+"""grpo.py: per-token log-probabilities (chunked) and the clipped GRPO loss, written out by hand.
+
+1) token_logprobs(model, input_ids, attention_mask, temperature) -> [B, T-1]
+
+       logp_t = log softmax(W h_t / tau)[x_{t+1}] = (W h_t / tau)[x_{t+1}] - logsumexp_v (W h_t / tau)_v
+
+   With Qwen3's ~151k vocabulary the logits are where training memory goes: 16k tokens x 151k x 4 bytes is
+   ~10 GB in fp32, and autograd would keep it (and the log-softmax) for the backward. Chunking only the
+   forward does not help, because autograd keeps every chunk. So a small autograd.Function computes the
+   lm_head + log-softmax + gather `chunk_size` tokens at a time, saves only h, W and the per-token
+   logsumexp, and recomputes each chunk's logits in the backward:
+
+       d logp_t / d z_tv = (1[v = x_{t+1}] - softmax(z_t)_v) / tau,   z_t = W h_t
+       dL/dh_t = Σ_v g_tv W_v,   dL/dW = Σ_t g_t h_t^T,   g_tv = dL/dlogp_t * d logp_t / d z_tv
+
+   Peak extra memory is one [chunk_size x vocab] fp32 block, forward and backward alike. Logits are computed
+   in the weight's dtype and then upcast, exactly like `model(...).logits.float()`, so the result equals the
+   naive log_softmax(...).gather(...). Tied embeddings (Qwen3-4B) stay correct because the gradient goes to
+   the one Parameter object that both `embed_tokens` and `lm_head` hold.
+
+   FSDP2: fully_shard installs its all-gather/reshard hooks on module __call__, so the model must be called
+   through its ROOT module; calling model.model(...) directly would skip the root's hooks and leave the
+   embedding/lm_head weights as sharded DTensors. We therefore call the root model (with logits_to_keep=1,
+   so it computes the logits of one position only) and do our chunked head inside a forward hook on the
+   decoder body (model.get_decoder()), i.e. while the root's forward is running and its parameters
+   (embed_tokens, norm, lm_head) are unsharded. FSDP2 never reshards the root after forward (it would be
+   all-gathered again immediately for backward), so the weight saved for our backward stays valid, and its
+   gradient is reduce-scattered by FSDP's end-of-backward callback like any other root parameter. Wrap
+   lm_head in the root's group (the usual `fully_shard(layer)` for each layer, then `fully_shard(model)`);
+   tied embeddings require that anyway.
+
+2) grpo_loss: the clipped surrogate, token-mean over all unmasked tokens of the (global) batch
+
+       rho_t = exp(logp_t - logp_old_t)
+       l_t   = -min(rho_t A_t, clip(rho_t, 1 - eps, 1 + eps_high) A_t) * w_t  +  beta * KL_t
+       KL_t  = exp(logp_ref_t - logp_t) - (logp_ref_t - logp_t) - 1          (k3, unbiased, >= 0)
+       w_t   = min(exp(logp_old_t - logp_engine_t), cap)  (detached; truncated IS, only if engine logprobs
+               are given: corrects for the gap between the engine that sampled and the trainer)
+       L     = Σ_t mask_t l_t / num_tokens
+
+   num_tokens defaults to this call's mask.sum(). Pass the token count of the whole batch instead and the
+   micro-batch losses (and gradients) sum to exactly the one-batch loss. Under DDP/FSDP, which average
+   gradients over ranks, pass num_tokens = global_count / world_size. The training loop takes one such
+   token-mean per role and adds them with weights, so thousands of executor tokens do not drown a few
+   hundred designer tokens.
+
+Usage:
+    logp = token_logprobs(model, ids, attn, temperature=1.0)                 # [B, T-1]
+    loss, stats = grpo_loss(logp, old_logp, adv, loss_mask[:, 1:], num_tokens=n_total)
+    loss.backward()
+"""
+
+import torch
+
+
+class _ChunkedLogprob(torch.autograd.Function):
+    """log_softmax(h @ W.T / tau).gather(targets), chunk by chunk, recomputed in backward."""
+
+    @staticmethod
+    def forward(ctx, hidden, weight, targets, temperature, chunk_size):
+        acc = torch.promote_types(hidden.dtype, torch.float32)  # bf16 -> fp32; fp64 stays (gradcheck)
+        out = torch.empty(hidden.shape[0], dtype=acc, device=hidden.device)
+        lse = torch.empty_like(out)
+        for s in range(0, hidden.shape[0], chunk_size):
+            z = (hidden[s : s + chunk_size] @ weight.T).to(acc) / temperature
+            lse[s : s + chunk_size] = torch.logsumexp(z, dim=-1)
+            out[s : s + chunk_size] = z.gather(-1, targets[s : s + chunk_size, None]).squeeze(-1)
+        out -= lse
+        ctx.save_for_backward(hidden, weight, targets, lse)
+        ctx.temperature, ctx.chunk_size = temperature, chunk_size
+        return out
+
+    @staticmethod
+    def backward(ctx, grad_out):
+        hidden, weight, targets, lse = ctx.saved_tensors
+        need_h, need_w = ctx.needs_input_grad[0], ctx.needs_input_grad[1]
+        grad_h = torch.empty_like(hidden) if need_h else None
+        # Accumulated in the weight's dtype, as Liger's fused linear cross-entropy does (fp32 when W is fp32).
+        grad_w = torch.zeros_like(weight) if need_w else None
+        for s in range(0, hidden.shape[0], ctx.chunk_size):
+            h, g_out = hidden[s : s + ctx.chunk_size], grad_out[s : s + ctx.chunk_size, None].to(lse.dtype)
+            z = (h @ weight.T).to(lse.dtype) / ctx.temperature
+            g = z.sub_(lse[s : s + ctx.chunk_size, None]).exp_().mul_(-g_out)  # -g * softmax, in place
+            g.scatter_add_(-1, targets[s : s + ctx.chunk_size, None], g_out)  # + g * onehot
+            g = (g / ctx.temperature).to(weight.dtype)
+            if need_h:
+                grad_h[s : s + ctx.chunk_size] = g @ weight
+            if need_w:
+                grad_w.addmm_(g.T, h)
+        return grad_h, grad_w, None, None, None
+
+
+def chunked_logprobs(hidden, weight, targets, temperature=1.0, chunk_size=1024):
+    """Log-probs [N] of targets [N] under softmax(hidden [N, H] @ weight[V, H].T / temperature)."""
+    return _ChunkedLogprob.apply(hidden, weight, targets, float(temperature), int(chunk_size))
+
+
+def token_logprobs(model, input_ids, attention_mask, temperature=1.0, chunk_size=1024):
+    """[B, T-1] fp32 (fp64 for an fp64 model) log-probs of input_ids[:, 1:]; 0 where the target is padding."""
+    head = model.get_output_embeddings()
+    if getattr(head, "bias", None) is not None:
+        raise ValueError("token_logprobs supports an lm_head without bias (as in Qwen3)")
+    targets_mask = attention_mask[:, 1:].bool()
+    targets = input_ids[:, 1:][targets_mask]
+    result = {}
+
+    def hook(module, args, output):
+        # Runs inside the root forward (FSDP2 root params are unsharded here); only real targets are scored.
+        h = output[0][:, :-1][targets_mask]
+        result["logp"] = chunked_logprobs(h, head.weight, targets, temperature, chunk_size)
+
+    handle = model.get_decoder().register_forward_hook(hook)
+    try:
+        model(input_ids=input_ids, attention_mask=attention_mask, use_cache=False, logits_to_keep=1)
+    finally:
+        handle.remove()
+    out = torch.zeros(targets_mask.shape, dtype=result["logp"].dtype, device=input_ids.device)
+    return out.masked_scatter(targets_mask, result["logp"])
+
+
+def grpo_loss(logprobs, old_logprobs, advantages, mask, clip_eps=0.2, clip_eps_high=None, kl_coef=0.0,
+              ref_logprobs=None, num_tokens=None, engine_logprobs=None, is_cap=2.0):
+    """Clipped GRPO surrogate (+ optional k3 KL, optional truncated IS), token-mean. Returns (loss, stats).
+
+    logprobs, old_logprobs, mask (and ref/engine logprobs): [B, T]; advantages: [B] (per sequence) or [B, T].
+    old_logprobs=None means on-policy (the detached current log-probs: rho = 1, gradient = A * grad logp).
+    """
+    mask = mask.to(logprobs.dtype)
+    old = logprobs.detach() if old_logprobs is None else old_logprobs
+    adv = advantages[:, None] if advantages.dim() == 1 else advantages
+    eps_high = clip_eps if clip_eps_high is None else clip_eps_high
+    ratio = torch.exp(logprobs - old)
+    surr = ratio * adv
+    surr_clipped = torch.clamp(ratio, 1 - clip_eps, 1 + eps_high) * adv
+    per_token = -torch.minimum(surr, surr_clipped)
+    if engine_logprobs is not None:
+        is_weight = torch.exp(old - engine_logprobs).clamp(max=is_cap).detach()
+        per_token = per_token * is_weight
+    if ref_logprobs is not None:
+        log_r = ref_logprobs - logprobs
+        kl = torch.exp(log_r) - log_r - 1
+        per_token = per_token + kl_coef * kl
+    local = mask.sum()
+    denom = local.clamp(min=1) if num_tokens is None else num_tokens
+    loss = (per_token * mask).sum() / denom
+
+    with torch.no_grad():
+        n = local.clamp(min=1)
+        mean = lambda x: ((x * mask).sum() / n).item()
+        stats = {"tokens": int(local.item()), "ratio_mean": mean(ratio),
+                 "clip_frac": mean((surr_clipped < surr).float()),
+                 "kl": mean(kl) if ref_logprobs is not None else 0.0}
+        if engine_logprobs is not None:
+            stats["is_weight_mean"] = mean(is_weight)
+    return loss, stats

@@ -1,0 +1,218 @@
+import copy
+import math
+
+import pytest
+import torch
+
+from grpo import chunked_logprobs, grpo_loss, token_logprobs
+
+
+def naive_loss(logp, old, adv, mask, eps=0.2, eps_high=None, kl_coef=0.0, ref=None, engine=None, cap=2.0,
+               num_tokens=None):
+    """The formula token by token, with torch scalar ops so autograd can differentiate it."""
+    eps_high = eps if eps_high is None else eps_high
+    total, count = 0.0, 0
+    for b in range(logp.shape[0]):
+        for t in range(logp.shape[1]):
+            if not mask[b, t]:
+                continue
+            a = adv[b] if adv.dim() == 1 else adv[b, t]
+            ratio = torch.exp(logp[b, t] - old[b, t])
+            term = -torch.min(ratio * a, torch.clamp(ratio, 1 - eps, 1 + eps_high) * a)
+            if engine is not None:
+                term = term * min(math.exp(old[b, t].item() - engine[b, t].item()), cap)
+            if ref is not None:
+                r = ref[b, t] - logp[b, t]
+                term = term + kl_coef * (torch.exp(r) - r - 1)
+            total, count = total + term, count + 1
+    return total / (num_tokens if num_tokens is not None else max(count, 1))
+
+
+def random_batch(seed, B=4, T=7, per_token_adv=False):
+    g = torch.Generator().manual_seed(seed)
+    old = -torch.rand(B, T, generator=g, dtype=torch.float64) * 3
+    logp = (old + 0.4 * torch.randn(B, T, generator=g, dtype=torch.float64)).requires_grad_()
+    adv = torch.randn(B, T, generator=g, dtype=torch.float64) if per_token_adv else torch.randn(B, generator=g,
+                                                                                                 dtype=torch.float64)
+    mask = torch.rand(B, T, generator=g) < 0.7
+    ref = old + 0.3 * torch.randn(B, T, generator=g, dtype=torch.float64)
+    engine = old + 0.5 * torch.randn(B, T, generator=g, dtype=torch.float64)
+    return logp, old, adv, mask, ref, engine
+
+
+def test_hand_computed():
+    old = torch.zeros(2, 3)
+    logp = torch.log(torch.tensor([[1.5, 0.5, 1.1], [0.9, 0.5, 7.0]])).requires_grad_()
+    adv = torch.tensor([1.0, -1.0])
+    mask = torch.tensor([[1, 1, 1], [1, 1, 0]])
+    loss, stats = grpo_loss(logp, old, adv, mask)
+    # per token: -min(rho*A, clip(rho)*A) = -1.2 (clipped), -0.5, -1.1 | 0.9, 0.8 (clipped); last masked out
+    assert loss.item() == pytest.approx((-1.2 - 0.5 - 1.1 + 0.9 + 0.8) / 5, abs=1e-6)
+    assert stats["clip_frac"] == pytest.approx(2 / 5)
+    assert stats["ratio_mean"] == pytest.approx((1.5 + 0.5 + 1.1 + 0.9 + 0.5) / 5, abs=1e-6)
+    assert stats["kl"] == 0.0 and stats["tokens"] == 5
+    loss.backward()
+    # d/dlogp of -rho*A is -rho*A / 5 where unclipped, 0 where clipped or masked
+    expected = torch.tensor([[0.0, -0.5, -1.1], [0.9, 0.0, 0.0]]) / 5
+    torch.testing.assert_close(logp.grad, expected)
+    # clip-higher (DAPO): with eps_high = 0.6, rho = 1.5 is no longer clipped
+    loss, stats = grpo_loss(logp, old, adv, mask, clip_eps_high=0.6)
+    assert loss.item() == pytest.approx((-1.5 - 0.5 - 1.1 + 0.9 + 0.8) / 5, abs=1e-6)
+
+
+def test_hand_computed_kl_and_is():
+    logp = torch.zeros(1, 2)
+    ref = torch.log(torch.tensor([[2.0, 0.5]]))
+    mask = torch.ones(1, 2)
+    loss, stats = grpo_loss(logp, logp, torch.zeros(1), mask, kl_coef=0.1, ref_logprobs=ref)
+    k3 = [2 - math.log(2) - 1, 0.5 - math.log(0.5) - 1]  # exp(r) - r - 1
+    assert stats["kl"] == pytest.approx(sum(k3) / 2, abs=1e-6)
+    assert loss.item() == pytest.approx(0.1 * sum(k3) / 2, abs=1e-6)
+    # truncated IS: weights exp(old - engine) = [e^2 -> capped at 2, 0.5]; rho = 1, A = 1 -> -w per token
+    engine = torch.tensor([[-2.0, math.log(2)]])
+    loss, stats = grpo_loss(logp, logp, torch.ones(1), mask, engine_logprobs=engine, is_cap=2.0)
+    assert loss.item() == pytest.approx(-(2.0 + 0.5) / 2, abs=1e-6)
+    assert stats["is_weight_mean"] == pytest.approx(1.25, abs=1e-6)
+
+
+@pytest.mark.parametrize("seed", range(4))
+@pytest.mark.parametrize("per_token_adv", [False, True])
+def test_random_against_naive_loop_and_gradients(seed, per_token_adv):
+    logp, old, adv, mask, ref, engine = random_batch(seed, per_token_adv=per_token_adv)
+    kw = dict(clip_eps=0.15, clip_eps_high=0.25, kl_coef=0.05)
+    for extra in ({}, {"ref_logprobs": ref}, {"ref_logprobs": ref, "engine_logprobs": engine, "is_cap": 1.5}):
+        loss, _ = grpo_loss(logp, old, adv, mask, **kw, **extra)
+        (grad,) = torch.autograd.grad(loss, logp)
+        want = naive_loss(logp, old, adv, mask, eps=0.15, eps_high=0.25, kl_coef=0.05, ref=extra.get("ref_logprobs"),
+                          engine=extra.get("engine_logprobs"), cap=extra.get("is_cap", 2.0))
+        (want_grad,) = torch.autograd.grad(want, logp)
+        torch.testing.assert_close(loss, want, rtol=1e-10, atol=1e-12)
+        torch.testing.assert_close(grad, want_grad, rtol=1e-10, atol=1e-12)
+
+
+def test_micro_batches_sum_to_one_batch():
+    logp, old, adv, mask, ref, engine = random_batch(7, B=6, T=9)
+    kw = dict(kl_coef=0.1, ref_logprobs=ref, engine_logprobs=engine)
+    full, _ = grpo_loss(logp, old, adv, mask, **kw)
+    (full_grad,) = torch.autograd.grad(full, logp)
+    n = mask.sum()
+    total, total_grad = 0.0, torch.zeros_like(logp)
+    for sl in (slice(0, 1), slice(1, 4), slice(4, 6)):  # uneven micro-batches, as ranks would have
+        part, _ = grpo_loss(logp[sl], old[sl], adv[sl], mask[sl], num_tokens=n, kl_coef=0.1, ref_logprobs=ref[sl],
+                            engine_logprobs=engine[sl])
+        (g,) = torch.autograd.grad(part, logp)
+        total, total_grad = total + part.detach(), total_grad + g
+    torch.testing.assert_close(total, full.detach(), rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(total_grad, full_grad, rtol=1e-12, atol=1e-12)
+
+
+def test_degenerate_inputs_no_nan():
+    logp = torch.zeros(2, 3, requires_grad=True)
+    loss, stats = grpo_loss(logp, logp.detach(), torch.zeros(2), torch.zeros(2, 3))  # nothing to train on
+    loss.backward()
+    assert loss.item() == 0.0 and torch.isfinite(logp.grad).all() and stats["tokens"] == 0
+    assert all(math.isfinite(v) for v in stats.values())
+    loss, stats = grpo_loss(logp, None, torch.zeros(2), torch.ones(2, 3))  # old=None: on-policy, zero advantage
+    assert loss.item() == 0.0 and stats["ratio_mean"] == 1.0 and stats["clip_frac"] == 0.0
+
+
+def tiny_qwen3(tie, seed=0, vocab=257):
+    from transformers import Qwen3Config, Qwen3ForCausalLM
+
+    torch.manual_seed(seed)
+    cfg = Qwen3Config(vocab_size=vocab, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                      num_attention_heads=4, num_key_value_heads=2, head_dim=8, max_position_embeddings=64,
+                      tie_word_embeddings=tie, initializer_range=0.2)
+    model = Qwen3ForCausalLM(cfg).float()
+    assert (model.lm_head.weight is model.model.embed_tokens.weight) == tie
+    return model
+
+
+def naive_token_logprobs(model, ids, mask, temperature):
+    logits = model(input_ids=ids, attention_mask=mask).logits[:, :-1].float() / temperature
+    return torch.log_softmax(logits, -1).gather(-1, ids[:, 1:, None]).squeeze(-1) * mask[:, 1:]
+
+
+def batch(vocab=257, seed=1):
+    g = torch.Generator().manual_seed(seed)
+    ids = torch.randint(0, vocab, (3, 21), generator=g)
+    mask = torch.ones_like(ids)
+    mask[0, 15:] = 0  # right padding
+    mask[2, 19:] = 0
+    return ids, mask, torch.randn(3, 20, generator=g)
+
+
+def grads_of(model, logp, weights):
+    model.zero_grad()
+    (logp * weights).sum().backward()
+    return {n: p.grad.clone() for n, p in model.named_parameters()}
+
+
+@pytest.mark.parametrize("tie", [True, False])
+@pytest.mark.parametrize("temperature, chunk_size", [(1.0, 1024), (0.7, 7)])
+def test_token_logprobs_matches_naive(tie, temperature, chunk_size):
+    model = tiny_qwen3(tie)
+    ids, mask, w = batch()
+    got = token_logprobs(model, ids, mask, temperature=temperature, chunk_size=chunk_size)
+    assert got.shape == (3, 20) and got.dtype == torch.float32
+    assert (got[mask[:, 1:] == 0] == 0).all() and (got[mask[:, 1:] == 1] < 0).all()
+    got_grads = grads_of(model, got, w)
+    want = naive_token_logprobs(model, ids, mask, temperature)
+    want_grads = grads_of(model, want, w)
+    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+    for name, g in want_grads.items():
+        torch.testing.assert_close(got_grads[name], g, rtol=1e-5, atol=1e-5 * g.abs().max().item(), msg=name)
+    with torch.no_grad():  # scoring old / reference log-probs
+        torch.testing.assert_close(token_logprobs(model, ids, mask, temperature, chunk_size), want.detach(),
+                                   rtol=1e-5, atol=1e-5)
+
+
+def test_chunked_logprobs_gradcheck():
+    g = torch.Generator().manual_seed(0)
+    h = torch.randn(9, 5, dtype=torch.float64, generator=g, requires_grad=True)
+    w = torch.randn(11, 5, dtype=torch.float64, generator=g, requires_grad=True)
+    targets = torch.randint(0, 11, (9,), generator=g)
+    assert torch.autograd.gradcheck(lambda h, w: chunked_logprobs(h, w, targets, 0.8, 4), (h, w))
+
+
+def test_backward_keeps_no_full_logits():
+    """Autograd saves no [tokens x vocab] tensor: the backward recomputes each chunk's logits."""
+    vocab = 3001
+    model = tiny_qwen3(True, vocab=vocab)
+    ids, mask, _ = batch(vocab)
+    n_tokens = int(mask[:, 1:].sum())
+    for fn, keeps_logits in ((token_logprobs, False), (naive_token_logprobs, True)):
+        saved = []
+        with torch.autograd.graph.saved_tensors_hooks(lambda t, saved=saved: saved.append(t.numel()) or t, lambda t: t):
+            fn(model, ids, mask, 1.0)
+        assert (max(saved) >= n_tokens * vocab) == keeps_logits, fn.__name__
+
+
+def test_fsdp2_root_call(tmp_path):
+    """Under fully_shard the parameters outside a forward are sharded DTensors; token_logprobs must still work."""
+    import torch.distributed as dist
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import fully_shard
+
+    if dist.is_initialized():
+        pytest.skip("a process group is already initialised in this process")
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'pg'}", rank=0, world_size=1)
+    try:
+        ref = tiny_qwen3(True)
+        model = copy.deepcopy(ref)
+        mesh = init_device_mesh("cpu", (1,))
+        for layer in model.model.layers:
+            fully_shard(layer, mesh=mesh)
+        fully_shard(model, mesh=mesh)
+        ids, mask, w = batch()
+        got = token_logprobs(model, ids, mask, temperature=0.7, chunk_size=5)
+        got_grads = {n: g.full_tensor() for n, g in grads_of(model, got, w).items()}
+        want = token_logprobs(ref, ids, mask, temperature=0.7, chunk_size=5)
+        want_grads = grads_of(ref, want, w)
+        torch.testing.assert_close(got, want)
+        for name, g in want_grads.items():
+            torch.testing.assert_close(got_grads[name], g, msg=name)
+        with pytest.raises(RuntimeError, match="DTensor"):  # why we go through the root module
+            model.model(input_ids=ids, attention_mask=mask)
+    finally:
+        dist.destroy_process_group()
