@@ -1,0 +1,126 @@
+"""tiny.py: tokenizer, chat template, model save/load, the synthetic world and its SFT traces."""
+
+import json
+import re
+import subprocess
+import sys
+
+import pytest
+
+import tiny
+
+
+@pytest.fixture(scope="module")
+def tok():
+    return tiny.build_tokenizer()
+
+
+def test_tokenizer_round_trip_is_one_token_per_character(tok):
+    text = "def f(x): return x*3+1\n\t<answer>42</answer> ~!{}"
+    ids = tok(text)["input_ids"]
+    assert len(ids) == len(text)
+    assert tok.decode(ids) == text
+
+
+def test_unknown_characters_map_to_unk(tok):
+    ids = tok("π≈3.14 é")["input_ids"]
+    assert ids.count(tok.unk_token_id) == 3
+    assert len(ids) == len("π≈3.14 é")
+    assert tok.decode(ids, skip_special_tokens=True) == "3.14 "
+
+
+def test_special_tokens_are_single_ids(tok):
+    for s in tiny.SPECIALS:
+        assert tok(s)["input_ids"] == [tok.convert_tokens_to_ids(s)]
+    assert tok.eos_token == "<|end|>" and tok.pad_token == "<|pad|>" and tok.unk_token == "<|unk|>"
+    assert len({tok.eos_token_id, tok.pad_token_id, tok.unk_token_id}) == 3
+
+
+def test_chat_template(tok):
+    msgs = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "1+1?"}]
+    text = tok.apply_chat_template(msgs, add_generation_prompt=True, tokenize=False)
+    assert text == "<|system|>Be brief.<|end|><|user|>1+1?<|end|><|assistant|>"
+    no_gen = tok.apply_chat_template(msgs, tokenize=False)
+    assert no_gen == "<|system|>Be brief.<|end|><|user|>1+1?<|end|>"
+    full = msgs + [{"role": "assistant", "content": "<answer>2</answer>"}]
+    assert tok.apply_chat_template(full, tokenize=False).endswith("<|assistant|><answer>2</answer><|end|>")
+    ids = tok.apply_chat_template(msgs, add_generation_prompt=True)["input_ids"]
+    assert ids[-1] == tok.convert_tokens_to_ids("<|assistant|>")
+    assert tok.decode(ids) == text
+    with pytest.raises(Exception, match="unknown role"):
+        tok.apply_chat_template([{"role": "tool", "content": "x"}], tokenize=False)
+
+
+def test_model_saves_and_reloads(tmp_path):
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    model, tok = tiny.build_model(seed=3)
+    assert type(model).__name__ == "Qwen3ForCausalLM"
+    assert model.config.vocab_size >= len(tok)
+    tiny.save_tiny(tmp_path, seed=3)
+    model2 = AutoModelForCausalLM.from_pretrained(tmp_path)
+    tok2 = AutoTokenizer.from_pretrained(tmp_path)
+    ids = torch.tensor([tok2("Compute 2+3.")["input_ids"]])
+    with torch.no_grad():
+        assert torch.equal(model(ids).logits, model2(ids).logits)   # same seed, same weights
+    msgs = [{"role": "user", "content": "hi"}]
+    assert tok2.apply_chat_template(msgs, tokenize=False) == tok.apply_chat_template(msgs, tokenize=False)
+    assert tok2.decode(tok2("a\nb é")["input_ids"]) == "a\nb <|unk|>"
+    out = model2.generate(ids, max_new_tokens=5, do_sample=False, pad_token_id=tok2.pad_token_id)
+    assert out.shape == (1, ids.shape[1] + 5) or out[0, -1].item() == tok2.eos_token_id
+
+
+def test_make_tasks_is_deterministic_and_well_formed():
+    a = tiny.make_tasks(40, seed=7, difficulty=2)
+    assert a == tiny.make_tasks(40, seed=7, difficulty=2)
+    assert a != tiny.make_tasks(40, seed=8, difficulty=2)
+    assert json.loads(json.dumps(a)) == a     # plain JSON, as data.save_tasks writes it
+    assert len({t["id"] for t in a}) == 40
+    assert [t["kind"] for t in a[:4]] == ["math", "code", "math", "code"]
+    assert {t["kind"] for t in tiny.make_tasks(6, 0, kinds=("code",))} == {"code"}
+    for t in a:
+        assert set(t) >= {"id", "kind", "question", "answer", "source", "metadata"}
+        if t["kind"] == "code":
+            for k in ("tests", "public_tests"):
+                assert t[k]["fn_name"] == "f" and len(t[k]["inputs"]) == len(t[k]["outputs"])
+            assert not set(map(tuple, t["tests"]["inputs"])) & set(map(tuple, t["public_tests"]["inputs"]))
+
+
+@pytest.mark.parametrize("difficulty", [1, 2, 3])
+def test_math_answers_are_exact(difficulty):
+    for t in tiny.make_tasks(60, seed=difficulty, difficulty=difficulty, kinds=("math",)):
+        expr = re.fullmatch(r"Compute ([0-9+\-*()]+)\.", t["question"]).group(1)
+        assert str(eval(expr)) == t["answer"]      # Python's own precedence: the parentheses are right
+        steps = t["metadata"]["steps"]
+        assert len(steps) == min(difficulty, 2) + 1
+        assert steps[-1].endswith("=" + t["answer"])
+        for s in steps:
+            lhs, rhs = s.split("=")
+            assert str(eval(lhs)) == rhs
+
+
+def test_code_solutions_pass_hidden_and_visible_tests_in_a_subprocess():
+    tasks = tiny.make_tasks(60, seed=5, difficulty=3, kinds=("code",))
+    prog = (
+        "import json, sys\n"
+        "res = []\n"
+        "for code, tests in json.load(sys.stdin):\n"
+        "    g = {}\n"
+        "    exec(code, g)\n"
+        "    res.append([g[tests['fn_name']](*i) for i in tests['inputs']] == tests['outputs'])\n"
+        "print(json.dumps(res))\n"
+    )
+    jobs = [(t["metadata"]["solution"], t[k]) for t in tasks for k in ("tests", "public_tests")]
+    out = subprocess.run([sys.executable, "-c", prog], input=json.dumps(jobs), capture_output=True, text=True,
+                         timeout=60, check=True)
+    assert all(json.loads(out.stdout))
+
+
+def test_visible_examples_single_out_the_function():
+    # any catalogue function that fits the visible tests also fits the hidden ones: tester-of-k is sound
+    for t in tiny.make_tasks(40, seed=11, difficulty=3, kinds=("code",)):
+        pub, hid = t["public_tests"], t["tests"]
+        for e in tiny._catalogue(3):
+            if all(tiny._apply(e, *i) == o for i, o in zip(pub["inputs"], pub["outputs"])):
+                assert all(tiny._apply(e, *i) == o for i, o in zip(hid["inputs"], hid["outputs"]))

@@ -1,0 +1,239 @@
+"""tiny.py: the embedded tiny world, so that the whole method runs on a laptop CPU in minutes.
+
+Four pieces, each usable on its own:
+
+1. `build_tokenizer()`: a character-level `PreTrainedTokenizerFast`. One token per printable ASCII
+   character (plus newline and tab); anything else (real benchmark text has Unicode) maps to `<|unk|>`.
+   Special tokens: `<|pad|>`, `<|unk|>`, `<|end|>` (= eos, closes every chat turn) and one marker per
+   chat role. The chat template renders `<|system|>...<|end|><|user|>...<|end|><|assistant|>` so a chat
+   turn costs three tokens, not the dozen a "<|im_start|>assistant\\n" header would cost here.
+2. `tiny_config()` / `build_model()` / `save_tiny()`: a small transformers `Qwen3ForCausalLM` (so vLLM
+   loads it unchanged), saved with `save_pretrained` next to its tokenizer.
+3. `make_tasks(n, seed, difficulty)`: a deterministic synthetic world in data.py's task format.
+   - math "chain": evaluate an expression of `difficulty + 1` operations, e.g. `(7+5)*3-4`; the gold
+     answer is exact integer arithmetic, graded by reward.math_equal. The executor is taught to reduce
+     it one step at a time (`7+5=12` / `12*3=36` / `36-4=32`) before `<answer>32</answer>`, so errors
+     come from sampling a wrong digit in some step: they differ between samples and a vote can fix them.
+   - code "fn": write a one-line Python function `f(x)` from three visible examples; five hidden tests
+     on other inputs. Functions come from a small catalogue (`x+K`, `x*K`, `x%K`, `max(x,K)`, ...;
+     `difficulty` widens it) and the visible examples are drawn so that exactly one catalogue function
+     fits them: passing the visible tests then means passing the hidden ones, which is what makes
+     "sample k candidates, keep one that passes the visible tests" (the tester template) pay off.
+4. `sft_traces(tasks, seed)`: SFT samples for both roles. Designer: the short designer prompt -> the
+   template that suits the task (tester for code, ensemble for math). Executor: every agent call that
+   template makes, answered correctly by an oracle that knows the task's answer.
+
+Calibration (measured before the families were settled; numbers in /work/tiny_calibration.md):
+see CALIBRATION below.
+"""
+
+import json
+import random
+
+import torch
+from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
+from transformers import PreTrainedTokenizerFast, Qwen3Config, Qwen3ForCausalLM
+
+PAD, UNK, END = "<|pad|>", "<|unk|>", "<|end|>"
+ROLES = ("system", "user", "assistant")
+SPECIALS = [PAD, UNK, END] + [f"<|{r}|>" for r in ROLES]
+CHARS = ["\n", "\t"] + [chr(c) for c in range(32, 127)]
+
+# Roles other than the three we have markers for would silently become plain characters; fail loudly.
+CHAT_TEMPLATE = (
+    "{% for m in messages %}"
+    "{% if m['role'] not in ['system', 'user', 'assistant'] %}"
+    "{{ raise_exception('tiny chat template: unknown role ' + m['role']) }}{% endif %}"
+    "{{ '<|' + m['role'] + '|>' + m['content'] + '<|end|>' }}"
+    "{% endfor %}"
+    "{% if add_generation_prompt %}{{ '<|assistant|>' }}{% endif %}"
+)
+
+
+def build_tokenizer(model_max_length=2048):
+    """Character-level tokenizer: specials are ids 0..5, then one id per character."""
+    vocab = {t: i for i, t in enumerate(SPECIALS + CHARS)}
+    tok = Tokenizer(models.WordLevel(vocab=vocab, unk_token=UNK))
+    # every single character (newlines included) is its own pre-token; WordLevel then looks it up
+    tok.pre_tokenizer = pre_tokenizers.Split(Regex(r"[\s\S]"), behavior="isolated")
+    tok.decoder = decoders.Fuse()  # join characters back without the spaces WordLevel would insert
+    tok.add_special_tokens(SPECIALS)
+    return PreTrainedTokenizerFast(
+        tokenizer_object=tok, pad_token=PAD, unk_token=UNK, eos_token=END,
+        chat_template=CHAT_TEMPLATE, model_max_length=model_max_length,
+        clean_up_tokenization_spaces=False, padding_side="left",
+    )
+
+
+def tiny_config(vocab_size=128, hidden_size=128, num_layers=4, max_len=2048, **kw):
+    """Qwen3 architecture, tiny. head_dim 64 because vLLM's CPU attention supports it (48 it does not)."""
+    heads = max(1, hidden_size // 64)
+    pad_id, end_id = SPECIALS.index(PAD), SPECIALS.index(END)
+    base = dict(
+        vocab_size=vocab_size, hidden_size=hidden_size, intermediate_size=3 * hidden_size,
+        num_hidden_layers=num_layers, num_attention_heads=heads, num_key_value_heads=heads, head_dim=64,
+        max_position_embeddings=max_len, tie_word_embeddings=True, rope_parameters={"rope_type": "default", "rope_theta": 10000.0},
+        pad_token_id=pad_id, eos_token_id=end_id, bos_token_id=end_id, max_window_layers=num_layers,
+    )
+    base.update(kw)
+    return Qwen3Config(**base)
+
+
+def build_model(seed=0, **config_kw):
+    """A freshly initialised tiny model and its tokenizer (same seed -> same weights)."""
+    tokenizer = build_tokenizer()
+    torch.manual_seed(seed)
+    model = Qwen3ForCausalLM(tiny_config(**config_kw))
+    model.generation_config.pad_token_id = model.config.pad_token_id
+    model.generation_config.eos_token_id = model.config.eos_token_id
+    return model, tokenizer
+
+
+def save_tiny(path, seed=0, **config_kw):
+    """Write a fresh tiny model + tokenizer in Hugging Face format (from_pretrained and vLLM read it)."""
+    model, tokenizer = build_model(seed, **config_kw)
+    model.save_pretrained(path)
+    tokenizer.save_pretrained(path)
+    return path
+
+
+# ---------------------------------------------------------------------------------------------------------
+# The synthetic world
+
+
+def _chain(rng, n_ops, hi, times):
+    """A left-to-right expression and its worked steps: ('(7+5)*3-4', ['7+5=12', '12*3=36', '36-4=32'], 32)."""
+    value = rng.randint(2, hi)
+    expr, top_plus, steps = str(value), False, []
+    for _ in range(n_ops):
+        ops = ["+"] + (["-"] if value >= 2 else []) + (["*"] if times else [])
+        op = rng.choice(ops)
+        b = rng.randint(2, 9) if op == "*" else rng.randint(1, min(hi, value) if op == "-" else hi)
+        new = value + b if op == "+" else value - b if op == "-" else value * b
+        if op == "*" and top_plus:
+            expr = f"({expr})"
+        expr, top_plus = f"{expr}{op}{b}", op != "*"
+        steps.append(f"{value}{op}{b}={new}")
+        value = new
+    return expr, steps, value
+
+
+# (template, constant range, level at which it enters the catalogue)
+FUNCTIONS = [
+    ("x+K", range(1, 10), 1), ("x-K", range(1, 10), 1), ("x*K", range(2, 10), 1),
+    ("x%K", range(2, 10), 2), ("x//K", range(2, 10), 2), ("max(x,K)", range(2, 10), 2),
+    ("min(x,K)", range(2, 10), 2), ("K-x", range(1, 10), 3), ("x*x+K", range(0, 10), 3),
+    ("abs(x-K)", range(1, 10), 3),
+]
+
+
+def _catalogue(level):
+    return [t.replace("K", str(k)) for t, ks, lv in FUNCTIONS if lv <= level for k in ks]
+
+
+def _apply(expr, x):
+    return eval(expr, {"max": max, "min": min, "abs": abs}, {"x": x})  # our own catalogue text only
+
+
+def _fn_task(rng, level, n_visible=3, n_hidden=5):
+    """A one-line function and inputs whose visible outputs single it out within the catalogue."""
+    cat = _catalogue(level)
+    while True:
+        expr = rng.choice(cat)
+        xs = rng.sample(range(0, 21), n_visible + n_hidden)
+        vis, hid = xs[:n_visible], xs[n_visible:]
+        fits = [e for e in cat if all(_apply(e, x) == _apply(expr, x) for x in vis)]
+        # every candidate that passes the visible tests must pass the hidden ones as well
+        if all(_apply(e, x) == _apply(expr, x) for e in fits for x in hid):
+            return expr, vis, hid
+
+
+def make_tasks(n, seed, difficulty=1, kinds=("math", "code")):
+    """n tasks in data.py's format, kinds interleaved, fully determined by (n, seed, difficulty, kinds).
+
+    difficulty (int >= 1): math chains have difficulty + 1 operations (operands up to 9, up to 19 from
+    difficulty 3); the code catalogue grows from 3 function shapes (+, -, *) to 7 (difficulty 2: %, //,
+    max, min) to 10 (difficulty >= 3: K-x, x*x+K, abs).
+    """
+    rng = random.Random(f"tiny-{seed}-{difficulty}")  # str seeds hash deterministically (sha512)
+    tasks = []
+    for i in range(n):
+        kind = kinds[i % len(kinds)]
+        tid = f"tiny-{kind}-s{seed}-d{difficulty}-{i}"
+        meta = {"difficulty": difficulty}
+        if kind == "math":
+            expr, steps, value = _chain(rng, min(difficulty, 2) + 1, 9 if difficulty < 3 else 19, difficulty >= 3)
+            tasks.append({"id": tid, "kind": "math", "question": f"Compute {expr}.", "answer": str(value),
+                          "source": "tiny", "metadata": {**meta, "family": "chain", "steps": steps}})
+        elif kind == "code":
+            expr, vis, hid = _fn_task(rng, min(difficulty, 3))
+            tests = lambda xs, e=expr: {"inputs": [[x] for x in xs], "outputs": [_apply(e, x) for x in xs],
+                                        "fn_name": "f"}
+            tasks.append({"id": tid, "kind": "code", "question": "Write a Python function f(x).",
+                          "answer": "", "tests": tests(hid), "public_tests": tests(vis), "source": "tiny",
+                          "metadata": {**meta, "family": "fn", "solution": f"def f(x): return {expr}"}})
+        else:
+            raise ValueError(f"unknown task kind {kind!r}")
+    return tasks
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Synthetic SFT traces
+
+SUITED = {"math": "ensemble", "code": "tester"}   # the template each kind of task profits from most
+OTHER_SHARE = 0.25                                # designer samples that show another template (a prior for RL)
+
+
+def oracle_reply(task):
+    """The correct reply of any agent call on `task`: worked steps (math) and the answer in the tag."""
+    if task["kind"] == "math":
+        steps = task.get("metadata", {}).get("steps") or []
+        return "".join(s + "\n" for s in steps) + f"<answer>{task['answer']}</answer>"
+    return f"<answer>{task['metadata']['solution']}</answer>"
+
+
+def oracle_generate(tasks):
+    """A `generate` for sandbox.run_workflows that answers every call of run k correctly for tasks[k].
+    Running the real template scripts with it gives executor prompts exactly as rollouts will show them."""
+    return lambda calls: [oracle_reply(tasks[c.run]) for c in calls]
+
+
+def _script_completion(script):
+    import mas
+    if hasattr(mas, "script_completion"):
+        return mas.script_completion(script)
+    return f"```python\n{script.strip()}\n```"
+
+
+def sft_traces(tasks, seed, other_share=OTHER_SHARE):
+    """(designer_samples, executor_samples), each sample {"messages": [...], "completion": str}.
+
+    Designer: the short designer prompt -> the script of the template suited to the task's kind
+    (SUITED), or with probability other_share one of the other templates, so that the choice carries
+    signal but RL still sees every structure. Executor: every agent call the chosen template makes when
+    run in the sandbox with oracle replies (identical (prompt, reply) pairs kept once)."""
+    import data
+
+    import mas
+    import sandbox
+
+    rng = random.Random(f"tiny-sft-{seed}")
+    names = list(mas.TEMPLATES)
+    chosen = []
+    for t in tasks:
+        suited = SUITED.get(t["kind"], "single")
+        others = [n for n in names if n != suited]
+        chosen.append(rng.choice(others) if others and rng.random() < other_share else suited)
+    runs = sandbox.run_workflows([mas.TEMPLATES[n] for n in chosen], tasks, oracle_generate(tasks))
+    designer, executor, seen = [], [], set()
+    for t, name, run in zip(tasks, chosen, runs):
+        if run.error is not None or run.answer is None:
+            raise RuntimeError(f"tiny.sft_traces: template {name!r} failed on {t['id']}: {run.error}")
+        designer.append({"messages": mas.designer_messages(data.task_text(t), short=True),
+                         "completion": _script_completion(mas.TEMPLATES[name])})
+        for c in run.calls:
+            key = json.dumps([c.messages, c.reply])
+            if key not in seen:   # an ensemble repeats one prompt k times; keep the pair once
+                seen.add(key)
+                executor.append({"messages": c.messages, "completion": c.reply})
+    return designer, executor
