@@ -71,9 +71,7 @@ TEMPLATES = {
     coder = Agent("coder", "Write a Python program.")
     code = coder(task)
     report = run_tests(code)
-    if report.startswith("PASS"):
-        return code
-    return coder(f"{task}\\nCode:\\n{code}\\nTests: {report}")
+    return code if report.startswith("PASS") else coder(f"{task}\\nCode:\\n{code}\\nTests: {report}")
 ''',
 }
 
