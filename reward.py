@@ -1,0 +1,580 @@
+"""reward.py: grading answers and programs the way the benchmarks do, and the RL reward built on it.
+
+The reward of one execution e_ij of workflow d_i on query q (the paper's eq. for R):
+
+    R(e_ij) = correct(e_ij) + λ · format(e_ij)            λ = 0.4 in the paper
+    correct  = math_equal(answer, gold)                   (math)
+             = fraction of hidden tests passed            (code, code_score)
+    format   = share of the execution's executor replies that carry exactly one well-formed answer tag
+
+Math equivalence is math-verify (SymPy underneath) behind a pre-normalisation of our own for what it
+misses (text answers, degrees vs radians, multiple answers as sets, plain numbers). math-verify's own
+timeouts use SIGALRM, which only works on the main thread; so we call it with its timeouts disabled and
+enforce a hard deadline ourselves: each comparison that needs SymPy runs in a long-lived grader process
+(SymPy imported once), and a comparison that outlives its deadline gets that process killed (answer: not
+equal). Plain numbers never leave the caller. Where processes cannot be started (inside a sandbox job,
+whose seccomp filter forbids it), grading runs in-process, with a SIGALRM deadline on the main thread.
+
+Programs run in sandbox.py (all tests of one program in one sandbox child); their raw outputs are
+compared here, in the trainer, as LiveCodeBench does: whitespace-stripped lines, numbers with a tolerance.
+
+    from reward import math_equal, grade_many, code_score, reward
+    math_equal("\\boxed{025}", "25")                        # True
+    grade_many([("0.5", "\\frac12"), ("x = 3", "3")])       # [True, True], in parallel grader processes
+    reward(task, run)                                       # R for one WorkflowRun of sandbox.run_workflows
+"""
+
+import atexit
+import contextlib
+import json
+import logging
+import math
+import os
+import re
+import select
+import signal
+import subprocess
+import sys
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from decimal import Decimal, InvalidOperation
+from fractions import Fraction
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ANSWER_TAG = "answer"           # mas.ANSWER_TAG (not imported: mas imports us for vote)
+LAM = 0.4                       # the paper's λ
+FLOAT_TOL = 1e-6                # relative/absolute tolerance for non-integer numbers (math and program output)
+MAX_ANSWER_CHARS = 4000         # a longer "answer" is a runaway generation, never a final answer
+GRADER_MEMORY = 4 << 30         # address space of one grader process: a blow-up dies, the trainer does not
+GRADER_STARTUP = 120.0          # seconds a grader process may take to import SymPy on a busy machine
+
+_TAG_RE = re.compile(rf"<{ANSWER_TAG}>(.*?)</{ANSWER_TAG}>", re.S)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Answer extraction
+
+def _last_boxed(text):
+    """Content of the last \\boxed{...} (or \\fbox{...}) with nested braces; None if there is none."""
+    best = None
+    for m in re.finditer(r"\\(?:boxed|fbox)\s*\{", text):
+        depth, i = 1, m.end()
+        while i < len(text) and depth:
+            depth += {"{": 1, "}": -1}.get(text[i], 0)
+            i += 1
+        if depth == 0:
+            best = text[m.end(): i - 1]
+    if best is None:       # "\boxed 5" (no braces), as some models write it
+        m = list(re.finditer(r"\\boxed ([^\s$]+)", text))
+        best = m[-1].group(1) if m else None
+    return best
+
+
+def extract_answer(text):
+    """The content of the last answer tag; failing that, of the last \\boxed{}; failing that, None."""
+    if not isinstance(text, str):
+        return None
+    found = _TAG_RE.findall(text)
+    if found:
+        return found[-1].strip()
+    boxed = _last_boxed(text)
+    return boxed.strip() if boxed is not None else None
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Math equivalence: normalisation (cheap, pure Python), then math-verify
+
+_UNICODE = {"−": "-", "–": "-", "π": "\\pi ", "∞": "\\infty ", "√": "\\sqrt", "×": "\\times ", "·": "\\cdot ",
+            "°": "^\\circ", "≤": "\\le ", "≥": "\\ge ", "±": "\\pm ", "∪": "\\cup ", "∈": "\\in "}
+_NUM_RE = re.compile(r"[+-]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d{1,3})?")
+_FRAC_RE = re.compile(r"([+-]?\d{1,50})\s*/\s*(\d{1,50})")
+_WORDS_RE = re.compile(r"[A-Za-z]+(?: [A-Za-z]+)*")
+_DEGREE_RE = re.compile(r"(\d+(?:\.\d+)?)\s*(?:\^\s*\{?\s*\\circ\s*\}?|\\degree)")
+_ASSIGN_RE = re.compile(r"^\s*(?:[A-Za-z](?:_\{?[\w\\ ]+\}?)?|\\[A-Za-z]+|[A-Za-z]\([A-Za-z]\))\s*=\s*(?P<rhs>[^=]+)$")
+_TEXT_RE = re.compile(r"\\(?:text|textbf|textit|mathrm|mbox|operatorname)\s*\{([^{}]*)\}")
+
+
+def _clean(s):
+    """Strip what never changes an answer's value: delimiters, boxes, spacing commands, a trailing period."""
+    s = str(s).strip()
+    boxed = _last_boxed(s)
+    if boxed is not None:
+        s = boxed
+    for k, v in _UNICODE.items():
+        s = s.replace(k, v)
+    s = s.replace("\\$", "").replace("$", "").replace("\\(", "").replace("\\)", "")
+    s = s.replace("\\[", "").replace("\\]", "")
+    s = re.sub(r"\\[dt]frac", r"\\frac", s)
+    s = re.sub(r"\\(?:left|right|big|Big|bigl|bigr|Bigl|Bigr)(?![A-Za-z])", "", s)
+    s = re.sub(r"\\[,;:! ]|~|\\quad|\\qquad", " ", s)
+    s = re.sub(r"(?<!\\)%", r"\\%", s)
+    s = re.sub(r"\s+(?:and|or)\s+|\\text\{\s*(?:and|or)\s*\}", ", ", s)
+    s = re.sub(r"\s+", " ", s).strip().rstrip(".").strip()
+    if re.fullmatch(r"-?\d{1,3}(?:,\d{3})+(?:\.\d+)?", s):     # 1,000 is a thousand, not a set
+        s = s.replace(",", "")
+    return s
+
+
+def _number(s):
+    """A plain number as a Fraction ("025", "70.0", "-3/4", "1e3"); None for anything else."""
+    s = s.replace(" ", "")
+    if len(s) > 100:
+        return None
+    if _NUM_RE.fullmatch(s):
+        return Fraction(Decimal(s))
+    m = _FRAC_RE.fullmatch(s)
+    if m and int(m.group(2)) != 0:
+        return Fraction(int(m.group(1)), int(m.group(2)))
+    return None
+
+
+def _numbers_equal(a, b):
+    if a.denominator == 1 and b.denominator == 1:
+        return a == b
+    return abs(a - b) <= FLOAT_TOL * max(1, abs(b))
+
+
+def _words(s):
+    """Lower-cased text of a text answer ("Yes", "\\text{no solution}"); None for anything mathematical."""
+    t = _TEXT_RE.sub(r"\1", s).strip()
+    if _WORDS_RE.fullmatch(t) and len(t.replace(" ", "")) >= 3:
+        return t.lower()
+    return None
+
+
+def _fast_equal(pred, gold):
+    """Decide without SymPy where that is safe: True/False, or None (needs math-verify)."""
+    p, g = _clean(pred), _clean(gold)
+    if not p or not g:
+        return False
+    if p.replace(" ", "") == g.replace(" ", ""):
+        return True
+    a, b = _number(p), _number(g)
+    if a is not None and b is not None:
+        return _numbers_equal(a, b)
+    wp, wg = _words(p), _words(g)
+    if wp is not None or wg is not None:
+        if wp is not None and wg is not None:
+            return wp == wg
+        return None
+    return None
+
+
+def _split_top(s):
+    """Split at commas outside brackets: "(1,2), (3,4)" -> ["(1,2)", "(3,4)"]."""
+    items, depth, cur, i = [], 0, "", 0
+    while i < len(s):
+        c = s[i]
+        if s.startswith("\\{", i) or s.startswith("\\}", i):
+            depth += 1 if s[i + 1] == "{" else -1
+            cur += s[i: i + 2]
+            i += 2
+            continue
+        if c in "([{":
+            depth += 1
+        elif c in ")]}":
+            depth -= 1
+        if c == "," and depth == 0:
+            items.append(cur.strip())
+            cur = ""
+        else:
+            cur += c
+        i += 1
+    items.append(cur.strip())
+    return [x for x in items if x]
+
+
+def _unset(s):
+    """"\\{1, 2\\}" -> "1, 2" (a set written as a set compares like a list of answers)."""
+    if s.startswith("\\{") and s.endswith("\\}") and len(_split_top(s)) == 1:
+        return s[2:-2].strip()
+    return s
+
+
+def _expand_pm(s):
+    """"1 \\pm \\sqrt 2" -> "1 + \\sqrt 2, 1 - \\sqrt 2" (one \\pm only; more is left to math-verify)."""
+    if s.count("\\pm") == 1 and "," not in s:
+        a, b = s.replace("\\mp", "\\pm").split("\\pm")
+        a, b = a.strip(), b.strip()
+        return f"{a}+({b}), {a}-({b})" if a else f"{b}, -({b})"
+    return s
+
+
+def _strip_assignment(s):
+    m = _ASSIGN_RE.match(s)
+    return m.group("rhs").strip() if m else s
+
+
+def _to_radians(s):
+    return _DEGREE_RE.sub(lambda m: f"\\frac{{{m.group(1)}\\pi}}{{180}}", s)
+
+
+def _mv():
+    """math-verify, imported once per process, its threaded-mode warning silenced (we enforce deadlines)."""
+    import math_verify
+    logging.getLogger("math_verify").setLevel(logging.ERROR)
+    return math_verify
+
+
+def _verify(p, g):
+    mv = _mv()
+    gp = mv.parse(f"${g}$", parsing_timeout=None)
+    pp = mv.parse(f"${p}$", parsing_timeout=None)
+    return bool(gp and pp and mv.verify(gp, pp, timeout_seconds=None))
+
+
+def _equal_one(p, g):
+    fast = _fast_equal(p, g)
+    if fast is not None:
+        return fast
+    if (_words(p) is None) != (_words(g) is None):
+        return False
+    if "=" in p and "=" not in g:
+        p = _strip_assignment(p)
+    elif "=" in g and "=" not in p:
+        g = _strip_assignment(g)
+    if "\\pi" in p and _DEGREE_RE.search(g):
+        g = _to_radians(g)
+    elif "\\pi" in g and _DEGREE_RE.search(p):
+        p = _to_radians(p)
+    return _verify(p, g)
+
+
+def _equal(pred, gold):
+    """The whole comparison (SymPy included); what a grader process runs."""
+    p, g = _clean(pred), _clean(gold)
+    if not p or not g:
+        return False
+    if _equal_one(p, g):
+        return True
+    # several answers: compare as multisets, item by item (math-verify's own set parsing misses many)
+    ps, gs = _split_top(_expand_pm(_unset(p))), _split_top(_expand_pm(_unset(g)))
+    if len(ps) != len(gs) or len(gs) < 2:
+        return False
+    left = list(gs)
+    for x in ps:
+        hit = next((k for k, y in enumerate(left) if _equal_one(x, y)), None)
+        if hit is None:
+            return False
+        left.pop(hit)
+    return True
+
+
+class _Deadline(Exception):
+    pass
+
+
+def _local_equal(pred, gold, timeout):
+    """In-process grading, for where no grader process can be started (a sandbox job forbids it)."""
+    main = threading.current_thread() is threading.main_thread() and hasattr(signal, "SIGALRM")
+    if not main or not timeout:
+        try:
+            return _equal(pred, gold)
+        except Exception:  # noqa: BLE001 - an answer SymPy chokes on is not equal
+            return False
+
+    def on_alarm(signum, frame):
+        raise _Deadline
+
+    old = signal.signal(signal.SIGALRM, on_alarm)
+    signal.setitimer(signal.ITIMER_REAL, timeout)
+    try:
+        return _equal(pred, gold)
+    except Exception:  # noqa: BLE001 - _Deadline, or SymPy failing on odd input
+        return False
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, old)
+
+
+def _serve_grader():
+    """Grader process main loop: one JSON [pred, gold] per line in, one JSON bool per line out."""
+    import resource
+    out = os.fdopen(os.dup(1), "w")
+    os.dup2(2, 1)                     # stray prints must not corrupt the protocol
+    with contextlib.suppress(ValueError, OSError):
+        resource.setrlimit(resource.RLIMIT_AS, (GRADER_MEMORY, GRADER_MEMORY))
+    for p, g in (("1", "1"), ("\\frac12", "0.5"), ("x+1", "1+x"), ("[1,2)", "[1,2)")):   # warm caches
+        _equal(p, g)
+    out.write("ready\n")
+    out.flush()
+    for line in sys.stdin:
+        try:
+            pred, gold = json.loads(line)
+            ok = _equal(pred, gold)
+        except Exception:  # noqa: BLE001 - includes MemoryError from the rlimit: not equal
+            ok = False
+        out.write("true\n" if ok else "false\n")
+        out.flush()
+
+
+class _Grader:
+    """One grader process (SymPy pre-imported), spoken to over pipes."""
+
+    def __init__(self):
+        boot = "import sys; sys.path.insert(0, sys.argv[1]); import reward; reward._serve_grader()"
+        self.proc = subprocess.Popen([sys.executable, "-c", boot, HERE], stdin=subprocess.PIPE,
+                                     stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, bufsize=0)
+        self.buf = b""
+        if self._readline(GRADER_STARTUP) != b"ready":
+            self.kill()
+            raise OSError("grader process failed to start")
+
+    def _readline(self, timeout):
+        fd = self.proc.stdout.fileno()
+        deadline = _now() + timeout
+        while b"\n" not in self.buf:
+            left = deadline - _now()
+            if left <= 0 or not select.select([fd], [], [], left)[0]:
+                return None
+            chunk = os.read(fd, 4096)
+            if not chunk:
+                return None
+            self.buf += chunk
+        line, self.buf = self.buf.split(b"\n", 1)
+        return line
+
+    def ask(self, pred, gold, timeout):
+        """True/False, or None when the deadline passed or the process died."""
+        try:
+            self.proc.stdin.write((json.dumps([pred, gold]) + "\n").encode())
+        except OSError:
+            return None
+        line = self._readline(timeout)
+        return None if line is None else line == b"true"
+
+    def kill(self):
+        with contextlib.suppress(OSError):
+            self.proc.kill()
+        self.proc.wait()
+        for f in (self.proc.stdin, self.proc.stdout):
+            with contextlib.suppress(OSError):
+                f.close()
+
+
+def _now():
+    import time
+    return time.monotonic()
+
+
+class _Pool:
+    """Idle grader processes; a thread takes one per comparison, so concurrent callers grade in parallel."""
+
+    def __init__(self):
+        self.lock = threading.Lock()
+        self.idle = []
+        self.spawn_failed = False
+        self.started = 0              # grader processes started, for tests and the bench
+
+    def equal(self, pred, gold, timeout):
+        if self.spawn_failed:
+            return _local_equal(pred, gold, timeout)
+        with self.lock:
+            g = self.idle.pop() if self.idle else None
+        if g is None:
+            try:
+                g = _Grader()
+                self.started += 1
+            except OSError:           # no new processes allowed here (sandbox job): grade in-process
+                self.spawn_failed = True
+                return _local_equal(pred, gold, timeout)
+        ok = g.ask(pred, gold, timeout)
+        if ok is None:                # stuck on a pathological expression (or died): kill, answer "no"
+            g.kill()
+            return False
+        with self.lock:
+            self.idle.append(g)
+        return ok
+
+    def close(self):
+        with self.lock:
+            idle, self.idle = self.idle, []
+        for g in idle:
+            g.kill()
+
+    def forget(self):
+        """After fork: the parent's graders are not ours to talk to."""
+        self.idle = []
+        self.lock = threading.Lock()
+
+
+_POOL = _Pool()
+atexit.register(_POOL.close)
+os.register_at_fork(after_in_child=_POOL.forget)
+
+
+def math_equal(pred, gold, timeout=5.0):
+    """Is the answer `pred` equivalent to the reference `gold`? Safe from any thread or process; a
+    comparison that needs more than `timeout` seconds of SymPy is killed and counts as not equal."""
+    if pred is None or gold is None:
+        return False
+    pred, gold = str(pred), str(gold)
+    if len(pred) > MAX_ANSWER_CHARS or len(gold) > MAX_ANSWER_CHARS:
+        return False
+    fast = _fast_equal(pred, gold)
+    if fast is not None:
+        return fast
+    return _POOL.equal(pred, gold, timeout)
+
+
+def grade_many(pairs, workers=None, timeout=5.0):
+    """math_equal over [(pred, gold), ...] on `workers` grader processes at once; a list of bools."""
+    pairs = list(pairs)
+    workers = workers or min(len(pairs), os.cpu_count() or 1)
+    if workers <= 1 or len(pairs) <= 1:
+        return [math_equal(p, g, timeout) for p, g in pairs]
+    with ThreadPoolExecutor(workers) as ex:
+        return list(ex.map(lambda pg: math_equal(pg[0], pg[1], timeout), pairs))
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Programs
+
+def _stripped_lines(text):
+    return [line.strip() for line in str(text).strip().split("\n")]
+
+
+def _tokens_equal(a, b):
+    try:
+        x, y = Decimal(a), Decimal(b)
+    except InvalidOperation:
+        return False
+    if not (x.is_finite() and y.is_finite()):
+        return False
+    if x == y:
+        return True
+    if "." not in a + b and "e" not in (a + b).lower():
+        return False                  # integers compare exactly
+    return abs(x - y) <= Decimal(FLOAT_TOL) * max(Decimal(1), abs(y))
+
+
+def outputs_match(got, expected):
+    """LiveCodeBench's stdout comparison: same number of whitespace-stripped lines, each equal as text or,
+    token by token, as numbers (integers exactly, others within FLOAT_TOL)."""
+    g, e = _stripped_lines(got), _stripped_lines(expected)
+    if len(g) != len(e):
+        return False
+    for a, b in zip(g, e):
+        if a == b:
+            continue
+        ta, tb = a.split(), b.split()
+        if len(ta) != len(tb) or not all(_tokens_equal(x, y) for x, y in zip(ta, tb)):
+            return False
+    return True
+
+
+def _values_equal(got, expected):
+    """Return values compared as JSON values; floats within FLOAT_TOL, tuples as lists."""
+    if isinstance(expected, bool) or isinstance(got, bool):
+        return got is expected if isinstance(got, bool) and isinstance(expected, bool) else False
+    if isinstance(expected, int | float) and isinstance(got, int | float):
+        if isinstance(expected, int) and isinstance(got, int):
+            return got == expected
+        return math.isclose(got, expected, rel_tol=FLOAT_TOL, abs_tol=FLOAT_TOL)
+    if isinstance(expected, list | tuple) and isinstance(got, list | tuple):
+        return len(got) == len(expected) and all(_values_equal(a, b) for a, b in zip(got, expected))
+    if isinstance(expected, dict) and isinstance(got, dict):
+        return got.keys() == expected.keys() and all(_values_equal(got[k], expected[k]) for k in expected)
+    return got == expected
+
+
+def call_output_match(output, expected):
+    """A call test: `output` is the JSON text of the return value, `expected` the expected JSON value."""
+    try:
+        got = json.loads(output)
+    except (ValueError, TypeError):
+        return False
+    return _values_equal(got, expected)
+
+
+def extract_code(text):
+    """The program in a reply: inside the answer tag if there is one, the last ```python block (or the
+    last fenced block, or an unclosed one cut off by the length limit), else the text itself."""
+    if not isinstance(text, str):
+        return ""
+    inner = _TAG_RE.findall(text)
+    if inner:
+        text = inner[-1]
+    blocks = re.findall(r"```([\w+-]*)[^\n]*\n(.*?)```", text, re.S)
+    if blocks:
+        py = [code for lang, code in blocks if lang.lower() in ("python", "py", "python3")]
+        return (py or [blocks[-1][1]])[-1].strip("\n")
+    m = re.search(r"```[\w+-]*[^\n]*\n(.*)$", text, re.S)
+    if m:
+        return m.group(1).strip("\n")
+    return text.strip("\n")
+
+
+def code_score(code, tests, timeout=4.0):
+    """Fraction of `tests` ({"inputs", "outputs", "fn_name"}) the program passes: all tests in one sandbox
+    child with `timeout` seconds each; outputs compared here (outputs_match / return-value equality)."""
+    import sandbox
+    inputs = list((tests or {}).get("inputs") or [])
+    expected = list((tests or {}).get("outputs") or [])
+    if not inputs or not isinstance(code, str) or not code.strip():
+        return 0.0
+    fn_name = (tests or {}).get("fn_name")
+    outcomes = sandbox.run_tests(code, tests, timeout_per_test=timeout)
+    passed = 0
+    for o, exp in zip(outcomes, expected):
+        if o.status != "ok":
+            continue
+        if fn_name:
+            passed += call_output_match(o.output, exp)
+        else:
+            passed += outputs_match(o.output, exp if isinstance(exp, str) else json.dumps(exp))
+    return passed / len(inputs)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Format and the reward
+
+def well_formed(reply):
+    """Exactly one <answer>...</answer>, opened before it is closed, with something inside."""
+    if not isinstance(reply, str):
+        return False
+    o, c = f"<{ANSWER_TAG}>", f"</{ANSWER_TAG}>"
+    if reply.count(o) != 1 or reply.count(c) != 1:
+        return False
+    i, j = reply.index(o), reply.index(c)
+    return i < j and reply[i + len(o): j].strip() != ""
+
+
+def format_score(run):
+    """The paper's format reward (weighted by λ = 0.4 in R): the share of the execution's executor replies
+    (run.calls[k].reply) that carry exactly one well-formed answer tag; 0 when there were no replies.
+    Only the tag's content goes back to the script: a reply without one gives the script "" from
+    agent(message), so a badly formatted reply also starves the workflow. Whether the script itself ran
+    is not this score's business (see reward's fail_penalty)."""
+    calls = list(getattr(run, "calls", None) or [])
+    if not calls:
+        return 0.0
+    replies = [c.get("reply") if isinstance(c, dict) else getattr(c, "reply", None) for c in calls]
+    return sum(well_formed(r) for r in replies) / len(replies)
+
+
+def correctness(task, answer, code_timeout=4.0):
+    """correct(e): math_equal on the returned answer, or the share of hidden tests its program passes."""
+    if answer is None:
+        return 0.0
+    answer = str(answer)
+    kind = task.get("kind")
+    if kind == "math":
+        text = answer
+        if _TAG_RE.search(text) or "\\boxed" in text:
+            text = extract_answer(text) or ""
+        return float(math_equal(text, task.get("answer")))
+    if kind == "code":
+        return code_score(extract_code(answer), task.get("tests"), timeout=code_timeout)
+    raise ValueError(f"task {task.get('id')!r}: unknown kind {kind!r} (expected 'math' or 'code')")
+
+
+def reward(task, run, lam=LAM, fail_penalty=0.0, code_timeout=4.0):
+    """R = correct + λ·format − fail_penalty·[the workflow failed to parse or run].
+
+    fail_penalty = 0 is the paper's setting (a failed run just earns no correctness); a positive value is
+    the improvement its discussion suggests, so that Designer samples that crash rank below ones that
+    merely answer wrong. Executability enters the reward only through this penalty."""
+    failed = getattr(run, "error", None) is not None
+    r = correctness(task, getattr(run, "answer", None), code_timeout) + lam * format_score(run)
+    return r - (fail_penalty if failed else 0.0)
