@@ -1,0 +1,447 @@
+"""data.py: the task format (JSONL), loading it, and converters from each published benchmark's shape.
+
+One task a line, a plain dict in memory:
+
+    {"id": str, "kind": "math" | "code", "question": str,
+     "answer": str,                                                   (math)
+     "tests": {"inputs": [...], "outputs": [...], "fn_name": str|None},   (code, hidden; graded)
+     "public_tests": same shape,                                      (code, visible to the workflow)
+     "source": str, "metadata": dict}
+
+stdin tests: inputs/outputs are strings. Call tests (fn_name set; LeetCode `class Solution` methods too):
+each input is the list of positional arguments, each output the expected return value (JSON values).
+
+    python data.py convert olympiadbench ../shared/data/benchmarks/olympiadbench.jsonl out/olympiad.jsonl
+    python data.py convert apps apps_test.jsonl out/apps.jsonl --difficulty introductory
+    python data.py prepare livecodebench            # needs `datasets` and the network (users' machines)
+
+Dataset rows are untrusted: a malformed row is an error naming the file and line, never silently dropped,
+and LiveCodeBench's pickled tests go through a restricted unpickler that can build nothing but plain data.
+"""
+
+import argparse
+import ast
+import base64
+import io
+import json
+import os
+import pickle
+import sys
+import zlib
+
+MAX_EXAMPLES = 3            # visible examples shown in task_text
+MAX_EXAMPLE_CHARS = 2000    # per example input/output in task_text
+MAX_UNPICKLED = 1 << 30     # bytes a LiveCodeBench test blob may decompress to
+
+
+# ---------------------------------------------------------------------------------------------------------
+# The format
+
+def _check_tests(tests, name):
+    if not isinstance(tests, dict):
+        raise ValueError(f"{name} must be an object with inputs/outputs")
+    ins, outs = tests.get("inputs"), tests.get("outputs")
+    if not isinstance(ins, list) or not isinstance(outs, list) or len(ins) != len(outs):
+        raise ValueError(f"{name}: inputs and outputs must be lists of the same length")
+    fn = tests.get("fn_name")
+    if fn is not None and not isinstance(fn, str):
+        raise ValueError(f"{name}: fn_name must be a string or null")
+    if fn is None and not all(isinstance(x, str) for x in ins + outs):
+        raise ValueError(f"{name}: stdin tests need string inputs and outputs")
+    if fn is not None and not all(isinstance(x, list) for x in ins):
+        raise ValueError(f"{name}: call tests need each input to be the list of arguments")
+
+
+def validate_task(task):
+    """Raise ValueError saying what is wrong with a task dict; return it unchanged otherwise."""
+    if not isinstance(task, dict):
+        raise ValueError(f"a task is a JSON object, got {type(task).__name__}")
+    for key in ("id", "kind", "question"):
+        if not isinstance(task.get(key), str) or not task[key]:
+            raise ValueError(f"missing or non-string {key!r}")
+    if task["kind"] == "math":
+        if not isinstance(task.get("answer"), str):
+            raise ValueError("math task without a string 'answer'")
+    elif task["kind"] == "code":
+        _check_tests(task.get("tests"), "tests")
+        if not task["tests"]["inputs"]:
+            raise ValueError("code task without hidden tests")
+        if task.get("public_tests") is not None:
+            _check_tests(task["public_tests"], "public_tests")
+    else:
+        raise ValueError(f"kind must be 'math' or 'code', got {task['kind']!r}")
+    if not isinstance(task.get("metadata", {}), dict):
+        raise ValueError("metadata must be an object")
+    return task
+
+
+def _read_jsonl(path):
+    """(line number, object) for every non-blank line; a bad line is an error naming file and line."""
+    with open(path, encoding="utf-8") as f:
+        for n, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            try:
+                yield n, json.loads(line)
+            except json.JSONDecodeError as e:
+                raise ValueError(f"{path}:{n}: not valid JSON ({e.msg} at column {e.colno})") from None
+
+
+def load_tasks(path):
+    """Every task of a JSONL file, validated."""
+    tasks = []
+    for n, obj in _read_jsonl(path):
+        try:
+            tasks.append(validate_task(obj))
+        except ValueError as e:
+            raise ValueError(f"{path}:{n}: {e}") from None
+    return tasks
+
+
+def save_tasks(tasks, path):
+    """Write tasks as JSONL, atomically (a crash leaves the old file or the new one, never half)."""
+    lines = []
+    for k, t in enumerate(tasks):
+        try:
+            lines.append(json.dumps(validate_task(t), ensure_ascii=False))
+        except ValueError as e:
+            raise ValueError(f"task {k} ({t.get('id') if isinstance(t, dict) else t!r}): {e}") from None
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    tmp = f"{path}.tmp{os.getpid()}"
+    with open(tmp, "w", encoding="utf-8") as f:
+        f.write("".join(line + "\n" for line in lines))
+    os.replace(tmp, path)
+
+
+def _clip(text):
+    text = str(text)
+    return text if len(text) <= MAX_EXAMPLE_CHARS else text[:MAX_EXAMPLE_CHARS] + "\n...(truncated)"
+
+
+def task_text(task):
+    """What a workflow sees: the question; for code, the starter code and the visible examples."""
+    text = task["question"].strip()
+    if task.get("kind") != "code":
+        return text
+    meta = task.get("metadata") or {}
+    pub = task.get("public_tests") or {}
+    fn = pub.get("fn_name") or (task.get("tests") or {}).get("fn_name")
+    if meta.get("starter_code"):
+        text += f"\n\nStarter code:\n```python\n{meta['starter_code'].rstrip()}\n```"
+    if fn:
+        text += f"\n\nWrite a Python function `{fn}` (a method of `class Solution` is fine)."
+    else:
+        text += "\n\nWrite a Python program that reads standard input and writes standard output."
+    ins, outs = pub.get("inputs") or [], pub.get("outputs") or []
+    for k, (i, o) in enumerate(list(zip(ins, outs))[:MAX_EXAMPLES], 1):
+        if fn:
+            args = ", ".join(json.dumps(a) for a in i)
+            text += f"\n\nExample {k}:\n{fn}({_clip(args)}) == {_clip(json.dumps(o))}"
+        else:
+            text += f"\n\nExample {k}:\nInput:\n{_clip(i).rstrip()}\nOutput:\n{_clip(o).rstrip()}"
+    return text
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Converters: one published row -> one task (index: the row's position, for sources without ids)
+
+def _math(source, id_, question, answer, **metadata):
+    return {"id": f"{source}-{id_}", "kind": "math", "question": str(question).strip(),
+            "answer": str(answer).strip(), "source": source, "metadata": metadata}
+
+
+def _aime_answer(a):
+    a = str(a).strip()
+    return str(int(a)) if a.isdigit() else a        # "025" -> "25" (math_equal accepts either)
+
+
+def from_aime24(row, index=0):
+    """QwenLM/Qwen2.5-Math evaluation/data/aime24: id, problem, solution, answer ("025"), url."""
+    return _math("aime24", row.get("id", index), row["problem"], _aime_answer(row["answer"]),
+                 url=row.get("url"))
+
+
+def from_aime25(row, index=0):
+    """math-evaluation-harness data/aime25: problem, answer."""
+    return _math("aime25", row.get("id", index), row["problem"], _aime_answer(row["answer"]))
+
+
+def olympiad_answers(final_answer):
+    """OlympiadBench's final_answer (a list, or a Python-list literal as a string) -> list of strings.
+    Parsed with ast.literal_eval: a dataset row never gets to run code."""
+    if isinstance(final_answer, str):
+        try:
+            final_answer = ast.literal_eval(final_answer)
+        except (ValueError, SyntaxError) as e:
+            raise ValueError(f"final_answer is not a list literal: {final_answer[:80]!r} ({e})") from None
+    if not isinstance(final_answer, list | tuple) or not all(isinstance(a, str) for a in final_answer):
+        raise ValueError(f"final_answer must be a list of strings, got {final_answer!r:.80}")
+    return [a.strip() for a in final_answer]
+
+
+def from_olympiadbench(row, index=0):
+    """Qwen2.5-Math evaluation/data/olympiadbench: question, final_answer, is_multiple_answer, unit, ...
+
+    Multiple answers are joined with ", " (math_equal compares such lists as sets); `$` delimiters go."""
+    items = [a.replace("$", "").strip() for a in olympiad_answers(row["final_answer"])]
+    answer = ", ".join(items)
+    question = row["question"]
+    if row.get("context"):
+        question = f"{row['context'].strip()}\n\n{question}"
+    return _math("olympiadbench", row.get("id", index), question, answer,
+                 multiple_answer=bool(row.get("is_multiple_answer")), unit=row.get("unit"),
+                 answer_type=row.get("answer_type"), subfield=row.get("subfield"))
+
+
+def from_polaris(row, index=0):
+    """POLARIS-Project/Polaris-Dataset-53K: problem, answer, difficulty."""
+    return _math("polaris", row.get("id", index), row["problem"], row["answer"],
+                 difficulty=row.get("difficulty"))
+
+
+def _code(source, id_, question, tests, public, **metadata):
+    return {"id": f"{source}-{id_}", "kind": "code", "question": str(question).strip(), "tests": tests,
+            "public_tests": public, "source": source, "metadata": metadata}
+
+
+def _stdin_text(x):
+    return "\n".join(map(str, x)) + "\n" if isinstance(x, list) else str(x)
+
+
+def _apps_tests(io_json, fn_name):
+    ins, outs = list(io_json.get("inputs") or []), list(io_json.get("outputs") or [])
+    if len(ins) != len(outs):
+        raise ValueError(f"input_output has {len(ins)} inputs but {len(outs)} outputs")
+    if fn_name:
+        # APPS wraps each call-based return value in a one-element list ([[1, 2]] means "returns [1, 2]")
+        ins = [a if isinstance(a, list) else [a] for a in ins]
+        outs = [o[0] if isinstance(o, list) and len(o) == 1 else o for o in outs]
+        return {"inputs": ins, "outputs": outs, "fn_name": fn_name}
+    return {"inputs": [_stdin_text(i) for i in ins], "outputs": [_stdin_text(o) for o in outs],
+            "fn_name": None}
+
+
+def _first(tests, n):
+    return {"inputs": tests["inputs"][:n], "outputs": tests["outputs"][:n], "fn_name": tests["fn_name"]}
+
+
+def from_apps(row, index=0):
+    """codeparrot/apps: question, input_output (JSON string: inputs, outputs, optional fn_name),
+    starter_code, difficulty. APPS has no separate visible tests; the first two double as examples."""
+    raw = row.get("input_output") or ""
+    try:
+        io_json = json.loads(raw) if isinstance(raw, str) else raw
+    except json.JSONDecodeError as e:
+        raise ValueError(f"input_output is not JSON ({e.msg})") from None
+    if not isinstance(io_json, dict) or not io_json.get("inputs"):
+        raise ValueError("row has no tests in input_output")
+    tests = _apps_tests(io_json, io_json.get("fn_name"))
+    return _code("apps", row.get("problem_id", index), row["question"], tests, _first(tests, 2),
+                 difficulty=row.get("difficulty"), url=row.get("url"),
+                 starter_code=row.get("starter_code") or "")
+
+
+def apps_keep(row, difficulty="introductory"):
+    """The APPS split filter ("introductory" | "interview" | "competition" | None for all)."""
+    return difficulty is None or row.get("difficulty") == difficulty
+
+
+class _PlainUnpickler(pickle.Unpickler):
+    """Builds only what pickle's own opcodes build (str, list, dict, numbers, ...): every global lookup
+    (the only way a pickle reaches a callable to run) is refused."""
+
+    def find_class(self, module, name):
+        raise pickle.UnpicklingError(f"refused: the pickle asks for {module}.{name}; LiveCodeBench test "
+                                     "data is plain data, so this row is rejected")
+
+    def persistent_load(self, pid):
+        raise pickle.UnpicklingError("refused: the pickle uses persistent ids")
+
+
+_PLAIN = (str, list, dict, int, float, bool, type(None))
+
+
+def _check_plain(obj, depth=0):
+    if depth > 100 or not isinstance(obj, _PLAIN):
+        raise pickle.UnpicklingError(f"refused: the pickle holds a {type(obj).__name__}, not plain data")
+    if isinstance(obj, list):
+        for x in obj:
+            _check_plain(x, depth + 1)
+    elif isinstance(obj, dict):
+        for k, v in obj.items():
+            _check_plain(k, depth + 1)
+            _check_plain(v, depth + 1)
+
+
+def safe_unpickle(blob):
+    """pickle bytes -> plain data (str/list/dict/int/float/bool/None), or UnpicklingError saying why."""
+    obj = _PlainUnpickler(io.BytesIO(blob)).load()
+    _check_plain(obj)
+    return obj
+
+
+def decode_lcb_tests(text):
+    """LiveCodeBench test cases: a JSON string, or base64 -> zlib -> pickle -> JSON string."""
+    if isinstance(text, list):
+        return text
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError:
+        pass
+    try:
+        d = zlib.decompressobj()
+        raw = d.decompress(base64.b64decode(text, validate=False), MAX_UNPICKLED)
+        if d.unconsumed_tail:
+            raise ValueError(f"private tests decompress to more than {MAX_UNPICKLED} bytes")
+    except (ValueError, zlib.error) as e:
+        raise ValueError(f"private_test_cases is neither JSON nor base64+zlib ({e})") from None
+    try:
+        obj = safe_unpickle(raw)
+    except pickle.UnpicklingError as e:
+        raise ValueError(f"private_test_cases: {e}") from None
+    except Exception as e:  # noqa: BLE001 - truncated or garbled pickle
+        raise ValueError(f"private_test_cases: unreadable pickle ({type(e).__name__}: {e})") from None
+    return json.loads(obj) if isinstance(obj, str) else obj
+
+
+def _lcb_tests(cases, fn_name):
+    ins, outs = [], []
+    for c in cases:
+        if fn_name:   # one JSON value per line for the arguments, JSON for the return value
+            ins.append([json.loads(line) for line in c["input"].split("\n") if line.strip()])
+            outs.append(json.loads(c["output"]))
+        else:
+            ins.append(c["input"])
+            outs.append(c["output"])
+    return {"inputs": ins, "outputs": outs, "fn_name": fn_name}
+
+
+def from_livecodebench(row, index=0):
+    """livecodebench/code_generation_lite: question_content, starter_code, public_test_cases (JSON),
+    private_test_cases (JSON or base64/zlib/pickle), metadata (JSON; func_name for functional problems).
+    Hidden tests are public + private, as LiveCodeBench grades."""
+    meta = row.get("metadata") or "{}"
+    meta = json.loads(meta) if isinstance(meta, str) else meta
+    fn_name = meta.get("func_name")
+    public = _lcb_tests(decode_lcb_tests(row.get("public_test_cases") or "[]"), fn_name)
+    private = _lcb_tests(decode_lcb_tests(row.get("private_test_cases") or "[]"), fn_name)
+    tests = {"inputs": public["inputs"] + private["inputs"], "outputs": public["outputs"] + private["outputs"],
+             "fn_name": fn_name}
+    return _code("livecodebench", row.get("question_id", index), row["question_content"], tests, public,
+                 title=row.get("question_title"), platform=row.get("platform"),
+                 contest_date=row.get("contest_date"), difficulty=row.get("difficulty"),
+                 starter_code=row.get("starter_code") or "")
+
+
+def _cc_tests(t):
+    t = t or {}
+    ins, outs = list(t.get("input") or []), list(t.get("output") or [])
+    if len(ins) != len(outs):
+        raise ValueError(f"tests have {len(ins)} inputs but {len(outs)} outputs")
+    return ins, outs
+
+
+def from_codecontests(row, index=0):
+    """deepmind/code_contests: description, public_tests / private_tests / generated_tests, each
+    {input: [...], output: [...]}. Hidden tests are all three, as the paper's AlphaCode evaluation."""
+    ins, outs = [], []
+    for part in ("public_tests", "private_tests", "generated_tests"):
+        i, o = _cc_tests(row.get(part))
+        ins += i
+        outs += o
+    pi, po = _cc_tests(row.get("public_tests"))
+    tl = row.get("time_limit") or {}
+    seconds = (tl.get("seconds") or 0) + (tl.get("nanos") or 0) / 1e9 if isinstance(tl, dict) else None
+    return _code("codecontests", row.get("name", index), row["description"],
+                 {"inputs": ins, "outputs": outs, "fn_name": None},
+                 {"inputs": pi, "outputs": po, "fn_name": None},
+                 difficulty=row.get("difficulty"), time_limit=seconds or None,
+                 cf_rating=row.get("cf_rating"))
+
+
+CONVERTERS = {"aime24": from_aime24, "aime25": from_aime25, "olympiadbench": from_olympiadbench,
+              "polaris": from_polaris, "apps": from_apps, "livecodebench": from_livecodebench,
+              "codecontests": from_codecontests}
+
+
+def convert(source, in_path, out_path, difficulty="introductory"):
+    """Convert a JSONL file of published rows to our format; returns (written, filtered out).
+    `difficulty` filters APPS only (None keeps every split)."""
+    fn = CONVERTERS.get(source)
+    if fn is None:
+        raise ValueError(f"unknown source {source!r}; choose from {sorted(CONVERTERS)}")
+    tasks, skipped = [], 0
+    for k, (n, row) in enumerate(_read_jsonl(in_path)):
+        if source == "apps" and not apps_keep(row, difficulty):
+            skipped += 1
+            continue
+        try:
+            tasks.append(validate_task(fn(row, k)))
+        except (ValueError, KeyError, TypeError, AttributeError) as e:
+            why = f"missing field {e}" if isinstance(e, KeyError) else str(e)
+            raise ValueError(f"{in_path}:{n}: cannot convert this {source} row: {why}") from None
+    save_tasks(tasks, out_path)
+    return len(tasks), skipped
+
+
+# Where `prepare` fetches each benchmark (Hugging Face hub id, config, split, extra load_dataset args).
+HUB = {"polaris": ("POLARIS-Project/Polaris-Dataset-53K", None, "train", {}),
+       "apps": ("codeparrot/apps", "all", "test", {"trust_remote_code": True}),
+       "codecontests": ("deepmind/code_contests", None, "test", {}),
+       "livecodebench": ("livecodebench/code_generation_lite", None, "test",
+                         {"version_tag": "release_v5", "trust_remote_code": True})}
+
+
+def prepare(name, out_path, difficulty="introductory"):
+    """Download a benchmark with `datasets` and write our JSONL through the tested converters."""
+    if name not in HUB:
+        raise ValueError(f"prepare knows {sorted(HUB)}; aime24/aime25/olympiadbench are plain JSONL files "
+                         "(see shared/data/SOURCES.md): use `python data.py convert` on them")
+    try:
+        import datasets
+    except ImportError:
+        raise RuntimeError("`python data.py prepare` needs the `datasets` package (pip install datasets) and "
+                           "network access to the Hugging Face hub; or download the rows yourself and use "
+                           "`python data.py convert`") from None
+    repo, config, split, kw = HUB[name]
+    ds = datasets.load_dataset(repo, config, split=split, **kw) if config else \
+        datasets.load_dataset(repo, split=split, **kw)
+    tmp = f"{out_path}.rows{os.getpid()}.jsonl"
+    try:
+        with open(tmp, "w", encoding="utf-8") as f:
+            for row in ds:
+                f.write(json.dumps(row, ensure_ascii=False, default=str) + "\n")
+        return convert(name, tmp, out_path, difficulty)
+    finally:
+        if os.path.exists(tmp):
+            os.remove(tmp)
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description="Convert published benchmark rows to MetaAgent-X tasks.")
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    c = sub.add_parser("convert", help="convert a JSONL file of published rows")
+    c.add_argument("source", choices=sorted(CONVERTERS))
+    c.add_argument("inp")
+    c.add_argument("out")
+    c.add_argument("--difficulty", default="introductory", help="APPS split to keep ('all' keeps every one)")
+    p = sub.add_parser("prepare", help="download with `datasets` and convert")
+    p.add_argument("name", choices=sorted(HUB) + ["aime24", "aime25", "olympiadbench"])
+    p.add_argument("out", nargs="?", help="default: data/NAME.jsonl")
+    p.add_argument("--difficulty", default="introductory")
+    a = ap.parse_args(argv)
+    difficulty = None if a.difficulty == "all" else a.difficulty
+    try:
+        if a.cmd == "convert":
+            n, skipped = convert(a.source, a.inp, a.out, difficulty)
+            out = a.out
+        else:
+            out = a.out or os.path.join("data", f"{a.name}.jsonl")
+            n, skipped = prepare(a.name, out, difficulty)
+    except (ValueError, RuntimeError, OSError) as e:
+        sys.exit(f"error: {e}")
+    print(f"wrote {n} tasks to {out}" + (f" ({skipped} rows filtered out)" if skipped else ""))
+
+
+if __name__ == "__main__":
+    main()
