@@ -62,9 +62,11 @@ class _ChunkedLogprob(torch.autograd.Function):
         out = torch.empty(hidden.shape[0], dtype=acc, device=hidden.device)
         lse = torch.empty_like(out)
         for s in range(0, hidden.shape[0], chunk_size):
-            z = (hidden[s : s + chunk_size] @ weight.T).to(acc) / temperature
-            lse[s : s + chunk_size] = torch.logsumexp(z, dim=-1)
+            # In-place ops keep a single [chunk x vocab] buffer alive (logsumexp would allocate two more).
+            z = (hidden[s : s + chunk_size] @ weight.T).to(acc).div_(temperature)
             out[s : s + chunk_size] = z.gather(-1, targets[s : s + chunk_size, None]).squeeze(-1)
+            zmax = z.amax(dim=-1, keepdim=True)
+            lse[s : s + chunk_size] = z.sub_(zmax).exp_().sum(dim=-1).log_().add_(zmax.squeeze(-1))
         out -= lse
         ctx.save_for_backward(hidden, weight, targets, lse)
         ctx.temperature, ctx.chunk_size = temperature, chunk_size
@@ -79,10 +81,10 @@ class _ChunkedLogprob(torch.autograd.Function):
         grad_w = torch.zeros_like(weight) if need_w else None
         for s in range(0, hidden.shape[0], ctx.chunk_size):
             h, g_out = hidden[s : s + ctx.chunk_size], grad_out[s : s + ctx.chunk_size, None].to(lse.dtype)
-            z = (h @ weight.T).to(lse.dtype) / ctx.temperature
+            z = (h @ weight.T).to(lse.dtype).div_(ctx.temperature)
             g = z.sub_(lse[s : s + ctx.chunk_size, None]).exp_().mul_(-g_out)  # -g * softmax, in place
             g.scatter_add_(-1, targets[s : s + ctx.chunk_size, None], g_out)  # + g * onehot
-            g = (g / ctx.temperature).to(weight.dtype)
+            g = g.div_(ctx.temperature).to(weight.dtype)
             if need_h:
                 grad_h[s : s + ctx.chunk_size] = g @ weight
             if need_w:
