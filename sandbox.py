@@ -29,6 +29,7 @@ Copy this file and mas.py together; everything else (reward.py for math_equal / 
 task_text) is optional and imported lazily.
 """
 
+import atexit
 import contextlib
 import ctypes
 import fcntl
@@ -702,6 +703,7 @@ class _Server:
 
 _server = None
 _server_lock = threading.Lock()
+atexit.register(lambda: stop())
 
 
 def start(unsafe=None):
@@ -838,7 +840,7 @@ class _Job:
         if not self.sendbuf or self.chan is None:
             return
         try:
-            n = self.chan.send(self.sendbuf)
+            n = self.chan.send(self.sendbuf, socket.MSG_NOSIGNAL)
             del self.sendbuf[:n]
         except BlockingIOError:
             pass
@@ -1095,6 +1097,7 @@ def run_workflows(scripts, tasks, generate, *, limits=None, timeout=None, max_ca
         if st["waiting"] is not None and op != "done":
             return fail(job, "protocol violation: a request while another was pending")
         if op == "done":
+            st["done"] = True
             if "answer" in msg and isinstance(msg["answer"], str):
                 results[st["run"]].answer = msg["answer"][:max_output]
             elif results[st["run"]].error is None:
@@ -1166,7 +1169,7 @@ def run_workflows(scripts, tasks, generate, *, limits=None, timeout=None, max_ca
     def on_idle():
         live = [j for j in jobs if j.kind == "workflow" and not j.finished]
         if not pending or any(state[id(j)]["waiting"] is None or state[id(j)]["waiting"][0] != "agent"
-                              for j in live if j.kill_reason is None):
+                              for j in live if j.kill_reason is None and not state[id(j)].get("done")):
             return
         batch = sorted(((j, c) for j, c in pending if j.kill_reason is None and not j.finished),
                        key=lambda jc: (jc[1].run, jc[1].index))
