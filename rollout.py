@@ -29,14 +29,16 @@ a designer sample is (designer prompt, script completion) for (q, i); an executo
 
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
+
+import torch
 
 import data
 import engine as engine_lib
 import mas
 import reward as reward_lib
 import sandbox
-import torch
 
 
 @dataclass
@@ -113,17 +115,21 @@ def executor_generate(eng, sampling, seed_of, records, stats, batched=True):
 
 
 def _grade(pairs, lam, fail_penalty, workers):
+    """reward.reward for every (task, WorkflowRun); in threads, since grading waits on sandbox children
+    (hidden tests) and grader processes (math_equal), both safe to drive from several threads."""
     if not pairs:
         return []
-    if hasattr(reward_lib, "grade_many"):
-        return list(reward_lib.grade_many(pairs, lam=lam, fail_penalty=fail_penalty, workers=workers))
-    return [reward_lib.reward(t, r, lam=lam, fail_penalty=fail_penalty) for t, r in pairs]
+    f = lambda tr: reward_lib.reward(tr[0], tr[1], lam=lam, fail_penalty=fail_penalty)
+    if workers <= 1 or len(pairs) == 1:
+        return [f(p) for p in pairs]
+    with ThreadPoolExecutor(min(workers, len(pairs))) as ex:
+        return list(ex.map(f, pairs))
 
 
 def rollout(queries, designer_engine, executor_engine, M, N, step=0, *, seed=0, template=None,
             designer_sampling=None, executor_sampling=None, short=False, lam=0.4, fail_penalty=0.0,
             limits=None, on_phase: Callable[[str], None] | None = None, batch_calls=True,
-            grade_workers=None) -> Batch:
+            grade_workers=4) -> Batch:
     """Run the bi-level rollout for a batch of tasks (data.py dicts) and return a Batch.
 
     template: None (the Designer writes the scripts) or a key of mas.TEMPLATES (fixed structure: every one
@@ -132,6 +138,7 @@ def rollout(queries, designer_engine, executor_engine, M, N, step=0, *, seed=0, 
       that separate policies sharing one device can swap weights (the engine must reset its prefix cache).
     fail_penalty: subtracted from the reward of a run that failed (script error, or script unparseable).
     batch_calls: False sends each agent call on its own (only for measuring what batching buys).
+    grade_workers: threads grading runs at once.
     """
     B = len(queries)
     designer_sampling = designer_sampling or engine_lib.Sampling(temperature=1.0, max_tokens=1024)

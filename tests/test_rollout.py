@@ -1,0 +1,200 @@
+"""Tests for rollout.py on tiny Qwen3 models from tiny.py (1 layer, hidden 64), transformers backend, and vLLM
+when it is installed. A random model writes no parseable script, so the Designer paths use a model trained
+here for a few seconds to answer math prompts with a one-agent script and code prompts with junk."""
+
+import itertools
+from collections import Counter
+
+import pytest
+import torch
+
+import data
+import engine
+import grpo
+import mas
+import reward
+import tiny
+from rollout import rollout, samples_to_tensors
+
+TASKS = tiny.make_tasks(2, seed=0)          # one math task, one code task
+EXEC = engine.Sampling(temperature=1.0, max_tokens=12)
+SCRIPT = '```python\ndef workflow(task):\n    return Agent("a")(task)\n```'
+
+
+class Counting:
+    """The real engine, with a record of the batch size of every generate call."""
+
+    def __init__(self, eng):
+        self.eng, self.tokenizer, self.sizes = eng, eng.tokenizer, []
+
+    def generate(self, prompts, sampling):
+        self.sizes.append(len(prompts))
+        return self.eng.generate(prompts, sampling)
+
+
+@pytest.fixture(scope="module")
+def tiny_dir(tmp_path_factory):
+    return str(tiny.save_tiny(tmp_path_factory.mktemp("tiny"), seed=0, num_layers=1, hidden_size=64))
+
+
+@pytest.fixture(scope="module")
+def hf(tiny_dir):
+    return engine.make_engine(tiny_dir, backend="hf")
+
+
+@pytest.fixture(scope="module")
+def vllm_engine(tiny_dir):
+    pytest.importorskip("vllm", reason="vLLM is not installed: the vLLM rollout test is skipped")
+    return engine.make_engine(tiny_dir, backend="vllm", kv_cache_gib=0.25)
+
+
+@pytest.fixture(scope="module")
+def designer():
+    """A tiny model taught (masked SFT, a few seconds) to reply SCRIPT to math prompts and "no" to code."""
+    model, tok = tiny.build_model(seed=1, num_layers=1, hidden_size=64)
+    seqs = []
+    for t in tiny.make_tasks(8, seed=1):
+        p = tok.apply_chat_template(mas.designer_messages(data.task_text(t), short=True), tokenize=False,
+                                    add_generation_prompt=True)
+        p = tok(p, add_special_tokens=False)["input_ids"]
+        c = tok(SCRIPT if t["kind"] == "math" else "no", add_special_tokens=False)["input_ids"]
+        seqs.append((p, c + [tok.eos_token_id]))
+    T = max(len(p) + len(c) for p, c in seqs)
+    ids = torch.full((len(seqs), T), tok.pad_token_id)
+    labels = torch.full((len(seqs), T), -100)
+    mask = torch.zeros(len(seqs), T, dtype=torch.long)
+    for k, (p, c) in enumerate(seqs):
+        ids[k, :len(p) + len(c)] = torch.tensor(p + c)
+        mask[k, :len(p) + len(c)] = 1
+        labels[k, len(p):len(p) + len(c)] = torch.tensor(c)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    torch.manual_seed(0)
+    for _ in range(150):
+        loss = model(input_ids=ids, attention_mask=mask, labels=labels).loss
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        if loss.item() < 0.005:
+            break
+    return engine.HFEngine(model.eval(), tok)
+
+
+def check_batch(b, eng, tasks, M, N, lam=0.4):
+    """Everything that must hold for any batch: shapes, indices, token ids vs recorded replies, rewards."""
+    B = len(tasks)
+    assert b.R.shape == (B, M, N)
+    assert [(r.q, r.i, r.j) for r in b.runs] == list(itertools.product(range(B), range(M), range(N)))
+    per_run = Counter(s.index for s in b.executor)
+    for r in b.runs:
+        assert b.run(r.q, r.i, r.j) is r
+        assert b.R[r.q, r.i, r.j].item() == pytest.approx(r.reward)
+        if r.run is None:   # not executed
+            assert r.structure is None and r.n_calls == 0 and per_run[(r.q, r.i, r.j)] == 0
+            continue
+        assert per_run[(r.q, r.i, r.j)] == r.n_calls == len(r.run.calls)
+        assert r.reward == pytest.approx(reward.reward(tasks[r.q], r.run, lam=lam))
+    for s in b.executor:
+        rec = b.run(*s.index).run.calls[s.call]
+        assert rec.index == s.call
+        # the trained-on ids are the engine's: they decode to the reply the script saw, and the prompt ids
+        # are the call's chat prompt
+        assert eng.tokenizer.decode(s.completion_ids, skip_special_tokens=True) == rec.reply
+        assert s.prompt_ids == eng.encode_prompt(rec.messages)
+        assert len(s.logprobs) == len(s.completion_ids) > 0
+        assert all(lp <= 0 for lp in s.logprobs)
+    for r in b.runs:
+        mine = [s for s in b.executor if s.index == (r.q, r.i, r.j)]
+        assert r.tokens == sum(len(s.completion_ids) for s in mine)
+
+
+@pytest.mark.parametrize("template,ticks", [("critic", [8, 8]), ("ensemble", [24]), ("single", [8])])
+def test_fixed_structure_hf(hf, template, ticks):
+    eng = Counting(hf)
+    b = rollout(TASKS, None, eng, M=2, N=2, template=template, executor_sampling=EXEC)
+    check_batch(b, hf, TASKS, 2, 2)
+    assert b.designer == []
+    assert all(r.structure == template and r.error is None for r in b.runs)
+    # one generate call per tick, holding every pending call of all 8 runs
+    assert eng.sizes == ticks
+    assert b.stats["generate_calls"] == len(ticks)
+    assert b.scripts == [[mas.TEMPLATES[template]] * 2] * 2
+
+
+def test_fixed_structure_vllm(vllm_engine):
+    eng = Counting(vllm_engine)
+    b = rollout(TASKS, None, eng, M=2, N=2, template="critic", executor_sampling=EXEC)
+    check_batch(b, vllm_engine, TASKS, 2, 2)
+    assert all(r.structure == "critic" and r.error is None for r in b.runs)
+    assert eng.sizes == [8, 8]
+
+
+def test_unparseable_scripts_score_zero_and_stay_in_group(hf):
+    eng = Counting(hf)
+    ds = engine.Sampling(temperature=1.0, max_tokens=24)
+    b = rollout(TASKS, eng, eng, M=3, N=2, designer_sampling=ds, executor_sampling=EXEC, short=True)
+    assert eng.sizes == [6]    # all B*M designer prompts in one call; nothing executed
+    assert sorted(s.index for s in b.designer) == list(itertools.product(range(2), range(3)))
+    assert b.scripts == [[None] * 3] * 2
+    assert torch.equal(b.R, torch.zeros(2, 3, 2))
+    assert all(r.error.startswith("unparseable script: ") and r.run is None for r in b.runs)
+    assert b.executor == []
+    check_batch(b, hf, TASKS, 3, 2)
+    for s in b.designer:
+        assert hf.tokenizer.decode(s.completion_ids, skip_special_tokens=True) == b.designer_texts[s.index[0]][
+            s.index[1]]
+    pen = rollout(TASKS, hf, hf, M=3, N=2, designer_sampling=ds, executor_sampling=EXEC, short=True,
+                  fail_penalty=0.5)
+    assert torch.equal(pen.R, torch.full((2, 3, 2), -0.5))
+
+
+@pytest.mark.parametrize("policies", ["shared", "separate"])
+def test_designer_mix_of_parseable_and_not(designer, hf, policies):
+    tasks = tiny.make_tasks(4, seed=2)     # math, code, math, code
+    ex = Counting(designer if policies == "shared" else hf)
+    phases = []
+    b = rollout(tasks, designer, ex, M=2, N=3, step=3, designer_sampling=engine.Sampling(temperature=0,
+                max_tokens=64), executor_sampling=EXEC, short=True, on_phase=phases.append)
+    assert phases == ["designer", "executor"]
+    script, _ = mas.parse_script(SCRIPT)
+    assert b.scripts == [[script] * 2 if t["kind"] == "math" else [None] * 2 for t in tasks]
+    check_batch(b, designer if policies == "shared" else hf, tasks, 2, 3)
+    assert ex.sizes == [12]    # 2 math tasks x M=2 x N=3 runs, one call each, all in one tick
+    for r in b.runs:
+        if tasks[r.q]["kind"] == "math":
+            assert r.structure == "single" and r.error is None and r.n_calls == 1
+        else:
+            assert r.run is None and r.reward == 0.0
+    assert len(b.designer) == 8
+
+
+def test_reproducible(hf):
+    ds = engine.Sampling(temperature=1.0, max_tokens=16)
+    go = lambda step, template: rollout(TASKS, hf, hf, M=2, N=2, step=step, template=template, short=True,
+                                        designer_sampling=ds, executor_sampling=EXEC)
+    key = lambda b: (b.R.tolist(), [(s.index, s.call, s.prompt_ids, s.completion_ids, s.logprobs)
+                                    for s in b.designer + b.executor],
+                     [(r.answer, r.error, r.n_calls, r.tokens) for r in b.runs], b.designer_texts)
+    for template in ("critic", None):
+        assert key(go(5, template)) == key(go(5, template))
+    a, c = go(5, "critic"), go(6, "critic")
+    assert [s.completion_ids for s in a.executor] != [s.completion_ids for s in c.executor]
+
+
+def test_samples_to_tensors_aligned_with_token_logprobs(hf):
+    b = rollout(TASKS, None, hf, M=1, N=2, template="critic",
+                executor_sampling=engine.Sampling(temperature=0.7, max_tokens=12))
+    t = samples_to_tensors(b.executor, pad_id=hf.pad_id)
+    S = len(b.executor)
+    T = max(len(s.prompt_ids) + len(s.completion_ids) for s in b.executor)
+    assert t["input_ids"].shape == t["attention_mask"].shape == (S, T)
+    assert t["completion_mask"].shape == t["logprobs"].shape == (S, T - 1)
+    assert t["completion_mask"].sum().item() == sum(len(s.completion_ids) for s in b.executor)
+    with torch.no_grad():
+        lp = grpo.token_logprobs(hf.model, t["input_ids"], t["attention_mask"], temperature=0.7)
+    m = t["completion_mask"].bool()
+    assert torch.allclose(lp[m], t["logprobs"][m], atol=1e-4)
+    # position t predicts token t+1: the mask starts at the last prompt token
+    s0 = b.executor[0]
+    P = len(s0.prompt_ids)
+    assert t["completion_mask"][0, P - 2].item() == 0 and t["completion_mask"][0, P - 1].item() == 1
+    assert t["input_ids"][0, P].item() == s0.completion_ids[0]
