@@ -169,7 +169,7 @@ def make_tasks(n, seed, difficulty=1, kinds=("math", "code")):
             expr, vis, hid = _fn_task(rng, min(difficulty, 3))
             tests = lambda xs, e=expr: {"inputs": [[x] for x in xs], "outputs": [_apply(e, x) for x in xs],
                                         "fn_name": "f"}
-            tasks.append({"id": tid, "kind": "code", "question": "Write a Python function f(x).",
+            tasks.append({"id": tid, "kind": "code", "question": "Write f(x).",
                           "answer": "", "tests": tests(hid), "public_tests": tests(vis), "source": "tiny",
                           "metadata": {**meta, "family": "fn", "solution": f"def f(x): return {expr}"}})
         else:
@@ -181,7 +181,8 @@ def make_tasks(n, seed, difficulty=1, kinds=("math", "code")):
 # Synthetic SFT traces
 
 SUITED = {"math": "ensemble", "code": "tester"}   # the template each kind of task profits from most
-OTHER_SHARE = 0.25                                # designer samples that show another template (a prior for RL)
+OTHER_SHARE = 0.25    # designer samples that show another template (a prior over all four for RL)
+WRONG_SHARE = 0.5     # critic/tester runs whose first reply is wrong, so the second call learns to fix it
 
 
 def oracle_reply(task):
@@ -192,10 +193,40 @@ def oracle_reply(task):
     return f"<answer>{task['metadata']['solution']}</answer>"
 
 
-def oracle_generate(tasks):
-    """A `generate` for sandbox.run_workflows that answers every call of run k correctly for tasks[k].
-    Running the real template scripts with it gives executor prompts exactly as rollouts will show them."""
-    return lambda calls: [oracle_reply(tasks[c.run]) for c in calls]
+def wrong_reply(task, rng):
+    """A plausible but wrong reply: the last step off by a little (math), or another catalogue function
+    that fails the visible tests (code). Used to show critic and repair calls something to correct."""
+    if task["kind"] == "math":
+        steps = list(task.get("metadata", {}).get("steps") or [f"={task['answer']}"])
+        lhs, rhs = steps[-1].rsplit("=", 1)
+        bad = str(int(rhs) + rng.choice([d for d in (-2, -1, 1, 2) if int(rhs) + d >= 0]))
+        return "".join(s + "\n" for s in steps[:-1] + [f"{lhs}={bad}"]) + f"<answer>{bad}</answer>"
+    pub = task["public_tests"]
+    level = min(int(task.get("metadata", {}).get("difficulty", 1)), 3)
+    wrong = [e for e in _catalogue(level)
+             if any(_apply(e, *i) != o for i, o in zip(pub["inputs"], pub["outputs"]))]
+    return f"<answer>def f(x): return {rng.choice(wrong)}</answer>"
+
+
+def oracle_generate(tasks, wrong_first=()):
+    """A `generate` for sandbox.run_workflows that answers every call of run k correctly for tasks[k],
+    except the first call of the runs in wrong_first, which gets wrong_reply. Running the real template
+    scripts with it gives executor prompts exactly as rollouts will show them."""
+    wrong_first = set(wrong_first)
+
+    def generate(calls):
+        return [wrong_reply(tasks[c.run], random.Random(f"wrong-{c.run}")) if c.run in wrong_first and c.index == 0
+                else oracle_reply(tasks[c.run]) for c in calls]
+    return generate
+
+
+def _task_text(task):
+    try:
+        import data
+        return data.task_text(task)
+    except ImportError:   # data.py not importable: the text the sandbox itself would hand the script
+        import sandbox
+        return sandbox._task_parts(task)[0]
 
 
 def _script_completion(script):
@@ -205,35 +236,38 @@ def _script_completion(script):
     return f"```python\n{script.strip()}\n```"
 
 
-def sft_traces(tasks, seed, other_share=OTHER_SHARE):
+def sft_traces(tasks, seed, other_share=OTHER_SHARE, wrong_share=WRONG_SHARE):
     """(designer_samples, executor_samples), each sample {"messages": [...], "completion": str}.
 
     Designer: the short designer prompt -> the script of the template suited to the task's kind
     (SUITED), or with probability other_share one of the other templates, so that the choice carries
     signal but RL still sees every structure. Executor: every agent call the chosen template makes when
     run in the sandbox with oracle replies (identical (prompt, reply) pairs kept once)."""
-    import data
-
     import mas
     import sandbox
 
     rng = random.Random(f"tiny-sft-{seed}")
     names = list(mas.TEMPLATES)
-    chosen = []
-    for t in tasks:
+    chosen, wrong_first = [], []
+    for k, t in enumerate(tasks):
         suited = SUITED.get(t["kind"], "single")
         others = [n for n in names if n != suited]
-        chosen.append(rng.choice(others) if others and rng.random() < other_share else suited)
-    runs = sandbox.run_workflows([mas.TEMPLATES[n] for n in chosen], tasks, oracle_generate(tasks))
+        name = rng.choice(others) if others and rng.random() < other_share else suited
+        chosen.append(name)
+        # the tester repairs only what visible tests catch, so it gets wrong first replies on code alone
+        if (name == "critic" or (name == "tester" and t["kind"] == "code")) and rng.random() < wrong_share:
+            wrong_first.append(k)
+    runs = sandbox.run_workflows([mas.TEMPLATES[n] for n in chosen], tasks, oracle_generate(tasks, wrong_first))
     designer, executor, seen = [], [], set()
     for t, name, run in zip(tasks, chosen, runs):
-        if run.error is not None or run.answer is None:
-            raise RuntimeError(f"tiny.sft_traces: template {name!r} failed on {t['id']}: {run.error}")
-        designer.append({"messages": mas.designer_messages(data.task_text(t), short=True),
+        gold = oracle_reply(t)
+        if run.error is not None or mas.answer_of(gold) != run.answer:
+            raise RuntimeError(f"tiny.sft_traces: template {name!r} failed on {t['id']}: {run.error or run.answer}")
+        designer.append({"messages": mas.designer_messages(_task_text(t), short=True),
                          "completion": _script_completion(mas.TEMPLATES[name])})
         for c in run.calls:
             key = json.dumps([c.messages, c.reply])
-            if key not in seen:   # an ensemble repeats one prompt k times; keep the pair once
+            if c.reply == gold and key not in seen:   # wrong first replies are context, never targets
                 seen.add(key)
                 executor.append({"messages": c.messages, "completion": c.reply})
     return designer, executor

@@ -9,6 +9,13 @@ import pytest
 
 import tiny
 
+try:
+    import sandbox
+    SANDBOX, WHY = sandbox.isolation(), ""
+except Exception as e:   # no user namespaces here (SandboxUnavailable), or sandbox.py missing
+    SANDBOX, WHY = None, str(e)
+needs_sandbox = pytest.mark.skipif(SANDBOX is None, reason=f"no sandbox here: {WHY}")
+
 
 @pytest.fixture(scope="module")
 def tok():
@@ -124,3 +131,54 @@ def test_visible_examples_single_out_the_function():
         for e in tiny._catalogue(3):
             if all(tiny._apply(e, *i) == o for i, o in zip(pub["inputs"], pub["outputs"])):
                 assert all(tiny._apply(e, *i) == o for i, o in zip(hid["inputs"], hid["outputs"]))
+
+
+def test_wrong_reply_is_wrong_and_well_formed():
+    import random
+
+    import mas
+    import reward
+
+    for t in tiny.make_tasks(20, seed=4, difficulty=2):
+        bad = tiny.wrong_reply(t, random.Random(0))
+        good = tiny.oracle_reply(t)
+        assert reward.correctness(t, mas.answer_of(good)) == 1.0
+        assert mas.answer_of(bad) is not None and reward.correctness(t, mas.answer_of(bad)) < 1.0
+
+
+@needs_sandbox
+def test_sft_traces_run_the_real_templates_with_oracle_replies():
+    import mas
+
+    tasks = tiny.make_tasks(24, seed=2)
+    designer, executor = tiny.sft_traces(tasks, seed=0, other_share=0.6, wrong_share=1.0)
+    assert designer == tiny.sft_traces(tasks, seed=0, other_share=0.6, wrong_share=1.0)[0]
+    assert len(designer) == len(tasks)
+    structures = []
+    for t, d in zip(tasks, designer):
+        assert d["messages"][-1]["content"].startswith(t["question"])
+        script, why = mas.parse_script(d["completion"])
+        assert why is None, why
+        structures.append((t["kind"], mas.structure_of(script)))
+    assert set(s for _, s in structures) == set(mas.TEMPLATES)     # every template shows up
+    suited = sum(s == tiny.SUITED[k] for k, s in structures)
+    assert suited > len(tasks) / 3                                   # and the suited one most often
+    golds = {mas.answer_of(tiny.oracle_reply(t)) for t in tasks}
+    for s in executor:
+        assert s["messages"][0]["role"] == "system" and s["messages"][1]["role"] == "user"
+        assert mas.answer_of(s["completion"]) in golds                # targets are always correct
+    users = [s["messages"][1]["content"] for s in executor]
+    # with wrong_share=1 every critic/tester run on code shows its second call something to fix
+    assert any("\nAnswer: " in u for u in users)
+    assert any("\nTests: FAIL" in u for u in users)
+
+
+@needs_sandbox
+def test_oracle_runs_score_full_reward():
+    import mas
+    import reward
+
+    tasks = tiny.make_tasks(8, seed=9, difficulty=3)
+    runs = sandbox.run_workflows([mas.TEMPLATES["tester"]] * 8, tasks, tiny.oracle_generate(tasks, {1, 3}))
+    assert [reward.correctness(t, r.answer) for t, r in zip(tasks, runs)] == [1.0] * 8
+    assert [len(r.calls) for r in runs[:4]] == [1, 2, 1, 2]            # the wrong first code got repaired
