@@ -238,14 +238,8 @@ class Agent:
 def _same(a, b):
     if " ".join(a.split()) == " ".join(b.split()):
         return True
-    try:
-        from reward import math_equal
-    except ImportError:  # reward.py not written yet: strings only
-        return False
-    try:
-        return bool(math_equal(a, b))
-    except Exception:  # noqa: BLE001 - an unparseable answer is simply not equal
-        return False
+    from reward import math_equal  # lazily: in a sandbox job it grades in-process (no new processes)
+    return bool(math_equal(a, b))
 
 
 def vote(answers):

@@ -509,6 +509,9 @@ def _serve(sock_fd, base, isolated):
     for mod in ("mas", "reward", "data", "sympy", "math_verify"):   # paid once, here, not per job
         with contextlib.suppress(Exception):
             __import__(mod)
+    with contextlib.suppress(Exception):   # warm SymPy/math-verify's lazy caches for in-job vote()
+        for p, g in (("1", "1"), ("\\frac12", "0.5"), ("x+1", "1+x"), ("a:0", "a:1"), ("[1,2)", "[1,2)")):
+            sys.modules["reward"]._local_equal(p, g, 0)
     try:
         if isolated:
             _mount("tmpfs", base, "tmpfs", MS_NOSUID | MS_NODEV, "size=1m,mode=0755")
@@ -1020,22 +1023,18 @@ def _task_parts(task):
     return text, task.get("public_tests") or None
 
 
-def _outputs_match(got, expected):
-    try:
-        from reward import outputs_match
-    except ImportError:    # reward.py not written yet: plain normalised comparison
-        return " ".join(str(got).split()) == " ".join(str(expected).split())
-    return outputs_match(got, expected)
-
-
 def tests_report(outcomes, tests):
-    """The text run_tests(code) gives a script: 'PASS 3/3', or 'FAIL 1/3' and the first failing case."""
+    """The text run_tests(code) gives a script: 'PASS 3/3', or 'FAIL 1/3' and the first failing case.
+    Outputs are compared as reward.code_score compares them (the hidden tests' grader)."""
+    from reward import call_output_match, outputs_match  # lazily: reward.py imports this file
     expected = list((tests or {}).get("outputs") or [])
     inputs = list((tests or {}).get("inputs") or [])
+    call = bool((tests or {}).get("fn_name"))
     fails = []
     for k, (o, e) in enumerate(zip(outcomes, expected)):
-        exp = e if isinstance(e, str) else json.dumps(e)
-        if o.status != "ok" or not _outputs_match(o.output, exp):
+        ok = o.status == "ok" and (call_output_match(o.output, e) if call else
+                                   outputs_match(o.output, e if isinstance(e, str) else json.dumps(e)))
+        if not ok:
             fails.append(k)
     n = len(expected)
     if not fails:
@@ -1125,6 +1124,9 @@ def run_workflows(scripts, tasks, generate, *, limits=None, timeout=None, max_ca
                 if not pub or not pub.get("inputs"):
                     job.reply({"ok": "PASS 0/0 (no visible tests)"})
                     return
+                if pub.get("fn_name"):
+                    from reward import CALL_HEADER  # the imports code_score gives call-based programs
+                    code = CALL_HEADER + code
                 sub = _new_tests_job(server, code, pub, min(4.0, code_timeout), max_output, MEMORY)
             sub.kind = op
             sub.messages_seen = getattr(sub, "messages_seen", [])

@@ -99,7 +99,7 @@ PROGRAMS = [
     ("double_fork_daemon", "import os, time\nif os.fork() == 0:\n    os.setsid()\n    if os.fork() == 0:\n"
      "        time.sleep(1000)\n    os._exit(0)\ntime.sleep(1000)", {"error"}, None),
     ("memory_bomb", "x = bytearray(1 << 36)", {"memory"}, None),
-    ("memory_creep", "xs = []\nwhile True:\n    xs.append(bytearray(1 << 24))", {"memory"}, None),
+    ("memory_creep", "xs = []\nwhile True:\n    xs.append(bytes(1 << 24))", {"memory"}, None),
     ("huge_output", "while True:\n    print('x' * 10000)", {"timeout"}, lambda r: len(r.stdout) <= 1 << 20),
     ("huge_output_once", "import sys\nsys.stdout.write('y' * (50 << 20))", {"ok", "memory"},
      lambda r: len(r.stdout) <= 1 << 20),
@@ -233,7 +233,7 @@ WORKFLOWS = [
     ("memory_bomb", "def workflow(task):\n    return 'x' * (1 << 36)", None, "MemoryError"),
     ("raise", "def workflow(task):\n    x = 1\n    return str(x / 0)", None, "ZeroDivisionError"),
     ("fork", "import os\ndef workflow(task):\n    os.fork()\n    return 'x'", None, "PermissionError"),
-    ("ensemble_template", mas.TEMPLATES["ensemble"], "solver:0", None),
+    ("ensemble", mas.TEMPLATES["ensemble"].replace("solver", "voter"), "7", None),
 ]
 
 
@@ -245,7 +245,8 @@ def test_hostile_workflows_in_one_batch(world):
 
     def gen(calls):
         seen.append([(c.run, c.index) for c in calls])
-        return [f"<answer>{c.role}:{c.index}</answer>" for c in calls]
+        return [f"<answer>{c.role}:{c.index}</answer>" if c.role != "voter" else
+                f"<answer>{[7, 3, 7][c.index]}</answer>" for c in calls]
 
     t0 = time.monotonic()
     runs = sandbox.run_workflows(scripts, tasks, gen, limits=mas.Limits(max_calls=8, timeout=T))
