@@ -13,7 +13,9 @@ timeouts use SIGALRM, which only works on the main thread; so we call it with it
 enforce a hard deadline ourselves: each comparison that needs SymPy runs in a long-lived grader process
 (SymPy imported once), and a comparison that outlives its deadline gets that process killed (answer: not
 equal). Plain numbers never leave the caller. Where processes cannot be started (inside a sandbox job,
-whose seccomp filter forbids it), grading runs in-process, with a SIGALRM deadline on the main thread.
+whose seccomp filter forbids it), grading runs in-process with a SIGALRM deadline on the main thread; that
+one interrupts Python-level SymPy work only (not one C-level bignum power such as 10^{10^{10^{10}}}), so
+there the sandbox's own wall-clock limit is the backstop.
 
 Programs run in sandbox.py (all tests of one program in one sandbox child); their raw outputs are
 compared here, in the trainer, as LiveCodeBench does: whitespace-stripped lines, numbers with a tolerance.
@@ -47,6 +49,11 @@ FLOAT_TOL = 1e-6                # relative/absolute tolerance for non-integer nu
 MAX_ANSWER_CHARS = 4000         # a longer "answer" is a runaway generation, never a final answer
 GRADER_MEMORY = 4 << 30         # address space of one grader process: a blow-up dies, the trainer does not
 GRADER_STARTUP = 120.0          # seconds a grader process may take to import SymPy on a busy machine
+# What LeetCode-style solutions take for granted (their starter code says `List[int]`), as LiveCodeBench's
+# harness provides it; prepended to programs under call-based tests.
+CALL_HEADER = ("from typing import *\nfrom collections import *\nfrom heapq import *\nfrom bisect import *\n"
+               "from itertools import *\nfrom functools import *\n"
+               "import bisect, collections, functools, heapq, itertools, math, re, string\n")
 
 _TAG_RE = re.compile(rf"<{ANSWER_TAG}>(.*?)</{ANSWER_TAG}>", re.S)
 
@@ -260,12 +267,25 @@ def _equal(pred, gold):
     return True
 
 
-class _Deadline(Exception):
+_WARM = []
+
+
+def _warm():
+    """First use builds math-verify's parsers lazily; an interrupt in the middle would leave them broken
+    for good, so build them once, with no deadline, before any comparison that has one."""
+    if not _WARM:
+        for p, g in (("1", "1"), ("\\frac12", "0.5"), ("x+1", "1+x"), ("[1,2)", "[1,2)"), ("x=1", "1")):
+            _equal(p, g)
+        _WARM.append(True)
+
+
+class _Deadline(BaseException):   # not Exception: math-verify swallows those
     pass
 
 
 def _local_equal(pred, gold, timeout):
     """In-process grading, for where no grader process can be started (a sandbox job forbids it)."""
+    _warm()
     main = threading.current_thread() is threading.main_thread() and hasattr(signal, "SIGALRM")
     if not main or not timeout:
         try:
@@ -280,7 +300,7 @@ def _local_equal(pred, gold, timeout):
     signal.setitimer(signal.ITIMER_REAL, timeout)
     try:
         return _equal(pred, gold)
-    except Exception:  # noqa: BLE001 - _Deadline, or SymPy failing on odd input
+    except (_Deadline, Exception):  # noqa: BLE001 - out of time, or SymPy failing on odd input
         return False
     finally:
         signal.setitimer(signal.ITIMER_REAL, 0)
@@ -294,8 +314,7 @@ def _serve_grader():
     os.dup2(2, 1)                     # stray prints must not corrupt the protocol
     with contextlib.suppress(ValueError, OSError):
         resource.setrlimit(resource.RLIMIT_AS, (GRADER_MEMORY, GRADER_MEMORY))
-    for p, g in (("1", "1"), ("\\frac12", "0.5"), ("x+1", "1+x"), ("[1,2)", "[1,2)")):   # warm caches
-        _equal(p, g)
+    _warm()
     out.write("ready\n")
     out.flush()
     for line in sys.stdin:
@@ -514,7 +533,7 @@ def code_score(code, tests, timeout=4.0):
     if not inputs or not isinstance(code, str) or not code.strip():
         return 0.0
     fn_name = (tests or {}).get("fn_name")
-    outcomes = sandbox.run_tests(code, tests, timeout_per_test=timeout)
+    outcomes = sandbox.run_tests(CALL_HEADER + code if fn_name else code, tests, timeout_per_test=timeout)
     passed = 0
     for o, exp in zip(outcomes, expected):
         if o.status != "ok":
