@@ -577,16 +577,27 @@ def _serve(sock_fd, base, isolated):
                     with contextlib.suppress(OSError):
                         os.kill(pid, signal.SIGKILL)
                 continue
-            d = None if isolated else tempfile.mkdtemp(dir=base)
-            spec["dir"] = d
-            if isolated:
-                _check(_libc.unshare(CLONE_NEWPID), "unshare(pid)")   # the next child is PID 1 of a new ns
-            pid = os.fork()
-            if pid == 0:
-                sock.close()
-                _job_main(spec, fds, base, isolated)
-            if isolated:
-                _check(_libc.setns(pidns, CLONE_NEWPID), "setns(pid)")  # later children: back to ours
+            d = None
+            try:
+                d = None if isolated else tempfile.mkdtemp(dir=base)
+                spec["dir"] = d
+                if isolated:
+                    _check(_libc.unshare(CLONE_NEWPID), "unshare(pid)")   # next child: PID 1 of a new ns
+                pid = os.fork()
+                if pid == 0:
+                    sock.close()
+                    _job_main(spec, fds, base, isolated)     # never returns
+            except OSError as e:    # no fork (memory, pids): this job fails, the server goes on
+                with contextlib.suppress(OSError):
+                    os.write(fds[3], json.dumps({"rc": None, "error": f"cannot start the job: {e}"}).encode())
+                for fd in fds:
+                    os.close(fd)
+                if d:
+                    shutil.rmtree(d, ignore_errors=True)
+                continue
+            finally:
+                if isolated:   # later children (and a failed fork's retry) in a fresh namespace again
+                    _check(_libc.setns(pidns, CLONE_NEWPID), "setns(pid)")
             for fd in fds[:3]:
                 os.close(fd)
             jobs[pid] = (spec["id"], fds[3], d)
@@ -858,8 +869,11 @@ class _Job:
                     os.close(fd)
             self.chan = None
         if self.status_raw:
-            with contextlib.suppress(ValueError):
-                self.rc = json.loads(self.status_raw)["rc"]
+            with contextlib.suppress(ValueError, KeyError, TypeError):
+                st = json.loads(self.status_raw)
+                self.rc = st["rc"]
+                if st.get("error") and self.kill_reason is None:
+                    self.kill_reason = f"sandbox server: {st['error']}"
 
     def stderr_text(self):
         s = self.err.decode("utf-8", "replace")
@@ -941,7 +955,7 @@ def _code_payload(code, stdin):
     return {"code": str(code), "stdin": str(stdin)}
 
 
-def _to_result(job, timeout_status=True):
+def _to_result(job):
     err = job.stderr_text()
     if job.kill_reason and job.kill_reason.startswith("sandbox server"):
         return RunResult(job.out.decode("utf-8", "replace"), job.kill_reason, "error",
