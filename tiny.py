@@ -257,7 +257,9 @@ def sft_traces(tasks, seed, other_share=OTHER_SHARE, wrong_share=WRONG_SHARE):
         # the tester repairs only what visible tests catch, so it gets wrong first replies on code alone
         if (name == "critic" or (name == "tester" and t["kind"] == "code")) and rng.random() < wrong_share:
             wrong_first.append(k)
-    runs = sandbox.run_workflows([mas.TEMPLATES[n] for n in chosen], tasks, oracle_generate(tasks, wrong_first))
+    # width: a bounded number of live children; thousands at once would only thrash a small machine
+    runs = sandbox.run_workflows([mas.TEMPLATES[n] for n in chosen], tasks, oracle_generate(tasks, wrong_first),
+                                 width=64)
     designer, executor, seen = [], [], set()
     for t, name, run in zip(tasks, chosen, runs):
         gold = oracle_reply(t)
