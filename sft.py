@@ -40,6 +40,7 @@ import os
 import random
 import shutil
 import sys
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -309,9 +310,8 @@ def evaluate_sft(model_path, tasks, *, designer_path=None, templates=None, n=1, 
     is 1 (lam=0, so the format term is left out). With designer_path the Designer's weights are swapped in
     for the design phase (separate policies).
     """
-    import mas
-
     import engine as engine_lib
+    import mas
     import rollout as rollout_lib
     eng = engine_lib.make_engine(model_path, backend=backend, **(engine_kw or {}))
     on_phase = None
@@ -490,6 +490,14 @@ PICK_PROMPT = ("Choose the workflow that best solves the task below. The options
                "Reply with one word: single, ensemble, critic or tester.\n\nTask:\n")
 
 
+def script_completion(script):
+    """A script written the way the Designer is asked to reply: one ```python block (as tiny.sft_traces)."""
+    import mas
+    if hasattr(mas, "script_completion"):
+        return mas.script_completion(script)
+    return f"```python\n{script.strip()}\n```"
+
+
 def pick_template(reply):
     """The first template name the reply mentions (None if it names none)."""
     import mas
@@ -498,36 +506,41 @@ def pick_template(reply):
     return min(hits)[1] if hits else None
 
 
-def distill(teacher, model, tasks, out_dir, *, designer="script", designs=1, executions=1, short=False,
+def distill(teacher, model, tasks, out_dir, *, designer="script", template=None, designs=1, executions=1, short=False,
             temperature=0.7, max_tokens=1024, workers=8, api_key=None, limits=None, log=print):
     """Distill SFT data from a teacher endpoint. Returns counts; writes designer.jsonl and executor.jsonl.
 
     designer="script": the teacher writes the workflow script from mas.designer_messages (kept if it parses);
     designer="pick": the teacher names one of mas.TEMPLATES, and the designer sample is that template
-    written as a Designer completion (mas.script_completion). Every kept design runs `executions` times in
+    written as a Designer completion (script_completion); template=NAME skips asking and uses that template
+    for every task (a teacher that cannot design still teaches the Executor). Every kept design runs `executions` times in
     the sandbox with the teacher answering each agent call; a design is kept if at least one of its runs is
-    correct (reward.py, lam=0), and the agent calls of every correct run become executor samples.
+    correct (reward.py, lam=0), and the agent calls of the correct runs whose own answer is correct become
+    executor samples.
     """
     import data
     import mas
     import reward as reward_lib
     import sandbox
     os.makedirs(out_dir, exist_ok=True)
-    pool = ThreadPoolExecutor(max_workers=workers)
+    pool, lock = ThreadPoolExecutor(max_workers=workers), threading.Lock()
     counts = {"tasks": len(tasks), "designs": 0, "parsed": 0, "runs": 0, "correct_runs": 0,
-              "teacher_errors": 0, "designer_samples": 0, "executor_samples": 0}
+              "teacher_errors": 0, "designer_samples": 0, "executor_samples": 0, "unusable": {}}
 
     def ask(messages, seed=None):
         text, err = chat(teacher, model, messages, max_tokens=max_tokens, temperature=temperature,
                          api_key=api_key, seed=seed)
         if err:
-            counts["teacher_errors"] += 1
+            with lock:
+                counts["teacher_errors"] += 1
         return text
 
     # design phase: designs per task, all requests in parallel
     dmsgs = [mas.designer_messages(data.task_text(t), short=short) for t in tasks]
     jobs = [(q, i) for q in range(len(tasks)) for i in range(designs)]
-    if designer == "script":
+    if template is not None:
+        replies = [template for _ in jobs]
+    elif designer == "script":
         replies = list(pool.map(lambda job: ask(dmsgs[job[0]], seed=job[1]), jobs))
     else:
         pick_msgs = [[{"role": "user", "content": PICK_PROMPT + data.task_text(t)}] for t in tasks]
@@ -535,18 +548,21 @@ def distill(teacher, model, tasks, out_dir, *, designer="script", designs=1, exe
     kept_designs = []   # (q, script, designer completion)
     for (q, _), reply in zip(jobs, replies):
         counts["designs"] += 1
-        if designer == "script":
+        if designer == "script" and template is None:
             script, why = mas.parse_script(reply)
             completion = reply
         else:
             name = pick_template(reply)
             script, why = (mas.TEMPLATES[name], None) if name else (None, "no template named")
-            completion = mas.script_completion(script) if script else None
+            completion = script_completion(script) if script else None
         if script is None:
+            reason = why.split(":")[0]
+            counts["unusable"][reason] = counts["unusable"].get(reason, 0) + 1
             continue
         counts["parsed"] += 1
         kept_designs.append((q, script, completion))
-    log(f"distill: {counts['parsed']}/{counts['designs']} designs usable")
+    if log is not None:
+        log(f"distill: {counts['parsed']}/{counts['designs']} designs usable")
 
     # execution phase: every kept design `executions` times, one sandbox call; each tick's agent calls are
     # sent to the teacher in parallel
@@ -558,12 +574,9 @@ def distill(teacher, model, tasks, out_dir, *, designer="script", designs=1, exe
     kw = {} if limits is None else {"limits": limits}
     runs = sandbox.run_workflows(scripts, run_tasks, generate, **kw) if scripts else []
     counts["runs"] = len(runs)
-    pairs = list(zip(run_tasks, runs))
-    if hasattr(reward_lib, "grade_many"):
-        scores = list(reward_lib.grade_many(pairs, lam=0.0))
-    else:
-        scores = [reward_lib.reward(t, r, lam=0.0) for t, r in pairs]
-    designer_rows, executor_rows, seen = [], [], set()
+    # correct(e) only (lam = 0): math_equal on the answer, or the share of hidden tests its program passes
+    scores = list(pool.map(lambda tr: reward_lib.reward(tr[0], tr[1], lam=0.0), zip(run_tasks, runs)))
+    designer_rows, candidates, seen = [], [], set()
     for k, (q, script, completion) in enumerate(kept_designs):
         good = [runs[k * executions + j] for j in range(executions) if scores[k * executions + j] >= 1 - 1e-6]
         counts["correct_runs"] += len(good)
@@ -576,15 +589,22 @@ def distill(teacher, model, tasks, out_dir, *, designer="script", designs=1, exe
                 key = json.dumps([c.messages, c.reply])
                 if key not in seen:   # voting repeats identical calls; keep each (prompt, reply) once
                     seen.add(key)
-                    executor_rows.append({"messages": c.messages, "completion": c.reply,
-                                          "task_id": tasks[q].get("id"), "role": c.role})
+                    candidates.append((tasks[q], c))
+    # within a correct run, a reply whose own answer is wrong (an outvoted sample, a draft the critic fixed)
+    # is context for the later calls, never a target
+    call_ok = list(pool.map(lambda tc: reward_lib.correctness(tc[0], mas.answer_of(tc[1].reply)) >= 1 - 1e-6,
+                            candidates))
+    executor_rows = [{"messages": c.messages, "completion": c.reply, "task_id": t.get("id"), "role": c.role}
+                     for (t, c), ok in zip(candidates, call_ok) if ok]
+    counts["wrong_replies_dropped"] = len(candidates) - len(executor_rows)
     pool.shutdown()
     write_jsonl(designer_rows, os.path.join(out_dir, "designer.jsonl"))
     write_jsonl(executor_rows, os.path.join(out_dir, "executor.jsonl"))
     counts["designer_samples"], counts["executor_samples"] = len(designer_rows), len(executor_rows)
     with open(os.path.join(out_dir, "distill_stats.json"), "w") as f:
         json.dump(counts, f, indent=1)
-    log("distill: " + json.dumps(counts))
+    if log is not None:
+        log("distill: " + json.dumps(counts))
     return counts
 
 
@@ -595,6 +615,7 @@ def main_distill(argv):
     p.add_argument("--tasks", required=True, help="tasks JSONL (data.py format)")
     p.add_argument("--out", default="out/distill")
     p.add_argument("--designer", default="script", choices=["script", "pick"])
+    p.add_argument("--template", default=None, help="skip the Designer: use this mas.TEMPLATES entry")
     p.add_argument("--designs", type=int, default=1, help="designs per task")
     p.add_argument("--executions", type=int, default=1, help="executions per design")
     p.add_argument("--short", action="store_true", help="the short (tiny) Designer prompt")
@@ -606,7 +627,7 @@ def main_distill(argv):
     a = p.parse_args(argv)
     import data
     tasks = data.load_tasks(a.tasks)[:a.limit]
-    distill(a.teacher, a.model, tasks, a.out, designer=a.designer, designs=a.designs, executions=a.executions,
+    distill(a.teacher, a.model, tasks, a.out, designer=a.designer, template=a.template, designs=a.designs, executions=a.executions,
             short=a.short, temperature=a.temperature, max_tokens=a.max_tokens, workers=a.workers,
             api_key=os.environ.get(a.api_key_env))
 
