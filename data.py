@@ -241,9 +241,14 @@ def from_apps(row, index=0):
                  starter_code=row.get("starter_code") or "")
 
 
+APPS_SPLITS = ("introductory", "interview", "competition")
+
+
 def apps_keep(row, difficulty="introductory"):
     """The APPS split filter ("introductory" | "interview" | "competition" | None for all)."""
-    return difficulty is None or row.get("difficulty") == difficulty
+    if row.get("difficulty") not in APPS_SPLITS:
+        raise ValueError(f"APPS difficulty must be one of {APPS_SPLITS}, got {row.get('difficulty')!r}")
+    return difficulty is None or row["difficulty"] == difficulty
 
 
 class _PlainUnpickler(pickle.Unpickler):
@@ -372,10 +377,10 @@ def convert(source, in_path, out_path, difficulty="introductory"):
         raise ValueError(f"unknown source {source!r}; choose from {sorted(CONVERTERS)}")
     tasks, skipped = [], 0
     for k, (n, row) in enumerate(_read_jsonl(in_path)):
-        if source == "apps" and not apps_keep(row, difficulty):
-            skipped += 1
-            continue
         try:
+            if source == "apps" and not apps_keep(row, difficulty):
+                skipped += 1
+                continue
             tasks.append(validate_task(fn(row, k)))
         except (ValueError, KeyError, TypeError, AttributeError) as e:
             why = f"missing field {e}" if isinstance(e, KeyError) else str(e)
