@@ -179,6 +179,11 @@ def save_checkpoint(model, tokenizer, out_dir):
     if is_sharded(model):
         from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
         state = get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+        if getattr(model.config, "tie_word_embeddings", False):
+            # the gathered copies no longer share storage, so save_pretrained would write tied weights twice
+            tied = getattr(model, "all_tied_weights_keys", None) or getattr(model, "_tied_weights_keys", None)
+            for k in (tied if isinstance(tied, dict) else {}):
+                state.pop(k, None)
     if rank == 0:
         out_dir = os.path.abspath(out_dir)
         tmp, old = out_dir + ".tmp", out_dir + ".old"
