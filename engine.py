@@ -147,6 +147,8 @@ class HFEngine(_Base):
                  enable_thinking=None, max_batch=64):
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
+        if isinstance(dtype, str) and dtype != "auto":
+            dtype = getattr(torch, dtype)  # "float32", "bfloat16": the same spelling vLLM takes
         if isinstance(model, (str, os.PathLike)):
             tokenizer = tokenizer or AutoTokenizer.from_pretrained(str(model))
             model = AutoModelForCausalLM.from_pretrained(str(model), dtype=dtype)
@@ -321,7 +323,7 @@ class VLLMEngine(_Base):
         results, requests = self._requests(prompts, sampling)
         if requests:
             params = [SamplingParams(n=1, temperature=s.temperature, top_p=s.top_p, max_tokens=mt,
-                                     stop=list(s.stop) if s.stop else None, seed=seed, logprobs=0,
+                                     stop=[x for x in s.stop if x] or None if s.stop else None, seed=seed, logprobs=0,
                                      stop_token_ids=self.eos, skip_special_tokens=True)
                       for (_, _, _, s, seed, mt) in requests]
             outs = self.llm.generate([TokensPrompt(prompt_token_ids=r[2]) for r in requests], params,

@@ -256,3 +256,17 @@ def test_vllm_too_long_prompt_and_stop(vllm_pair):
     a = eng.generate([ok], Sampling(temperature=0, max_tokens=24, stop=[stop]))[0][0]
     b = ref.generate([ok], Sampling(temperature=0, max_tokens=24, stop=[stop]))[0][0]
     assert (a.text, a.token_ids, a.finish_reason) == (b.text, b.token_ids, "stop")
+
+
+def test_enable_thinking_reaches_the_chat_template(tiny_dir):
+    from transformers import AutoModelForCausalLM
+
+    tok = build_tokenizer()
+    # the switch Qwen3's template reads: thinking off pre-fills an empty think block
+    tok.chat_template = CHAT + "{% if enable_thinking is defined and not enable_thinking %}<think>\n\n</think>\n\n{% endif %}"
+    model = AutoModelForCausalLM.from_pretrained(tiny_dir, dtype=torch.float32)
+    on, off = HFEngine(model, tok, dtype="float32"), HFEngine(model, tok, enable_thinking=False)
+    assert tok.decode(on.encode_prompt(CHAT_PROMPT)).endswith("<|im_start|>assistant\n")
+    assert tok.decode(off.encode_prompt(CHAT_PROMPT)).endswith("assistant\n<think>\n\n</think>\n\n")
+    c = off.generate([CHAT_PROMPT], Sampling(max_tokens=3, seed=0))[0][0]
+    assert c.prompt_ids == off.encode_prompt(CHAT_PROMPT) and len(c.token_ids) == 3
