@@ -102,6 +102,7 @@ def token_logprobs(model, input_ids, attention_mask, temperature=1.0, chunk_size
     head = model.get_output_embeddings()
     if getattr(head, "bias", None) is not None:
         raise ValueError("token_logprobs supports an lm_head without bias (as in Qwen3)")
+    attention_mask = torch.ones_like(input_ids) if attention_mask is None else attention_mask
     targets_mask = attention_mask[:, 1:].bool()
     targets = input_ids[:, 1:][targets_mask]
     result = {}
@@ -126,12 +127,13 @@ def grpo_loss(logprobs, old_logprobs, advantages, mask, clip_eps=0.2, clip_eps_h
 
     logprobs, old_logprobs, mask (and ref/engine logprobs): [B, T]; advantages: [B] (per sequence) or [B, T].
     old_logprobs=None means on-policy (the detached current log-probs: rho = 1, gradient = A * grad logp).
+    Masked positions must hold finite values (token_logprobs gives 0 there): 0 * inf is NaN.
     """
     mask = mask.to(logprobs.dtype)
     old = logprobs.detach() if old_logprobs is None else old_logprobs
     adv = advantages[:, None] if advantages.dim() == 1 else advantages
     eps_high = clip_eps if clip_eps_high is None else clip_eps_high
-    ratio = torch.exp(logprobs - old)
+    ratio = torch.exp((logprobs - old).clamp(-20.0, 20.0))  # overflow guard, as verl; inactive in sane runs
     surr = ratio * adv
     surr_clipped = torch.clamp(ratio, 1 - clip_eps, 1 + eps_high) * adv
     per_token = -torch.minimum(surr, surr_clipped)
@@ -139,7 +141,7 @@ def grpo_loss(logprobs, old_logprobs, advantages, mask, clip_eps=0.2, clip_eps_h
         is_weight = torch.exp(old - engine_logprobs).clamp(max=is_cap).detach()
         per_token = per_token * is_weight
     if ref_logprobs is not None:
-        log_r = ref_logprobs - logprobs
+        log_r = (ref_logprobs - logprobs).clamp(-20.0, 20.0)  # same guard
         kl = torch.exp(log_r) - log_r - 1
         per_token = per_token + kl_coef * kl
     local = mask.sum()

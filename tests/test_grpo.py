@@ -114,6 +114,11 @@ def test_degenerate_inputs_no_nan():
     assert all(math.isfinite(v) for v in stats.values())
     loss, stats = grpo_loss(logp, None, torch.zeros(2), torch.ones(2, 3))  # old=None: on-policy, zero advantage
     assert loss.item() == 0.0 and stats["ratio_mean"] == 1.0 and stats["clip_frac"] == 0.0
+    far = torch.tensor([[0.0, -300.0, 0.0]], requires_grad=True)  # a stale or mismatched old log-prob
+    loss, stats = grpo_loss(far, torch.tensor([[0.0, 0.0, -300.0]]), torch.tensor([-1.0]), torch.ones(1, 3),
+                            kl_coef=0.1, ref_logprobs=torch.zeros(1, 3), engine_logprobs=torch.zeros(1, 3))
+    loss.backward()
+    assert math.isfinite(loss.item()) and torch.isfinite(far.grad).all()
 
 
 def tiny_qwen3(tie, seed=0, vocab=257):
