@@ -84,6 +84,8 @@ class Config:
     lam: float = 0.4                      # [paper] reward = correct + lam * format
     fail_penalty: float = 0.0
     adv_group: str = "query"              # executor advantage group: query (paper) | design
+    template: str = ""                    # fixed structure (mas.TEMPLATES key): no Designer, executor-only
+                                          # GRPO, e.g. "single" = the single-agent GRPO baseline
     # optimisation
     steps: int = 200
     batch_size: int = 8                   # [paper] B queries per step (global, over all ranks)
@@ -191,6 +193,10 @@ def validate(cfg, world=1):
     for k, allowed in choices.items():
         if getattr(cfg, k) not in allowed:
             problems.append(f"{k} must be one of {allowed}, got {getattr(cfg, k)!r}")
+    if cfg.template:
+        import mas
+        if cfg.template not in mas.TEMPLATES:
+            problems.append(f"template must be '' or one of {sorted(mas.TEMPLATES)}, got {cfg.template!r}")
     if cfg.batch_size % world:
         problems.append(f"batch_size={cfg.batch_size} must be divisible by the number of ranks ({world})")
     if cfg.lr <= 0 or cfg.temperature <= 0:
@@ -485,8 +491,10 @@ def update(cfg, step, role_data, policy_of, pad_id, device, world):
                     gn = gn.full_tensor() if hasattr(gn, "full_tensor") else gn
                     acc[f"{pol['name']}/grad_norm"] += float(gn) / (cfg.ppo_epochs * cfg.minibatches)
                     pol["opt"].step()
-    keys = sorted(acc)
-    tot = dict(zip(keys, all_sum([acc[k] for k in keys], device), strict=True)) if keys else {}
+    # the same keys on every rank (a rank without samples still takes part in the reduction)
+    keys = [f"{r}/{k}" for r in role_data for k in ("loss", "clip_frac", "ratio_mean", "kl", "n")]
+    keys += [f"{p['name']}/grad_norm" for p in {id(p): p for p in policy_of.values()}.values()]
+    tot = dict(zip(keys, all_sum([acc[k] for k in keys], device), strict=True))
     for role in role_data:
         n = max(tot.get(f"{role}/n", 0), 1)
         for k in ("clip_frac", "ratio_mean", "kl"):
@@ -682,6 +690,7 @@ def main(argv):
         # 2. rollout M x N with the engine, rewards R [b, M, N]
         t0 = time.perf_counter()
         batch = rollout_lib.rollout(mine, eng, eng, cfg.M, cfg.N, step, seed=cfg.seed * 1000 + rank,
+                                    template=cfg.template or None,
                                     designer_sampling=d_samp, executor_sampling=e_samp, short=cfg.short_prompt,
                                     lam=cfg.lam, fail_penalty=cfg.fail_penalty, limits=limits, on_phase=on_phase)
         t_rollout = time.perf_counter() - t0

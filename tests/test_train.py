@@ -6,8 +6,12 @@
   weights (and the same metrics) as the uninterrupted run;
 - torchrun --nproc_per_node=2 (gloo, FSDP2): both ranks' engines hold identical weights after each update.
 
-The model gets a very short SFT first (a few seconds): a freshly initialised model writes no parseable script
-and no answer tag, so every reward would be equal, every advantage zero, and the weights would never move.
+The model is freshly initialised (an SFT cold start takes minutes): it writes no parseable script and no
+answer tag, so every reward is equal and every GRPO advantage zero. The weights still move, through real code
+paths: weight decay changes them at step 1, and from step 2 on the k3 KL to the reference model gives a
+gradient on the samples the engine generated with the synced weights. So equal final weights need the same
+rollouts, the same optimizer/scheduler state and the same data position; the rest of the loss is covered by
+tests/test_grpo.py, and learning itself by `python train.py`.
 """
 
 import json
@@ -29,19 +33,15 @@ import train  # noqa: E402
 
 @pytest.fixture(scope="module")
 def model_dir(tmp_path_factory):
-    import sft
     import tiny
-    d = tmp_path_factory.mktemp("model") / "sft"
-    model, tok = tiny.build_model(seed=0, hidden_size=64, num_layers=2)
-    designer, executor = tiny.sft_traces(tiny.make_tasks(64, seed=0), seed=0)
-    sft.train_sft(model, tok, designer + executor, steps=60, lr=3e-3, batch_size=32, out_dir=str(d), log=None)
-    return d
+    return tiny.save_tiny(str(tmp_path_factory.mktemp("model") / "tiny"), seed=0, hidden_size=64, num_layers=2)
 
 
 def args_for(model_dir, out_dir, steps=3, **kw):
     base = dict(init_from=str(model_dir), out_dir=str(out_dir), backend="hf", data_mix="{'tiny': 1.0}",
                 tiny_tasks=40, batch_size=2, M=2, N=2, K=1, steps=steps, save_every=1, max_tokens=24,
-                designer_max_tokens=160, max_calls=3, script_timeout=20.0, lr=1e-3, micro_batch=8,
+                designer_max_tokens=48, max_calls=3, script_timeout=20.0, lr=1e-3, micro_batch=8,
+                weight_decay=0.1, kl_coef=0.1,
                 sft_if_missing=False, eval_tasks=0, progress=False, seed=0)
     base.update(kw)
     return ["config/tiny.py"] + [f"--{k}={v}" for k, v in base.items()]
