@@ -27,7 +27,7 @@
    all-gathered again immediately for backward), so the weight saved for our backward stays valid, and its
    gradient is reduce-scattered by FSDP's end-of-backward callback like any other root parameter. Wrap
    lm_head in the root's group (the usual `fully_shard(layer)` for each layer, then `fully_shard(model)`);
-   tied embeddings require that anyway.
+   tied embeddings require that anyway. tests/test_grpo.py checks values and gradients under fully_shard.
 
 2) grpo_loss: the clipped surrogate, token-mean over all unmasked tokens of the (global) batch
 
@@ -37,6 +37,7 @@
        w_t   = min(exp(logp_old_t - logp_engine_t), cap)  (detached; truncated IS, only if engine logprobs
                are given: corrects for the gap between the engine that sampled and the trainer)
        L     = Σ_t mask_t l_t / num_tokens
+   (log rho and log(ref/pi) are clamped to ±20 before exp, as verl does, so a stale log-prob cannot give inf.)
 
    num_tokens defaults to this call's mask.sum(). Pass the token count of the whole batch instead and the
    micro-batch losses (and gradients) sum to exactly the one-batch loss. Under DDP/FSDP, which average
