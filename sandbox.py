@@ -1082,6 +1082,8 @@ def run_workflows(scripts, tasks, generate, *, limits=None, timeout=None, max_ca
             r.error = f"run_workflows: {n} scripts but {len(tasks)} tasks"
         return results
     server = _get()
+    if server.unsafe:   # the opt-in is repeated in every step's log
+        print(f"WARNING: sandbox {server.isolation}", file=sys.stderr, flush=True)
     width = n if width is None else max(1, int(width))
     parts = [_task_parts(t) for t in tasks]
     jobs, pending, state = [], [], {}   # state[id(job)] = dict(run, used, waiting)
