@@ -503,14 +503,14 @@ def _job_main(spec, fds, base, isolated):
 # ---------------------------------------------------------------------------------------------------------
 # The fork-server: started with a fresh exec, runs inside the namespaces, forks one child per job
 
-def _serve(sock_fd, base, isolated):
+def _serve(sock_fd, base, isolated, heavy):
     sock = socket.socket(fileno=sock_fd)
     sys.path.insert(0, HERE)
-    for mod in ("mas", "reward", "data", "sympy", "math_verify"):   # paid once, here, not per job
+    for mod in ("mas", "reward", "data", "sympy", "math_verify") if heavy else ():   # paid once, here
         with contextlib.suppress(Exception):
             __import__(mod)
     with contextlib.suppress(Exception):   # warm SymPy/math-verify's lazy caches for in-job vote()
-        for p, g in (("1", "1"), ("\\frac12", "0.5"), ("x+1", "1+x"), ("a:0", "a:1"), ("[1,2)", "[1,2)")):
+        for p, g in () if not heavy else (("1", "1"), ("\\frac12", "0.5"), ("x+1", "1+x"), ("a:0", "a:1"), ("[1,2)", "[1,2)")):
             sys.modules["reward"]._local_equal(p, g, 0)
     try:
         if isolated:
@@ -634,8 +634,8 @@ read-only filesystem, network or PID namespace): set {env}=1 or call sandbox.sta
 
 
 class _Server:
-    def __init__(self, unsafe):
-        self.unsafe = unsafe
+    def __init__(self, unsafe, heavy=False):
+        self.unsafe, self.heavy = unsafe, heavy
         self.base = tempfile.mkdtemp(prefix="metaagent-sandbox-")
         self.lock = threading.Lock()
         self.next_id = 0
@@ -643,7 +643,7 @@ class _Server:
         self.sock = parent
         self.log = tempfile.TemporaryFile()
         cmd = [sys.executable, "-I", os.path.abspath(__file__), "--serve", str(child.fileno()), self.base,
-               "unsafe" if unsafe else "isolated"]
+               "unsafe" if unsafe else "isolated", "heavy" if heavy else "light"]
         if not unsafe:
             unshare = shutil.which("unshare") or "/usr/bin/unshare"
             cmd = [unshare, "--user", "--map-root-user", "--net", "--pid", "--fork", "--mount", "--mount-proc",
@@ -715,49 +715,52 @@ class _Server:
         shutil.rmtree(self.base, ignore_errors=True)
 
 
-_server = None
+# Two fork-servers: a light one (nothing pre-imported: forks and exits fast) for programs under test, and
+# a heavy one (mas, reward, SymPy, math-verify pre-imported and warmed) for workflow scripts.
+_servers = {}
 _server_lock = threading.Lock()
+_unsafe = None
 atexit.register(lambda: stop())
 
 
+def _env_unsafe():
+    return os.environ.get(UNSAFE_ENV, "") not in ("", "0")
+
+
 def start(unsafe=None):
-    """Start (or restart) the shared fork-server and return a line describing its isolation.
+    """Start (or restart) the fork-servers and return a line describing their isolation.
 
     Call it early (before torch/vLLM spawn threads is best; it is a fresh exec either way). unsafe=None
     reads METAAGENT_UNSAFE_SANDBOX. Raises SandboxUnavailable when isolation cannot be had."""
-    global _server
-    if unsafe is None:
-        unsafe = os.environ.get(UNSAFE_ENV, "") not in ("", "0")
+    global _unsafe
+    stop()
     with _server_lock:
-        if _server is not None:
-            _server.close()
-            _server = None
-        _server = _Server(bool(unsafe))
-        return _server.isolation
+        _unsafe = _env_unsafe() if unsafe is None else bool(unsafe)
+        for heavy in (False, True):
+            _servers[heavy] = _Server(_unsafe, heavy)
+        return _servers[False].isolation
 
 
 def isolation():
-    """The isolation line of the running fork-server (starting it if needed): for every log."""
+    """The isolation line of the running fork-servers (starting them if needed): for every log."""
     return _get().isolation
 
 
 def stop():
-    global _server
     with _server_lock:
-        if _server is not None:
-            _server.close()
-            _server = None
+        for s in _servers.values():
+            s.close()
+        _servers.clear()
 
 
-def _get():
-    global _server
+def _get(heavy=False):
     with _server_lock:
-        if _server is None or not _server.alive():
-            if _server is not None:
-                _server.close()
-            unsafe = os.environ.get(UNSAFE_ENV, "") not in ("", "0")
-            _server = _Server(unsafe)
-        return _server
+        s = _servers.get(heavy)
+        if s is None or not s.alive():
+            if s is not None:
+                s.close()
+            s = _servers[heavy] = _Server(_env_unsafe() if _unsafe is None else _unsafe, heavy)
+        return s
 
 
 class _Job:
@@ -1081,7 +1084,7 @@ def run_workflows(scripts, tasks, generate, *, limits=None, timeout=None, max_ca
         for r in results:
             r.error = f"run_workflows: {n} scripts but {len(tasks)} tasks"
         return results
-    server = _get()
+    server, light = _get(heavy=True), _get()
     if server.unsafe:   # the opt-in is repeated in every step's log
         print(f"WARNING: sandbox {server.isolation}", file=sys.stderr, flush=True)
     width = n if width is None else max(1, int(width))
@@ -1134,7 +1137,7 @@ def run_workflows(scripts, tasks, generate, *, limits=None, timeout=None, max_ca
             if not isinstance(code, str) or not isinstance(msg.get("input", ""), str):
                 return fail(job, f"bad {op} call: code and input must be strings")
             if op == "run_python":
-                sub = _Job(server, "code", _code_payload(code, msg.get("input", "")), code_timeout, max_output)
+                sub = _Job(light, "code", _code_payload(code, msg.get("input", "")), code_timeout, max_output)
             else:
                 pub = parts[st["run"]][1]
                 if not pub or not pub.get("inputs"):
@@ -1143,7 +1146,7 @@ def run_workflows(scripts, tasks, generate, *, limits=None, timeout=None, max_ca
                 if pub.get("fn_name"):
                     from reward import CALL_HEADER  # the imports code_score gives call-based programs
                     code = CALL_HEADER + code
-                sub = _new_tests_job(server, code, pub, min(4.0, code_timeout), max_output, MEMORY)
+                sub = _new_tests_job(light, code, pub, min(4.0, code_timeout), max_output, MEMORY)
             sub.kind = op
             sub.messages_seen = getattr(sub, "messages_seen", [])
             sub.parent_job = job
@@ -1226,5 +1229,5 @@ def run_workflows(scripts, tasks, generate, *, limits=None, timeout=None, max_ca
     return results
 
 
-if __name__ == "__main__" and len(sys.argv) == 5 and sys.argv[1] == "--serve":
-    _serve(int(sys.argv[2]), sys.argv[3], sys.argv[4] == "isolated")
+if __name__ == "__main__" and len(sys.argv) == 6 and sys.argv[1] == "--serve":
+    _serve(int(sys.argv[2]), sys.argv[3], sys.argv[4] == "isolated", sys.argv[5] == "heavy")

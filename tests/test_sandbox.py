@@ -56,9 +56,8 @@ def _descendants(pid):
 
 def _no_leftovers():
     """Only the fork-server itself (under `unshare`) remains: every job and everything it started is gone."""
-    root = sandbox._server.proc.pid
     for _ in range(50):   # the server reaps a job just after the trainer saw its end
-        if len(_descendants(root)) <= 1:
+        if all(len(_descendants(s.proc.pid)) <= 1 for s in sandbox._servers.values()):
             return True
         time.sleep(0.05)
     return False
@@ -149,7 +148,7 @@ def test_hostile_programs_concurrently(world):
     """Every hostile program at once, next to a well-behaved one that must be unaffected."""
     fmt = {"dir": world["dir"], "keep": world["keep"], "repo": REPO, "port": world["port"]}
     good = "import sys\nprint(sum(map(int, sys.stdin.read().split())))"
-    server_pid = sandbox._server.proc.pid
+    server_pid = sandbox._servers[False].proc.pid
     with ThreadPoolExecutor(len(PROGRAMS) + 1) as ex:
         futs = {name: ex.submit(sandbox.run_code, code.format(**fmt), "", T, memory=128 << 20)
                 for name, code, _, _ in PROGRAMS}
@@ -172,7 +171,7 @@ def test_hostile_programs_concurrently(world):
     assert _snapshot([world["dir"], REPO]) == world["before"]
     with pytest.raises(BlockingIOError):
         world["sock"].accept()                  # nobody ever connected
-    assert sandbox._server.proc.pid == server_pid and sandbox._server.alive()
+    assert sandbox._servers[False].proc.pid == server_pid and sandbox._servers[False].alive()
     assert _no_leftovers()
     assert sandbox.run_code("print(1)").stdout == "1\n"
 
@@ -351,12 +350,13 @@ def test_trainer_exit_takes_the_server_down():
             f"sandbox.start(unsafe={ISOLATION is None!r}); import threading; "
             "threading.Thread(target=sandbox.run_code, args=('import time; time.sleep(100)',),"
             " kwargs={'timeout': 100}, daemon=True).start(); time.sleep(1.5); "
-            "print(sandbox._server.proc.pid, flush=True); import os; os._exit(0)")
+            "print(sandbox._servers[False].proc.pid, sandbox._servers[True].proc.pid, flush=True); "
+            "import os; os._exit(0)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
-    pid = int(out.stdout.split()[0])
-    for _ in range(100):
-        if not os.path.exists(f"/proc/{pid}") or open(f"/proc/{pid}/stat").read().split()[2] == "Z":
-            break
-        time.sleep(0.05)
-    else:
-        raise AssertionError("the sandbox outlived its trainer")
+    for pid in map(int, out.stdout.split()):
+        for _ in range(100):
+            if not os.path.exists(f"/proc/{pid}") or open(f"/proc/{pid}/stat").read().split()[2] == "Z":
+                break
+            time.sleep(0.05)
+        else:
+            raise AssertionError("the sandbox outlived its trainer")
