@@ -1,8 +1,10 @@
 """sandbox.py: running untrusted code (workflow scripts and programs under test) safely and fast.
 
 Model-written code runs in child processes that can hurt nothing: not the trainer, not the files, not each
-other. Every job is forked from one pre-started, pre-imported fork-server that lives in its own user, mount,
-network and PID namespaces (started by `unshare`, no root needed):
+other. Every job is forked from a pre-started fork-server that lives in its own user, mount, network and
+PID namespaces (started by `unshare` with a fresh exec, no root needed). There are two: a light one for
+programs under test (nothing pre-imported, so fork and exit are cheap) and a heavy one for workflow scripts
+(mas, reward, SymPy and math-verify imported and warmed once, so vote() costs no import per job):
 
     trainer ──socket──▶ fork-server (PID 1 of its namespace; all mounts read-only; no network)
                           └─ fork ─▶ job (PID 1 of its own PID namespace, own tmpfs as working directory,
@@ -21,12 +23,15 @@ run_workflows relays every agent call of every live script to the trainer; when 
 blocked on an agent call, the trainer makes ONE batched `generate(calls)` (a tick), with calls sorted by
 (run, index), so a seeded rollout gives the same batches whatever the timing of the children.
 
+Not covered: jobs share the fork-server's (empty, loopback-down) network namespace, so two jobs of one
+batch could meet over an abstract unix socket; CPU and memory bandwidth are shared (no cgroups).
+
 Where the namespaces cannot be had (unprivileged user namespaces disabled), the sandbox refuses to run
 model code (SandboxUnavailable, saying why and what to enable) unless METAAGENT_UNSAFE_SANDBOX=1 or
 start(unsafe=True) is set; then it runs with rlimits + seccomp only and warns loudly on every start.
 
-Copy this file and mas.py together; everything else (reward.py for math_equal / outputs_match, data.py for
-task_text) is optional and imported lazily.
+Copy this file with mas.py and reward.py (vote() uses math_equal; a script's run_tests compares outputs as
+reward.code_score does); data.task_text formats a task when data.py is there. All imported lazily.
 """
 
 import atexit
@@ -991,12 +996,10 @@ def _tests_payload(code, tests, timeout_per_test, max_output):
 def _tests_outcomes(job, n):
     outs = [TestOutcome(m.get("status", "error"), str(m.get("output", "")), m.get("error"))
             for m in job.messages_seen][:n]
-    if len(outs) < n:
+    if len(outs) < n:   # the harness was killed (overall deadline) or died: the rest did not run
         res = _to_result(job)
         why = res.status if res.status != "ok" else "error"
-        msg = _last_line(res.stderr) or why
-        outs += [TestOutcome("timeout" if why == "timeout" else why if why != "ok" else "error", "", msg)
-                 for _ in range(n - len(outs))]
+        outs += [TestOutcome(why, "", _last_line(res.stderr) or why) for _ in range(n - len(outs))]
     return outs
 
 
