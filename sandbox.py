@@ -478,6 +478,7 @@ def _job_main(spec, fds, base, isolated):
     try:
         chan, out, err = (fcntl.fcntl(fd, fcntl.F_DUPFD, 100) for fd in fds[:3])   # no clash with 1-3
         os.setsid()
+        _libc.prctl(4, 0, 0, 0, 0)   # PR_SET_DUMPABLE 0: a program under test cannot open its harness's memory
         signal.set_wakeup_fd(-1)
         for s in (signal.SIGCHLD, signal.SIGINT, signal.SIGTERM):
             signal.signal(s, signal.SIG_DFL)

@@ -193,6 +193,9 @@ def test_run_tests_stdin_and_call_based():
     code = "class Solution:\n    def add(self, a, b):\n        return [a + b]\n"
     out = sandbox.run_tests(code, {"inputs": [[1, 2], "3\n4"], "outputs": [[3], [7]], "fn_name": "add"})
     assert [(o.status, o.output) for o in out] == [("ok", "[3]"), ("ok", "[7]")]
+    # a program cannot reach into the harness that records its outputs (/proc/1/mem is the harness)
+    tamper = "try:\n    open('/proc/1/mem', 'r+b')\n    print('tampered')\nexcept OSError:\n    print('denied')"
+    assert [o.output for o in sandbox.run_tests(tamper, {"inputs": [""], "outputs": [""]})] == ["denied\n"]
     t0 = time.monotonic()
     out = sandbox.run_tests("import time\nn = int(input())\ntime.sleep(n)\nprint(n)",
                             {"inputs": ["0", "100", "0"], "outputs": ["0", "100", "0"]}, timeout_per_test=1.0)
