@@ -630,6 +630,7 @@ def main(argv):
     held = {"role": names[0]}
     role_weights = {}
     sync_info = {}
+    sync_dtype = torch.bfloat16 if device.type == "cuda" and cfg.bf16 else None
 
     def sync_weights():
         t0 = time.perf_counter()
@@ -640,8 +641,8 @@ def main(argv):
             digests = gather_objects(weights_digest(state.items()))
             sync_info.update(weights_digest=digests[0], weights_ranks_agree=len(set(digests)) == 1)
             eng.load_weights(state)
-        elif cfg.policy == "shared":
-            eng.load_weights(full_state(policies["model"]["model"]))
+        elif cfg.policy == "shared":   # one tensor at a time: the full model never sits on the GPU twice
+            eng.load_weights(full_state(policies["model"]["model"], sync_dtype))
         else:
             for r in ("designer", "executor"):
                 role_weights[r] = {k: v.cpu() for k, v in full_state(policy_of[r]["model"])}
@@ -826,7 +827,11 @@ def final_table(cfg, eng, sources, rank, world, on_phase, put_weights, sync_weig
     rows += [("SFT: designs", evaluate(None)), ("SFT: single agent", evaluate("single"))]
     sync_weights()
     if rank == 0:
-        print(f"\nheld-out tiny tasks: {len(tasks)} (1 design x 1 execution each, T={cfg.temperature})")
+        with open(os.path.join(cfg.out_dir, "metrics.jsonl")) as f:
+            rs = [json.loads(ln)["reward/mean"] for ln in f if ln.strip()]
+        k = max(1, min(5, len(rs) // 2))
+        print(f"\ntraining reward (mean of {k} steps): first {np.mean(rs[:k]):.3f} -> last {np.mean(rs[-k:]):.3f}")
+        print(f"held-out tiny tasks: {len(tasks)} (1 design x 1 execution each, T={cfg.temperature})")
         print(f"{'':24s} {'reward':>7s} {'accuracy':>9s}  structures")
         for name, (rw, acc, sh) in rows:
             print(f"{name:24s} {rw:7.3f} {acc:9.1%}  {sh}")

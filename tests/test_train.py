@@ -166,7 +166,7 @@ def test_seeded_runs_agree_and_resume_after_sigkill_is_exact(model_dir, tmp_path
 
 def test_torchrun_two_ranks_hold_identical_weights(model_dir, tmp_path):
     out = tmp_path / "dist"
-    p = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", "--master_port=0",
+    p = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
                         "train.py", *args_for(model_dir, out, steps=2, save_every=2, verify_sync=True)],
                        cwd=ROOT, capture_output=True, text=True, timeout=600,
                        env={**os.environ, "OMP_NUM_THREADS": "1"})
