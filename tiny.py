@@ -10,21 +10,37 @@ Four pieces, each usable on its own:
 2. `tiny_config()` / `build_model()` / `save_tiny()`: a small transformers `Qwen3ForCausalLM` (so vLLM
    loads it unchanged), saved with `save_pretrained` next to its tokenizer.
 3. `make_tasks(n, seed, difficulty)`: a deterministic synthetic world in data.py's task format.
-   - math "chain": evaluate an expression of `difficulty + 1` operations, e.g. `(7+5)*3-4`; the gold
-     answer is exact integer arithmetic, graded by reward.math_equal. The executor is taught to reduce
-     it one step at a time (`7+5=12` / `12*3=36` / `36-4=32`) before `<answer>32</answer>`, so errors
-     come from sampling a wrong digit in some step: they differ between samples and a vote can fix them.
+   - math "chain": evaluate a short expression, e.g. `7-5+8` (difficulty 1: 2 operations, 2: 3
+     operations, both + and - on operands up to 9; from 3: also *, operands up to 19, e.g. `(6-3)*8-3`).
+     The gold answer is exact integer arithmetic, graded by reward.math_equal. The executor is taught to
+     reduce it one step at a time (`7-5=2` / `2+8=10`) before `<answer>10</answer>`, so that errors come
+     from sampling a wrong digit in some step: they differ between samples and a vote can fix them.
    - code "fn": write a one-line Python function `f(x)` from three visible examples; five hidden tests
      on other inputs. Functions come from a small catalogue (`x+K`, `x*K`, `x%K`, `max(x,K)`, ...;
-     `difficulty` widens it) and the visible examples are drawn so that exactly one catalogue function
-     fits them: passing the visible tests then means passing the hidden ones, which is what makes
-     "sample k candidates, keep one that passes the visible tests" (the tester template) pay off.
+     `difficulty` widens it) and the visible examples are drawn so that every catalogue function that
+     fits them also passes the hidden tests: a program that passes the visible tests is then right, which
+     is what makes the tester template (repair after a failed visible test) pay off.
 4. `sft_traces(tasks, seed)`: SFT samples for both roles. Designer: the short designer prompt -> the
-   template that suits the task (tester for code, ensemble for math). Executor: every agent call that
-   template makes, answered correctly by an oracle that knows the task's answer.
+   template that suits the task (tester for code, ensemble for math; another template 25% of the time).
+   Executor: every agent call that template makes when run in the sandbox, answered by an oracle that
+   knows the task's answer; in half the critic/tester runs the first reply is deliberately wrong (never a
+   training target), so that the critic and the repair call learn to fix, not just to copy.
 
-Calibration (measured before the families were settled; numbers in /work/tiny_calibration.md):
-see CALIBRATION below.
+Calibration (transformers generate at T=1 through the real templates in the sandbox, scored by
+reward.correctness; 4 layers x hidden 128 (0.87M parameters), AdamW lr 3e-3 cosine, batch 16, loss on the
+completion only, executor samples from sft_traces; difficulty 1; 50 held-out tasks per kind; one torch
+thread on a shared 2-core machine; full notes in the team's calibration note):
+
+    executor samples seen      single(greedy)  single  ensemble(3)  critic  tester
+    4.8k (300 steps, 17 min)   math  6%         8%      12%          6%      8%
+                               code  8%         0%       4%          4%      6%
+    9.6k (600 steps, +11 min)  math 10%         8%       8%         10%      8%
+                               code  8%         8%       6%          2%     18%
+
+So far only the tester on code clearly beats one call; at this training budget the model has not yet
+learnt to copy operands into its steps, so math is still near the floor. The target (single agent
+30-80%, best template clearly better) needs more executor training than these runs had: sft.py's
+default budget is about 2.7x the larger run; `difficulty` stays the knob to turn once it is measured.
 """
 
 import json
