@@ -99,14 +99,20 @@ def executor_generate(eng, sampling, seed_of, records, stats, batched=True):
             return []
         prompts = [c.messages for c in calls]
         samplings = [replace(sampling, n=1, seed=seed_of(c)) for c in calls]
-        if batched:
-            outs = eng.generate(prompts, samplings)
-            stats["generate_calls"] += 1
-        else:
-            outs = []
-            for p, s in zip(prompts, samplings):
-                outs += eng.generate([p], [s])
+        try:
+            if batched:
+                outs = eng.generate(prompts, samplings)
                 stats["generate_calls"] += 1
+            else:
+                outs = []
+                for p, s in zip(prompts, samplings):
+                    outs += eng.generate([p], [s])
+                    stats["generate_calls"] += 1
+        except Exception as e:
+            # the sandbox would turn this into failed runs (reward 0); an engine failure is ours, not the
+            # model's, so rollout re-raises it after the sandbox has cleaned up
+            stats.setdefault("engine_error", e)
+            raise
         comps = [o[0] for o in outs]
         for c, comp in zip(calls, comps):
             records[(c.run, c.index)] = comp
@@ -201,6 +207,9 @@ def rollout(queries, designer_engine, executor_engine, M, N, step=0, *, seed=0, 
         gen = executor_generate(executor_engine, executor_sampling, seed_of, records, stats, batch_calls)
         kw = {} if limits is None else {"limits": limits}
         wf_runs = sandbox.run_workflows(run_scripts, run_tasks, gen, **kw)
+        if "engine_error" in stats:
+            e = stats.pop("engine_error")
+            raise RuntimeError(f"the executor engine failed during the rollout: {type(e).__name__}: {e}") from e
     stats["execute_s"] = time.perf_counter() - t0
 
     # ---- rewards

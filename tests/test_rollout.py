@@ -198,3 +198,22 @@ def test_samples_to_tensors_aligned_with_token_logprobs(hf):
     P = len(s0.prompt_ids)
     assert t["completion_mask"][0, P - 2].item() == 0 and t["completion_mask"][0, P - 1].item() == 1
     assert t["input_ids"][0, P].item() == s0.completion_ids[0]
+
+
+class Failing:
+    """The real engine, which fails (as vLLM does when its core dies) once it has served `ok` calls."""
+
+    def __init__(self, eng, ok):
+        self.eng, self.tokenizer, self.ok = eng, eng.tokenizer, ok
+
+    def generate(self, prompts, sampling):
+        if self.ok == 0:
+            raise RuntimeError("engine core died")
+        self.ok -= 1
+        return self.eng.generate(prompts, sampling)
+
+
+def test_engine_failure_is_raised_not_scored(hf):
+    # the sandbox turns a failed generate into failed runs; rollout must not hand those to the trainer
+    with pytest.raises(RuntimeError, match="engine core died"):
+        rollout(TASKS, None, Failing(hf, ok=1), M=1, N=2, template="critic", executor_sampling=EXEC)
