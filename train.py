@@ -755,7 +755,8 @@ def main(argv):
     if cfg.eval_tasks > 0 and "tiny" in cfg.data_mix:
         final_table(cfg, eng, sources, rank, world, on_phase, put_weights, sync_weights)
     dist.barrier()
-    dist.destroy_process_group()
+    if not isinstance(eng, engine_lib.VLLMEngine):
+        dist.destroy_process_group()   # (vLLM tears down its groups at exit, and needs ours alive then)
 
 
 def _truncate_metrics(path, step):
@@ -806,7 +807,7 @@ def final_table(cfg, eng, sources, rank, world, on_phase, put_weights, sync_weig
     import rollout as rollout_lib
     import tiny
     seen = {t["question"] for src in sources for t in src}
-    tasks = [t for t in tiny.make_tasks(cfg.eval_tasks * 2, seed=cfg.seed + 1_000_003) if t["question"] not in seen]
+    tasks = [t for t in tiny.make_tasks(cfg.eval_tasks * 10, seed=cfg.seed + 1_000_003) if t["question"] not in seen]
     tasks = tasks[:cfg.eval_tasks]
     mine = tasks[rank::world]
     samp = engine_lib.Sampling(temperature=cfg.temperature, max_tokens=cfg.max_tokens)
