@@ -413,7 +413,8 @@ def pack(samples, idx, pad_id, device):
 
 
 def update(cfg, step, role_data, policy_of, pad_id, device, world):
-    """role_data[role] = dict(samples, adv [S]). Returns per-role stats (clip fraction, ratio, KL, gap)."""
+    """role_data[role] = dict(samples, adv [S]). Returns (per-role stats: clip fraction, ratio, KL, log-prob gap;
+    the names of the policies whose optimizer stepped)."""
     import grpo
     stats = {}
     # 5. old log-probs (and ref log-probs for KL) by the trainer, before any update
@@ -449,7 +450,7 @@ def update(cfg, step, role_data, policy_of, pad_id, device, world):
 
     # 6. ppo_epochs x minibatches optimizer steps; each step sums one weighted token-mean per role
     weights = {"designer": cfg.designer_weight, "executor": cfg.executor_weight}
-    acc = Counter()
+    acc, stepped = Counter(), set()
     for epoch in range(cfg.ppo_epochs):
         perms = {r: np.random.default_rng([cfg.seed, step, epoch, len(r)]).permutation(len(rd["samples"]))
                  for r, rd in role_data.items()}
@@ -493,6 +494,7 @@ def update(cfg, step, role_data, policy_of, pad_id, device, world):
                     gn = gn.full_tensor() if hasattr(gn, "full_tensor") else gn
                     acc[f"{pol['name']}/grad_norm"] += float(gn) / (cfg.ppo_epochs * cfg.minibatches)
                     pol["opt"].step()
+                    stepped.add(pol["name"])
     # the same keys on every rank (a rank without samples still takes part in the reduction)
     keys = [f"{r}/{k}" for r in role_data for k in ("loss", "clip_frac", "ratio_mean", "kl", "n")]
     keys += [f"{p['name']}/grad_norm" for p in {id(p): p for p in policy_of.values()}.values()]
@@ -505,7 +507,7 @@ def update(cfg, step, role_data, policy_of, pad_id, device, world):
     for k in keys:
         if k.endswith("grad_norm"):
             stats[k] = tot[k] / world
-    return stats
+    return stats, stepped
 
 
 def _max(x, device):
@@ -716,9 +718,9 @@ def main(argv):
                                      "adv": torch.tensor([adv_e[s.index].item() for s in batch.executor])}
         # 5-6. old log-probs, then the GRPO update(s)
         t0 = time.perf_counter()
-        ustats = update(cfg, step, role_data, policy_of, pad_id, device, world)
-        for r in {policy_of[r]["name"] for r in active}:
-            policies[r]["sched"].step()
+        ustats, stepped = update(cfg, step, role_data, policy_of, pad_id, device, world)
+        for name in stepped:
+            policies[name]["sched"].step()
         t_update = time.perf_counter() - t0
         # 7. the new weights into the engine
         t_sync = sync_weights()
