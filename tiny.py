@@ -31,16 +31,21 @@ reward.correctness; 4 layers x hidden 128 (0.87M parameters), AdamW lr 3e-3 cosi
 completion only, executor samples from sft_traces; difficulty 1; 50 held-out tasks per kind; one torch
 thread on a shared 2-core machine; full notes in the team's calibration note):
 
-    executor samples seen      single(greedy)  single  ensemble(3)  critic  tester
-    4.8k (300 steps, 17 min)   math  6%         8%      12%          6%      8%
-                               code  8%         0%       4%          4%      6%
-    9.6k (600 steps, +11 min)  math 10%         8%       8%         10%      8%
-                               code  8%         8%       6%          2%     18%
+    executor samples seen       single(greedy)  single  ensemble(3)  critic  tester
+    4.8k (300x16, 17 min)       math  6%         8%      12%          6%      8%
+                                code  8%         0%       4%          4%      6%
+    9.6k (+300x16, +11 min)     math 10%         8%       8%         10%      8%
+                                code  8%         8%       6%          2%     18%
+    14k (+139x32, +12 min)      math 18%        20%      18%         10%     12%
+                                code 12%        16%      14%          4%     12%
 
-So far only the tester on code clearly beats one call; at this training budget the model has not yet
-learnt to copy operands into its steps, so math is still near the floor. The target (single agent
-30-80%, best template clearly better) needs more executor training than these runs had: sft.py's
-default budget is about 2.7x the larger run; `difficulty` stays the knob to turn once it is measured.
+The single agent climbs with training (8% -> 20%), but no template beats it beyond the noise of 50
+tasks (about +-6 points) yet: the model still miscopies operands (`6-5+2` -> `5-4=2`), so its errors
+are not yet the independent slips a vote fixes, and the critic, trained on half-wrong proposals, hurts.
+Not calibrated to the target (single 30-80%, best template clearly better) within this budget: it needs
+more executor training than these runs had (sft.py's default of 400x64 mixed samples is in the range of
+the last row), or shorter prompts (a mean executor sample is 234 tokens, most of it the agent system
+line and data.task_text's code boilerplate). `difficulty` is the knob to turn once sft.py's figures exist.
 """
 
 import json
