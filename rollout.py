@@ -99,6 +99,7 @@ def executor_generate(eng, sampling, seed_of, records, stats, batched=True):
             return []
         prompts = [c.messages for c in calls]
         samplings = [replace(sampling, n=1, seed=seed_of(c)) for c in calls]
+        t0 = time.perf_counter()
         try:
             if batched:
                 outs = eng.generate(prompts, samplings)
@@ -113,6 +114,8 @@ def executor_generate(eng, sampling, seed_of, records, stats, batched=True):
             # model's, so rollout re-raises it after the sandbox has cleaned up
             stats.setdefault("engine_error", e)
             raise
+        finally:
+            stats["generate_s"] += time.perf_counter() - t0
         comps = [o[0] for o in outs]
         for c, comp in zip(calls, comps):
             records[(c.run, c.index)] = comp
@@ -140,8 +143,9 @@ def rollout(queries, designer_engine, executor_engine, M, N, step=0, *, seed=0, 
 
     template: None (the Designer writes the scripts) or a key of mas.TEMPLATES (fixed structure: every one
       of the M designs is that template; designer_engine is not used and may be None).
-    on_phase: called with "designer" before the design phase and "executor" before the execution phase, so
-      that separate policies sharing one device can swap weights (the engine must reset its prefix cache).
+    on_phase: called with "designer" before the design phase (not in fixed-structure mode) and "executor"
+      before the execution phase (always), so that separate policies sharing one device can swap weights
+      (engine.load_weights resets the prefix cache).
     fail_penalty: subtracted from the reward of a run that failed (script error, or script unparseable).
     batch_calls: False sends each agent call on its own (only for measuring what batching buys).
     grade_workers: threads grading runs at once.
@@ -149,7 +153,7 @@ def rollout(queries, designer_engine, executor_engine, M, N, step=0, *, seed=0, 
     B = len(queries)
     designer_sampling = designer_sampling or engine_lib.Sampling(temperature=1.0, max_tokens=1024)
     executor_sampling = executor_sampling or engine_lib.Sampling(temperature=1.0, max_tokens=256)
-    stats = {"generate_calls": 0, "designer_generate_calls": 0}
+    stats = {"generate_calls": 0, "designer_generate_calls": 0, "generate_s": 0.0}
 
     # ---- design phase: one generate call for all B*M designer prompts, one seeded completion each
     t0 = time.perf_counter()
@@ -201,9 +205,9 @@ def rollout(queries, designer_engine, executor_engine, M, N, step=0, *, seed=0, 
         return engine_lib.derive_seed(seed, step, q, i, j, call.index)
 
     wf_runs = []
+    if on_phase is not None:   # always, so that after a rollout the engine holds the executor's weights
+        on_phase("executor")
     if run_keys:
-        if on_phase is not None:
-            on_phase("executor")
         gen = executor_generate(executor_engine, executor_sampling, seed_of, records, stats, batch_calls)
         kw = {} if limits is None else {"limits": limits}
         wf_runs = sandbox.run_workflows(run_scripts, run_tasks, gen, **kw)

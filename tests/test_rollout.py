@@ -131,8 +131,11 @@ def test_fixed_structure_vllm(vllm_engine):
 def test_unparseable_scripts_score_zero_and_stay_in_group(hf):
     eng = Counting(hf)
     ds = engine.Sampling(temperature=1.0, max_tokens=24)
-    b = rollout(TASKS, eng, eng, M=3, N=2, designer_sampling=ds, executor_sampling=EXEC, short=True)
+    phases = []
+    b = rollout(TASKS, eng, eng, M=3, N=2, designer_sampling=ds, executor_sampling=EXEC, short=True,
+                on_phase=phases.append)
     assert eng.sizes == [6]    # all B*M designer prompts in one call; nothing executed
+    assert phases == ["designer", "executor"]   # the engine is left holding the executor, as always
     assert sorted(s.index for s in b.designer) == list(itertools.product(range(2), range(3)))
     assert b.scripts == [[None] * 3] * 2
     assert torch.equal(b.R, torch.zeros(2, 3, 2))
