@@ -261,11 +261,84 @@ def bench_rollout(B=4, max_tokens=64, backend="auto", naive=(1, 1, 2), reps=2):
               f"naive per-call rollout {nv:.0f} tok/s: batching buys {r / nv:.1f}x")
 
 
+def bench_gpu(steps=3, B=8, T=4096, gen_prompts=64, gen_tokens=256):
+    """Only with CUDA: a Qwen3-4B-shaped model with random weights in bf16. One GRPO update (chunked
+    log-probs, activation checkpointing) timed for MFU and peak memory; then, when vLLM is installed, the same
+    weights in a colocated vLLM engine: a weight reload (in place, prefix cache reset) and a batched generation,
+    timed. MFU = 6 * params * tokens / time / peak, against the H200's dense bf16 peak (989 TFLOP/s)."""
+    import tempfile
+    import time
+
+    import torch
+    from transformers import Qwen3Config, Qwen3ForCausalLM
+
+    from grpo import grpo_loss, token_logprobs
+
+    if not torch.cuda.is_available():
+        print("skipped: no CUDA device here (this section measures the GPU path; run it on an H200)")
+        return None
+    peak_flops = 989e12
+    cfg = Qwen3Config(vocab_size=151936, hidden_size=2560, intermediate_size=9728, num_hidden_layers=36,
+                      num_attention_heads=32, num_key_value_heads=8, head_dim=128, tie_word_embeddings=True,
+                      max_position_embeddings=40960, rope_theta=1e6)
+    torch.manual_seed(0)
+    with torch.device("cuda"):
+        model = Qwen3ForCausalLM(cfg).to(torch.bfloat16)
+    model.gradient_checkpointing_enable()
+    model.config.use_cache = False
+    params = sum(p.numel() for p in model.parameters())
+    opt = torch.optim.AdamW(model.parameters(), lr=5e-6, fused=True)
+    ids = torch.randint(0, cfg.vocab_size, (B, T), device="cuda")
+    mask = torch.ones_like(ids)
+    adv = torch.randn(B, device="cuda")
+    times = []
+    torch.cuda.reset_peak_memory_stats()
+    for _ in range(steps + 1):
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        logp = token_logprobs(model, ids, mask)
+        loss, _ = grpo_loss(logp, logp.detach(), adv, mask[:, 1:])
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        torch.cuda.synchronize()
+        times.append(time.perf_counter() - t0)
+    dt = min(times[1:])
+    tokens = B * T
+    # activation checkpointing recomputes the forward: 8 * N * tokens of work, 6 * N * tokens counted (MFU)
+    print(f"train step: {params / 1e9:.2f}B params, {tokens} tokens in {dt:.2f} s = {tokens / dt:.0f} tokens/s, "
+          f"MFU {6 * params * tokens / dt / peak_flops:.1%}, peak memory {torch.cuda.max_memory_allocated() / 2**30:.1f} GiB")
+    import engine as engine_lib
+    if not engine_lib.vllm_available():
+        print("vLLM part skipped: vllm is not installed")
+        return {"tokens_per_s": tokens / dt}
+    del opt
+    torch.cuda.empty_cache()
+    with tempfile.TemporaryDirectory() as d:
+        import tiny
+        model.save_pretrained(d)
+        tiny.build_tokenizer().save_pretrained(d)   # any tokenizer: the weights are random anyway
+        eng = engine_lib.make_engine(d, backend="vllm", gpu_memory_utilization=0.35)
+        t0 = time.perf_counter()
+        eng.load_weights((k, v) for k, v in model.state_dict().items())
+        torch.cuda.synchronize()
+        reload_s = time.perf_counter() - t0
+        prompts = [list(range(10, 522))] * gen_prompts
+        t0 = time.perf_counter()
+        outs = eng.generate(prompts, engine_lib.Sampling(temperature=1.0, max_tokens=gen_tokens, seed=0))
+        gen_s = time.perf_counter() - t0
+        n = sum(len(o[0].token_ids) for o in outs)
+        print(f"weight reload {reload_s:.2f} s; generation {n} tokens in {gen_s:.2f} s = {n / gen_s:.0f} tokens/s; "
+              f"peak memory {torch.cuda.max_memory_allocated() / 2**30:.1f} GiB")
+    return {"tokens_per_s": tokens / dt, "reload_s": reload_s, "gen_tokens_per_s": n / gen_s}
+
+
 SECTIONS = {
     "grade": bench_grade,
     "rollout": bench_rollout,
     "sandbox": bench_sandbox,
     "train": bench_train,
+    "gpu": bench_gpu,
 }
 
 
