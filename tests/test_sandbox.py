@@ -308,9 +308,8 @@ def test_templates_run_with_visible_tests_only():
     assert "2\n" in text and "FAIL 0/1" in text
 
 
+@needs_isolation
 def test_generate_failure_becomes_run_error():
-    if ISOLATION is None:
-        pytest.skip(f"no isolation here: {WHY}")
 
     def broken(calls):
         raise RuntimeError("engine on fire")
