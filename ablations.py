@@ -38,8 +38,9 @@ last checkpoint, so the same command continues an interrupted set):
     python ablations.py -- --eval_tasks=50                # anything after `--` goes to every train.py
     python ablations.py report out/ablations              # ROOT/RESULTS.md + ROOT/plots/*.png
 
-Budget: on a 2-core machine a 4x4 tiny step takes roughly 5-15 s and each run ends with a held-out table
-(about a minute), so 10 runs x 3 seeds x 60 steps is several hours. The issue's budget is about two hours:
+Budget: the README measured 4-10 s a step for the tiny default (M=4 x N=2) on a quiet 2-core machine; 4x4
+runs twice the executions, and each run ends with a held-out table (about a minute quiet). So 10 runs x 3
+seeds x 60 steps is several hours (on a busy machine a 4x4 step took 107-132 s). The issue's budget is about two hours:
 cut comparisons before steps, e.g. `--cut policy,stage_length --seeds 0,1,2 --steps 60`, and say in the
 README which were cut (RESULTS.md lists the comparisons that have no runs).
 
@@ -216,13 +217,18 @@ def run_one(run, seed, steps, root, extra):
     with open(stamp, "w") as f:
         json.dump({"cmd": cmd}, f)
     print(f"== {run} seed {seed}: {' '.join(cmd[1:])}", flush=True)
-    rc = launch(cmd + ["--resume"], os.path.join(d, "train.log"))   # --resume: from the last checkpoint, if any
+    resume = ["--resume"] if checkpoint_dirs(d) else []              # an interrupted run: from its last checkpoint
+    rc = launch(cmd + resume, os.path.join(d, "train.log"))
     return "ok" if rc == 0 else f"failed (rc {rc})"
+
+
+def checkpoint_dirs(run_dir):
+    return sorted(x for x in os.listdir(run_dir) if re.fullmatch(r"step_\d+", x)) if os.path.isdir(run_dir) else []
 
 
 def latest_model(run_dir):
     """The shared model folder of a run's last checkpoint (None when there is none)."""
-    steps = sorted(x for x in os.listdir(run_dir) if re.fullmatch(r"step_\d+", x)) if os.path.isdir(run_dir) else []
+    steps = checkpoint_dirs(run_dir)
     return os.path.join(run_dir, steps[-1], "model") if steps else None
 
 
@@ -438,7 +444,7 @@ def report(root):
             md += pairings_section(root) + ["", f"Paper: {c['paper']}.", ""]
             continue
         md += ["| run | setting | seeds | train reward | train accuracy | held-out accuracy | structures (end) "
-               "| minutes |", "|---|---|---|---|---|---|---|---|"]
+               "| RL minutes |", "|---|---|---|---|---|---|---|---|"]
         for r in present:
             per = list(results[r].values())
             setting = " ".join(f"{k}={v}" for k, v in runs(per[0]["steps"])[r].items())

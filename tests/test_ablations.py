@@ -71,13 +71,14 @@ def test_finished_runs_skipped_unfinished_resumed(tmp_path, monkeypatch):
     calls = []
     monkeypatch.setattr(ablations, "launch", lambda cmd, log: calls.append(cmd) or 0)
     write_run(tmp_path, "metaagent", 0, [0.1, 0.2, 0.3])        # finished (3 of 3 steps)
-    write_run(tmp_path, "flat8", 0, [0.1])                      # unfinished: resumed
+    write_run(tmp_path, "flat8", 0, [0.1])                      # unfinished: resumed from its checkpoint
+    (tmp_path / "flat8-s0" / "step_000001").mkdir()
     rc = ablations.main(["--only", "metaagent,flat8,flat16", "--seeds", "0", "--steps", "3",
                          "--root", str(tmp_path), "--cut", "pairings"])
     assert rc == 0
     launched = [next(a for a in c if a.startswith("--out_dir=")) for c in calls]
     assert launched == [f"--out_dir={tmp_path}/flat8-s0", f"--out_dir={tmp_path}/flat16-s0"]
-    assert all(c[-1] == "--resume" for c in calls)
+    assert calls[0][-1] == "--resume" and "--resume" not in calls[1]   # flat16 has no checkpoint yet
     stamp = json.loads((tmp_path / "flat8-s0" / "run.json").read_text())
     assert stamp["cmd"] == calls[0][:-1]
     # the same folder with other settings is refused, not mixed
