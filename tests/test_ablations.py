@@ -127,7 +127,7 @@ def test_report_tables_sentences_plots(tmp_path):
     path = ablations.report(str(tmp_path))
     md = Path(path).read_text()
     assert "| metaagent | `M=4 N=4 K=3` | 3 | 0.600 ± 0.100 | 25.0% ± 0.0% | 40.0% ± 10.0% | ensemble 100% |" in md
-    assert "| flat8 | `M=8 N=1 K=3` | 3 | 0.200 ± 0.100 |" in md
+    assert "| flat8 | `M=8 N=1 K=3` | 3 | 0.200 ± 0.100 |" in md and "## All runs" in md
     assert "| 1.0 |" in md                                          # 10 steps x 6 s
     assert "metaagent > flat8: held on training reward (+0.400 vs combined std 0.141)" in md
     assert "held on held-out accuracy (+0.300 vs combined std 0.100)" in md
