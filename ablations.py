@@ -22,6 +22,8 @@ The comparisons (COMPARISONS below) and what each tests:
                   16 executions per query). Paper: MetaAgent-X > single-agent GRPO.
     pairings      {SFT, RL} designer x {SFT, RL} executor for the metaagent run (evaluate.py --pairings on
                   held-out tiny tasks): did both roles improve? Paper: each RL role beats its SFT version.
+                  Run after the training runs, one evaluate.py per seed: 4 pairings x --pairings-tasks (100)
+                  problems, about the cost of 4 final tables (on a busy 2-core machine ~3 s a problem).
 
 Stage length: the paper uses K=30 (its default) against 1 and 10. A tiny run has far fewer steps, so K is
 scaled as K(paper_K) = max(1, round(paper_K * steps / 90)): K30 = steps/3 (three stages: designer, executor,
@@ -233,10 +235,11 @@ def latest_model(run_dir):
     return os.path.join(run_dir, steps[-1], "model") if steps else None
 
 
-def pairings_command(root, seed):
+def pairings_command(root, seed, n_tasks=100):
     """evaluate.py's {SFT, RL} x {SFT, RL} pairings of the metaagent run, with the tiny world's sampling."""
     rl = latest_model(out_dir(root, "metaagent", seed))
     return [sys.executable, "evaluate.py", "--pairings", f"sft={SFT_DIR}", f"rl={rl}", "--tasks", "tiny",
+            "--n-tiny", str(n_tasks),
             "--mode", "auto", "--short-prompt", "--temperature", "1.0", "--top-p", "1.0", "--max-tokens", "128",
             "--designer-max-tokens", "400", "--seed", str(seed), "--out", os.path.join(root, f"pairings-s{seed}")]
 
@@ -262,7 +265,7 @@ def run_all(a):
                 status[f"pairings-s{seed}"] = "no finished metaagent run"
             else:
                 os.makedirs(d, exist_ok=True)
-                cmd = pairings_command(a.root, seed)
+                cmd = pairings_command(a.root, seed, a.pairings_tasks)
                 print(f"== pairings seed {seed}: {' '.join(cmd[1:])}", flush=True)
                 rc = launch(cmd, os.path.join(d, "evaluate.log"))
                 status[f"pairings-s{seed}"] = "ok" if rc == 0 else f"failed (rc {rc})"
@@ -499,7 +502,11 @@ def parse_args(argv):
     p.add_argument("--steps", type=int, default=60, help="RL steps per run (default 60)")
     p.add_argument("--only", default="", help=f"comma list of runs to run: {', '.join(RUN_NAMES)}")
     p.add_argument("--cut", default="", help=f"comma list of comparisons to drop: {', '.join(COMPARISONS)}")
+    p.add_argument("--pairings-tasks", type=int, default=100,
+                   help="held-out tiny tasks for the pairings (4 pairings x this many; default 100)")
     a = p.parse_args(argv)
+    if a.pairings_tasks < 1:
+        raise SystemExit(f"ablations.py: --pairings-tasks must be >= 1, got {a.pairings_tasks}")
     try:
         a.seeds = [int(s) for s in a.seeds.split(",") if s.strip()]
     except ValueError:

@@ -101,6 +101,7 @@ def test_failed_run_reported(tmp_path, monkeypatch, capsys):
     (["--only", "flat8", "--cut", "hierarchy"], "leave no run"),
     (["--", "eval_tasks=5"], "train.py overrides"),
     (["report"], "usage"),
+    (["--pairings-tasks", "0"], "--pairings-tasks must be >= 1"),
 ])
 def test_bad_arguments(argv, msg, tmp_path):
     with pytest.raises(SystemExit, match=msg):
@@ -169,6 +170,15 @@ def test_report_pairings(tmp_path):
     assert f"- executor improved (sft/rl > sft/sft in held-out pass@1): held (+0.200 vs combined std {0:.3f})." in md
     s = math.sqrt(0.005)
     assert f"- designer improved (rl/sft > sft/sft in held-out pass@1): within noise (+0.050 vs combined std {s:.3f})." in md
+
+
+def test_pairings_command(tmp_path):
+    (tmp_path / "metaagent-s2" / "step_000010" / "model").mkdir(parents=True)
+    (tmp_path / "metaagent-s2" / "step_000020" / "model").mkdir(parents=True)
+    cmd = ablations.pairings_command(str(tmp_path), 2, n_tasks=7)
+    assert cmd[1] == "evaluate.py" and cmd[3:5] == ["sft=out/tiny-sft", f"rl={tmp_path}/metaagent-s2/step_000020/model"]
+    assert " --tasks tiny --n-tiny 7 --mode auto --short-prompt " in " ".join(cmd)
+    assert cmd[-2:] == ["--out", f"{tmp_path}/pairings-s2"] and "--seed 2" in " ".join(cmd)
 
 
 def test_report_errors(tmp_path):
