@@ -42,8 +42,8 @@ last checkpoint, so the same command continues an interrupted set):
 
 Budget: the README measured 4-10 s a step for the tiny default (M=4 x N=2) on a quiet 2-core machine; 4x4
 runs twice the executions, and each run ends with a held-out table (about a minute quiet). So 10 runs x 3
-seeds x 60 steps is several hours (on a busy machine a 4x4 step took 107-132 s). The issue's budget is about two hours:
-cut comparisons before steps, e.g. `--cut policy,stage_length --seeds 0,1,2 --steps 60`, and say in the
+seeds x 60 steps is several hours (on a busy machine a 4x4 step took 107-132 s). The issue's budget is about
+two hours: cut comparisons before steps, e.g. `--cut policy,stage_length --seeds 0,1,2 --steps 60`, and say in the
 README which were cut (RESULTS.md lists the comparisons that have no runs).
 
 The README's Results section is ROOT/RESULTS.md (its images are ROOT/plots/*.png, linked relative to ROOT:
