@@ -118,14 +118,23 @@ def _clip(text):
     return text if len(text) <= MAX_EXAMPLE_CHARS else text[:MAX_EXAMPLE_CHARS] + "\n...(truncated)"
 
 
-def task_text(task):
-    """What a workflow sees: the question; for code, the starter code and the visible examples."""
+def task_text(task, short=False):
+    """What a workflow sees: the question; for code, the starter code and the visible examples.
+
+    short=True (the tiny character-level world, where every character is a token): the examples alone,
+    one per line (`f(3)==7`), without the instructions around them."""
     text = task["question"].strip()
     if task.get("kind") != "code":
         return text
     meta = task.get("metadata") or {}
     pub = task.get("public_tests") or {}
     fn = pub.get("fn_name") or (task.get("tests") or {}).get("fn_name")
+    if short:
+        ex = list(zip(pub.get("inputs") or [], pub.get("outputs") or []))[:MAX_EXAMPLES]
+        if fn:
+            return "\n".join([text] + [f"{fn}({_clip(', '.join(json.dumps(a) for a in i))})=={_clip(json.dumps(o))}"
+                                       for i, o in ex])
+        return "\n".join([text] + [f"in: {_clip(i).rstrip()}\nout: {_clip(o).rstrip()}" for i, o in ex])
     if meta.get("starter_code"):
         text += f"\n\nStarter code:\n```python\n{meta['starter_code'].rstrip()}\n```"
     if fn:

@@ -46,9 +46,11 @@ class Limits:
 # ---------------------------------------------------------------------------------------------------------
 # Prompts
 
-def agent_messages(role, instructions, message):
-    """The Executor's chat prompt for one agent call."""
-    system = f"You are the {role}. {instructions} Put the final answer in <{ANSWER_TAG}></{ANSWER_TAG}>."
+def agent_messages(role, instructions, message, short=False):
+    """The Executor's chat prompt for one agent call. short=True: `role: instructions`, for the tiny
+    character-level model (the answer tag is learned from the SFT replies, not read from the prompt)."""
+    system = f"{role}: {instructions}" if short else \
+        f"You are the {role}. {instructions} Put the final answer in <{ANSWER_TAG}></{ANSWER_TAG}>."
     return [{"role": "system", "content": system.replace("  ", " ")}, {"role": "user", "content": message}]
 
 

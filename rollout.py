@@ -168,7 +168,7 @@ def rollout(queries, designer_engine, executor_engine, M, N, step=0, *, seed=0, 
             on_phase("designer")
         prompts, samplings = [], []
         for q, task in enumerate(queries):
-            msgs = mas.designer_messages(data.task_text(task), short=short)
+            msgs = mas.designer_messages(data.task_text(task, short=short), short=short)
             for i in range(M):
                 prompts.append(msgs)
                 samplings.append(replace(designer_sampling, n=1, seed=engine_lib.derive_seed(seed, step, q, i)))
@@ -209,7 +209,7 @@ def rollout(queries, designer_engine, executor_engine, M, N, step=0, *, seed=0, 
         on_phase("executor")
     if run_keys:
         gen = executor_generate(executor_engine, executor_sampling, seed_of, records, stats, batch_calls)
-        kw = {} if limits is None else {"limits": limits}
+        kw = {"short": short} if limits is None else {"limits": limits, "short": short}
         wf_runs = sandbox.run_workflows(run_scripts, run_tasks, gen, **kw)
         if "engine_error" in stats:
             e = stats.pop("engine_error")

@@ -1029,13 +1029,13 @@ def run_tests(code, tests, timeout_per_test=4.0, *, max_output=1 << 20, memory=M
 # ---------------------------------------------------------------------------------------------------------
 # Workflows
 
-def _task_parts(task):
+def _task_parts(task, short=False):
     """(text the script receives, visible tests) of a task dict (data.py format) or plain text."""
     if isinstance(task, str):
         return task, None
     try:
         import data
-        text = data.task_text(task)
+        text = data.task_text(task, short=short)
     except (ImportError, AttributeError):
         text = str(task.get("question", ""))
         pub = task.get("public_tests") or {}
@@ -1069,13 +1069,14 @@ def tests_report(outcomes, tests):
 
 
 def run_workflows(scripts, tasks, generate, *, limits=None, timeout=None, max_calls=None, width=None,
-                  code_timeout=None):
+                  code_timeout=None, short=False):
     """Run every (scripts[k], tasks[k]) pair concurrently in sandbox children; return one WorkflowRun each.
 
     Agent calls are relayed here: when every live script waits on an agent call, generate(calls) runs once
     for all of them (calls sorted by (run, index)). A script's wall-clock limit pauses while it waits on
     the trainer. Nothing a script does raises here: every failure is WorkflowRun.error.
-    width: at most this many scripts alive at once (default: all)."""
+    width: at most this many scripts alive at once (default: all).
+    short: the tiny world's compact prompts (data.task_text(short=True), mas.agent_messages(short=True))."""
     import mas
     lim = limits or mas.Limits()
     timeout = float(timeout if timeout is not None else lim.timeout)
@@ -1092,7 +1093,7 @@ def run_workflows(scripts, tasks, generate, *, limits=None, timeout=None, max_ca
     if server.unsafe:   # the opt-in is repeated in every step's log
         print(f"WARNING: sandbox {server.isolation}", file=sys.stderr, flush=True)
     width = n if width is None else max(1, int(width))
-    parts = [_task_parts(t) for t in tasks]
+    parts = [_task_parts(t, short) for t in tasks]
     jobs, pending, state = [], [], {}   # state[id(job)] = dict(run, used, waiting)
     todo = list(range(n))
 
@@ -1130,7 +1131,7 @@ def run_workflows(scripts, tasks, generate, *, limits=None, timeout=None, max_ca
                 return fail(job, "bad agent call: role, instructions and message must be strings, n >= 1")
             if st["used"] + k > max_calls:
                 return fail(job, f"limit exceeded: more than max_calls={max_calls} agent calls")
-            msgs = mas.agent_messages(role, ins, message)
+            msgs = mas.agent_messages(role, ins, message, short)
             calls = [AgentCall(st["run"], st["used"] + i, role, ins, message, msgs) for i in range(k)]
             st["used"] += k
             st["waiting"] = ("agent", calls, bool(msg.get("many")))

@@ -204,6 +204,10 @@ def test_save_load_roundtrip_and_task_text(tmp_path):
     assert data.task_text(tasks[0]) == "What is 1+1?"
     text = data.task_text(tasks[1])
     assert "Input:\n2\nOutput:\n4" in text and "10" not in text           # hidden tests stay hidden
+    assert data.task_text(tasks[1], short=True) == "Double it.\nin: 2\nout: 4"
+    assert data.task_text(tasks[0], short=True) == "What is 1+1?"
+    fn = {**tasks[1], "public_tests": {"inputs": [[2], [5]], "outputs": [4, 10], "fn_name": "f"}}
+    assert data.task_text(fn, short=True) == "Double it.\nf(2)==4\nf(5)==10"   # the tiny world's compact form
     with pytest.raises(ValueError, match="task 0"):
         data.save_tasks([{"id": "x", "kind": "math", "question": "q"}], str(p))
     assert data.load_tasks(str(p)) == tasks                                 # the old file is intact

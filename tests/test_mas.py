@@ -78,6 +78,8 @@ def test_prompts():
     msgs = mas.agent_messages("critic", "Check it.", "2+2=5?")
     assert msgs[0]["role"] == "system" and "critic" in msgs[0]["content"] and "<answer>" in msgs[0]["content"]
     assert msgs[1] == {"role": "user", "content": "2+2=5?"}
+    assert mas.agent_messages("critic", "Check it.", "2+2=5?", short=True) == [
+        {"role": "system", "content": "critic: Check it."}, {"role": "user", "content": "2+2=5?"}]
 
 
 def test_vote():
