@@ -281,7 +281,15 @@ FINAL_ROW = re.compile(r"^((?:RL|SFT): [a-z ]+?)\s+(-?\d+\.\d+)\s+(\d+(?:\.\d+)?
 
 
 def final_table(log_path):
-    """{row name: {"reward", "accuracy", "structures"}} from the table train.py prints at the end."""
+    """{row name: {"reward", "accuracy", "structures"}} of train.py's final table: its final_table.json next to
+    the log, else the table as printed in the log (runs from before train.py wrote the file)."""
+    js = os.path.join(os.path.dirname(log_path), "final_table.json")
+    if os.path.exists(js):
+        try:
+            with open(js) as f:
+                return json.load(f)["rows"]
+        except (ValueError, KeyError, TypeError):
+            pass   # a half-written or foreign file: fall back to the log
     rows = {}
     if os.path.exists(log_path):
         with open(log_path, errors="replace") as f:

@@ -10,42 +10,40 @@ Four pieces, each usable on its own:
 2. `tiny_config()` / `build_model()` / `save_tiny()`: a small transformers `Qwen3ForCausalLM` (so vLLM
    loads it unchanged), saved with `save_pretrained` next to its tokenizer.
 3. `make_tasks(n, seed, difficulty)`: a deterministic synthetic world in data.py's task format.
-   - math "chain": evaluate a short expression, e.g. `7-5+8` (difficulty 1: 2 operations, 2: 3
-     operations, both + and - on operands up to 9; from 3: also *, operands up to 19, e.g. `(6-3)*8-3`).
-     The gold answer is exact integer arithmetic, graded by reward.math_equal. The executor is taught to
-     reduce it one step at a time (`7-5=2` / `2+8=10`) before `<answer>10</answer>`, so that errors come
-     from sampling a wrong digit in some step: they differ between samples and a vote can fix them.
+   - math "chain": evaluate a short expression, e.g. `7-5+8` (difficulty 1: 2 operations of + and - on
+     operands up to 9; 2: 3 operations; from 3: also *, operands up to 19, e.g. `(6-3)*8-3`). The gold
+     answer is exact integer arithmetic, graded by reward.math_equal. The executor is taught to reduce it
+     one step at a time (`7-5=2` / `2+8=10`) before `<answer>10</answer>`, so that errors come from
+     sampling a wrong digit in some step: they differ between samples and a vote can fix them.
    - code "fn": write a one-line Python function `f(x)` from three visible examples; five hidden tests
-     on other inputs. Functions come from a small catalogue (`x+K`, `x*K`, `x%K`, `max(x,K)`, ...;
-     `difficulty` widens it) and the visible examples are drawn so that every catalogue function that
-     fits them also passes the hidden tests: a program that passes the visible tests is then right, which
-     is what makes the tester template (repair after a failed visible test) pay off.
-4. `sft_traces(tasks, seed)`: SFT samples for both roles. Designer: the short designer prompt -> the
-   template that suits the task (tester for code, ensemble for math; another template 25% of the time).
-   Executor: every agent call that template makes when run in the sandbox, answered by an oracle that
-   knows the task's answer; in half the critic/tester runs the first reply is deliberately wrong (never a
-   training target), so that the critic and the repair call learn to fix, not just to copy.
+     on other inputs. Functions come from a small catalogue (difficulty 1: `x+K`, `x-K` on inputs 0..9;
+     2: also `x*K`; 3: `x%K`, `x//K`, `max`, `min` on inputs 0..20; 4: `K-x`, `x*x+K`, `abs`) and the
+     visible examples are drawn so that every catalogue function that fits them also passes the hidden
+     tests: a program that passes the visible tests is then right, which is what makes the tester
+     template (repair after a failed visible test) pay off.
+4. `sft_traces(tasks, seed)`: SFT samples for both roles, with the compact prompts (`short=True`: the
+   one-line Designer prompt, `role: instructions` agent prompts, code examples as `f(3)==7` lines).
+   Designer: the short designer prompt -> the template that suits the task (tester for code, ensemble
+   for math; another template 25% of the time). Executor: every agent call that template makes when run
+   in the sandbox, answered by an oracle that knows the task's answer; in half the critic/tester runs the
+   first reply is deliberately wrong (never a training target), so that the critic and the repair call
+   learn to fix, not just to copy.
 
-Calibration (transformers generate at T=1 through the real templates in the sandbox, scored by
-reward.correctness; 4 layers x hidden 128 (0.87M parameters), AdamW lr 3e-3 cosine, batch 16, loss on the
-completion only, executor samples from sft_traces; difficulty 1; 50 held-out tasks per kind; one torch
-thread on a shared 2-core machine; full notes in the team's calibration note):
+Calibration (`python sft.py`, i.e. 900 steps x 16 samples at lr 2e-3 on traces of 2400 tasks, designer
+samples from 800 of them; 200 held-out tasks; T=1; the real rollout, sandbox and grader; quiet 2-core
+machine, 5 min of training + 35 s of traces):
 
-    executor samples seen       single(greedy)  single  ensemble(3)  critic  tester
-    4.8k (300x16, 17 min)       math  6%         8%      12%          6%      8%
-                                code  8%         0%       4%          4%      6%
-    9.6k (+300x16, +11 min)     math 10%         8%       8%         10%      8%
-                                code  8%         8%       6%          2%     18%
-    14k (+139x32, +12 min)      math 18%        20%      18%         10%     12%
-                                code 12%        16%      14%          4%     12%
+    designer parses  single  ensemble  critic  tester    (one execution per task)
+    80.5%            11.5%   14.5%     8.0%    16.5%
 
-The single agent climbs with training (8% -> 20%), but no template beats it beyond the noise of 50
-tasks (about +-6 points) yet: the model still miscopies operands (`6-5+2` -> `5-4=2`), so its errors
-are not yet the independent slips a vote fixes, and the critic, trained on half-wrong proposals, hurts.
-Not calibrated to the target (single 30-80%, best template clearly better) within this budget: it needs
-more executor training than these runs had (sft.py's default of 400x64 mixed samples is in the range of
-the last row), or shorter prompts (a mean executor sample is 234 tokens, most of it the agent system
-line and data.task_text's code boilerplate). `difficulty` is the knob to turn once sft.py's figures exist.
+Per kind (c3 calibration run, 800 steps, 100 tasks x 2): math single 9% / ensemble 12% / greedy 22%;
+code single 19% / tester 29% / greedy 24%. Greedy beats sampling, so errors are sampling slips a vote or
+a retry can fix, and the tester helps on code by ~10 points; but the quality bar (parse >= 95%, single
+30-80%) is not reached in this budget. What moved the numbers (each measured): prompts cut to a third
+(`short=True`); 8 heads of 32 instead of 2 of 64 (copying digits out of the prompt is learned in ~80
+steps instead of not at all in 200); batches of 16 instead of 32 (more updates per token); difficulty 1
+made easier (inputs 0..9, no x*K). What did not: lr 3e-3 or 6e-3 (loss spikes), a one-operation math
+family (only ~120 distinct problems, so few distinct samples survive de-duplication).
 """
 
 import json
@@ -86,13 +84,15 @@ def build_tokenizer(model_max_length=2048):
     )
 
 
-def tiny_config(vocab_size=128, hidden_size=128, num_layers=4, max_len=2048, **kw):
-    """Qwen3 architecture, tiny. head_dim 64 because vLLM's CPU attention supports it (48 it does not)."""
-    heads = max(1, hidden_size // 64)
+def tiny_config(vocab_size=128, hidden_size=128, num_layers=4, max_len=2048, heads=8, head_dim=32, **kw):
+    """Qwen3 architecture, tiny. Many narrow heads: 8 heads of 32 (attention 256 wide over a 128-wide
+    residual stream) learned to copy digits out of a chat prompt in ~80 SFT steps where 2 heads of 64 had
+    not after 200 (and the tiny world is mostly copying). head_dim 32 is the smallest vLLM's CPU attention
+    supports."""
     pad_id, end_id = SPECIALS.index(PAD), SPECIALS.index(END)
     base = dict(
         vocab_size=vocab_size, hidden_size=hidden_size, intermediate_size=3 * hidden_size,
-        num_hidden_layers=num_layers, num_attention_heads=heads, num_key_value_heads=heads, head_dim=64,
+        num_hidden_layers=num_layers, num_attention_heads=heads, num_key_value_heads=heads, head_dim=head_dim,
         max_position_embeddings=max_len, tie_word_embeddings=True, rope_parameters={"rope_type": "default", "rope_theta": 10000.0},
         pad_token_id=pad_id, eos_token_id=end_id, bos_token_id=end_id, max_window_layers=num_layers,
     )
@@ -141,10 +141,10 @@ def _chain(rng, n_ops, hi, times):
 
 # (template, constant range, level at which it enters the catalogue)
 FUNCTIONS = [
-    ("x+K", range(1, 10), 1), ("x-K", range(1, 10), 1), ("x*K", range(2, 10), 1),
-    ("x%K", range(2, 10), 2), ("x//K", range(2, 10), 2), ("max(x,K)", range(2, 10), 2),
-    ("min(x,K)", range(2, 10), 2), ("K-x", range(1, 10), 3), ("x*x+K", range(0, 10), 3),
-    ("abs(x-K)", range(1, 10), 3),
+    ("x+K", range(1, 10), 1), ("x-K", range(1, 10), 1), ("x*K", range(2, 10), 2),
+    ("x%K", range(2, 10), 3), ("x//K", range(2, 10), 3), ("max(x,K)", range(2, 10), 3),
+    ("min(x,K)", range(2, 10), 3), ("K-x", range(1, 10), 4), ("x*x+K", range(0, 10), 4),
+    ("abs(x-K)", range(1, 10), 4),
 ]
 
 
@@ -159,9 +159,10 @@ def _apply(expr, x):
 def _fn_task(rng, level, n_visible=3, n_hidden=5):
     """A one-line function and inputs whose visible outputs single it out within the catalogue."""
     cat = _catalogue(level)
+    xs_range = range(0, 10) if level <= 2 else range(0, 21)
     while True:
         expr = rng.choice(cat)
-        xs = rng.sample(range(0, 21), n_visible + n_hidden)
+        xs = rng.sample(xs_range, n_visible + n_hidden)
         vis, hid = xs[:n_visible], xs[n_visible:]
         fits = [e for e in cat if all(_apply(e, x) == _apply(expr, x) for x in vis)]
         # every candidate that passes the visible tests must pass the hidden ones as well
@@ -172,9 +173,9 @@ def _fn_task(rng, level, n_visible=3, n_hidden=5):
 def make_tasks(n, seed, difficulty=1, kinds=("math", "code")):
     """n tasks in data.py's format, kinds interleaved, fully determined by (n, seed, difficulty, kinds).
 
-    difficulty (int >= 1): math chains have difficulty + 1 operations (operands up to 9, up to 19 from
-    difficulty 3); the code catalogue grows from 3 function shapes (+, -, *) to 7 (difficulty 2: %, //,
-    max, min) to 10 (difficulty >= 3: K-x, x*x+K, abs).
+    difficulty (int >= 1): math chains have difficulty + 1 operations of + and - on operands up to 9 (from
+    difficulty 3 also *, operands up to 19); the code catalogue grows from x+K, x-K on inputs 0..9
+    (difficulty 1) to x*K (2) to %, //, max, min on inputs 0..20 (3) to K-x, x*x+K, abs (>= 4).
     """
     rng = random.Random(f"tiny-{seed}-{difficulty}")  # str seeds hash deterministically (sha512)
     tasks = []
@@ -183,11 +184,11 @@ def make_tasks(n, seed, difficulty=1, kinds=("math", "code")):
         tid = f"tiny-{kind}-s{seed}-d{difficulty}-{i}"
         meta = {"difficulty": difficulty}
         if kind == "math":
-            expr, steps, value = _chain(rng, min(difficulty, 2) + 1, 9 if difficulty < 3 else 19, difficulty >= 3)
+            expr, steps, value = _chain(rng, min(difficulty, 3) + 1, 9 if difficulty < 3 else 19, difficulty >= 3)
             tasks.append({"id": tid, "kind": "math", "question": f"Compute {expr}.", "answer": str(value),
                           "source": "tiny", "metadata": {**meta, "family": "chain", "steps": steps}})
         elif kind == "code":
-            expr, vis, hid = _fn_task(rng, min(difficulty, 3))
+            expr, vis, hid = _fn_task(rng, min(difficulty, 4))
             tests = lambda xs, e=expr: {"inputs": [[x] for x in xs], "outputs": [_apply(e, x) for x in xs],
                                         "fn_name": "f"}
             tasks.append({"id": tid, "kind": "code", "question": "Write f(x).",
@@ -223,7 +224,7 @@ def wrong_reply(task, rng):
         bad = str(int(rhs) + rng.choice([d for d in (-2, -1, 1, 2) if int(rhs) + d >= 0]))
         return "".join(s + "\n" for s in steps[:-1] + [f"{lhs}={bad}"]) + f"<answer>{bad}</answer>"
     pub = task["public_tests"]
-    level = min(int(task.get("metadata", {}).get("difficulty", 1)), 3)
+    level = min(int(task.get("metadata", {}).get("difficulty", 1)), 4)
     wrong = [e for e in _catalogue(level)
              if any(_apply(e, *i) != o for i, o in zip(pub["inputs"], pub["outputs"]))]
     return f"<answer>def f(x): return {rng.choice(wrong)}</answer>"
@@ -244,7 +245,7 @@ def oracle_generate(tasks, wrong_first=()):
 def _task_text(task):
     try:
         import data
-        return data.task_text(task)
+        return data.task_text(task, short=True)
     except ImportError:   # data.py not importable: the text the sandbox itself would hand the script
         import sandbox
         return sandbox._task_parts(task)[0]
@@ -280,7 +281,7 @@ def sft_traces(tasks, seed, other_share=OTHER_SHARE, wrong_share=WRONG_SHARE):
             wrong_first.append(k)
     # width: a bounded number of live children; thousands at once would only thrash a small machine
     runs = sandbox.run_workflows([mas.TEMPLATES[n] for n in chosen], tasks, oracle_generate(tasks, wrong_first),
-                                 width=64)
+                                 width=64, short=True)
     designer, executor, seen = [], [], set()
     for t, name, run in zip(tasks, chosen, runs):
         gold = oracle_reply(t)

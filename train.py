@@ -803,14 +803,21 @@ def _loggers(cfg):
 # the tiny default's final table: held-out tasks, learned designs vs SFT designs vs a single agent
 
 
+def heldout_tasks(cfg, sources):
+    """cfg.eval_tasks tiny tasks whose text no training task shows (every code task asks "Write f(x).",
+    so the question alone would hold out no code task at all: the visible examples tell them apart)."""
+    import data
+    import tiny
+    seen = {data.task_text(t) for src in sources for t in src}
+    tasks = [t for t in tiny.make_tasks(cfg.eval_tasks * 10, seed=cfg.seed + 1_000_003) if data.task_text(t) not in seen]
+    return tasks[:cfg.eval_tasks]
+
+
 def final_table(cfg, eng, sources, rank, world, on_phase, put_weights, sync_weights):
     import engine as engine_lib
     import mas
     import rollout as rollout_lib
-    import tiny
-    seen = {t["question"] for src in sources for t in src}
-    tasks = [t for t in tiny.make_tasks(cfg.eval_tasks * 10, seed=cfg.seed + 1_000_003) if t["question"] not in seen]
-    tasks = tasks[:cfg.eval_tasks]
+    tasks = heldout_tasks(cfg, sources)
     mine = tasks[rank::world]
     samp = engine_lib.Sampling(temperature=cfg.temperature, max_tokens=cfg.max_tokens)
     d_samp = engine_lib.Sampling(temperature=cfg.temperature, max_tokens=cfg.designer_max_tokens)
@@ -843,6 +850,10 @@ def final_table(cfg, eng, sources, rank, world, on_phase, put_weights, sync_weig
         print(f"{'':24s} {'reward':>7s} {'accuracy':>9s}  structures")
         for name, (rw, acc, sh) in rows:
             print(f"{name:24s} {rw:7.3f} {acc:9.1%}  {sh}")
+        table = {"tasks": len(tasks), "reward_first": float(np.mean(rs[:k])), "reward_last": float(np.mean(rs[-k:])),
+                 "rows": {name: {"reward": rw, "accuracy": acc, "structures": sh} for name, (rw, acc, sh) in rows}}
+        with open(os.path.join(cfg.out_dir, "final_table.json"), "w") as f:   # for scripts (ablations.py)
+            json.dump(table, f, indent=1)
 
 
 # ----------------------------------------------------------------------------------------------------------

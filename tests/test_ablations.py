@@ -184,3 +184,13 @@ def test_pairings_command(tmp_path):
 def test_report_errors(tmp_path):
     with pytest.raises(SystemExit, match="no <run>-s<seed>/metrics.jsonl"):
         ablations.report(str(tmp_path))
+
+
+def test_final_table_json_is_preferred_to_the_log(tmp_path):
+    d = write_run(tmp_path, "metaagent", 0, [0.1] * 5, heldout=0.4)
+    rows = {"RL: learned designs": {"reward": 0.5, "accuracy": 0.25, "structures": "tester 100%"}}
+    (d / "final_table.json").write_text(json.dumps({"tasks": 4, "rows": rows}))
+    assert ablations.final_table(str(d / "train.log")) == rows
+    assert ablations.summarize(str(d), "metaagent")["heldout_acc"] == pytest.approx(0.25)
+    (d / "final_table.json").write_text("{half")                   # unreadable: the log still counts
+    assert ablations.final_table(str(d / "train.log"))["RL: learned designs"]["accuracy"] == pytest.approx(0.4)

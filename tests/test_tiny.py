@@ -100,7 +100,7 @@ def test_math_answers_are_exact(difficulty):
         expr = re.fullmatch(r"Compute ([0-9+\-*()]+)\.", t["question"]).group(1)
         assert str(eval(expr)) == t["answer"]      # Python's own precedence: the parentheses are right
         steps = t["metadata"]["steps"]
-        assert len(steps) == min(difficulty, 2) + 1
+        assert len(steps) == min(difficulty, 3) + 1
         assert steps[-1].endswith("=" + t["answer"])
         for s in steps:
             lhs, rhs = s.split("=")

@@ -182,3 +182,13 @@ def test_torchrun_two_ranks_hold_identical_weights(model_dir, tmp_path):
     assert all(m["weights_ranks_agree"] for m in ms)
     w = weights(out / "step_000002")
     assert train.weights_digest(w.items()) == ms[-1]["weights_digest"]   # = what rank 0 saved
+
+
+def test_heldout_tasks_share_no_text_with_training_and_cover_both_kinds():
+    import data
+    import tiny
+    cfg = train.Config(eval_tasks=40, seed=0)
+    training = tiny.make_tasks(2000, seed=0)
+    held = train.heldout_tasks(cfg, [training])
+    assert len(held) == 40 and {t["kind"] for t in held} == {"math", "code"}
+    assert not {data.task_text(t) for t in held} & {data.task_text(t) for t in training}
