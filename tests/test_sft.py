@@ -169,7 +169,7 @@ class OracleTeacher(BaseHTTPRequestHandler):
         body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
         msgs = body["messages"]
         text = msgs[-1]["content"]
-        task = next(t for t in self.tasks if data.task_text(t) in text)
+        task = next(t for t in self.tasks if data.task_text(t, short=True) in text or data.task_text(t) in text)
         if text.startswith(sft.PICK_PROMPT):
             reply = tiny.SUITED[task["kind"]]
         elif "workflow" in msgs[0]["content"]:
