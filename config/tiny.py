@@ -1,8 +1,8 @@
 """The tiny default (`python train.py` = `python train.py config/tiny.py`): the embedded tiny world on CPU.
 
-SFT cold start first if out/tiny-sft/ is missing, then RL, then a table on held-out tasks. About 22 minutes on
-2 CPU cores, 12 of them the cold start (README). Paper values are marked [paper]; the rest are ours, scaled to a
-1.1M-parameter character-level model and a run of a few dozen steps.
+SFT cold start first if out/tiny-sft/ is missing, then RL, then a table on held-out tasks: 20.5 minutes on
+2 CPU cores, 12.5 of them the cold start (README). Paper values are marked [paper]; the rest are ours, scaled
+to a 1.1M-parameter character-level model and a run of a few dozen steps.
 """
 
 out_dir = "out/tiny-rl"
