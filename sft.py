@@ -570,8 +570,7 @@ def distill(teacher, model, tasks, out_dir, *, designer="script", template=None,
 
     scripts = [s for (_, s, _) in kept_designs for _ in range(executions)]
     run_tasks = [tasks[q] for (q, _, _) in kept_designs for _ in range(executions)]
-    kw = {"short": short} if limits is None else {"limits": limits, "short": short}
-    runs = sandbox.run_workflows(scripts, run_tasks, generate, **kw) if scripts else []
+    runs = sandbox.run_workflows(scripts, run_tasks, generate, limits=limits, short=short) if scripts else []
     counts["runs"] = len(runs)
     # correct(e) only (lam = 0): math_equal on the answer, or the share of hidden tests its program passes
     scores = list(pool.map(lambda tr: reward_lib.reward(tr[0], tr[1], lam=0.0), zip(run_tasks, runs)))

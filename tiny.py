@@ -246,12 +246,9 @@ def oracle_generate(tasks, wrong_first=()):
 
 
 def _task_text(task):
-    try:
-        import data
-        return data.task_text(task, short=True)
-    except ImportError:   # data.py not importable: the text the sandbox itself would hand the script
-        import sandbox
-        return sandbox._task_parts(task)[0]
+    """The text the sandbox itself hands a script (data.task_text when data.py is there)."""
+    import sandbox
+    return sandbox._task_parts(task, short=True)[0]
 
 
 def _script_completion(script):
