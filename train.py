@@ -198,6 +198,9 @@ def validate(cfg, world=1):
         import mas
         if cfg.template not in mas.TEMPLATES:
             problems.append(f"template must be '' or one of {sorted(mas.TEMPLATES)}, got {cfg.template!r}")
+        if cfg.mode != "executor":   # with a fixed structure there is no Designer: its stages would train nothing
+            problems.append(f"template={cfg.template!r} has no Designer to train: set mode='executor' "
+                            f"(got mode={cfg.mode!r})")
     if cfg.batch_size % world:
         problems.append(f"batch_size={cfg.batch_size} must be divisible by the number of ranks ({world})")
     if cfg.lr <= 0 or cfg.temperature <= 0:

@@ -114,6 +114,10 @@ def test_parse_config_types_and_files(tmp_path):
         train.load_mix(cfg)
     with pytest.raises(train.ConfigError, match="divisible"):
         train.validate(train.parse_config(["--batch_size=3", "--init_from=."]), world=2)
+    # a fixed structure has no Designer: a stagewise run would silently train nothing half the time
+    with pytest.raises(train.ConfigError, match="mode='executor'"):
+        train.validate(train.parse_config(["--template=single", "--init_from=."]))
+    train.validate(train.parse_config(["--template=single", "--mode=executor", "--init_from=."]))
 
 
 def test_sample_queries_resumes_at_the_saved_position():
