@@ -57,6 +57,8 @@ What the report computes:
     held-out accuracy         from train.py's final table (final_table.json; for older runs the table printed
                               in train.log): the "RL: learned designs" row (the "RL: single agent" row for
                               the single-agent GRPO run)
+    gain over SFT             that row minus its SFT row in the same table ("SFT: designs", or "SFT: single
+                              agent"): the same tasks and sampling seed, a paired difference
     structures                mean shares of structure/* over the last 20% of steps
 Every number is mean +- std over seeds (sample std). A paper direction "A > B" is "held" when mean(A) - mean(B)
 exceeds the combined std sqrt(std_A^2 + std_B^2), "reversed" when it is below minus that, "within noise"
@@ -311,9 +313,12 @@ def summarize(run_dir, run):
     shares = {k.split("/", 1)[1]: mean(k) for k in sorted({k for r in tail for k in r if k.startswith("structure/")})}
     table = final_table(os.path.join(run_dir, "train.log"))
     held = table.get("RL: single agent" if run == "single" else "RL: learned designs")
+    # the same held-out tasks and sampling seed before RL: the paired difference leaves out which tasks a seed drew
+    base = table.get("SFT: single agent" if run == "single" else "SFT: designs")
     return {"steps": len(rows), "reward": [r["reward/mean"] for r in rows],
             "train_reward": mean("reward/mean"), "train_acc": mean("accuracy"),
             "heldout_acc": held["accuracy"] if held else None,
+            "heldout_gain": held["accuracy"] - base["accuracy"] if held and base else None,
             "sft_heldout_acc": table["SFT: designs"]["accuracy"] if "SFT: designs" in table else None,
             "structures": shares, "minutes": sum(r.get("time/step", 0.0) for r in rows) / 60}
 
@@ -361,7 +366,8 @@ def verdict(a, b):
 
 def claim_sentence(a, b, results):
     parts = []
-    for key, label in (("train_reward", "training reward"), ("heldout_acc", "held-out accuracy")):
+    for key, label in (("train_reward", "training reward"), ("heldout_acc", "held-out accuracy"),
+                       ("heldout_gain", "held-out gain over SFT")):
         va = [s[key] for s in results.get(a, {}).values()]
         vb = [s[key] for s in results.get(b, {}).values()]
         word, d, s = verdict(va, vb)
@@ -429,14 +435,15 @@ def pairings_section(root):
 
 def run_table(results, names):
     """Markdown rows, one per run: mean ± std over its seeds."""
-    md = ["| run | setting | seeds | train reward | train accuracy | held-out accuracy | structures (end) "
-          "| RL minutes |", "|---|---|---|---|---|---|---|---|"]
+    md = ["| run | setting | seeds | train reward | train accuracy | held-out accuracy | gain over SFT "
+          "| structures (end) | RL minutes |", "|---|---|---|---|---|---|---|---|---|"]
     for r in names:
         per = list(results[r].values())
         setting = " ".join(f"{k}={v}" for k, v in runs(per[0]["steps"])[r].items())
         md.append(f"| {r} | `{setting}` | {len(per)} | {fmt([s['train_reward'] for s in per])} | "
                   f"{fmt([s['train_acc'] for s in per], pct=True)} | "
-                  f"{fmt([s['heldout_acc'] for s in per], pct=True)} | {structure_text(per)} | "
+                  f"{fmt([s['heldout_acc'] for s in per], pct=True)} | "
+                  f"{fmt([s['heldout_gain'] for s in per], pct=True)} | {structure_text(per)} | "
                   f"{mean_std([s['minutes'] for s in per])[0]:.1f} |")
     return md
 
@@ -451,15 +458,18 @@ def report(root):
     steps = sorted({s["steps"] for per in results.values() for s in per.values()})
     seeds = sorted({seed for per in results.values() for seed in per})
     sft = [s["sft_heldout_acc"] for per in results.values() for s in per.values()]
+    shown = os.path.relpath(root, REPO) if os.path.abspath(root).startswith(REPO + os.sep) else root
     md = ["# Ablations on the tiny world", "",
-          f"Runs under `{root}`: steps {', '.join(map(str, steps))}; seeds {', '.join(map(str, seeds))}. "
+          f"Runs under `{shown}`: steps {', '.join(map(str, steps))}; seeds {', '.join(map(str, seeds))}. "
           f"Numbers are mean ± std over seeds. Training reward and accuracy: mean over the last {TAIL:.0%} of "
           "steps (metrics.jsonl). Held-out accuracy: train.py's final table (100 held-out tiny tasks, "
-          "1 design x 1 execution, T=1). A paper direction A > B *held* when mean(A) - mean(B) exceeds "
+          "1 design x 1 execution, T=1; the held-out tasks depend on the seed). Gain over SFT: that accuracy "
+          "minus the SFT row of the same table (the same tasks and sampling seed, so the draw of tasks cancels; "
+          "single agent vs single agent for the single run). A paper direction A > B *held* when mean(A) - mean(B) exceeds "
           "sqrt(std_A² + std_B²), is *reversed* below minus that, and is *within noise* otherwise.", "",
           f"SFT cold start, held-out accuracy with its own designs: {fmt(sft, pct=True)}.", "",
-          "Regenerate:", "", f"    python ablations.py --root {root} --seeds {','.join(map(str, seeds))} "
-          f"--steps {steps[-1]}", f"    python ablations.py report {root}", "",
+          "Regenerate:", "", f"    python ablations.py --root {shown} --seeds {','.join(map(str, seeds))} "
+          f"--steps {steps[-1]}", f"    python ablations.py report {shown}", "",
           "## All runs", ""] + run_table(results, [r for r in RUN_NAMES if r in results]) + [""]
     missing = []
     for cname, c in COMPARISONS.items():
