@@ -127,7 +127,7 @@ def test_report_tables_sentences_plots(tmp_path):
     write_run(tmp_path, "single", 0, [0.2] * 10)                     # one seed, no final table
     path = ablations.report(str(tmp_path))
     md = Path(path).read_text()
-    assert "| metaagent | `M=4 N=4 K=3` | 3 | 0.600 ± 0.100 | 25.0% ± 0.0% | 40.0% ± 10.0% | 35.0% ± 10.0% | ensemble 100% |" in md
+    assert "| metaagent | `M=4 N=4 K=3` | 3 | 0.600 ± 0.100 | +0.600 ± 0.100 | 25.0% ± 0.0% | 40.0% ± 10.0% | 35.0% ± 10.0% | ensemble 100% |" in md
     assert "| flat8 | `M=8 N=1 K=3` | 3 | 0.200 ± 0.100 |" in md and "## All runs" in md
     assert "| 1.0 |" in md                                          # 10 steps x 6 s
     assert "metaagent > flat8: held on training reward (+0.400 vs combined std 0.141)" in md
@@ -135,7 +135,7 @@ def test_report_tables_sentences_plots(tmp_path):
     assert "held on held-out gain over SFT (+0.300 vs combined std 0.100)" in md
     sent16 = next(ln for ln in md.splitlines() if ln.startswith("- metaagent > flat16"))
     assert "within noise on training reward" in sent16 and "within noise on held-out accuracy" in sent16
-    assert "| single | " in md and "0.200 (1 seed) | 20.0% (1 seed) | n/a | n/a |" in md
+    assert "| single | " in md and "0.200 (1 seed) | +0.000 (1 seed) | 20.0% (1 seed) | n/a | n/a |" in md
     assert "undecided (fewer than 2 seeds) on training reward (+0.400" in md
     assert "SFT cold start, held-out accuracy with its own designs: 5.0% ± 0.0%" in md
     assert "Paper: hierarchical M=4xN=4 > flat M=8xN=1" in md and "Not run" in md and "policy" in md
