@@ -326,14 +326,30 @@ def summarize(run_dir, run):
             "structures": shares, "minutes": sum(r.get("time/step", 0.0) for r in rows) / 60}
 
 
-def collect(root):
-    """{run: {seed: summary}} for every ROOT/<run>-s<seed> with a metrics.jsonl."""
+def target_steps(run_dir):
+    """The --steps its run.json command asked for (None without one: a run made by hand)."""
+    try:
+        with open(os.path.join(run_dir, "run.json")) as f:
+            flags = [x for x in json.load(f)["cmd"] if isinstance(x, str) and x.startswith("--steps=")]
+        return int(flags[-1].split("=", 1)[1]) if flags else None
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def collect(root, unfinished=None):
+    """{run: {seed: summary}} for every ROOT/<run>-s<seed> with a metrics.jsonl. A run still short of the steps
+    its command asked for is left out (its last 20% would be some other part of training) and, if a list is
+    given, named in it as "run-sN (done/target steps)"."""
     out = {}
     for name in sorted(os.listdir(root)):
         m = re.fullmatch(r"(.+)-s(\d+)", name)
         if m and m[1] in RUN_NAMES:
             s = summarize(os.path.join(root, name), m[1])
-            if s is not None:
+            target = target_steps(os.path.join(root, name))
+            if s is not None and target is not None and s["steps"] < target:
+                if unfinished is not None:
+                    unfinished.append(f"{name} ({s['steps']}/{target} steps)")
+            elif s is not None:
                 out.setdefault(m[1], {})[int(m[2])] = s
     return out
 
@@ -448,7 +464,7 @@ def run_table(results, names):
                   f"{fmt([s['train_change'] for s in per], sign=True)} | "
                   f"{fmt([s['train_acc'] for s in per], pct=True)} | "
                   f"{fmt([s['heldout_acc'] for s in per], pct=True)} | "
-                  f"{fmt([s['heldout_gain'] for s in per], pct=True)} | {structure_text(per)} | "
+                  f"{fmt([s['heldout_gain'] for s in per], pct=True, sign=True)} | {structure_text(per)} | "
                   f"{mean_std([s['minutes'] for s in per])[0]:.1f} |")
     return md
 
@@ -456,7 +472,8 @@ def run_table(results, names):
 def report(root):
     if not os.path.isdir(root):
         raise SystemExit(f"ablations.py report: {root} is not a folder")
-    results = collect(root)
+    unfinished = []
+    results = collect(root, unfinished)
     if not results:
         raise SystemExit(f"ablations.py report: no <run>-s<seed>/metrics.jsonl under {root}")
     os.makedirs(os.path.join(root, "plots"), exist_ok=True)
@@ -493,6 +510,8 @@ def report(root):
         md += [f"- {claim_sentence(a, b, results)}" for a, b in c["claims"]] + [""]
     if missing:
         md += [f"Not run (cut, or fewer than the runs they compare): {', '.join(missing)}.", ""]
+    if unfinished:
+        md += [f"Unfinished, left out: {', '.join(unfinished)}.", ""]
     path = os.path.join(root, "RESULTS.md")
     with open(path, "w") as f:
         f.write("\n".join(md))

@@ -125,9 +125,11 @@ def test_report_tables_sentences_plots(tmp_path):
         write_run(tmp_path, "flat8", seed, [0.0] * 8 + [f8 - 0.05, f8 + 0.05], acc=0.25, heldout=0.1)
         write_run(tmp_path, "flat16", seed, [0.0] * 8 + [f16, f16], heldout=0.3 + 0.1 * seed, structure="single")
     write_run(tmp_path, "single", 0, [0.2] * 10)                     # one seed, no final table
+    part = write_run(tmp_path, "flat8", 3, [0.9] * 4)                 # still running: 4 of its 10 steps
+    (part / "run.json").write_text(json.dumps({"cmd": ["python", "train.py", "--steps=10"]}))
     path = ablations.report(str(tmp_path))
     md = Path(path).read_text()
-    assert "| metaagent | `M=4 N=4 K=3` | 3 | 0.600 ± 0.100 | +0.600 ± 0.100 | 25.0% ± 0.0% | 40.0% ± 10.0% | 35.0% ± 10.0% | ensemble 100% |" in md
+    assert "| metaagent | `M=4 N=4 K=3` | 3 | 0.600 ± 0.100 | +0.600 ± 0.100 | 25.0% ± 0.0% | 40.0% ± 10.0% | +35.0% ± 10.0% | ensemble 100% |" in md
     assert "| flat8 | `M=8 N=1 K=3` | 3 | 0.200 ± 0.100 |" in md and "## All runs" in md
     assert "| 1.0 |" in md                                          # 10 steps x 6 s
     assert "metaagent > flat8: held on training reward (+0.400 vs combined std 0.141)" in md
@@ -138,6 +140,7 @@ def test_report_tables_sentences_plots(tmp_path):
     assert "| single | " in md and "0.200 (1 seed) | +0.000 (1 seed) | 20.0% (1 seed) | n/a | n/a |" in md
     assert "undecided (fewer than 2 seeds) on training reward (+0.400" in md
     assert "SFT cold start, held-out accuracy with its own designs: 5.0% ± 0.0%" in md
+    assert "Unfinished, left out: flat8-s3 (4/10 steps)." in md and "seeds 0, 1, 2." in md
     assert "Paper: hierarchical M=4xN=4 > flat M=8xN=1" in md and "Not run" in md and "policy" in md
     for name in ("hierarchy", "single_agent"):
         png = tmp_path / "plots" / f"{name}.png"
