@@ -311,8 +311,8 @@ def summarize(run_dir, run):
     rows = read_metrics(os.path.join(run_dir, "metrics.jsonl"))
     if not rows:
         return None
-    k = max(1, math.ceil(TAIL * len(rows)))
-    tail, head = rows[-k:], rows[:k]
+    n_tail = max(1, math.ceil(TAIL * len(rows)))
+    tail, head = rows[-n_tail:], rows[:n_tail]
     mean = lambda key, part=tail: sum(r.get(key, 0.0) for r in part) / len(part)
     shares = {k.split("/", 1)[1]: mean(k) for k in sorted({k for r in tail for k in r if k.startswith("structure/")})}
     table = final_table(os.path.join(run_dir, "train.log"))
