@@ -41,8 +41,8 @@ last checkpoint, so the same command continues an interrupted set):
     python ablations.py report out/ablations              # ROOT/RESULTS.md + ROOT/plots/*.png
 
 Budget, measured for 45 steps on a quiet 2-core machine (RL plus the held-out table at the end): metaagent
-(4x4) 13.5 min, flat8 11 min, flat16 20 min (16 designs of ~400 tokens per query), single 6 min; so the
-hierarchy and single-agent comparisons cost about 50 minutes per seed, and all 10 runs more than two hours per
+(4x4) 11-13 min, flat8 10-11 min, flat16 19-21 min (16 designs of ~400 tokens per query), single 5-7 min; so
+the hierarchy and single-agent comparisons cost about 50 minutes per seed, and all 10 runs more than two hours per
 seed. The issue's budget is about two hours: cut comparisons before steps, and say in the README which
 were cut (RESULTS.md lists the comparisons that have no runs). The README's results came from
 
