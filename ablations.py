@@ -347,11 +347,13 @@ def collect(root, unfinished=None):
         m = re.fullmatch(r"(.+)-s(\d+)", name)
         if m and m[1] in RUN_NAMES:
             s = summarize(os.path.join(root, name), m[1])
+            if s is None:
+                continue
             target = target_steps(os.path.join(root, name))
-            if s is not None and target is not None and s["steps"] < target:
+            if target is not None and s["steps"] < target:
                 if unfinished is not None:
                     unfinished.append(f"{name} ({s['steps']}/{target} steps)")
-            elif s is not None:
+            else:
                 out.setdefault(m[1], {})[int(m[2])] = s
     return out
 
@@ -486,10 +488,11 @@ def report(root):
     md = ["# Ablations on the tiny world", "",
           f"Runs under `{shown}`: steps {', '.join(map(str, steps))}; seeds {', '.join(map(str, seeds))}. "
           f"Numbers are mean ± std over seeds. Training reward and accuracy: mean over the last {TAIL:.0%} of "
-          f"steps (metrics.jsonl); change: that reward minus the one over the first {TAIL:.0%}. Held-out accuracy: train.py's final table (100 held-out tiny tasks, "
-          "1 design x 1 execution, T=1; the held-out tasks depend on the seed). Gain over SFT: that accuracy "
-          "minus the SFT row of the same table (the same tasks and sampling seed, so the draw of tasks cancels; "
-          "single agent vs single agent for the single run). A paper direction A > B *held* when mean(A) - mean(B) exceeds "
+          f"steps (metrics.jsonl); change: that reward minus the one over the first {TAIL:.0%}. "
+          "Held-out accuracy: train.py's final table (100 held-out tiny tasks, 1 design x 1 execution, T=1; "
+          "the held-out tasks depend on the seed). Gain over SFT: that accuracy minus the SFT row of the same "
+          "table (the same tasks and sampling seed, so the draw of tasks cancels; single agent vs single agent "
+          "for the single run). A paper direction A > B *held* when mean(A) - mean(B) exceeds "
           "sqrt(std_A² + std_B²), is *reversed* below minus that, and is *within noise* otherwise.", "",
           f"SFT cold start, held-out accuracy with its own designs: {fmt(sft, pct=True)}.", "",
           "Regenerate:", "", f"    python ablations.py --root {shown} --seeds {','.join(map(str, seeds))} "
