@@ -29,24 +29,35 @@ Four pieces, each usable on its own:
    first reply is deliberately wrong (never a training target), so that the critic and the repair call
    learn to fix, not just to copy.
 
-Calibration (`python sft.py`: steps x 16 samples at lr 2e-3 on traces of 2400 tasks, designer samples from
-800 of them; 200 held-out tasks, one execution each at T=1, through the real rollout, sandbox and grader;
-a quiet 2-core machine; traces take 35 s):
+Calibration (`python sft.py`: traces of 2400 tasks, designer samples from 800 of them (600 where marked),
+lr 2e-3 with warmup and cosine decay; 200 held-out tasks, one execution each at T=1, through the real rollout,
+sandbox and grader; a 2-core machine whose speed varied by ~15% between runs; traces take 30-38 s). One run
+per row, seed 0:
 
-    SFT steps (training time)   designer parses  single  ensemble  critic  tester   learned designs
-    900  (297 s)                80.5%            11.5%   14.5%     8.0%    16.5%      8.0%
-    1800 (685 s, the default)   95.5%            31.5%   34.0%    15.5%    36.0%     41.0%
+    optimizer  batch x steps       training  parses  single  ensemble  critic  tester  learned designs
+    AdamW      16 x 900             297 s    80.5%   11.5%    14.5%     8.0%   16.5%    8.0%
+    AdamW      16 x 1800            685 s    95.5%   31.5%    34.0%    15.5%   36.0%   41.0%  (old default)
+    Muon       16 x 500             180 s    79.5%   14.0%    15.0%    14.0%   22.5%   14.5%
+    Muon       16 x 900             342 s    95.5%   46.0%    53.0%    41.0%   52.5%   55.5%
+    Muon       12 x 950             295 s    95.5%   33.5%    36.0%    30.0%   38.5%   41.0%
+    Muon        8 x 1200            276 s    98.0%   33.0%    38.0%    24.0%   37.5%   39.0%
+    Muon        8 x 1300            274 s    99.0%   38.0%    44.5%    32.5%   40.5%   49.0%
+    Muon        8 x 1000, 600       193 s    93.0%   24.0%    26.5%    14.0%   24.0%   26.5%
+    Muon        8 x 1200, 600       246 s    94.5%   36.5%    45.0%    33.0%   46.5%   51.0%
+    Muon        8 x 1300, 600       286 s    97.0%   53.5%    63.5%    53.0%   59.5%   65.5%  (default)
 
-At 1800 steps the Designer's own choice (tester for code, ensemble for math, mostly) beats every single
-fixed template, and the single agent by 9.5 points: structure matters here, and which structure depends on
-the task. Per kind at 800 steps (100 tasks x 2): math single 9% / ensemble 12% / greedy 22%; code single
-19% / tester 29% / greedy 24%. Greedy beats sampling, so errors are sampling slips that a vote or a
-retry can fix. The critic hurts: trained on half-wrong proposals, a weak critic rewrites right answers.
-What moved the numbers (each measured): prompts cut to a third (`short=True`); 8 heads of 32 instead
-of 2 of 64 (copying digits out of the prompt is learned in ~80 steps instead of not at all in 200);
-batches of 16 instead of 32 (more updates per token); difficulty 1 made easier (inputs 0..9, no x*K);
-twice the steps. What did not: lr 3e-3 or 6e-3 (loss spikes); a one-operation math family (only ~120
-distinct problems, so few distinct samples survive de-duplication).
+Muon (sft.make_optimizer) reached in 900 steps what AdamW had not in 1800; small batches then bought more
+updates for the same time. Learning is abrupt: between 1000 and 1300 steps of 8 the single agent goes from
+24% to 38-54%, so rows one step apart can differ more than their settings suggest. Which structure pays
+depends on the kind of task, which is what the Designer's choice has to learn. Per kind in the default row
+(100 tasks each): code single 49% / tester 65%, math single 58% / ensemble 67%. The critic hurts:
+trained on half-wrong proposals, a weak critic rewrites right answers.
+Greedy beats sampling (at 800 AdamW steps, math 22% vs 9%), so errors are sampling slips that a vote or a
+retry can fix. What moved the numbers before (each measured): prompts cut to a third (`short=True`); 8
+heads of 32 instead of 2 of 64 (copying digits out of the prompt is learned in ~80 steps instead of not at
+all in 200); difficulty 1 made easier (inputs 0..9, no x*K). What did not: AdamW at lr 3e-3 or 6e-3 (loss
+spikes), Muon at lr 4e-3 (16 x 650: single 20.0%), 1200 designer samples instead of 800 (16 x 650: 17.5%),
+a one-operation math family (only ~120 distinct problems, so few distinct samples survive de-duplication).
 """
 
 import json

@@ -101,6 +101,42 @@ def test_train_sft_learns_and_writes_loadable_checkpoint(tmp_path):
     assert text.startswith("<answer>") and "</answer><|end|>" in text
 
 
+def test_muon_optimizer_splits_params_and_learns():
+    model, tok = tiny.build_model(seed=0, **SMALL)
+    opt = sft.make_optimizer(model, "muon", 1e-3, 0.01)
+    muon, adamw = opt.optimizers
+    in_muon = {id(p) for g in muon.param_groups for p in g["params"]}
+    in_adamw = {id(p) for g in adamw.param_groups for p in g["params"]}
+    params = list(model.parameters())
+    # every parameter in exactly one of them; the tied embedding and the 1-D norm gains on AdamW
+    assert in_muon.isdisjoint(in_adamw) and in_muon | in_adamw == {id(p) for p in params}
+    assert id(model.get_input_embeddings().weight) in in_adamw
+    assert all(p.ndim == 2 for p in params if id(p) in in_muon) and len(in_muon) == 7 * SMALL["num_layers"]
+    # one schedule drives both: the scheduler sees the groups of both optimizers
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: 0.5)
+    assert sched.get_last_lr() == [5e-4, 5e-4] and muon.param_groups[0]["lr"] == adamw.param_groups[0]["lr"] == 5e-4
+    stats = sft.train_sft(model, tok, add_samples(300), steps=60, lr=3e-3, batch_size=32, log=None,
+                          optimizer="muon")
+    assert stats["losses"][0] > 4.0 and stats["loss"] < 0.6
+    with pytest.raises(ValueError, match="adamw"):
+        sft.make_optimizer(model, "sgd", 1e-3, 0.0)
+
+
+def test_quality_bar_figures_paired_margin_and_kinds():
+    m, se = sft.paired_margin([1, 1, 0, 1], [0, 1, 0, 0])
+    assert m == pytest.approx(0.5) and se == pytest.approx((1 / 3) ** 0.5 / 2)
+    fig = {"tasks": 4, "parse": 1.0, "designer": 0.5, "structures": {"tester": 1.0},
+           "templates": {"single": 0.25, "ensemble": 0.5, "tester": 0.5},
+           "per_problem": {"designs": [1, 0, 1, 0], "single": [0, 0, 1, 0], "ensemble": [1, 1, 0, 0],
+                           "tester": [0, 0, 1, 1]},
+           "kinds": ["math", "math", "code", "code"]}
+    text = sft.format_figures(fig)
+    assert "best template ensemble beats single by +25.0 points (paired standard error 47.9" in text
+    # per kind, the structure that pays differs: tester on code, ensemble on math
+    assert "code (2 tasks): designs 50.0%, single 50.0%, ensemble 0.0%, tester 100.0%; best template tester +50.0" in text
+    assert "math (2 tasks): designs 50.0%, single 0.0%, ensemble 100.0%, tester 0.0%; best template ensemble +100.0" in text
+
+
 def test_roles_single_process(base, tmp_path):
     out = tmp_path / "both"
     sft.main_train(["--model", str(base / "base"), "--data", str(base / "data"), "--out", str(out),
