@@ -208,7 +208,8 @@ def save_checkpoint(model, tokenizer, out_dir):
 
 
 def make_optimizer(model, name, lr, weight_decay):
-    """"adamw", or "muon": Muon on the decoder's 2-D weight matrices and AdamW on the rest.
+    """The SFT optimizer: name "adamw" (AdamW on everything) or "muon" (Muon on the decoder's 2-D weight
+    matrices, AdamW on the rest).
 
     Muon (Jordan et al. 2024) replaces each matrix's momentum by its nearest orthogonal matrix (five
     Newton-Schulz iterations), so every direction of the update moves at the same rate. adjust_lr_fn=
@@ -244,6 +245,13 @@ class _Together(torch.optim.Optimizer):
     def zero_grad(self, set_to_none=True):
         for o in self.optimizers:
             o.zero_grad(set_to_none=set_to_none)
+
+    def state_dict(self):
+        return {"optimizers": [o.state_dict() for o in self.optimizers]}
+
+    def load_state_dict(self, state_dict):
+        for o, s in zip(self.optimizers, state_dict["optimizers"], strict=True):
+            o.load_state_dict(s)
 
 
 def train_sft(model, tokenizer, samples, steps=300, lr=2e-3, batch_size=64, out_dir=None, *, warmup=None,
@@ -407,7 +415,7 @@ def format_figures(fig):
     if best is not None and "single" in t:
         line = f"    best template {best} beats single by {100 * (t[best] - t['single']):+.1f} points"
         if best in pp and "single" in pp:
-            m, se = paired_margin(pp[best], pp["single"])
+            _, se = paired_margin(pp[best], pp["single"])
             line += f" (paired standard error {100 * se:.1f}; clear when above 2 standard errors)"
         lines.append(line)
     kinds = fig.get("kinds")

@@ -118,6 +118,14 @@ def test_muon_optimizer_splits_params_and_learns():
     stats = sft.train_sft(model, tok, add_samples(300), steps=60, lr=3e-3, batch_size=32, log=None,
                           optimizer="muon")
     assert stats["losses"][0] > 4.0 and stats["loss"] < 0.6
+    # the state of both optimizers round-trips (Muon's momentum buffers included)
+    opt2 = sft.make_optimizer(model, "muon", 1e-3, 0.01)
+    model(input_ids=torch.tensor([[5, 6, 7]]), labels=torch.tensor([[5, 6, 7]])).loss.backward()
+    opt2.step()
+    opt3 = sft.make_optimizer(model, "muon", 1e-3, 0.01)
+    opt3.load_state_dict(opt2.state_dict())
+    buf2 = next(iter(opt2.optimizers[0].state.values()))["momentum_buffer"]
+    assert torch.equal(next(iter(opt3.optimizers[0].state.values()))["momentum_buffer"], buf2)
     with pytest.raises(ValueError, match="adamw"):
         sft.make_optimizer(model, "sgd", 1e-3, 0.0)
 
