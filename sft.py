@@ -220,8 +220,10 @@ def make_optimizer(model, name, lr, weight_decay):
     Under FSDP2 Muon works on the sharded DTensors, and its Newton-Schulz matmuls (bf16) round differently
     from one process: 3 steps on the same batch on 2 gloo ranks ended 8.7e-4 away from a single process,
     where the weights had moved 3e-2 (AdamW under the same check: identical)."""
+    def adamw(params):
+        return torch.optim.AdamW(params, lr=lr, betas=(0.9, 0.95), weight_decay=weight_decay)
     if name == "adamw":
-        return torch.optim.AdamW(model.parameters(), lr=lr, betas=(0.9, 0.95), weight_decay=weight_decay)
+        return adamw(model.parameters())
     if name != "muon":
         raise ValueError(f"optimizer must be 'adamw' or 'muon', not {name!r}")
     emb = {id(p) for p in model.get_input_embeddings().parameters()}
@@ -229,17 +231,16 @@ def make_optimizer(model, name, lr, weight_decay):
     matrices = [p for p in model.parameters() if p.ndim == 2 and id(p) not in emb]
     rest = [p for p in model.parameters() if p.ndim != 2 or id(p) in emb]
     return _Together([torch.optim.Muon(matrices, lr=lr, weight_decay=weight_decay, adjust_lr_fn="match_rms_adamw"),
-                      torch.optim.AdamW(rest, lr=lr, betas=(0.9, 0.95), weight_decay=weight_decay)])
+                      adamw(rest)])
 
 
 class _Together(torch.optim.Optimizer):
-    """Several optimizers stepped as one. param_groups are their own group dicts, so an LR scheduler on
-    this object sets the lr of all of them."""
+    """Several optimizers stepped as one. Its param_groups are the very group dicts of its members (the
+    base class keeps the dicts it is given), so an LR scheduler on this object sets the lr of all of them."""
 
     def __init__(self, optimizers):
         self.optimizers = optimizers
         super().__init__([g for o in optimizers for g in o.param_groups], {})
-        self.param_groups = [g for o in optimizers for g in o.param_groups]
 
     def step(self, closure=None):
         for o in self.optimizers:
