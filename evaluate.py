@@ -36,7 +36,7 @@ ROOT = Path(__file__).resolve().parent
 SHARED = ROOT.parent / "shared" / "data" / "benchmarks"
 NAMED = {"aime24": "aime24.jsonl", "aime25": "aime25.jsonl", "olympiadbench": "olympiadbench.jsonl"}
 STRUCTURES = ("single", "ensemble", "critic", "tester", "other")
-TINY_EVAL_SEED = 10_007      # held-out tiny tasks: a seed that training and SFT never draw from
+TINY_EVAL_SEED = 10_007      # held-out tiny tasks: the "eval" split (tiny.SPLITS), which SFT and RL never see
 
 
 # ----------------------------------------------------------------------------------------------- tasks
@@ -45,7 +45,7 @@ def load_benchmark(spec, n_tiny=100):
     import data
     if spec == "tiny":
         import tiny
-        return "tiny", tiny.make_tasks(n_tiny, seed=TINY_EVAL_SEED), None
+        return "tiny", tiny.make_tasks(n_tiny, seed=TINY_EVAL_SEED, split="eval"), None
     if spec in NAMED:
         path = SHARED / NAMED[spec]
         if not path.exists():

@@ -482,7 +482,7 @@ def main_train(argv):
         import tiny
         defaults = {k: TINY[k] for k in ("steps", "lr", "batch_size", "optimizer")}
         t_traces = time.perf_counter()
-        tasks = tiny.make_tasks(a.train_tasks or TINY["train_tasks"], seed=a.seed)
+        tasks = tiny.make_tasks(a.train_tasks or TINY["train_tasks"], seed=a.seed, split="sft")
         designer, executor = tiny.sft_traces(tasks, seed=a.seed)
         # the four scripts are learned from fewer samples than the executor's arithmetic needs
         designer = designer[:a.designer_tasks or TINY["designer_tasks"]]
@@ -516,7 +516,7 @@ def main_train(argv):
     print(f"SFT wall time: {wall:.1f}s")
     if tiny_world and not a.no_eval:
         import tiny
-        held = tiny.make_tasks(a.eval_tasks, seed=a.seed + 1_000_003)
+        held = tiny.make_tasks(a.eval_tasks, seed=a.seed + 1_000_003, split="eval")
         if a.roles == "both":
             paths = dict(model_path=a.out)
         elif a.roles == "separate":

@@ -60,6 +60,7 @@ spikes), Muon at lr 4e-3 (16 x 650: single 20.0%), 1200 designer samples instead
 a one-operation math family (only ~120 distinct problems, so few distinct samples survive de-duplication).
 """
 
+import hashlib
 import json
 import random
 
@@ -184,32 +185,59 @@ def _fn_task(rng, level, n_visible=3, n_hidden=5):
             return expr, vis, hid
 
 
-def make_tasks(n, seed, difficulty=1, kinds=("math", "code")):
-    """n tasks in data.py's format, kinds interleaved, fully determined by (n, seed, difficulty, kinds).
+# The world is small (about 1,750 distinct math problems at difficulty 1), so independent draws for SFT, RL
+# and evaluation share many problems: with one shared draw, 56% of the "held-out" math tasks had been SFT
+# targets, and the cold start solved 69% of those against 44% of the others. So every task belongs to one
+# split, fixed by a hash of what the model is shown; each phase draws from its own.
+SPLITS = {"sft": range(0, 6), "rl": range(6, 8), "eval": range(8, 10)}   # tenths of the world
+
+
+def split_of(task):
+    """'sft', 'rl' or 'eval': a stable hash of the question and the visible examples (two code tasks with
+    the same examples look the same to the model, so they must share a split)."""
+    key = json.dumps([task["question"], task.get("public_tests")], sort_keys=True)
+    tenth = int(hashlib.sha256(key.encode()).hexdigest()[:8], 16) % 10
+    return next(name for name, r in SPLITS.items() if tenth in r)
+
+
+def _make_task(rng, kind, tid, difficulty):
+    meta = {"difficulty": difficulty}
+    if kind == "math":
+        expr, steps, value = _chain(rng, min(difficulty, 3) + 1, 9 if difficulty < 3 else 19, difficulty >= 3)
+        return {"id": tid, "kind": "math", "question": f"Compute {expr}.", "answer": str(value),
+                "source": "tiny", "metadata": {**meta, "family": "chain", "steps": steps}}
+    if kind == "code":
+        expr, vis, hid = _fn_task(rng, min(difficulty, 4))
+        tests = lambda xs, e=expr: {"inputs": [[x] for x in xs], "outputs": [_apply(e, x) for x in xs],
+                                    "fn_name": "f"}
+        return {"id": tid, "kind": "code", "question": "Write f(x).",
+                "answer": "", "tests": tests(hid), "public_tests": tests(vis), "source": "tiny",
+                "metadata": {**meta, "family": "fn", "solution": f"def f(x): return {expr}"}}
+    raise ValueError(f"unknown task kind {kind!r}")
+
+
+def make_tasks(n, seed, difficulty=1, kinds=("math", "code"), split=None):
+    """n tasks in data.py's format, kinds interleaved, fully determined by (n, seed, difficulty, kinds, split).
 
     difficulty (int >= 1): math chains have difficulty + 1 operations of + and - on operands up to 9 (from
     difficulty 3 also *, operands up to 19); the code catalogue grows from x+K, x-K on inputs 0..9
     (difficulty 1) to x*K (2) to %, //, max, min on inputs 0..20 (3) to K-x, x*x+K, abs (>= 4).
+    split: None draws from the whole world; "sft", "rl" or "eval" only from that split (SPLITS, split_of),
+    so the cold start, RL and the held-out figures never share a problem, whatever their seeds.
     """
+    if split is not None and split not in SPLITS:
+        raise ValueError(f"unknown split {split!r} (one of {sorted(SPLITS)})")
     rng = random.Random(f"tiny-{seed}-{difficulty}")  # str seeds hash deterministically (sha512)
     tasks = []
     for i in range(n):
         kind = kinds[i % len(kinds)]
-        tid = f"tiny-{kind}-s{seed}-d{difficulty}-{i}"
-        meta = {"difficulty": difficulty}
-        if kind == "math":
-            expr, steps, value = _chain(rng, min(difficulty, 3) + 1, 9 if difficulty < 3 else 19, difficulty >= 3)
-            tasks.append({"id": tid, "kind": "math", "question": f"Compute {expr}.", "answer": str(value),
-                          "source": "tiny", "metadata": {**meta, "family": "chain", "steps": steps}})
-        elif kind == "code":
-            expr, vis, hid = _fn_task(rng, min(difficulty, 4))
-            tests = lambda xs, e=expr: {"inputs": [[x] for x in xs], "outputs": [_apply(e, x) for x in xs],
-                                        "fn_name": "f"}
-            tasks.append({"id": tid, "kind": "code", "question": "Write f(x).",
-                          "answer": "", "tests": tests(hid), "public_tests": tests(vis), "source": "tiny",
-                          "metadata": {**meta, "family": "fn", "solution": f"def f(x): return {expr}"}})
+        for _ in range(10_000):   # a split holds a fixed share of every kind, so this ends in a few draws
+            task = _make_task(rng, kind, f"tiny-{kind}-s{seed}-d{difficulty}-{i}", difficulty)
+            if split is None or split_of(task) == split:
+                break
         else:
-            raise ValueError(f"unknown task kind {kind!r}")
+            raise RuntimeError(f"tiny.make_tasks: no {kind} task of split {split!r} in 10,000 draws")
+        tasks.append(task)
     return tasks
 
 

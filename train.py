@@ -71,7 +71,7 @@ class Config:
     resume: bool = False                  # continue from the last checkpoint in out_dir
     save_every: int = 10                  # S: checkpoint every S steps (and at the end)
     keep_checkpoints: int = 2
-    # data: {path.jsonl or "tiny": weight}; "tiny" = tiny.make_tasks(tiny_tasks, seed)
+    # data: {path.jsonl or "tiny": weight}; "tiny" = tiny.make_tasks(tiny_tasks, seed, split="rl")
     data_mix: dict = field(default_factory=lambda: {"tiny": 1.0})
     tiny_tasks: int = 2000
     eval_tasks: int = 0                   # held-out tiny tasks for the final table (0 = no table)
@@ -230,7 +230,7 @@ def load_mix(cfg):
     for src in cfg.data_mix:
         if src == "tiny":
             import tiny
-            tasks = tiny.make_tasks(cfg.tiny_tasks, seed=cfg.seed)
+            tasks = tiny.make_tasks(cfg.tiny_tasks, seed=cfg.seed, split="rl")   # problems SFT never showed
         else:
             tasks = data.load_tasks(src)
         if not tasks:
@@ -807,12 +807,14 @@ def _loggers(cfg):
 
 
 def heldout_tasks(cfg, sources):
-    """cfg.eval_tasks tiny tasks whose text no training task shows (every code task asks "Write f(x).",
-    so the question alone would hold out no code task at all: the visible examples tell them apart)."""
+    """cfg.eval_tasks tiny tasks from the "eval" split, which neither the cold start nor RL draws from
+    (tiny.SPLITS); a task whose text some training source shows is dropped too, since a data_mix file may
+    hold tiny tasks. Text, not question: every code task asks "Write f(x).", the examples tell them apart."""
     import data
     import tiny
     seen = {data.task_text(t) for src in sources for t in src}
-    tasks = [t for t in tiny.make_tasks(cfg.eval_tasks * 10, seed=cfg.seed + 1_000_003) if data.task_text(t) not in seen]
+    tasks = [t for t in tiny.make_tasks(cfg.eval_tasks * 4, seed=cfg.seed + 1_000_003, split="eval")
+             if data.task_text(t) not in seen]
     return tasks[:cfg.eval_tasks]
 
 
@@ -834,7 +836,7 @@ def final_table(cfg, eng, sources, rank, world, on_phase, put_weights, sync_weig
         n = max(len(recs), 1)
         shares = Counter(r["structure"] for r in recs)
         return (sum(r["reward"] for r in recs) / n, sum(r["correct"] for r in recs) / n,
-                ", ".join(f"{k} {v / n:.0%}" for k, v in shares.most_common()))
+                ", ".join(f"{k} {v / n:.0%}" for k, v in shares.most_common()), [float(r["correct"]) for r in recs])
 
     rows = [("RL: learned designs", evaluate(None)), ("RL: single agent", evaluate("single"))]
     # the SFT model(s) back in the engine (the trainer's weights stay as they are)
@@ -851,10 +853,18 @@ def final_table(cfg, eng, sources, rank, world, on_phase, put_weights, sync_weig
         print(f"\ntraining reward (mean of {k} steps): first {np.mean(rs[:k]):.3f} -> last {np.mean(rs[-k:]):.3f}")
         print(f"held-out tiny tasks: {len(tasks)} (1 design x 1 execution each, T={cfg.temperature})")
         print(f"{'':24s} {'reward':>7s} {'accuracy':>9s}  structures")
-        for name, (rw, acc, sh) in rows:
+        for name, (rw, acc, sh, _) in rows:
             print(f"{name:24s} {rw:7.3f} {acc:9.1%}  {sh}")
+        # RL and SFT rows ran on the same tasks in the same order: the paired difference is the honest error bar
+        from sft import paired_margin
+        gains = {}
+        for what, a, b in (("learned designs", 0, 2), ("single agent", 1, 3)):
+            gains[what] = paired_margin(rows[a][1][3], rows[b][1][3])
+            print(f"RL - SFT, {what + ':':16s} {100 * gains[what][0]:+5.1f} points (paired standard error "
+                  f"{100 * gains[what][1]:.1f})")
         table = {"tasks": len(tasks), "reward_first": float(np.mean(rs[:k])), "reward_last": float(np.mean(rs[-k:])),
-                 "rows": {name: {"reward": rw, "accuracy": acc, "structures": sh} for name, (rw, acc, sh) in rows}}
+                 "rows": {name: {"reward": rw, "accuracy": acc, "structures": sh} for name, (rw, acc, sh, _) in rows},
+                 "rl_minus_sft": {w: {"points": 100 * m, "stderr": 100 * se} for w, (m, se) in gains.items()}}
         with open(os.path.join(cfg.out_dir, "final_table.json"), "w") as f:   # for scripts (ablations.py)
             json.dump(table, f, indent=1)
 

@@ -94,6 +94,19 @@ def test_make_tasks_is_deterministic_and_well_formed():
             assert not set(map(tuple, t["tests"]["inputs"])) & set(map(tuple, t["public_tests"]["inputs"]))
 
 
+def test_splits_share_no_problem_whatever_the_seeds():
+    import data
+    draws = {s: tiny.make_tasks(600, seed=0 if s == "sft" else 1, split=s) for s in tiny.SPLITS}
+    texts = {s: {data.task_text(t) for t in ts} for s, ts in draws.items()}
+    for s, ts in draws.items():
+        assert {tiny.split_of(t) for t in ts} == {s} and {t["kind"] for t in ts} == {"math", "code"}
+    assert not texts["sft"] & texts["rl"] and not texts["sft"] & texts["eval"] and not texts["rl"] & texts["eval"]
+    # the same seed without a split draws from the whole world, so its tasks fall into every split
+    assert {tiny.split_of(t) for t in tiny.make_tasks(100, seed=0)} == set(tiny.SPLITS)
+    with pytest.raises(ValueError, match="unknown split"):
+        tiny.make_tasks(2, seed=0, split="test")
+
+
 @pytest.mark.parametrize("difficulty", [1, 2, 3])
 def test_math_answers_are_exact(difficulty):
     for t in tiny.make_tasks(60, seed=difficulty, difficulty=difficulty, kinds=("math",)):

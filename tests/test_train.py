@@ -192,7 +192,9 @@ def test_heldout_tasks_share_no_text_with_training_and_cover_both_kinds():
     import data
     import tiny
     cfg = train.Config(eval_tasks=40, seed=0)
-    training = tiny.make_tasks(2000, seed=0)
-    held = train.heldout_tasks(cfg, [training])
+    training = train.load_mix(cfg)[0]                      # the tiny RL pool: the "rl" split
+    assert {tiny.split_of(t) for t in training} == {"rl"}
+    held = train.heldout_tasks(cfg, [training, tiny.make_tasks(300, seed=0)])   # + a file that holds tiny tasks
     assert len(held) == 40 and {t["kind"] for t in held} == {"math", "code"}
+    assert {tiny.split_of(t) for t in held} == {"eval"}
     assert not {data.task_text(t) for t in held} & {data.task_text(t) for t in training}
