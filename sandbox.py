@@ -35,6 +35,7 @@ reward.code_score does); data.task_text formats a task when data.py is there. Al
 """
 
 import atexit
+import collections
 import contextlib
 import ctypes
 import fcntl
@@ -913,9 +914,14 @@ def _drive(jobs, on_message=None, on_idle=None, on_finish=None):
     output and messages, enforce deadlines, report each job once when it has ended."""
     sel = selectors.DefaultSelector()
     reg, done = {}, set()
+    # Only the jobs not yet reported are visited: a rollout of thousands of scripts would otherwise make
+    # every turn of this loop walk every job ever started (the SFT traces spent seconds on that alone).
+    live, seen = [], 0
     try:
         while True:
-            for j in list(jobs):
+            live.extend(jobs[seen:])
+            seen = len(jobs)
+            for j in list(live):
                 if id(j) in done:
                     continue
                 fds = reg.setdefault(id(j), set())
@@ -936,7 +942,9 @@ def _drive(jobs, on_message=None, on_idle=None, on_finish=None):
                         on_finish(j)
             if on_idle:
                 on_idle()
-            live = [j for j in jobs if id(j) not in done]
+            live.extend(jobs[seen:])   # jobs the callbacks started this turn
+            seen = len(jobs)
+            live = [j for j in live if id(j) not in done]
             if not live:
                 return
             now = time.monotonic()
@@ -1095,15 +1103,17 @@ def run_workflows(scripts, tasks, generate, *, limits=None, timeout=None, max_ca
     width = n if width is None else max(1, int(width))
     parts = [_task_parts(t, short) for t in tasks]
     jobs, pending, state = [], [], {}   # state[id(job)] = dict(run, used, waiting)
-    todo = list(range(n))
+    todo = collections.deque(range(n))
+    scripts_live = {}                   # id -> workflow job not yet reported finished (launch order)
 
     def launch():
-        while todo and sum(1 for j in jobs if not j.finished and j.kind == "workflow") < width:
-            k = todo.pop(0)
+        while todo and len(scripts_live) < width:
+            k = todo.popleft()
             payload = {"script": str(scripts[k]), "task": parts[k][0], "max_output": max_output}
             job = _Job(server, "workflow", payload, timeout, max_output)
             state[id(job)] = {"run": k, "used": 0, "waiting": None}
             jobs.append(job)
+            scripts_live[id(job)] = job
 
     def fail(job, why):
         st = state[id(job)]
@@ -1177,6 +1187,7 @@ def run_workflows(scripts, tasks, generate, *, limits=None, timeout=None, max_ca
                 r.error, r.answer = job.kill_reason, None
             # drop its pending calls (it died waiting)
             pending[:] = [(j, c) for j, c in pending if j is not job]
+            scripts_live.pop(id(job), None)
             launch()
             return
         parent = job.parent_job
@@ -1193,7 +1204,7 @@ def run_workflows(scripts, tasks, generate, *, limits=None, timeout=None, max_ca
             parent.reply({"ok": tests_report(_tests_outcomes(job, job.n_tests), pub)[:max_output]})
 
     def on_idle():
-        live = [j for j in jobs if j.kind == "workflow" and not j.finished]
+        live = [j for j in scripts_live.values() if not j.finished]
         if not pending or any(state[id(j)]["waiting"] is None or state[id(j)]["waiting"][0] != "agent"
                               for j in live if j.kill_reason is None and not state[id(j)].get("done")):
             return
