@@ -20,7 +20,7 @@ Each step (the paper's Algorithm 1, with stagewise co-evolution):
 Run it:
 
     python train.py                                   # tiny default on CPU: SFT cold start if out/tiny-sft/
-                                                      # is missing (~5 min), RL, a results table: 12 min, 2 cores
+                                                      # is missing (~4.6 min), RL, a results table: ~12 min, 2 cores
     python train.py config/qwen3_8b.py --M=8 --N=1    # a preset, with command-line overrides
     python train.py config/tiny.py --resume           # continue from the last checkpoint in out_dir
     torchrun --nproc_per_node=8 train.py config/qwen3_8b.py          # 8 GPUs: FSDP2, one engine per rank
@@ -850,7 +850,9 @@ def final_table(cfg, eng, sources, rank, world, on_phase, put_weights, sync_weig
         with open(os.path.join(cfg.out_dir, "metrics.jsonl")) as f:
             rs = [json.loads(ln)["reward/mean"] for ln in f if ln.strip()]
         k = max(1, min(5, len(rs) // 2))
-        print(f"\ntraining reward (mean of {k} steps): first {np.mean(rs[:k]):.3f} -> last {np.mean(rs[-k:]):.3f}")
+        # every step draws other queries, so first vs last mixes learning with how hard the draws were
+        print(f"\ntraining reward (mean of {k} steps): first {np.mean(rs[:k]):.3f} -> last {np.mean(rs[-k:]):.3f} "
+              "(other queries at every step; the paired held-out rows below are the measure)")
         print(f"held-out tiny tasks: {len(tasks)} (1 design x 1 execution each, T={cfg.temperature})")
         print(f"{'':24s} {'reward':>7s} {'accuracy':>9s}  structures")
         for name, (rw, acc, sh, _) in rows:

@@ -138,9 +138,17 @@ def test_sample_queries_resumes_at_the_saved_position():
 def test_seeded_runs_agree_and_resume_after_sigkill_is_exact(model_dir, tmp_path):
     a, b, c = tmp_path / "a", tmp_path / "b", tmp_path / "c"
     run(args_for(model_dir, a))
-    run(args_for(model_dir, b))
+    pb = run(args_for(model_dir, b, eval_tasks=4))    # b also prints the final table (after its last save)
     wa, wb = weights(a / "step_000003"), weights(b / "step_000003")
     assert same_weights(wa, wb), "two seeded runs differ"
+    table = json.loads((b / "final_table.json").read_text())
+    assert table["tasks"] == 4 and set(table["rows"]) == {"RL: learned designs", "RL: single agent",
+                                                          "SFT: designs", "SFT: single agent"}
+    for what, gain in table["rl_minus_sft"].items():   # paired: RL row minus SFT row, task by task
+        rl, sft = (table["rows"][n]["accuracy"] for n in (("RL: learned designs", "SFT: designs")
+                   if what == "learned designs" else ("RL: single agent", "SFT: single agent")))
+        assert gain["points"] == pytest.approx(100 * (rl - sft)) and gain["stderr"] >= 0
+        assert f"RL - SFT, {what}:" in pb.stdout
     ma = metrics(a)
     assert [m["step"] for m in ma] == [1, 2, 3]
     assert [m["active"] for m in ma] == ["designer", "executor", "designer"]
