@@ -591,7 +591,7 @@ def main_train(argv):
 
 
 # the tiny default, measured on 2 CPU cores (tiny.py's docstring has the table): Muon, 1300 steps of 8 samples
-# on 3000 tasks of the sft split (4.7 min with the traces) meet the quality bar; 2400 tasks left the vote's
+# on 3000 tasks of the sft split (4.7-4.9 min with the traces) meet the quality bar; 2400 tasks left the vote's
 # margin at 1.96 standard errors, 1200 steps fell short on parses (94.5%), AdamW needed 1800 steps of 16
 TINY = dict(steps=1300, lr=2e-3, batch_size=8, train_tasks=3000, designer_tasks=600, optimizer="muon")
 

@@ -57,7 +57,7 @@ default, trained on the "sft" split and evaluated on the "eval" split (`python s
     Muon        8 x 1300, 600, 2400 tasks   222 s    95.0%   45.5%    51.0%    48.5%   49.0%   55.0%
     Muon        8 x 1300, 600, 3000 tasks   232 s    97.5%   36.0%    42.5%    38.0%   46.0%   55.0%  (default)
 
-With 2400 tasks (1,200 math draws, 638 distinct problems) the best template, the vote, beat the single agent
+With 2400 tasks (638 distinct math problems; 718 in 3000) the best template, the vote, beat the single agent
 by 5.5 points with a paired standard error of 2.8, and the Designer parsed 95.0%: both on the line. With 3000
 tasks the tester beats the single agent by 10.0 +- 3.0; per kind, the tester does on code by 21.0 +- 4.6
 (44% -> 65%) and the vote on math by 9.0 +- 3.8 (28% -> 37%); the learned designs beat the single agent by

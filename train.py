@@ -20,7 +20,7 @@ Each step (the paper's Algorithm 1, with stagewise co-evolution):
 Run it:
 
     python train.py                                   # tiny default on CPU: SFT cold start if out/tiny-sft/
-                                                      # is missing (~4.6 min), RL, a results table: ~12 min, 2 cores
+                                                      # is missing (~4.9 min), RL, a results table: ~12.5 min, 2 cores
     python train.py config/qwen3_8b.py --M=8 --N=1    # a preset, with command-line overrides
     python train.py config/tiny.py --resume           # continue from the last checkpoint in out_dir
     torchrun --nproc_per_node=8 train.py config/qwen3_8b.py          # 8 GPUs: FSDP2, one engine per rank
