@@ -277,7 +277,10 @@ class Muon(torch.optim.Optimizer):
                     continue
                 if p.grad.ndim != 2:
                     raise ValueError(f"Muon takes 2-D matrices only, got a gradient of shape {tuple(p.grad.shape)}")
-                buf = self.state[p].setdefault("momentum_buffer", torch.zeros_like(p.grad))
+                state = self.state[p]
+                if "momentum_buffer" not in state:   # (setdefault would allocate a zero matrix every step)
+                    state["momentum_buffer"] = torch.zeros_like(p.grad)
+                buf = state["momentum_buffer"]
                 buf.lerp_(p.grad, 1 - mu)
                 u = p.grad.lerp(buf, mu)
                 full = u.full_tensor() if isinstance(u, DTensor) else u
