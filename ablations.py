@@ -40,8 +40,8 @@ last checkpoint, so the same command continues an interrupted set):
     python ablations.py -- --eval_tasks=50                # anything after `--` goes to every train.py
     python ablations.py report out/ablations              # ROOT/RESULTS.md + ROOT/plots/*.png
 
-Budget, measured for 45 steps on a quiet 2-core machine at commit c909bfd (AdamW cold start, RL lr 1e-4, a
-100-task table; the table is 200 tasks now, about a minute more a run) (RL plus the held-out table): metaagent
+Budget, measured for 45 steps of RL plus the held-out table on a quiet 2-core machine at commit c909bfd
+(AdamW cold start, RL lr 1e-4, a 100-task table; the table is 200 tasks now, about a minute more a run): metaagent
 (4x4) 11-13 min, flat8 10-11 min, flat16 19-21 min (16 designs of ~400 tokens per query), single 5-7 min; so
 the hierarchy and single-agent comparisons cost about 50 minutes per seed, and all 10 runs more than two hours per
 seed. The issue's budget is about two hours: cut comparisons before steps, and say in the README which

@@ -61,7 +61,7 @@ With 2400 tasks (638 distinct math problems; 718 in 3000) the best template, the
 by 5.5 points with a paired standard error of 2.8, and the Designer parsed 95.0%: both on the line. With 3000
 tasks the tester beats the single agent by 10.0 +- 3.0; per kind, the tester does on code by 21.0 +- 4.6
 (44% -> 65%) and the vote on math by 9.0 +- 3.8 (28% -> 37%); the learned designs beat the single agent by
-19 points. (The eval split served both to choose this and to report it; there is no third split for that.)
+19 points. (The eval split served both to choose this and to report it; no split is kept apart for choosing.)
 
 Muon (sft.make_optimizer) reached in 900 steps what AdamW had not in 1800; small batches then bought more
 updates for the same time. Learning is abrupt: between 1000 and 1300 steps of 8 the single agent goes from
