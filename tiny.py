@@ -78,6 +78,7 @@ a one-operation math family (only ~120 distinct problems, so few distinct sample
 
 import hashlib
 import json
+import math
 import random
 
 import torch
@@ -350,3 +351,59 @@ def sft_traces(tasks, seed, other_share=OTHER_SHARE, wrong_share=WRONG_SHARE):
                 seen.add(key)
                 executor.append({"messages": c.messages, "completion": c.reply})
     return designer, executor
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Exact figures: what a policy would write, by teacher forcing instead of sampling
+
+
+def exact_figures(model, tokenizer, tasks, batch_size=32):
+    """Sampling-free figures of a policy on tiny tasks (one teacher-forced forward per script or reply):
+
+        choice[k][name] = P(the Designer writes template `name`'s script, exactly, for tasks[k])
+        oracle[k]       = P(the single agent writes the oracle reply, exactly, for tasks[k])
+
+    (and their natural logs, choice_logp and oracle_logp, which do not underflow for an untrained model).
+
+    A sampled evaluation of 200 tasks at T=1 carries ~3.5 points of noise; these are exact for the tasks
+    given, so the paired difference between two models measures what training changed in the Designer's
+    choice of structure and in the Executor, with only the draw of tasks left as error. The mass that no
+    template gets goes to other scripts (variants, or ones that do not parse). Under FSDP2 every rank must
+    call this with the same tasks: each forward is collective."""
+    import grpo
+    import mas
+    import sandbox
+    from sft import encode_samples
+
+    names = list(mas.TEMPLATES)
+    samples = [{"messages": mas.designer_messages(_task_text(t), short=True),
+                "completion": _script_completion(mas.TEMPLATES[n])} for t in tasks for n in names]
+    # the single agent's prompt exactly as a rollout shows it: run the template with oracle replies
+    runs = sandbox.run_workflows([mas.TEMPLATES["single"]] * len(tasks), tasks, oracle_generate(tasks),
+                                 width=64, short=True)
+    for t, run in zip(tasks, runs):
+        if run.error is not None or not run.calls:
+            raise RuntimeError(f"tiny.exact_figures: the single template failed on {t['id']}: {run.error}")
+    samples += [{"messages": run.calls[0].messages, "completion": oracle_reply(t)} for t, run in zip(tasks, runs)]
+    encoded, _ = encode_samples(tokenizer, samples)
+    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+    device = next(model.parameters()).device
+    seq_logp = []
+    was_training = model.training
+    model.eval()
+    with torch.no_grad():
+        for s in range(0, len(encoded), batch_size):
+            part = encoded[s:s + batch_size]
+            width = max(len(ids) for ids, _ in part)
+            # right padding: the real tokens keep positions 0.. as in generation
+            ids = torch.tensor([ids + [pad] * (width - len(ids)) for ids, _ in part], device=device)
+            mask = torch.tensor([[1] * len(ids) + [0] * (width - len(ids)) for ids, _ in part], device=device)
+            lp = grpo.token_logprobs(model, ids, mask).double()
+            for r, (full, p_len) in enumerate(part):
+                seq_logp.append(lp[r, p_len - 1:len(full) - 1].sum().item())   # the completion's tokens
+    model.train(was_training)
+    k, n = len(names), len(tasks)
+    choice_logp = [dict(zip(names, seq_logp[i * k:(i + 1) * k])) for i in range(n)]
+    return {"choice": [{name: math.exp(v) for name, v in c.items()} for c in choice_logp],
+            "oracle": [math.exp(v) for v in seq_logp[n * k:]],
+            "choice_logp": choice_logp, "oracle_logp": seq_logp[n * k:]}

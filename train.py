@@ -91,6 +91,8 @@ class Config:
     steps: int = 200
     batch_size: int = 8                   # [paper] B queries per step (global, over all ranks)
     lr: float = 5e-6                      # [paper]
+    designer_lr: float = 0.0              # > 0: the Designer's updates use this lr instead (per-role lr)
+    executor_lr: float = 0.0              # > 0: the Executor's updates use this lr instead
     warmup_steps: int = 0
     weight_decay: float = 0.0
     grad_clip: float = 1.0
@@ -205,6 +207,12 @@ def validate(cfg, world=1):
         problems.append(f"batch_size={cfg.batch_size} must be divisible by the number of ranks ({world})")
     if cfg.lr <= 0 or cfg.temperature <= 0:
         problems.append("lr and temperature must be > 0")
+    if cfg.designer_lr < 0 or cfg.executor_lr < 0:
+        problems.append("designer_lr and executor_lr must be >= 0 (0 = use lr)")
+    if cfg.policy == "shared" and cfg.mode == "coupled" and role_lr(cfg, "designer") != role_lr(cfg, "executor"):
+        # one optimizer step serves both roles then; Adam's step cannot be split between them
+        problems.append("designer_lr != executor_lr needs one role per step (mode stagewise, designer or executor) "
+                        "or policy='separate'")
     if not cfg.data_mix:
         problems.append("data_mix is empty: give at least one {path.jsonl or 'tiny': weight}")
     for src, w in cfg.data_mix.items():
@@ -218,6 +226,11 @@ def validate(cfg, world=1):
         problems.append(f"executor_init={cfg.executor_init!r} is not a model directory")
     if problems:
         raise ConfigError("bad config:\n  " + "\n  ".join(problems))
+
+
+def role_lr(cfg, role):
+    """The peak learning rate of a role's updates: designer_lr / executor_lr where set, else lr."""
+    return {"designer": cfg.designer_lr, "executor": cfg.executor_lr}[role] or cfg.lr
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -419,7 +432,7 @@ def update(cfg, step, role_data, policy_of, pad_id, device, world):
     """role_data[role] = dict(samples, adv [S]). Returns (per-role stats: clip fraction, ratio, KL, log-prob gap;
     the names of the policies whose optimizer stepped)."""
     import grpo
-    stats = {}
+    stats = {"lr": 0.0}   # the lr the step used (0: no optimizer stepped)
     # 5. old log-probs (and ref log-probs for KL) by the trainer, before any update
     for role, rd in role_data.items():
         model, S = policy_of[role]["model"], len(rd["samples"])
@@ -496,6 +509,12 @@ def update(cfg, step, role_data, policy_of, pad_id, device, world):
                     gn = torch.nn.utils.clip_grad_norm_(pol["model"].parameters(), cfg.grad_clip)
                     gn = gn.full_tensor() if hasattr(gn, "full_tensor") else gn
                     acc[f"{pol['name']}/grad_norm"] += float(gn) / (cfg.ppo_epochs * cfg.minibatches)
+                    # per-role lr: the scheduler's warmup factor times the lr of the role this step trains
+                    # (validate() ensures that a shared policy trains one role per step when they differ)
+                    role = next(r for r in role_data if policy_of[r] is pol)
+                    for g in pol["opt"].param_groups:
+                        g["lr"] = role_lr(cfg, role) * (pol["sched"].get_last_lr()[0] / cfg.lr)
+                    stats["lr"] = pol["opt"].param_groups[0]["lr"]   # the same on every rank
                     pol["opt"].step()
                     stepped.add(pol["name"])
     # the same keys on every rank (a rank without samples still takes part in the reduction)
@@ -736,7 +755,7 @@ def main(argv):
              **rollout_metrics(recs, Rs, advantage.designer_advantages(Rs),
                                advantage.executor_advantages(Rs, group=cfg.adv_group)),
              **ustats, "tokens/designer": toks[0], "tokens/executor": toks[1], "samples/designer": toks[2],
-             "samples/executor": toks[3], "lr": policies[names[0]]["sched"].get_last_lr()[0],
+             "samples/executor": toks[3],
              "time/rollout": t_rollout, "time/design": batch.stats.get("design_s", 0.0),
              "time/execute": batch.stats.get("execute_s", 0.0), "time/grade": batch.stats.get("grade_s", 0.0),
              "time/update": t_update, "time/weight_sync": t_sync, **sync_info}
@@ -758,7 +777,7 @@ def main(argv):
                     f"tok {int(toks[0] + toks[1])} {m['time/step']:.1f}s")
             (bar.write if hasattr(bar, "write") else print)(line)
     if cfg.eval_tasks > 0 and "tiny" in cfg.data_mix:
-        final_table(cfg, eng, sources, rank, world, on_phase, put_weights, sync_weights)
+        final_table(cfg, eng, sources, rank, world, on_phase, put_weights, sync_weights, policy_of)
     dist.barrier()
     if not isinstance(eng, engine_lib.VLLMEngine):
         dist.destroy_process_group()   # (vLLM tears down its groups at exit, and needs ours alive then)
@@ -818,10 +837,34 @@ def heldout_tasks(cfg, sources):
     return tasks[:cfg.eval_tasks]
 
 
-def final_table(cfg, eng, sources, rank, world, on_phase, put_weights, sync_weights):
+def exact_rows(cfg, tasks, policy_of):
+    """tiny.exact_figures of the RL policies (the trainer's models; every rank takes part, FSDP forwards are
+    collective) and of the SFT cold start: {"SFT"/"RL": {"choice": [...], "oracle": [...]}}. The Designer's
+    choice comes from the designer's model, the oracle reply's probability from the executor's."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    import tiny
+    device = next(policy_of["designer"]["model"].parameters()).device
+    tok = AutoTokenizer.from_pretrained(cfg.init_from)
+
+    def figures(designer, executor):
+        d = tiny.exact_figures(designer, tok, tasks)
+        if executor is not designer:   # separate policies: the oracle reply is the executor model's
+            d["oracle"] = tiny.exact_figures(executor, tok, tasks)["oracle"]
+        return d
+
+    load = lambda p: AutoModelForCausalLM.from_pretrained(p, dtype=torch.float32).to(device)
+    sft_d = load(cfg.init_from)
+    sft_e = load(cfg.executor_init) if cfg.executor_init else sft_d
+    return {"SFT": figures(sft_d, sft_e),
+            "RL": figures(policy_of["designer"]["model"], policy_of["executor"]["model"])}
+
+
+def final_table(cfg, eng, sources, rank, world, on_phase, put_weights, sync_weights, policy_of):
     import engine as engine_lib
     import mas
     import rollout as rollout_lib
+    import tiny
     tasks = heldout_tasks(cfg, sources)
     mine = tasks[rank::world]
     samp = engine_lib.Sampling(temperature=cfg.temperature, max_tokens=cfg.max_tokens)
@@ -846,6 +889,7 @@ def final_table(cfg, eng, sources, rank, world, on_phase, put_weights, sync_weig
     put_weights({"designer": sft, "executor": load(cfg.executor_init) if cfg.executor_init else sft})
     rows += [("SFT: designs", evaluate(None)), ("SFT: single agent", evaluate("single"))]
     sync_weights()
+    exact = exact_rows(cfg, tasks, policy_of)
     if rank == 0:
         with open(os.path.join(cfg.out_dir, "metrics.jsonl")) as f:
             rs = [json.loads(ln)["reward/mean"] for ln in f if ln.strip()]
@@ -864,8 +908,33 @@ def final_table(cfg, eng, sources, rank, world, on_phase, put_weights, sync_weig
             gains[what] = paired_margin(rows[a][1][3], rows[b][1][3])
             print(f"RL - SFT, {what + ':':16s} {100 * gains[what][0]:+5.1f} points (paired standard error "
                   f"{100 * gains[what][1]:.1f})")
+        # the same comparison without sampling noise: what each model would write, by teacher forcing
+        kinds = sorted({t["kind"] for t in tasks})
+        names = list(mas.TEMPLATES)
+        print("exact, teacher-forced on the same tasks (no sampling): P(the Designer writes each template's "
+              "script | kind), P(the single agent writes the oracle reply)")
+        print(f"{'':24s} " + "   ".join(f"{k}: " + " ".join(f"{n:>8s}" for n in names) for k in kinds)
+              + "   oracle reply")
+        summary = {}
+        for who, f in exact.items():
+            cells = []
+            for kind in kinds:
+                idx = [i for i, t in enumerate(tasks) if t["kind"] == kind]
+                cells.append(" " * (len(kind) + 2) + " ".join(
+                    f"{100 * sum(f['choice'][i][n] for i in idx) / len(idx):8.1f}" for n in names))
+            print(f"{who:24s} " + "   ".join(cells) + f"   {100 * np.mean(f['oracle']):12.1f}")
+            # the structure each kind profits from most (tiny.SUITED; sft.py's quality bar measures it)
+            summary[who] = {"suited": [f["choice"][i].get(tiny.SUITED.get(t["kind"]), 0.0) for i, t in enumerate(tasks)],
+                            "oracle": list(f["oracle"])}
+        for what, label in (("suited", "P(suited template)"), ("oracle", "P(oracle reply)")):
+            gains[what] = paired_margin(summary["RL"][what], summary["SFT"][what])
+            print(f"RL - SFT, {label + ':':19s} {100 * gains[what][0]:+5.1f} points (paired standard error "
+                  f"{100 * gains[what][1]:.1f})")
+        print(f"(suited: {', '.join(f'{v} on {k}' for k, v in tiny.SUITED.items())})")
         table = {"tasks": len(tasks), "reward_first": float(np.mean(rs[:k])), "reward_last": float(np.mean(rs[-k:])),
                  "rows": {name: {"reward": rw, "accuracy": acc, "structures": sh} for name, (rw, acc, sh, _) in rows},
+                 "exact": {who: {"suited": float(np.mean(v["suited"])), "oracle": float(np.mean(v["oracle"]))}
+                           for who, v in summary.items()},
                  "rl_minus_sft": {w: {"points": 100 * m, "stderr": 100 * se} for w, (m, se) in gains.items()}}
         with open(os.path.join(cfg.out_dir, "final_table.json"), "w") as f:   # for scripts (ablations.py)
             json.dump(table, f, indent=1)

@@ -6,6 +6,7 @@ import subprocess
 import sys
 
 import pytest
+import torch
 
 import tiny
 
@@ -195,3 +196,31 @@ def test_oracle_runs_score_full_reward():
     runs = sandbox.run_workflows([mas.TEMPLATES["tester"]] * 8, tasks, tiny.oracle_generate(tasks, {1, 3}))
     assert [reward.correctness(t, r.answer) for t, r in zip(tasks, runs)] == [1.0] * 8
     assert [len(r.calls) for r in runs[:4]] == [1, 2, 1, 2]            # the wrong first code got repaired
+
+
+@needs_sandbox
+def test_exact_figures_are_the_teacher_forced_sequence_logprobs():
+    from transformers import AutoModelForCausalLM
+
+    import mas
+
+    torch.manual_seed(0)
+    tok = tiny.build_tokenizer()
+    model = AutoModelForCausalLM.from_config(tiny.tiny_config(hidden_size=64, num_layers=2)).eval()
+    tasks = tiny.make_tasks(3, seed=5)
+    f = tiny.exact_figures(model, tok, tasks, batch_size=5)       # padded batches mixing designer and executor
+    one = tiny.exact_figures(model, tok, tasks, batch_size=1)     # no padding at all
+    for a, b in zip(f["choice_logp"], one["choice_logp"]):
+        assert all(a[n] == pytest.approx(b[n], abs=1e-4) for n in a)
+    assert f["oracle_logp"] == pytest.approx(one["oracle_logp"], abs=1e-4)
+    # one sequence by hand: the Designer writing the tester script for task 0, closed by the end-of-turn token
+    prompt = tok.apply_chat_template(mas.designer_messages(tiny._task_text(tasks[0]), short=True),
+                                     tokenize=False, add_generation_prompt=True)
+    p_ids = tok(prompt, add_special_tokens=False)["input_ids"]
+    c_ids = tok(tiny._script_completion(mas.TEMPLATES["tester"]), add_special_tokens=False)["input_ids"]
+    ids = torch.tensor([p_ids + c_ids + [tok.eos_token_id]])
+    with torch.no_grad():
+        lp = torch.log_softmax(model(ids).logits[0, :-1].double(), -1).gather(-1, ids[0, 1:, None])[:, 0]
+    assert f["choice_logp"][0]["tester"] == pytest.approx(lp[len(p_ids) - 1:].sum().item(), abs=1e-4)
+    assert set(f["choice"][0]) == set(mas.TEMPLATES) and len(f["oracle"]) == len(tasks)
+    assert all(0.0 <= p <= 1.0 for c in f["choice"] for p in c.values()) and all(x < 0 for x in f["oracle_logp"])

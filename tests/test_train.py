@@ -40,7 +40,7 @@ def model_dir(tmp_path_factory):
 def args_for(model_dir, out_dir, steps=3, **kw):
     base = dict(init_from=str(model_dir), out_dir=str(out_dir), backend="hf", data_mix="{'tiny': 1.0}",
                 tiny_tasks=40, batch_size=2, M=2, N=2, K=1, steps=steps, save_every=1, max_tokens=24,
-                designer_max_tokens=48, max_calls=3, script_timeout=20.0, lr=1e-3, micro_batch=8,
+                designer_max_tokens=48, max_calls=3, script_timeout=20.0, lr=1e-3, designer_lr=2e-3, micro_batch=8,
                 weight_decay=0.1, kl_coef=0.1,
                 sft_if_missing=False, eval_tasks=0, progress=False, seed=0)
     base.update(kw)
@@ -118,6 +118,12 @@ def test_parse_config_types_and_files(tmp_path):
     with pytest.raises(train.ConfigError, match="mode='executor'"):
         train.validate(train.parse_config(["--template=single", "--init_from=."]))
     train.validate(train.parse_config(["--template=single", "--mode=executor", "--init_from=."]))
+    # per-role lr: one shared optimizer step cannot serve two learning rates
+    with pytest.raises(train.ConfigError, match="designer_lr != executor_lr"):
+        train.validate(train.parse_config(["--mode=coupled", "--designer_lr=1e-4", "--init_from=."]))
+    train.validate(train.parse_config(["--mode=coupled", "--designer_lr=1e-4", "--policy=separate", "--init_from=."]))
+    cfg = train.parse_config(["--lr=1e-5", "--designer_lr=1e-4"])
+    assert (train.role_lr(cfg, "designer"), train.role_lr(cfg, "executor")) == (1e-4, 1e-5)
 
 
 def test_sample_queries_resumes_at_the_saved_position():
@@ -144,14 +150,22 @@ def test_seeded_runs_agree_and_resume_after_sigkill_is_exact(model_dir, tmp_path
     table = json.loads((b / "final_table.json").read_text())
     assert table["tasks"] == 4 and set(table["rows"]) == {"RL: learned designs", "RL: single agent",
                                                           "SFT: designs", "SFT: single agent"}
+    assert set(table["rl_minus_sft"]) == {"learned designs", "single agent", "suited", "oracle"}
     for what, gain in table["rl_minus_sft"].items():   # paired: RL row minus SFT row, task by task
-        rl, sft = (table["rows"][n]["accuracy"] for n in (("RL: learned designs", "SFT: designs")
-                   if what == "learned designs" else ("RL: single agent", "SFT: single agent")))
+        if what in ("suited", "oracle"):   # exact (teacher-forced) probabilities, not sampled accuracies
+            rl, sft = (table["exact"][who][what] for who in ("RL", "SFT"))
+            assert 0 <= rl <= 1 and 0 <= sft <= 1
+        else:
+            rl, sft = (table["rows"][n]["accuracy"] for n in (("RL: learned designs", "SFT: designs")
+                       if what == "learned designs" else ("RL: single agent", "SFT: single agent")))
+            assert f"RL - SFT, {what}:" in pb.stdout
         assert gain["points"] == pytest.approx(100 * (rl - sft)) and gain["stderr"] >= 0
-        assert f"RL - SFT, {what}:" in pb.stdout
+    assert "RL - SFT, P(suited template):" in pb.stdout
     ma = metrics(a)
     assert [m["step"] for m in ma] == [1, 2, 3]
     assert [m["active"] for m in ma] == ["designer", "executor", "designer"]
+    # designer_lr on the Designer's steps, lr on the Executor's (0: that step had no executor sample to train)
+    assert ma[0]["lr"] == ma[2]["lr"] == 2e-3 and ma[1]["lr"] in (0.0, 1e-3)
     assert all(m["samples/designer"] == 4 for m in ma)
     # the weights moved: at least one update had a non-zero advantage
     from safetensors.torch import load_file
@@ -184,7 +198,7 @@ def test_seeded_runs_agree_and_resume_after_sigkill_is_exact(model_dir, tmp_path
 def test_torchrun_two_ranks_hold_identical_weights(model_dir, tmp_path):
     out = tmp_path / "dist"
     p = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
-                        "train.py", *args_for(model_dir, out, steps=2, save_every=2, verify_sync=True)],
+                        "train.py", *args_for(model_dir, out, steps=2, save_every=2, verify_sync=True, eval_tasks=4)],
                        cwd=ROOT, capture_output=True, text=True, timeout=600,
                        env={**os.environ, "OMP_NUM_THREADS": "1"})
     assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
@@ -194,6 +208,9 @@ def test_torchrun_two_ranks_hold_identical_weights(model_dir, tmp_path):
     assert all(m["weights_ranks_agree"] for m in ms)
     w = weights(out / "step_000002")
     assert train.weights_digest(w.items()) == ms[-1]["weights_digest"]   # = what rank 0 saved
+    # the final table: sampled rows over both ranks' shares, exact rows through the sharded trainer model
+    table = json.loads((out / "final_table.json").read_text())
+    assert table["tasks"] == 4 and set(table["exact"]) == {"SFT", "RL"}
 
 
 def test_heldout_tasks_share_no_text_with_training_and_cover_both_kinds():
