@@ -1,7 +1,7 @@
 """The tiny default (`python train.py` = `python train.py config/tiny.py`): the embedded tiny world on CPU.
 
 SFT cold start first if out/tiny-sft/ is missing, then RL on the "rl" split, then a table on the "eval"
-split (tiny.SPLITS): about 12.5 minutes on 2 CPU cores, 4.9 of them the cold start (README). Paper values
+split (tiny.SPLITS): 11-12.5 minutes on 2 CPU cores, 4-4.9 of them the cold start (README). Paper values
 are marked [paper]; the rest are ours, scaled to a 1.1M-parameter character-level model and a run of a few
 dozen steps.
 """
