@@ -844,11 +844,11 @@ def heldout_tasks(cfg, sources):
     return tasks[:cfg.eval_tasks]
 
 
-def exact_rows(cfg, tasks, policy_of):
+def exact_rows(cfg, tasks, policy_of, sft_designer, sft_executor):
     """tiny.exact_figures of the RL policies (the trainer's models; every rank takes part, FSDP forwards are
-    collective) and of the SFT cold start: {"SFT"/"RL": {"choice": [...], "oracle": [...]}}. The Designer's
-    choice comes from the designer's model, the oracle reply's probability from the executor's."""
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    collective) and of the SFT cold start (plain models): {"SFT"/"RL": {"choice": [...], "oracle": [...]}}.
+    The Designer's choice comes from the designer's model, the oracle reply's probability from the executor's."""
+    from transformers import AutoTokenizer
 
     import tiny
     device = next(policy_of["designer"]["model"].parameters()).device
@@ -860,10 +860,7 @@ def exact_rows(cfg, tasks, policy_of):
             d["oracle"] = tiny.exact_figures(executor, tok, tasks)["oracle"]
         return d
 
-    load = lambda p: AutoModelForCausalLM.from_pretrained(p, dtype=torch.float32).to(device)
-    sft_d = load(cfg.init_from)
-    sft_e = load(cfg.executor_init) if cfg.executor_init else sft_d
-    return {"SFT": figures(sft_d, sft_e),
+    return {"SFT": figures(sft_designer.to(device), sft_executor.to(device)),
             "RL": figures(policy_of["designer"]["model"], policy_of["executor"]["model"])}
 
 
@@ -891,12 +888,13 @@ def final_table(cfg, eng, sources, rank, world, on_phase, put_weights, sync_weig
     rows = [("RL: learned designs", evaluate(None)), ("RL: single agent", evaluate("single"))]
     # the SFT model(s) back in the engine (the trainer's weights stay as they are)
     from transformers import AutoModelForCausalLM
-    load = lambda p: AutoModelForCausalLM.from_pretrained(p, dtype=torch.float32).state_dict()
-    sft = load(cfg.init_from)
-    put_weights({"designer": sft, "executor": load(cfg.executor_init) if cfg.executor_init else sft})
+    load = lambda p: AutoModelForCausalLM.from_pretrained(p, dtype=torch.float32)
+    sft_d = load(cfg.init_from)
+    sft_e = load(cfg.executor_init) if cfg.executor_init else sft_d
+    put_weights({"designer": sft_d.state_dict(), "executor": sft_e.state_dict()})
     rows += [("SFT: designs", evaluate(None)), ("SFT: single agent", evaluate("single"))]
     sync_weights()
-    exact = exact_rows(cfg, tasks, policy_of)
+    exact = exact_rows(cfg, tasks, policy_of, sft_d, sft_e)
     if rank == 0:
         with open(os.path.join(cfg.out_dir, "metrics.jsonl")) as f:
             rs = [json.loads(ln)["reward/mean"] for ln in f if ln.strip()]
