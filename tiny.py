@@ -376,6 +376,7 @@ def exact_figures(model, tokenizer, tasks, batch_size=32):
     call this with the same tasks: each forward is collective."""
     import grpo
     import mas
+    import rollout
     import sandbox
     from sft import encode_samples
 
@@ -390,21 +391,18 @@ def exact_figures(model, tokenizer, tasks, batch_size=32):
             raise RuntimeError(f"tiny.exact_figures: the single template failed on {t['id']}: {run.error}")
     samples += [{"messages": run.calls[0].messages, "completion": oracle_reply(t)} for t, run in zip(tasks, runs)]
     encoded, _ = encode_samples(tokenizer, samples)
+    # as rollout samples, so that the trainer's own packing (right padding, completion mask) scores them
+    seqs = [rollout.Sample(ids[:p], ids[p:], [0.0] * (len(ids) - p), (k,)) for k, (ids, p) in enumerate(encoded)]
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
     device = next(model.parameters()).device
     seq_logp = []
     was_training = model.training
     model.eval()
     with torch.no_grad():
-        for s in range(0, len(encoded), batch_size):
-            part = encoded[s:s + batch_size]
-            width = max(len(ids) for ids, _ in part)
-            # right padding: the real tokens keep positions 0.. as in generation
-            ids = torch.tensor([ids + [pad] * (width - len(ids)) for ids, _ in part], device=device)
-            mask = torch.tensor([[1] * len(ids) + [0] * (width - len(ids)) for ids, _ in part], device=device)
-            lp = grpo.token_logprobs(model, ids, mask).double()
-            for r, (full, p_len) in enumerate(part):
-                seq_logp.append(lp[r, p_len - 1:len(full) - 1].sum().item())   # the completion's tokens
+        for s in range(0, len(seqs), batch_size):
+            b = rollout.samples_to_tensors(seqs[s:s + batch_size], pad, device)
+            lp = grpo.token_logprobs(model, b["input_ids"], b["attention_mask"]).double()
+            seq_logp += (lp * b["completion_mask"]).sum(-1).tolist()
     model.train(was_training)
     k, n = len(names), len(tasks)
     choice_logp = [dict(zip(names, seq_logp[i * k:(i + 1) * k])) for i in range(n)]
