@@ -28,10 +28,21 @@ fail penalty) and stay in the group, so a script that often crashes gets a low R
 negative advantage. Degenerate groups (all rewards equal, a single design M=1, a single sample M*N=1) give
 zeros, never NaN or inf.
 
+Runs that never happened are another matter. A script that does not parse is never executed: its N slots of R
+hold 0 - penalty, which is right for the Designer (the unparsed script is its failure, and designer_advantages
+keeps it), but those slots have no executor samples, so in the executor's group they would only shift the
+mean. Three parsed designs whose runs all score 0.4 and one unparsed design would give every real executor
+sample (0.4 - 0.3) / std ≈ +0.54 (N=2), although no execution was better than another. So executor_advantages takes
+`executed` [..., M, N] (bool): the slots where it is False are left out of their group's mean and std and get
+advantage 0 (mean, std and the constant-group test run over the executed slots only):
+
+    Â_E,ij = (R_ij - mean_{executed kl} R_kl) / (std_{executed kl} R_kl + eps)   if e_ij was executed, else 0
+
 Usage:
     R = torch.tensor(...)                       # [B, M, N] rewards
     a_design = designer_advantages(R)           # [B, M]    -> every token of script d_i
     a_exec = executor_advantages(R)             # [B, M, N] -> every completion token of every call in e_ij
+    a_exec = executor_advantages(R, executed=E) # E [B, M, N] bool: runs that did not happen are left out
 """
 
 import torch
@@ -50,6 +61,20 @@ def _group_normalize(x, eps, normalize_std):
     return torch.where(constant, 0.0, centered / (x.std(dim=-1, keepdim=True) + eps))  # 0/0 when eps=0
 
 
+def _masked_group_normalize(x, valid, eps, normalize_std):
+    """_group_normalize over the entries where `valid` is True; the others are left out and get 0."""
+    n = valid.sum(dim=-1, keepdim=True)
+    mean = torch.where(valid, x, 0.0).sum(dim=-1, keepdim=True) / n.clamp(min=1)
+    big = torch.finfo(x.dtype).max
+    constant = torch.where(valid, x, big).amin(-1, keepdim=True) == torch.where(valid, x, -big).amax(-1, keepdim=True)
+    constant |= n == 0
+    centered = torch.where(valid & ~constant, x - mean, 0.0)
+    if not normalize_std:
+        return centered
+    std = (centered.square().sum(dim=-1, keepdim=True) / (n - 1).clamp(min=1)).sqrt()   # unbiased, as x.std()
+    return torch.where(valid & ~constant & (n > 1), centered / (std + eps), 0.0)
+
+
 def designer_advantages(rewards, eps=1e-6, normalize_std=True):
     """rewards [..., M, N] -> designer advantages [..., M] (design i's mean reward, normalised across designs)."""
     rewards = torch.as_tensor(rewards).float()
@@ -58,14 +83,23 @@ def designer_advantages(rewards, eps=1e-6, normalize_std=True):
     return _group_normalize(rewards.mean(dim=-1), eps, normalize_std)
 
 
-def executor_advantages(rewards, eps=1e-6, normalize_std=True, group="query"):
-    """rewards [..., M, N] -> executor advantages [..., M, N], normalised per query or per design."""
+def executor_advantages(rewards, eps=1e-6, normalize_std=True, group="query", executed=None):
+    """rewards [..., M, N] -> executor advantages [..., M, N], normalised per query or per design.
+
+    executed: None (every slot counts) or a bool tensor of R's shape; False slots (runs that never happened,
+    e.g. of a script that did not parse) are left out of their group and get advantage 0."""
     rewards = torch.as_tensor(rewards).float()
     if rewards.dim() < 2:
         raise ValueError(f"rewards must have shape [..., M, N], got {tuple(rewards.shape)}")
-    if group == "query":
-        flat = rewards.reshape(*rewards.shape[:-2], -1)
-        return _group_normalize(flat, eps, normalize_std).reshape(rewards.shape)
-    if group == "design":
-        return _group_normalize(rewards, eps, normalize_std)
-    raise ValueError(f"group must be 'query' or 'design', got {group!r}")
+    if group not in ("query", "design"):
+        raise ValueError(f"group must be 'query' or 'design', got {group!r}")
+    if executed is not None:
+        executed = torch.as_tensor(executed, dtype=torch.bool, device=rewards.device)
+        if executed.shape != rewards.shape:
+            raise ValueError(f"executed must have the rewards' shape {tuple(rewards.shape)}, "
+                             f"got {tuple(executed.shape)}")
+    shape = (*rewards.shape[:-2], -1) if group == "query" else rewards.shape
+    x = rewards.reshape(shape)
+    if executed is None:
+        return _group_normalize(x, eps, normalize_std).reshape(rewards.shape)
+    return _masked_group_normalize(x, executed.reshape(shape), eps, normalize_std).reshape(rewards.shape)

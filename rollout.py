@@ -7,14 +7,16 @@ parses is executed N times e_i1..e_iN by the Executor. Every run gets a reward
                                                               parse is never run and scores 0 - penalty)
 
 so R is a [B, M, N] tensor: advantage.py turns its rows into the Designer's advantage (per script, over the
-M scripts of a query) and the Executor's (per run, over the N runs of a script). Unparseable scripts stay in
-their group: they are the Designer's failures and must pull its advantage down.
+M scripts of a query) and the Executor's (per run, over the runs of a query). Unparseable scripts stay in the
+Designer's group: they are its failures and must pull its advantage down. Their runs never happened, so
+batch.executed [B, M, N] marks the runs that did: the Executor's advantage leaves the others out of its group.
 
 Batching is what makes this fast. The Designer phase is one engine.generate call for all B*M prompts. The
 execution phase is ONE sandbox.run_workflows call for all B*M*N runs; each tick, every agent call pending
 across all live scripts goes to the executor engine as one generate call. Every completion is seeded from
 (seed, step, q, i) or (seed, step, q, i, j, call index), so a seeded rollout does not depend on the order in
-which scripts reach their calls.
+which scripts reach their calls. q counts from q_offset: a rank that rolls out queries b..b+B-1 of the global
+batch passes q_offset=b and draws exactly what one process rolling out the whole batch would.
 
 What comes out is trajectories as token ids, exactly as the engine generated them (never re-tokenized):
 a designer sample is (designer prompt, script completion) for (q, i); an executor sample is one agent call
@@ -24,6 +26,7 @@ a designer sample is (designer prompt, script completion) for (q, i); an executo
     batch = rollout(tasks, eng_d, eng_e, M=4, N=4, step=t)             # separate policies, two engines
     batch = rollout(tasks, None, engine, M=1, N=8, template="single")  # fixed structure, no Designer
     batch.R                      # [B, M, N]
+    batch.executed               # [B, M, N] bool: the run happened (its script parsed)
     t = samples_to_tensors(batch.executor, pad_id)   # input_ids, attention_mask, completion_mask, logprobs
 """
 
@@ -71,6 +74,7 @@ class RunInfo:
 @dataclass
 class Batch:
     R: torch.Tensor                    # [B, M, N] rewards
+    executed: torch.Tensor             # [B, M, N] bool: the run happened (False: its script did not parse)
     designer: list[Sample]             # one per designer completion (none in fixed-structure mode)
     executor: list[Sample]             # one per agent call, in (q, i, j, call) order
     runs: list[RunInfo]                # B*M*N, in (q, i, j) order
@@ -138,7 +142,7 @@ def _grade(pairs, lam, fail_penalty, workers):
 def rollout(queries, designer_engine, executor_engine, M, N, step=0, *, seed=0, template=None,
             designer_sampling=None, executor_sampling=None, short=False, lam=0.4, fail_penalty=0.0,
             limits=None, on_phase: Callable[[str], None] | None = None, batch_calls=True,
-            grade_workers=4) -> Batch:
+            grade_workers=4, q_offset=0) -> Batch:
     """Run the bi-level rollout for a batch of tasks (data.py dicts) and return a Batch.
 
     template: None (the Designer writes the scripts) or a key of mas.TEMPLATES (fixed structure: every one
@@ -149,6 +153,7 @@ def rollout(queries, designer_engine, executor_engine, M, N, step=0, *, seed=0, 
     fail_penalty: subtracted from the reward of a run that failed (script error, or script unparseable).
     batch_calls: False sends each agent call on its own (only for measuring what batching buys).
     grade_workers: threads grading runs at once.
+    q_offset: the global index of queries[0] in the step's batch (seeds are drawn from global indices).
     """
     B = len(queries)
     designer_sampling = designer_sampling or engine_lib.Sampling(temperature=1.0, max_tokens=1024)
@@ -171,7 +176,8 @@ def rollout(queries, designer_engine, executor_engine, M, N, step=0, *, seed=0, 
             msgs = mas.designer_messages(data.task_text(task, short=short), short=short)
             for i in range(M):
                 prompts.append(msgs)
-                samplings.append(replace(designer_sampling, n=1, seed=engine_lib.derive_seed(seed, step, q, i)))
+                samplings.append(replace(designer_sampling, n=1,
+                                         seed=engine_lib.derive_seed(seed, step, q_offset + q, i)))
         outs = designer_engine.generate(prompts, samplings) if prompts else []
         stats["designer_generate_calls"] = 1 if prompts else 0
         texts = [["" for _ in range(M)] for _ in range(B)]
@@ -202,7 +208,7 @@ def rollout(queries, designer_engine, executor_engine, M, N, step=0, *, seed=0, 
 
     def seed_of(call):
         q, i, j = run_keys[call.run]
-        return engine_lib.derive_seed(seed, step, q, i, j, call.index)
+        return engine_lib.derive_seed(seed, step, q_offset + q, i, j, call.index)
 
     wf_runs = []
     if on_phase is not None:   # always, so that after a rollout the engine holds the executor's weights
@@ -227,6 +233,7 @@ def rollout(queries, designer_engine, executor_engine, M, N, step=0, *, seed=0, 
         if comp.finish_reason != "error":
             executor.append(_sample(comp, run_keys[k], idx))
     R = torch.zeros(B, M, N)
+    executed = torch.zeros(B, M, N, dtype=torch.bool)
     runs = []
     done = {key: k for k, key in enumerate(run_keys)}
     for q in range(B):
@@ -240,13 +247,14 @@ def rollout(queries, designer_engine, executor_engine, M, N, step=0, *, seed=0, 
                 else:
                     wr, comps = wf_runs[k], by_run.get(k, [])
                     r = float(rewards[k])
+                    executed[q, i, j] = True
                     runs.append(RunInfo(q, i, j, mas.structure_of(scripts[q][i]), wr.error, len(wr.calls),
                                         sum(len(c.token_ids) for c in comps),
                                         sum(len(c.prompt_ids) for c in comps), wr.answer, r, wr))
                 R[q, i, j] = r
     stats["executor_tokens"] = sum(len(s.completion_ids) for s in executor)
     stats["designer_tokens"] = sum(len(s.completion_ids) for s in designer)
-    return Batch(R, designer, executor, runs, scripts, texts, stats)
+    return Batch(R, executed, designer, executor, runs, scripts, texts, stats)
 
 
 def samples_to_tensors(samples, pad_id, device=None):

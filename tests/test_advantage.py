@@ -93,3 +93,46 @@ def test_bad_input():
     with pytest.raises(ValueError, match="M, N"):
         designer_advantages(torch.zeros(3))
     assert designer_advantages([[1, 0], [0, 0]]).dtype == torch.float32
+
+
+def test_runs_that_never_happened_are_left_out_of_the_executor_group():
+    # the example: three parsed designs whose runs all score 0.4, one unparsed design (never run)
+    R = torch.tensor([[0.4, 0.4], [0.4, 0.4], [0.4, 0.4], [0.0, 0.0]])
+    E = torch.tensor([[True, True]] * 3 + [[False, False]])
+    before = executor_advantages(R)                       # the unparsed slots shift the mean: ~+0.54 each
+    assert before[0, 0].item() == pytest.approx(0.1 / math.sqrt((6 * 0.01 + 2 * 0.09) / 7), rel=1e-4)
+    assert torch.equal(executor_advantages(R, executed=E), torch.zeros(4, 2))   # no run was better than another
+    # the Designer keeps its failure: the unparsed design's advantage is negative
+    assert designer_advantages(R)[3] < 0
+    # group="design": a design with no executed run gives zeros, the others are as without the mask
+    R2 = torch.tensor([[1.0, 0.0], [0.0, 0.0]])
+    E2 = torch.tensor([[True, True], [False, False]])
+    torch.testing.assert_close(executor_advantages(R2, group="design", executed=E2),
+                               executor_advantages(R2, group="design") * E2)
+
+
+@pytest.mark.parametrize("normalize_std", [True, False])
+@pytest.mark.parametrize("group", ["query", "design"])
+def test_executed_mask_against_naive_loops(normalize_std, group):
+    g = torch.Generator().manual_seed(1)
+    R = torch.randint(0, 3, (6, 3, 4), generator=g).float() * 0.7       # B=6 queries, M=3, N=4
+    E = torch.rand(6, 3, 4, generator=g) < 0.6
+    E[0] = True                                                         # all executed: as without the mask
+    E[1] = False                                                        # none executed: zeros
+    E[2, 0, 0], E[2].view(-1)[1:] = True, False                         # a single executed run: zero
+    got = executor_advantages(R, normalize_std=normalize_std, group=group, executed=E)
+    for b in range(6):
+        groups = [[(i, j) for i in range(3) for j in range(4)]] if group == "query" else \
+            [[(i, j) for j in range(4)] for i in range(3)]
+        for cells in groups:
+            live = [c for c in cells if E[b][c]]
+            vals = [R[b][c].item() for c in live]
+            want = naive_norm(vals, normalize_std=normalize_std) if len(set(vals)) > 1 else [0.0] * len(vals)
+            for c, w in zip(live, want):
+                assert got[b][c].item() == pytest.approx(w, abs=1e-5)
+            for c in cells:
+                if not E[b][c]:
+                    assert got[b][c].item() == 0.0
+    torch.testing.assert_close(got[0], executor_advantages(R[0], normalize_std=normalize_std, group=group))
+    with pytest.raises(ValueError, match="shape"):
+        executor_advantages(R, executed=E[:, :2])

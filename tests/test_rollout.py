@@ -82,12 +82,13 @@ def designer():
 def check_batch(b, eng, tasks, M, N, lam=0.4):
     """Everything that must hold for any batch: shapes, indices, token ids vs recorded replies, rewards."""
     B = len(tasks)
-    assert b.R.shape == (B, M, N)
+    assert b.R.shape == b.executed.shape == (B, M, N) and b.executed.dtype == torch.bool
     assert [(r.q, r.i, r.j) for r in b.runs] == list(itertools.product(range(B), range(M), range(N)))
     per_run = Counter(s.index for s in b.executor)
     for r in b.runs:
         assert b.run(r.q, r.i, r.j) is r
         assert b.R[r.q, r.i, r.j].item() == pytest.approx(r.reward)
+        assert b.executed[r.q, r.i, r.j].item() == (r.run is not None)
         if r.run is None:   # not executed
             assert r.structure is None and r.n_calls == 0 and per_run[(r.q, r.i, r.j)] == 0
             continue
@@ -179,6 +180,15 @@ def test_reproducible(hf):
                      [(r.answer, r.error, r.n_calls, r.tokens) for r in b.runs], b.designer_texts)
     for template in ("critic", None):
         assert key(go(5, template)) == key(go(5, template))
+    # two ranks each rolling out half of the batch (q_offset = their first global query) draw exactly what
+    # one process rolling out the whole batch draws
+    whole = rollout(TASKS, hf, hf, M=2, N=2, step=5, short=True, designer_sampling=ds, executor_sampling=EXEC)
+    halves = [rollout(TASKS[k:k + 1], hf, hf, M=2, N=2, step=5, short=True, designer_sampling=ds,
+                      executor_sampling=EXEC, q_offset=k) for k in range(len(TASKS))]
+    toks = lambda samples: [(s.index[1:], s.call, s.completion_ids) for s in samples]
+    assert toks(whole.designer) == [t for h in halves for t in toks(h.designer)]
+    assert toks(whole.executor) == [t for h in halves for t in toks(h.executor)]
+    assert torch.equal(whole.R, torch.cat([h.R for h in halves]))
     a, c = go(5, "critic"), go(6, "critic")
     assert [s.completion_ids for s in a.executor] != [s.completion_ids for s in c.executor]
 
