@@ -640,10 +640,35 @@ seccomp=unconfined) or run with a user namespace. To run WITHOUT this isolation 
 read-only filesystem, network or PID namespace): set {env}=1 or call sandbox.start(unsafe=True)."""
 
 
+def _pid_alive(pid):
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:   # alive, someone else's
+        return True
+    return True
+
+
+def remove_stale_bases(tmp=None):
+    """Delete the fork-servers' base folders that dead processes left in the temp directory (a SIGKILLed
+    trainer cannot clean up; the folder's name holds its pid). Called whenever fork-servers start."""
+    tmp = tmp or tempfile.gettempdir()
+    removed = []
+    with contextlib.suppress(OSError):
+        for d in os.listdir(tmp):
+            m = re.fullmatch(r"metaagent-sandbox-(\d+)-\w+", d)
+            if m and int(m.group(1)) != os.getpid() and not _pid_alive(int(m.group(1))):
+                shutil.rmtree(os.path.join(tmp, d), ignore_errors=True)
+                removed.append(d)
+    return removed
+
+
 class _Server:
     def __init__(self, unsafe, heavy=False):
         self.unsafe, self.heavy = unsafe, heavy
-        self.base = tempfile.mkdtemp(prefix="metaagent-sandbox-")
+        remove_stale_bases()
+        self.base = tempfile.mkdtemp(prefix=f"metaagent-sandbox-{os.getpid()}-")
         self.lock = threading.Lock()
         self.next_id = 0
         parent, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
