@@ -227,7 +227,8 @@ def run_one(run, seed, steps, root, extra):
     with open(stamp, "w") as f:
         json.dump({"cmd": cmd}, f)
     print(f"== {run} seed {seed}: {' '.join(cmd[1:])}", flush=True)
-    resume = ["--resume"] if checkpoint_dirs(d) else []              # an interrupted run: from its last checkpoint
+    # an interrupted run: from its last checkpoint (train.py refuses a fresh run into a folder with metrics)
+    resume = ["--resume"] if checkpoint_dirs(d) or os.path.exists(os.path.join(d, "metrics.jsonl")) else []
     rc = launch(cmd + resume, os.path.join(d, "train.log"))
     return "ok" if rc == 0 else f"failed (rc {rc})"
 

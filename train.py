@@ -6,16 +6,20 @@ Each step (the paper's Algorithm 1, with stagewise co-evolution):
     2. bi-level rollout: M scripts per query, N executions per script,
        rewards R[q, i, j] = correct + lambda * format                  (rollout.py -> R [B, M, N])
     3. advantages  A_D[q, i] = norm_i(mean_j R[q, i, :]),  A_E[q, i, j] = norm_{i,j}(R[q])   (advantage.py)
+       (A_E over the runs that happened: the slots of a script that did not parse are left out, advantage 0)
     4. active roles at step t: one role per stage of K steps           (stagewise.py)
        the inactive role's samples are dropped here and never forwarded
-    5. "old" log-probs recomputed by the trainer before the first update (the engine's log-probs are only used
-       for the optional truncated-IS correction and for the engine/trainer gap metric)
+    5. "old" log-probs: on-policy (1 epoch x 1 minibatch, the paper's setting) they are the training forward's
+       own, detached (rho = 1); otherwise recomputed by the trainer before the first update. The engine's
+       log-probs are only used for the optional truncated-IS correction and the engine/trainer gap metric
     6. ppo_epochs x minibatches clipped-GRPO updates; the loss is one token-mean per role, added with weights
           L = w_D * sum_{designer tokens} l_t / N_D  +  w_E * sum_{executor tokens} l_t / N_E
        where N_role is the role's GLOBAL token count (all-reduced over ranks), so that a few hundred designer
        tokens are not drowned by thousands of executor tokens, and micro-batches/ranks add up exactly
-    7. optimizer step; the new weights are gathered (FSDP2: full state dict) and reloaded into the engine
-    8. metrics.jsonl line; checkpoint every `save_every` steps (HF format + trainer_state.pt, atomic rename)
+    7. optimizer step (the Adam state of the role being trained); the new weights are gathered (FSDP2: full
+       state dict) and reloaded into the engine
+    8. metrics.jsonl line, then a checkpoint every `save_every` steps (HF format + optimizer.pt +
+       trainer_state.pt, atomic rename): a step's line is on disk before its checkpoint, so no kill loses it
 
 Run it:
 
@@ -23,6 +27,8 @@ Run it:
                                                       # is missing (4-4.9 min), RL, a results table: 11-12.5 min
     python train.py config/qwen3_8b.py --M=8 --N=1    # a preset, with command-line overrides
     python train.py config/tiny.py --resume           # continue from the last checkpoint in out_dir
+    python train.py config/tiny.py --overwrite        # start over in an out_dir that holds a run (a fresh
+                                                      # run refuses such a folder: it would destroy the run)
     torchrun --nproc_per_node=8 train.py config/qwen3_8b.py          # 8 GPUs: FSDP2, one engine per rank
     torchrun --nproc_per_node=2 train.py config/tiny.py --backend=hf  # CPU: gloo, one engine per rank
     python train.py plot out/tiny-rl [out/other ...]  # PNG curves (paper Figure 3 style) into out/tiny-rl/plots
@@ -34,9 +40,12 @@ strings may be bare). Bad names, types or data files stop the run with a clear m
 Distributed: each rank rolls out its own B/world queries with its own engine (tensor parallel 1), the trainer
 is FSDP2 (gloo on CPU, NCCL + bf16 + activation checkpointing on GPU), gradients and per-role token counts are
 reduced across ranks, and after each update every rank gathers the full weights into its engine.
-Shared policy (default): one model and one optimizer play both roles. Separate policies: two models and two
-optimizers; the one engine swaps weights between the design phase and the execution phase. designer_lr and
-executor_lr give each role its own learning rate (one role per step, or separate policies).
+Shared policy (default): one model plays both roles. With one role per step (stagewise, designer, executor)
+it keeps one AdamW state per role over the same weights, so each role's moments see only its own gradients and
+the frozen role's state waits for its next stage as it was (optim_per_role; coupled mode has one state).
+Separate policies: two models and two optimizers; the one engine swaps weights between the design phase and the
+execution phase. designer_lr and executor_lr give each role its own learning rate (one role per step, or
+separate policies).
 
 The tiny default ends with a table on held-out tasks (final_table): sampled accuracy of the learned designs and
 of the single agent, RL against SFT with paired standard errors, and exact rows by teacher forcing
@@ -52,7 +61,9 @@ import difflib
 import json
 import os
 import random
+import re
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -76,6 +87,7 @@ class Config:
     executor_init: str = ""               # separate policies: the executor's model dir ("" = init_from)
     sft_if_missing: bool = False          # tiny: run `python sft.py` first when init_from is missing
     resume: bool = False                  # continue from the last checkpoint in out_dir
+    overwrite: bool = False               # start over in an out_dir that holds a run (deletes that run's files)
     save_every: int = 10                  # S: checkpoint every S steps (and at the end)
     keep_checkpoints: int = 2
     # data: {path.jsonl or "tiny": weight}; "tiny" = tiny.make_tasks(tiny_tasks, seed, split="rl")
@@ -110,6 +122,9 @@ class Config:
     ppo_epochs: int = 1                   # 1 epoch x 1 minibatch = on-policy, as in the paper
     minibatches: int = 1
     micro_batch: int = 8                  # sequences per forward/backward
+    optim_per_role: bool = True           # shared policy, one role per step: one AdamW state per role over the
+                                          # same weights, so each role's moments see only its own gradients
+                                          # (False: one state for both; coupled mode always has one)
     designer_weight: float = 1.0          # loss weights of the two per-role token-means
     executor_weight: float = 1.0
     # generation
@@ -133,6 +148,7 @@ class Config:
 
 
 CONFIG_KEYS = {f.name: f for f in dataclasses.fields(Config)}
+WANDB_ID = "wandb_run_id"   # out_dir/WANDB_ID: the wandb run a resume continues
 TINY_PRESET = os.path.join(os.path.dirname(os.path.abspath(__file__)), "config", "tiny.py")
 
 
@@ -227,12 +243,36 @@ def validate(cfg, world=1):
             problems.append(f"data_mix weight of {src!r} must be a number > 0, got {w!r}")
         if src != "tiny" and not os.path.isfile(str(src)):
             problems.append(f"data file {src!r} (in data_mix) not found")
+    if cfg.resume and cfg.overwrite:
+        problems.append("resume and overwrite exclude each other: --resume continues the run in out_dir, "
+                        "--overwrite deletes it")
+    held = run_files(cfg.out_dir)
+    if held and not cfg.resume and not cfg.overwrite:
+        problems.append(f"out_dir={cfg.out_dir!r} holds a run ({', '.join(held[:3])}{', ...' if len(held) > 3 else ''}): "
+                        f"continue it with --resume, start over with --overwrite (deletes those files), or choose "
+                        f"another --out_dir")
     if not cfg.resume and not os.path.isdir(cfg.init_from) and not cfg.sft_if_missing:
         problems.append(f"init_from={cfg.init_from!r} is not a model directory (set sft_if_missing=True for tiny)")
     if cfg.executor_init and not os.path.isdir(cfg.executor_init) and not cfg.sft_if_missing:
         problems.append(f"executor_init={cfg.executor_init!r} is not a model directory")
     if problems:
         raise ConfigError("bad config:\n  " + "\n  ".join(problems))
+
+
+def run_files(out_dir):
+    """What a run writes into out_dir (checkpoints, metrics, table, logs): a fresh run refuses a folder that
+    holds any of them, and --overwrite deletes exactly these."""
+    if not os.path.isdir(out_dir):
+        return []
+    names = ("metrics.jsonl", "final_table.json", "tb", "plots", "wandb", WANDB_ID)
+    return [d for d in sorted(os.listdir(out_dir))
+            if d in names or re.fullmatch(r"\.?(tmp_)?step_\d+", d) or d.startswith(".metrics.jsonl.")]
+
+
+def clear_run(out_dir):
+    for d in run_files(out_dir):
+        path = os.path.join(out_dir, d)
+        shutil.rmtree(path) if os.path.isdir(path) else os.remove(path)
 
 
 def role_lr(cfg, role):
@@ -384,34 +424,104 @@ def set_rng_state(st):
 
 
 def checkpoints(out_dir):
+    """The step_N folders in out_dir, oldest first (by step number)."""
     if not os.path.isdir(out_dir):
         return []
-    return sorted(d for d in os.listdir(out_dir) if d.startswith("step_") and d[5:].isdigit())
+    return sorted((d for d in os.listdir(out_dir) if re.fullmatch(r"step_\d+", d)), key=lambda d: int(d[5:]))
+
+
+def fault(point, step):
+    """Fault injection (tests/test_train.py): METAAGENT_FAULT=point:step SIGKILLs this process when it reaches
+    `point` of step `step` (1-based). Points: executor-phase (mid-rollout), update (mid-update), checkpoint
+    (between a checkpoint's files), logged (metrics line written, checkpoint not), saved (checkpoint written)."""
+    if os.environ.get("METAAGENT_FAULT") == f"{point}:{step}":
+        os.kill(os.getpid(), signal.SIGKILL)
 
 
 def save_checkpoint(cfg, step, policies, tokenizer, trainer_state, rank):
-    """out_dir/step_{step}/{model | designer, executor}/ + trainer_state.pt, written to a temp folder first."""
+    """out_dir/step_{step}/: {model | designer, executor}/ (HF format), optimizer.pt, trainer_state.pt, written
+    into a temp folder and renamed (atomic: a checkpoint folder is either complete or absent).
+    Only rank 0 holds full tensors in CPU memory: the weights are gathered one tensor at a time and kept on
+    rank 0 alone, the optimizer state is gathered with cpu_offload (rank 0 alone). An optimizer state that has
+    never stepped is not saved: torch's state-dict helpers would initialise it with a zero step, which shifts
+    Adam's bias correction of that state's first real step."""
     from torch.distributed.checkpoint.state_dict import StateDictOptions, get_optimizer_state_dict
     final = os.path.join(cfg.out_dir, f"step_{step:06d}")
     tmp = os.path.join(cfg.out_dir, f".tmp_step_{step:06d}")
     opts = StateDictOptions(full_state_dict=True, cpu_offload=True)
-    optim_states = []
+    if rank == 0 and os.path.isdir(tmp):
+        shutil.rmtree(tmp)
+    optim = {}
     for name, pol in policies.items():
-        state = {k: v.cpu() for k, v in full_state(pol["model"])}   # collective: every rank takes part
-        optim_states.append(get_optimizer_state_dict(pol["model"], pol["opt"], options=opts))
+        state = {}
+        for k, v in full_state(pol["model"]):   # collective: every rank takes part, rank 0 keeps
+            if rank == 0:
+                state[k] = v.cpu()
         if rank == 0:
-            if os.path.isdir(tmp) and name == next(iter(policies)):
-                shutil.rmtree(tmp)
             save_hf(os.path.join(tmp, name), state, pol["model"], tokenizer)
+        del state
+        for sname, st in pol["states"].items():
+            if st["opt"].state:   # the same on every rank: they step together
+                optim[f"{name}/{sname}"] = get_optimizer_state_dict(pol["model"], st["opt"], options=opts)
+        fault("checkpoint", step)
     rngs = gather_objects(rng_state())
     if rank == 0:
-        torch.save({**trainer_state, "optimizers": optim_states,
-                    "schedulers": [p["sched"].state_dict() for p in policies.values()], "rng": rngs,
-                    "config": dataclasses.asdict(cfg)}, os.path.join(tmp, "trainer_state.pt"))
-        os.replace(tmp, final)   # atomic: a checkpoint folder is either complete or absent
+        torch.save(optim, os.path.join(tmp, "optimizer.pt"))   # loaded on rank 0 alone at resume
+        torch.save({**trainer_state, "optimizers": sorted(optim),
+                    "schedulers": {f"{n}/{sn}": st["sched"].state_dict()
+                                   for n, pol in policies.items() for sn, st in pol["states"].items()},
+                    "rng": rngs, "config": dataclasses.asdict(cfg)}, os.path.join(tmp, "trainer_state.pt"))
+        os.replace(tmp, final)
         for old in checkpoints(cfg.out_dir)[:-cfg.keep_checkpoints]:
             shutil.rmtree(os.path.join(cfg.out_dir, old), ignore_errors=True)
     dist.barrier()
+
+
+def make_policies(cfg, ckpt, ts, device, master):
+    """The trainer's policies: {name: {name, model, ref, states: {state name: {opt, sched}}, state_of: {role:
+    state name}}}, restored from checkpoint `ckpt` (trainer state `ts`) when given.
+
+    Shared policy, one role per step (optim_per_role): two AdamW states over the same weights, "designer" and
+    "executor"; each role's step uses its own, so Adam's moments (and the warmup) see only that role's
+    gradients and the frozen role's moments stay as its last stage left them. Coupled mode (both roles in
+    every step, one optimizer step), optim_per_role=False: one state, "both". Separate policies: one each."""
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, set_optimizer_state_dict
+    names = ["model"] if cfg.policy == "shared" else ["designer", "executor"]
+    inits = {"model": cfg.init_from, "designer": cfg.init_from, "executor": cfg.executor_init or cfg.init_from}
+    per_role = cfg.policy == "shared" and cfg.mode != "coupled" and cfg.optim_per_role
+    saved = {}
+    if ts is not None:
+        if master:   # the full optimizer state is read on rank 0 alone and broadcast by set_optimizer_state_dict
+            saved = torch.load(os.path.join(ckpt, "optimizer.pt"), weights_only=False, mmap=True)
+        layout = {f"{n}/{s}" for n in names for s in (("designer", "executor") if per_role else (
+            ("both",) if cfg.policy == "shared" else (n,)))}
+        if not all(isinstance(k, str) for k in ts["optimizers"]):
+            raise ConfigError(f"{ckpt} was written by an older train.py (one optimizer state per policy); "
+                              f"start over with --overwrite")
+        if not set(ts["optimizers"]) <= layout:
+            raise ConfigError(f"the checkpoint's optimizer states {ts['optimizers']} do not fit this config "
+                              f"({sorted(layout)}): resume with the policy, mode and optim_per_role it was "
+                              f"written with")
+    policies = {}
+    for name in names:
+        model = load_model(os.path.join(ckpt, name) if ckpt else inits[name], cfg, device)
+        snames = ("designer", "executor") if per_role else (("both",) if cfg.policy == "shared" else (name,))
+        states = {}
+        for sname in snames:
+            opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay,
+                                    betas=(0.9, 0.999))
+            sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: min(1.0, (s + 1) / max(cfg.warmup_steps, 1)))
+            key = f"{name}/{sname}"
+            if ts is not None and key in ts["optimizers"]:
+                set_optimizer_state_dict(model, opt, optim_state_dict=saved.get(key, {}),
+                                         options=StateDictOptions(full_state_dict=True, broadcast_from_rank0=True))
+            if ts is not None:
+                sched.load_state_dict(ts["schedulers"][key])
+            states[sname] = {"opt": opt, "sched": sched}
+        state_of = {r: r if per_role else snames[0] for r in ("designer", "executor")}
+        policies[name] = {"name": name, "model": model, "states": states, "state_of": state_of,
+                          "ref": load_model(inits[name], cfg, device).eval() if cfg.kl_coef > 0 else None}
+    return policies
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -436,15 +546,21 @@ def pack(samples, idx, pad_id, device):
 
 
 def update(cfg, step, role_data, policy_of, pad_id, device, world):
-    """role_data[role] = dict(samples, adv [S]). Returns (per-role stats: clip fraction, ratio, KL, log-prob gap;
-    the names of the policies whose optimizer stepped)."""
+    """role_data[role] = dict(samples, adv [S]). Returns (stats: per-role loss, clip fraction, ratio, KL,
+    engine/trainer log-prob gap, grad norms, the lr used; the (policy, optimizer state) pairs that stepped).
+
+    On-policy (ppo_epochs = minibatches = 1) the "old" log-probs are the training forward's own, detached
+    (rho = 1): a separate no-grad forward would compute the same numbers, so it is skipped."""
     import grpo
     stats = {"lr": 0.0}   # the lr the step used (0: no optimizer stepped)
-    # 5. old log-probs (and ref log-probs for KL) by the trainer, before any update
+    on_policy = cfg.ppo_epochs == 1 and cfg.minibatches == 1
+    gaps = {role: [0.0, 0.0, 0] for role in role_data}   # sum |trainer - engine| log-prob, max, tokens
+    # 5. old log-probs (and ref log-probs for KL) by the trainer, before any update (off-policy only)
     for role, rd in role_data.items():
         model, S = policy_of[role]["model"], len(rd["samples"])
         rd["old"], rd["ref"] = [None] * S, [None] * S
-        gap_sum, gap_max, n_tok = 0.0, 0.0, 0
+        if on_policy:
+            continue
         mbs = micro_batches(rd["samples"], range(S), cfg.micro_batch)
         ref_model = policy_of[role]["ref"]
         model.eval()
@@ -458,30 +574,24 @@ def update(cfg, step, role_data, policy_of, pad_id, device, world):
             b = pack(rd["samples"], idx, pad_id, device)
             lp = logprobs_of(model, b, cfg, grad=False)
             ref = logprobs_of(ref_model, b, cfg, grad=False) if ref_model is not None else None
-            mask = b["completion_mask"]
-            diff = (lp - b["logprobs"]).abs() * mask
-            gap_sum += diff.sum().item()
-            gap_max = max(gap_max, diff.max().item())
-            n_tok += int(mask.sum().item())
+            _add_gap(gaps[role], lp, b)
             for r, k in enumerate(idx):
                 rd["old"][k] = lp[r].cpu()
                 rd["ref"][k] = ref[r].cpu() if ref is not None else None
         model.train()
-        g_sum, g_tok = all_sum([gap_sum, n_tok], device)
-        stats[f"{role}/logprob_gap"] = g_sum / max(g_tok, 1)
-        stats[f"{role}/logprob_gap_max"] = _max(gap_max, device)
 
     # 6. ppo_epochs x minibatches optimizer steps; each step sums one weighted token-mean per role
     weights = {"designer": cfg.designer_weight, "executor": cfg.executor_weight}
+    pols = list({id(p): p for p in policy_of.values()}.values())
     acc, stepped = Counter(), set()
     for epoch in range(cfg.ppo_epochs):
         perms = {r: np.random.default_rng([cfg.seed, step, epoch, len(r)]).permutation(len(rd["samples"]))
                  for r, rd in role_data.items()}
         for mb in range(cfg.minibatches):
-            for pol in {id(p): p for p in policy_of.values()}.values():
-                pol["opt"].zero_grad(set_to_none=True)
+            for pol in pols:
+                pol["model"].zero_grad(set_to_none=True)
             for role, rd in role_data.items():
-                model, samples = policy_of[role]["model"], rd["samples"]
+                model, samples, ref_model = policy_of[role]["model"], rd["samples"], policy_of[role]["ref"]
                 part = [int(k) for k in np.array_split(perms[role], cfg.minibatches)[mb]]
                 local_tok = sum(len(samples[k].completion_ids) for k in part)
                 global_tok = all_sum([local_tok], device)[0]
@@ -490,15 +600,26 @@ def update(cfg, step, role_data, policy_of, pad_id, device, world):
                 mbs = micro_batches(samples, part, cfg.micro_batch)
                 n_steps = _max(len(mbs), device)
                 for m in range(int(n_steps)):
+                    # FSDP forwards are collective: every rank runs ref, then model forward + backward, in order
                     if m >= len(mbs):
+                        if on_policy and ref_model is not None:
+                            _dummy_forward(ref_model, pad_id, device, grad=False)
                         _dummy_forward(model, pad_id, device, grad=True)
                         continue
                     idx = mbs[m]
                     b = pack(samples, idx, pad_id, device)
+                    if on_policy and ref_model is not None:
+                        ref = logprobs_of(ref_model, b, cfg, grad=False)
                     lp = logprobs_of(model, b, cfg, grad=True)
                     T = lp.shape[1]
-                    old = torch.stack([_fit(rd["old"][k], T) for k in idx]).to(device)
-                    ref = torch.stack([_fit(rd["ref"][k], T) for k in idx]).to(device) if cfg.kl_coef > 0 else None
+                    if on_policy:   # old = this forward's own log-probs (grpo_loss's old_logprobs=None)
+                        old = None
+                        _add_gap(gaps[role], lp.detach(), b)
+                        ref = ref if ref_model is not None else None
+                    else:
+                        old = torch.stack([_fit(rd["old"][k], T) for k in idx]).to(device)
+                        ref = torch.stack([_fit(rd["ref"][k], T) for k in idx]).to(device) \
+                            if ref_model is not None else None
                     adv = rd["adv"][idx].to(device)
                     # FSDP/all-reduce average gradients over ranks: num_tokens = global count / world
                     loss, st = grpo.grpo_loss(
@@ -506,37 +627,58 @@ def update(cfg, step, role_data, policy_of, pad_id, device, world):
                         kl_coef=cfg.kl_coef, ref_logprobs=ref, num_tokens=global_tok / world,
                         engine_logprobs=b["logprobs"] if cfg.tis_cap > 0 else None, is_cap=cfg.tis_cap or 2.0)
                     (weights[role] * loss).backward()
+                    fault("update", step + 1)
                     n = st["tokens"]
-                    acc[f"{role}/loss"] += loss.item() * world   # sums to the role's global token-mean
+                    # loss = world * (this micro-batch's token sum) / global tokens: summed over micro-batches
+                    # and ranks, loss / world adds up to the role's global token-mean
+                    acc[f"{role}/loss"] += loss.item() / world
                     for k in ("clip_frac", "ratio_mean", "kl"):
                         acc[f"{role}/{k}"] += st[k] * n
                     acc[f"{role}/n"] += n
-            for pol in {id(p): p for p in policy_of.values()}.values():
+            for pol in pols:
                 if any(p.grad is not None for p in pol["model"].parameters()):
                     gn = torch.nn.utils.clip_grad_norm_(pol["model"].parameters(), cfg.grad_clip)
                     gn = gn.full_tensor() if hasattr(gn, "full_tensor") else gn
                     acc[f"{pol['name']}/grad_norm"] += float(gn) / (cfg.ppo_epochs * cfg.minibatches)
-                    # per-role lr: the scheduler's warmup factor times the lr of the role this step trains
-                    # (validate() ensures that a shared policy trains one role per step when they differ)
-                    role = next(r for r in role_data if policy_of[r] is pol)
-                    for g in pol["opt"].param_groups:
-                        g["lr"] = role_lr(cfg, role) * (pol["sched"].get_last_lr()[0] / cfg.lr)
-                    stats["lr"] = pol["opt"].param_groups[0]["lr"]   # the same on every rank
-                    pol["opt"].step()
-                    stepped.add(pol["name"])
+                    # the optimizer state of the role this step trains; per-role lr: the scheduler's warmup
+                    # factor times that role's lr (validate(): a shared policy with two rates or two states
+                    # trains one role per step)
+                    roles = [r for r in role_data if policy_of[r] is pol]
+                    sname = pol["state_of"][roles[0]]
+                    assert all(pol["state_of"][r] == sname for r in roles), "two optimizer states in one step"
+                    opt, sched = pol["states"][sname]["opt"], pol["states"][sname]["sched"]
+                    for g in opt.param_groups:
+                        g["lr"] = role_lr(cfg, roles[0]) * (sched.get_last_lr()[0] / cfg.lr)
+                    stats["lr"] = opt.param_groups[0]["lr"]   # the same on every rank
+                    opt.step()
+                    stepped.add((pol["name"], sname))
     # the same keys on every rank (a rank without samples still takes part in the reduction)
     keys = [f"{r}/{k}" for r in role_data for k in ("loss", "clip_frac", "ratio_mean", "kl", "n")]
-    keys += [f"{p['name']}/grad_norm" for p in {id(p): p for p in policy_of.values()}.values()]
+    keys += [f"{p['name']}/grad_norm" for p in pols]
+    keys += [f"{r}/gap_{k}" for r in role_data for k in ("sum", "tok")]
+    acc.update({f"{r}/gap_sum": g[0] for r, g in gaps.items()})
+    acc.update({f"{r}/gap_tok": g[2] for r, g in gaps.items()})
     tot = dict(zip(keys, all_sum([acc[k] for k in keys], device), strict=True))
     for role in role_data:
         n = max(tot.get(f"{role}/n", 0), 1)
         for k in ("clip_frac", "ratio_mean", "kl"):
             stats[f"{role}/{k}"] = tot.get(f"{role}/{k}", 0.0) / n
-        stats[f"{role}/loss"] = tot.get(f"{role}/loss", 0.0) / world / (cfg.ppo_epochs * cfg.minibatches)
+        stats[f"{role}/loss"] = tot.get(f"{role}/loss", 0.0) / (cfg.ppo_epochs * cfg.minibatches)
+        stats[f"{role}/logprob_gap"] = tot[f"{role}/gap_sum"] / max(tot[f"{role}/gap_tok"], 1)
+        stats[f"{role}/logprob_gap_max"] = _max(gaps[role][1], device)
     for k in keys:
         if k.endswith("grad_norm"):
             stats[k] = tot[k] / world
     return stats, stepped
+
+
+def _add_gap(gap, lp, b):
+    """Accumulate |trainer log-prob - engine log-prob| over the completion tokens of packed batch b."""
+    mask = b["completion_mask"]
+    diff = (lp - b["logprobs"]).abs() * mask
+    gap[0] += diff.sum().item()
+    gap[1] = max(gap[1], diff.max().item())
+    gap[2] += int(mask.sum().item())
 
 
 def _max(x, device):
@@ -620,7 +762,11 @@ def main(argv):
 
     rank, world, device = setup_dist(cfg)
     master = rank == 0
+    if cfg.overwrite and master and run_files(cfg.out_dir):
+        print(f"--overwrite: deleting the run in {cfg.out_dir} ({', '.join(run_files(cfg.out_dir))})", flush=True)
+        clear_run(cfg.out_dir)
     os.makedirs(cfg.out_dir, exist_ok=True)
+    dist.barrier()
     if not os.path.isdir(cfg.init_from) and cfg.sft_if_missing:
         if master:
             print(f"{cfg.init_from} is missing: running the SFT cold start (python sft.py)", flush=True)
@@ -641,22 +787,13 @@ def main(argv):
         start = ts["step"]
     elif cfg.resume and master:
         print(f"--resume: no checkpoint in {cfg.out_dir}, starting from {cfg.init_from}")
-    names = ["model"] if cfg.policy == "shared" else ["designer", "executor"]
-    inits = {"model": cfg.init_from, "designer": cfg.init_from, "executor": cfg.executor_init or cfg.init_from}
-    policies = {}
-    for k, name in enumerate(names):
-        model = load_model(os.path.join(ckpt, name) if ckpt else inits[name], cfg, device)
-        opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay, betas=(0.9, 0.999))
-        sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: min(1.0, (s + 1) / max(cfg.warmup_steps, 1)))
-        policies[name] = {"name": name, "model": model, "opt": opt, "sched": sched,
-                          "ref": load_model(inits[name], cfg, device).eval() if cfg.kl_coef > 0 else None}
-        if ts is not None:
-            from torch.distributed.checkpoint.state_dict import StateDictOptions, set_optimizer_state_dict
-            set_optimizer_state_dict(model, opt, optim_state_dict=ts["optimizers"][k],
-                                     options=StateDictOptions(full_state_dict=True, broadcast_from_rank0=True))
-            sched.load_state_dict(ts["schedulers"][k])
+    try:
+        policies = make_policies(cfg, ckpt, ts, device, master)
+    except ConfigError as e:
+        sys.exit(f"train.py: {e}")
+    names = list(policies)
     policy_of = {"designer": policies[names[0]], "executor": policies[names[-1]]}
-    model_dir = os.path.join(ckpt, names[0]) if ckpt else inits[names[0]]
+    model_dir = os.path.join(ckpt, names[0]) if ckpt else cfg.init_from
     from transformers import AutoTokenizer
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
@@ -686,6 +823,7 @@ def main(argv):
         return time.perf_counter() - t0
 
     def on_phase(role):
+        fault(f"{role}-phase", held.get("step", 0) + 1)
         if cfg.policy == "separate" and held["role"] != role:
             eng.load_weights(role_weights[role].items())
             held["role"] = role
@@ -709,10 +847,10 @@ def main(argv):
         torch.manual_seed(cfg.seed)
     metrics_path = os.path.join(cfg.out_dir, "metrics.jsonl")
     if master:
-        _truncate_metrics(metrics_path, start)
+        truncate_metrics(metrics_path, start)
         print(f"train.py: {cfg.steps} steps from {start}, world {world}, device {device}, backend {cfg.backend}, "
               f"policy {cfg.policy}, mode {cfg.mode} (K={cfg.K}), B={cfg.batch_size} M={cfg.M} N={cfg.N}", flush=True)
-    loggers = _loggers(cfg) if master else []
+    loggers = _loggers(cfg, start) if master else []
     d_samp = engine_lib.Sampling(temperature=cfg.temperature, top_p=1.0, max_tokens=cfg.designer_max_tokens)
     e_samp = engine_lib.Sampling(temperature=cfg.temperature, top_p=1.0, max_tokens=cfg.max_tokens)
     limits = mas.Limits(max_calls=cfg.max_calls, timeout=cfg.script_timeout)
@@ -721,21 +859,22 @@ def main(argv):
     b_local = cfg.batch_size // world
     for step in bar:
         t_step = time.perf_counter()
+        held["step"] = step
         # 1. queries: the same global batch on every rank, each rank takes its share
         queries = sample_queries(sources, weights, step, cfg.batch_size, cfg.seed, pos)
         mine = queries[rank * b_local:(rank + 1) * b_local]
         # 2. rollout M x N with the engine, rewards R [b, M, N]
         t0 = time.perf_counter()
-        batch = rollout_lib.rollout(mine, eng, eng, cfg.M, cfg.N, step, seed=cfg.seed * 1000 + rank,
-                                    template=cfg.template or None,
+        batch = rollout_lib.rollout(mine, eng, eng, cfg.M, cfg.N, step, seed=cfg.seed * 1000,
+                                    q_offset=rank * b_local, template=cfg.template or None,
                                     designer_sampling=d_samp, executor_sampling=e_samp, short=cfg.short_prompt,
                                     lam=cfg.lam, fail_penalty=cfg.fail_penalty, limits=limits, on_phase=on_phase)
         t_rollout = time.perf_counter() - t0
         if cfg.sleep_engine:
             eng.sleep()
-        # 3. advantages
+        # 3. advantages (the executor's over the runs that happened: an unparsed script's slots are left out)
         adv_d = advantage.designer_advantages(batch.R)
-        adv_e = advantage.executor_advantages(batch.R, group=cfg.adv_group)
+        adv_e = advantage.executor_advantages(batch.R, group=cfg.adv_group, executed=batch.executed)
         # 4. active roles; the inactive role's samples are dropped here, never forwarded
         active = stagewise.active_roles(step, cfg.mode, cfg.K, cfg.first_role)
         role_data = {}
@@ -748,40 +887,46 @@ def main(argv):
         # 5-6. old log-probs, then the GRPO update(s)
         t0 = time.perf_counter()
         ustats, stepped = update(cfg, step, role_data, policy_of, pad_id, device, world)
-        for name in stepped:
-            policies[name]["sched"].step()
+        for name, sname in stepped:
+            policies[name]["states"][sname]["sched"].step()
         t_update = time.perf_counter() - t0
         # 7. the new weights into the engine
         t_sync = sync_weights()
-        # 8. log and checkpoint
+        # 8. log, then checkpoint: a step's metrics line is on disk before its checkpoint exists
         recs = [x for part in gather_objects(run_records(batch, mine, cfg.lam, cfg.fail_penalty)) for x in part]
-        Rs = torch.cat(gather_objects(batch.R))
+        Rs, Es = torch.cat(gather_objects(batch.R)), torch.cat(gather_objects(batch.executed))
         toks = all_sum([batch.stats.get("designer_tokens", 0), batch.stats.get("executor_tokens", 0),
                         len(batch.designer), len(batch.executor)], device)
         m = {"step": step + 1, "active": "+".join(sorted(active)), "stage": step // cfg.K,
              **rollout_metrics(recs, Rs, advantage.designer_advantages(Rs),
-                               advantage.executor_advantages(Rs, group=cfg.adv_group)),
+                               advantage.executor_advantages(Rs, group=cfg.adv_group, executed=Es)),
              **ustats, "tokens/designer": toks[0], "tokens/executor": toks[1], "samples/designer": toks[2],
              "samples/executor": toks[3],
              "time/rollout": t_rollout, "time/design": batch.stats.get("design_s", 0.0),
              "time/execute": batch.stats.get("execute_s", 0.0), "time/grade": batch.stats.get("grade_s", 0.0),
-             "time/update": t_update, "time/weight_sync": t_sync, **sync_info}
+             "time/update": t_update, "time/weight_sync": t_sync, **sync_info,
+             "time/step": time.perf_counter() - t_step}
+        if master:
+            with open(metrics_path, "a") as f:
+                f.write(json.dumps(m) + "\n")
+                f.flush()
+                os.fsync(f.fileno())
+            for log in loggers:
+                log(m)
+        fault("logged", step + 1)
+        saved = ""
         if (step + 1) % cfg.save_every == 0 or step + 1 == cfg.steps:
             t0 = time.perf_counter()
             save_checkpoint(cfg, step + 1, policies, tokenizer,
                             {"step": step + 1, "stage": step // cfg.K, "active": sorted(active), "data_pos": pos},
                             rank)
-            m["time/checkpoint"] = time.perf_counter() - t0
-        m["time/step"] = time.perf_counter() - t_step
+            saved = f", saved ({time.perf_counter() - t0:.1f}s)"
+            fault("saved", step + 1)
         if master:
-            with open(metrics_path, "a") as f:
-                f.write(json.dumps(m) + "\n")
-            for log in loggers:
-                log(m)
             line = (f"step {step + 1:4d} [{m['active']:>8}] reward {m['reward/mean']:.3f} acc {m['accuracy']:.2f} "
                     f"parse {m['parse_rate']:.2f} err {m['script_error_rate']:.2f} "
                     f"gap {max(ustats.get(f'{r}/logprob_gap', 0.0) for r in ('designer', 'executor')):.1e} "
-                    f"tok {int(toks[0] + toks[1])} {m['time/step']:.1f}s")
+                    f"tok {int(toks[0] + toks[1])} {m['time/step']:.1f}s{saved}")
             (bar.write if hasattr(bar, "write") else print)(line)
     if cfg.eval_tasks > 0 and "tiny" in cfg.data_mix:
         final_table(cfg, eng, sources, rank, world, on_phase, put_weights, sync_weights, policy_of)
@@ -790,14 +935,30 @@ def main(argv):
         dist.destroy_process_group()   # (vLLM tears down its groups at exit, and needs ours alive then)
 
 
-def _truncate_metrics(path, step):
-    """After a resume, drop the lines of steps that the checkpoint does not contain."""
+def truncate_metrics(path, step):
+    """After a resume from the checkpoint of `step`, drop the lines of later steps (a kill between a step's
+    metrics line and its checkpoint leaves one; a kill mid-write leaves a partial last line). Atomic: the kept
+    lines go to a temporary file that replaces metrics.jsonl, so a second kill cannot lose them."""
     if not os.path.exists(path):
         return
     with open(path) as f:
-        keep = [ln for ln in f if ln.strip() and json.loads(ln)["step"] <= step]
-    with open(path, "w") as f:
+        lines = [ln for ln in f if ln.strip()]
+    keep = []
+    for k, ln in enumerate(lines):
+        try:
+            row = json.loads(ln)
+        except json.JSONDecodeError:
+            if k == len(lines) - 1:   # the partial line of a write the kill interrupted
+                break
+            raise ValueError(f"{path}: line {k + 1} is not JSON; the run folder is damaged") from None
+        if row["step"] <= step:
+            keep.append(ln if ln.endswith("\n") else ln + "\n")
+    tmp = f"{path}.{os.getpid()}.tmp"
+    with open(tmp, "w") as f:
         f.writelines(keep)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
 
 
 def _progress(it, cfg, master):
@@ -810,18 +971,28 @@ def _progress(it, cfg, master):
     return it
 
 
-def _loggers(cfg):
+def _loggers(cfg, start):
+    """wandb and TensorBoard, when installed. After a resume from step `start` neither gets a step twice:
+    TensorBoard purges its events from step start+1 on (purge_step); the wandb run is the same one (its id is
+    kept in out_dir) and steps it already holds are not sent again (a resume is exact, so they hold the same
+    values, timings aside)."""
     out = []
     if cfg.wandb_project:
         try:
             import wandb
-            run = wandb.init(project=cfg.wandb_project, config=dataclasses.asdict(cfg), dir=cfg.out_dir)
-            out.append(lambda m: run.log(m, step=m["step"]))
+            id_path = os.path.join(cfg.out_dir, WANDB_ID)
+            run_id = open(id_path).read().strip() if os.path.exists(id_path) else None
+            run = wandb.init(project=cfg.wandb_project, config=dataclasses.asdict(cfg), dir=cfg.out_dir,
+                             id=run_id, resume="allow")
+            with open(id_path, "w") as f:
+                f.write(run.id)
+            last = int(run.summary.get("_step", 0)) if run_id else 0
+            out.append(lambda m: run.log(m, step=m["step"]) if m["step"] > last else None)
         except ImportError:
             print("wandb_project is set but wandb is not installed: logging to metrics.jsonl only")
     try:
         from torch.utils.tensorboard import SummaryWriter
-        w = SummaryWriter(os.path.join(cfg.out_dir, "tb"))
+        w = SummaryWriter(os.path.join(cfg.out_dir, "tb"), purge_step=start + 1 if start > 0 else None)
         out.append(lambda m: [w.add_scalar(k, v, m["step"]) for k, v in m.items() if isinstance(v, int | float)])
     except ImportError:
         pass
