@@ -639,14 +639,6 @@ PICK_PROMPT = ("Choose the workflow that best solves the task below. The options
                "Reply with one word: single, ensemble, critic or tester.\n\nTask:\n")
 
 
-def script_completion(script):
-    """A script written the way the Designer is asked to reply: one ```python block (as tiny.sft_traces)."""
-    import mas
-    if hasattr(mas, "script_completion"):
-        return mas.script_completion(script)
-    return f"```python\n{script.strip()}\n```"
-
-
 def pick_template(reply):
     """The first template name the reply mentions (None if it names none)."""
     import mas
@@ -661,7 +653,7 @@ def distill(teacher, model, tasks, out_dir, *, designer="script", template=None,
 
     designer="script": the teacher writes the workflow script from mas.designer_messages (kept if it parses);
     designer="pick": the teacher names one of mas.TEMPLATES, and the designer sample is that template
-    written as a Designer completion (script_completion); template=NAME skips asking and uses that template
+    written as a Designer completion (mas.script_completion); template=NAME skips asking and uses that template
     for every task (a teacher that cannot design still teaches the Executor). Every kept design runs `executions` times in
     the sandbox with the teacher answering each agent call; a design is kept if at least one of its runs is
     correct (reward.py, lam=0), and the agent calls of the correct runs whose own answer is correct become
@@ -703,7 +695,7 @@ def distill(teacher, model, tasks, out_dir, *, designer="script", template=None,
         else:
             name = pick_template(reply)
             script, why = (mas.TEMPLATES[name], None) if name else (None, "no template named")
-            completion = script_completion(script) if script else None
+            completion = mas.script_completion(script) if script else None
         if script is None:
             reason = why.split(":")[0]
             counts["unusable"][reason] = counts["unusable"].get(reason, 0) + 1
@@ -720,7 +712,8 @@ def distill(teacher, model, tasks, out_dir, *, designer="script", template=None,
 
     scripts = [s for (_, s, _) in kept_designs for _ in range(executions)]
     run_tasks = [tasks[q] for (q, _, _) in kept_designs for _ in range(executions)]
-    runs = sandbox.run_workflows(scripts, run_tasks, generate, limits=limits, short=short) if scripts else []
+    runs = sandbox.run_workflows(scripts, run_tasks, generate, equal=reward_lib.math_equal, limits=limits,
+                                 short=short) if scripts else []
     counts["runs"] = len(runs)
     # correct(e) only (lam = 0): math_equal on the answer, or the share of hidden tests its program passes
     scores = list(pool.map(lambda tr: reward_lib.reward(tr[0], tr[1], lam=0.0), zip(run_tasks, runs)))

@@ -306,16 +306,9 @@ def oracle_generate(tasks, wrong_first=()):
 
 
 def _task_text(task):
-    """The text the sandbox itself hands a script (data.task_text when data.py is there)."""
+    """The text the sandbox itself hands a script."""
     import sandbox
     return sandbox._task_parts(task, short=True)[0]
-
-
-def _script_completion(script):
-    import mas
-    if hasattr(mas, "script_completion"):
-        return mas.script_completion(script)
-    return f"```python\n{script.strip()}\n```"
 
 
 def sft_traces(tasks, seed, other_share=OTHER_SHARE, wrong_share=WRONG_SHARE):
@@ -326,6 +319,7 @@ def sft_traces(tasks, seed, other_share=OTHER_SHARE, wrong_share=WRONG_SHARE):
     signal but RL still sees every structure. Executor: every agent call the chosen template makes when
     run in the sandbox with oracle replies (identical (prompt, reply) pairs kept once)."""
     import mas
+    import reward
     import sandbox
 
     rng = random.Random(f"tiny-sft-{seed}")
@@ -341,14 +335,14 @@ def sft_traces(tasks, seed, other_share=OTHER_SHARE, wrong_share=WRONG_SHARE):
             wrong_first.append(k)
     # width: a bounded number of live children; thousands at once would only thrash a small machine
     runs = sandbox.run_workflows([mas.TEMPLATES[n] for n in chosen], tasks, oracle_generate(tasks, wrong_first),
-                                 width=64, short=True)
+                                 equal=reward.math_equal, width=64, short=True)
     designer, executor, seen = [], [], set()
     for t, name, run in zip(tasks, chosen, runs):
         gold = oracle_reply(t)
         if run.error is not None or mas.answer_of(gold) != run.answer:
             raise RuntimeError(f"tiny.sft_traces: template {name!r} failed on {t['id']}: {run.error or run.answer}")
         designer.append({"messages": mas.designer_messages(_task_text(t), short=True),
-                         "completion": _script_completion(mas.TEMPLATES[name])})
+                         "completion": mas.script_completion(mas.TEMPLATES[name])})
         for c in run.calls:
             key = json.dumps([c.messages, c.reply])
             if c.reply == gold and key not in seen:   # wrong first replies are context, never targets
@@ -382,7 +376,7 @@ def exact_figures(model, tokenizer, tasks, batch_size=32):
 
     names = list(mas.TEMPLATES)
     samples = [{"messages": mas.designer_messages(_task_text(t), short=True),
-                "completion": _script_completion(mas.TEMPLATES[n])} for t in tasks for n in names]
+                "completion": mas.script_completion(mas.TEMPLATES[n])} for t in tasks for n in names]
     # the single agent's prompt exactly as a rollout shows it: run the template with oracle replies
     runs = sandbox.run_workflows([mas.TEMPLATES["single"]] * len(tasks), tasks, oracle_generate(tasks),
                                  width=64, short=True)
