@@ -32,6 +32,8 @@ Usage:
     R = torch.tensor(...)                       # [B, M, N] rewards
     a_design = designer_advantages(R)           # [B, M]    -> every token of script d_i
     a_exec = executor_advantages(R)             # [B, M, N] -> every completion token of every call in e_ij
+
+Needs: no other file of this project (torch only).
 """
 
 import torch

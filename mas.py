@@ -17,6 +17,8 @@ Executor's rollout is batched across every running script). What a script may ca
 The four templates (TEMPLATES) are the fixed structures of the paper: single agent, ensemble voting,
 solver-critic and solver-tester. parse_script takes a script out of a Designer completion, or says why it
 cannot; structure_of names a script's structure from what it calls (for the structure-share tables).
+
+Needs: no other file of this project.
 """
 
 import ast

@@ -25,6 +25,8 @@ with a tolerance).
     math_equal("\\boxed{025}", "25")                        # True
     grade_many([("0.5", "\\frac12"), ("x = 3", "3")])       # [True, True], in parallel grader processes
     reward(task, run)                                       # R for one WorkflowRun of sandbox.run_workflows
+
+Needs: sandbox.py (code_score runs programs; outputs_match), mas.py (the answer tag), data.py (for sandbox.py)
 """
 
 import atexit

@@ -25,6 +25,8 @@ a designer sample is (designer prompt, script completion) for (q, i); an executo
     batch = rollout(tasks, None, engine, M=1, N=8, template="single")  # fixed structure, no Designer
     batch.R                      # [B, M, N]
     t = samples_to_tensors(batch.executor, pad_id)   # input_ids, attention_mask, completion_mask, logprobs
+
+Needs: engine.py, mas.py, sandbox.py, reward.py, data.py
 """
 
 import time

@@ -32,6 +32,8 @@ sandbox); only runs that reward.py grades correct are kept, written as designer.
 From Python (train.py does this):
     stats = train_sft(model, tokenizer, samples, steps=300, lr=2e-3, batch_size=64, out_dir="out/x")
     figures = evaluate_sft("out/x", heldout_tasks)
+
+Needs: engine.py, grpo.py, evaluate.py, tiny.py, rollout.py, mas.py, sandbox.py, reward.py, data.py
 """
 
 import argparse

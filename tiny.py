@@ -78,6 +78,8 @@ heads of 32 instead of 2 of 64 (copying digits out of the prompt is learned in ~
 all in 200); difficulty 1 made easier (inputs 0..9, no x*K). What did not: AdamW at lr 3e-3 or 6e-3 (loss
 spikes), Muon at lr 4e-3 (16 x 650: single 20.0%), 1200 designer samples instead of 800 (16 x 650: 17.5%),
 a one-operation math family (only ~120 distinct problems, so few distinct samples survive de-duplication).
+
+Needs: engine.py, grpo.py, mas.py, rollout.py, sandbox.py, reward.py, data.py
 """
 
 import hashlib
