@@ -17,7 +17,7 @@ Its tmpfs disappears with its mount namespace.
 
     run_code(code, stdin="", timeout=10.0) -> RunResult(stdout, stderr, status, duration, returncode)
     run_tests(code, tests, timeout_per_test=4.0) -> [TestOutcome(status, output, error)]  (one child)
-    run_workflows(scripts, tasks, generate, limits=mas.Limits()) -> [WorkflowRun]
+    run_workflows(scripts, tasks, generate, equal=None, limits=mas.Limits()) -> [WorkflowRun]
 
 run_workflows relays every agent call of every live script to the trainer; when every live script is
 blocked on an agent call, the trainer makes ONE batched `generate(calls)` (a tick), with calls sorted by

@@ -11,6 +11,7 @@ import torch
 import torch.nn.functional as F
 
 from engine import Completion, HFEngine, Sampling, derive_seed, make_engine
+from grpo import token_logprobs
 
 CHAT = ("{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
         "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
@@ -73,11 +74,7 @@ def direct_logprobs(model, c: Completion, temperature):
 
 
 def trainer_logprobs(model, c: Completion, temperature):
-    """grpo.token_logprobs on the same ids when grpo.py exists, else None."""
-    try:
-        from grpo import token_logprobs
-    except ImportError:
-        return None
+    """grpo.token_logprobs on the same ids (what the trainer computes)."""
     ids = torch.tensor([c.prompt_ids + c.token_ids])
     with torch.no_grad():
         lp = token_logprobs(model, ids, torch.ones_like(ids), temperature=temperature)
@@ -161,8 +158,7 @@ def test_hf_logprobs_match_direct_forward(tiny_dir):
             ref = direct_logprobs(eng.model, c, T)
             assert torch.allclose(torch.tensor(c.logprobs), ref, atol=1e-5)
             tr = trainer_logprobs(eng.model, c, T)
-            if tr is not None:
-                assert torch.allclose(torch.tensor(c.logprobs), tr, atol=1e-4)
+            assert torch.allclose(torch.tensor(c.logprobs), tr, atol=1e-4)
     # greedy reports T = 1 log-probs
     g = eng.generate([[5, 6, 7]], Sampling(temperature=0, max_tokens=8))[0][0]
     assert torch.allclose(torch.tensor(g.logprobs), direct_logprobs(eng.model, g, 1.0), atol=1e-5)
@@ -234,8 +230,7 @@ def test_vllm_sampled_logprobs_match_trainer(vllm_pair):
             direct = direct_logprobs(ref.model, c, T)
             worst = max(worst, (torch.tensor(c.logprobs) - direct).abs().max().item())
             tr = trainer_logprobs(ref.model, c, T)
-            if tr is not None:
-                worst = max(worst, (torch.tensor(c.logprobs) - tr).abs().max().item())
+            worst = max(worst, (torch.tensor(c.logprobs) - tr).abs().max().item())
     assert worst < 1e-4, worst
     # same seeds, same batch: same samples
     again = eng.generate([CHAT_PROMPT, [5, 6, 7, 8]], Sampling(n=3, temperature=T, max_tokens=20, seed=5))
