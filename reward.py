@@ -47,7 +47,6 @@ from fractions import Fraction
 import mas
 import sandbox
 from mas import ANSWER_TAG
-from sandbox import CALL_HEADER, call_output_match, outputs_match
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 LAM = 0.4                       # the paper's λ
@@ -476,15 +475,15 @@ def code_score(code, tests, timeout=4.0):
     if not inputs or not isinstance(code, str) or not code.strip():
         return 0.0
     fn_name = (tests or {}).get("fn_name")
-    outcomes = sandbox.run_tests(CALL_HEADER + code if fn_name else code, tests, timeout_per_test=timeout)
+    outcomes = sandbox.run_tests(sandbox.CALL_HEADER + code if fn_name else code, tests, timeout_per_test=timeout)
     passed = 0
     for o, exp in zip(outcomes, expected):
         if o.status != "ok":
             continue
         if fn_name:
-            passed += call_output_match(o.output, exp)
+            passed += sandbox.call_output_match(o.output, exp)
         else:
-            passed += outputs_match(o.output, exp if isinstance(exp, str) else json.dumps(exp))
+            passed += sandbox.outputs_match(o.output, exp if isinstance(exp, str) else json.dumps(exp))
     return passed / len(inputs)
 
 
