@@ -1219,16 +1219,20 @@ def run_workflows(scripts, tasks, generate, *, equal=None, limits=None, timeout=
             if equal is None:
                 return fail(job, "vote() needs run_workflows(..., equal=...): how two answers are compared")
 
-            def equal_in_time(a, b):   # the count runs on the script's clock
+            def equal_in_time(a, b):   # the count runs on the voting script's clock
                 if time.monotonic() >= job.deadline:
                     raise TimeoutError
                 return bool(equal(a, b))
+            t0 = time.monotonic()
             try:
                 job.reply({"ok": mas.majority(answers, equal_in_time)})
             except TimeoutError:
                 fail(job, f"timeout after {job.timeout:g}s (counting a vote)")
             except Exception as e:  # noqa: BLE001 - a grader failing on odd answers fails this run only
                 fail(job, f"vote failed: {type(e).__name__}: {e}")
+            for other in jobs:         # and on no other script's: they waited on this loop meanwhile
+                if other is not job and other.paused_at is None:
+                    other.deadline += time.monotonic() - t0
         elif op in ("run_python", "run_tests"):
             code = msg.get("code")
             if not isinstance(code, str) or not isinstance(msg.get("input", ""), str):

@@ -335,9 +335,12 @@ def test_vote_is_counted_by_the_given_equal_on_the_scripts_clock():
     def slow(a, b):
         time.sleep(0.4)
         return False
+    sleeper = "import time\ndef workflow(task):\n    time.sleep(0.5)\n    return 'b'"
     t0 = time.monotonic()
-    runs = sandbox.run_workflows([script], ["q"], _instant, equal=slow, limits=mas.Limits(timeout=1.0))
+    runs = sandbox.run_workflows([script, sleeper], ["q", "q"], _instant, equal=slow,
+                                 limits=mas.Limits(timeout=1.0))
     assert runs[0].answer is None and "timeout" in runs[0].error and time.monotonic() - t0 < 1.0 + MARGIN
+    assert (runs[1].answer, runs[1].error) == ("b", None)   # the count's time is not the other script's
 
 
 @needs_isolation
