@@ -10,6 +10,8 @@ any machine.
     python bench.py rollout    # batched rollout tokens/s vs one plain engine.generate
     python bench.py train      # chunked GRPO update vs full-logits update: tokens/s and peak memory
     python bench.py gpu        # only with CUDA: Qwen3-4B-shaped bf16 rollout + update + reload, MFU
+
+Needs: engine.py, grpo.py, tiny.py, rollout.py, mas.py, sandbox.py, reward.py, data.py
 """
 
 import sys

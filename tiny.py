@@ -78,6 +78,8 @@ heads of 32 instead of 2 of 64 (copying digits out of the prompt is learned in ~
 all in 200); difficulty 1 made easier (inputs 0..9, no x*K). What did not: AdamW at lr 3e-3 or 6e-3 (loss
 spikes), Muon at lr 4e-3 (16 x 650: single 20.0%), 1200 designer samples instead of 800 (16 x 650: 17.5%),
 a one-operation math family (only ~120 distinct problems, so few distinct samples survive de-duplication).
+
+Needs: engine.py, grpo.py, mas.py, rollout.py, sandbox.py, reward.py, data.py
 """
 
 import hashlib
@@ -306,16 +308,9 @@ def oracle_generate(tasks, wrong_first=()):
 
 
 def _task_text(task):
-    """The text the sandbox itself hands a script (data.task_text when data.py is there)."""
+    """The text the sandbox itself hands a script."""
     import sandbox
     return sandbox._task_parts(task, short=True)[0]
-
-
-def _script_completion(script):
-    import mas
-    if hasattr(mas, "script_completion"):
-        return mas.script_completion(script)
-    return f"```python\n{script.strip()}\n```"
 
 
 def sft_traces(tasks, seed, other_share=OTHER_SHARE, wrong_share=WRONG_SHARE):
@@ -326,6 +321,7 @@ def sft_traces(tasks, seed, other_share=OTHER_SHARE, wrong_share=WRONG_SHARE):
     signal but RL still sees every structure. Executor: every agent call the chosen template makes when
     run in the sandbox with oracle replies (identical (prompt, reply) pairs kept once)."""
     import mas
+    import reward
     import sandbox
 
     rng = random.Random(f"tiny-sft-{seed}")
@@ -341,14 +337,14 @@ def sft_traces(tasks, seed, other_share=OTHER_SHARE, wrong_share=WRONG_SHARE):
             wrong_first.append(k)
     # width: a bounded number of live children; thousands at once would only thrash a small machine
     runs = sandbox.run_workflows([mas.TEMPLATES[n] for n in chosen], tasks, oracle_generate(tasks, wrong_first),
-                                 width=64, short=True)
+                                 equal=reward.math_equal, width=64, short=True)
     designer, executor, seen = [], [], set()
     for t, name, run in zip(tasks, chosen, runs):
         gold = oracle_reply(t)
         if run.error is not None or mas.answer_of(gold) != run.answer:
             raise RuntimeError(f"tiny.sft_traces: template {name!r} failed on {t['id']}: {run.error or run.answer}")
         designer.append({"messages": mas.designer_messages(_task_text(t), short=True),
-                         "completion": _script_completion(mas.TEMPLATES[name])})
+                         "completion": mas.script_completion(mas.TEMPLATES[name])})
         for c in run.calls:
             key = json.dumps([c.messages, c.reply])
             if c.reply == gold and key not in seen:   # wrong first replies are context, never targets
@@ -374,15 +370,15 @@ def exact_figures(model, tokenizer, tasks, batch_size=32):
     choice of structure and in the Executor, with only the draw of tasks left as error. The mass that no
     template gets goes to other scripts (variants, or ones that do not parse). Under FSDP2 every rank must
     call this with the same tasks: each forward is collective."""
+    import engine
     import grpo
     import mas
     import rollout
     import sandbox
-    from sft import encode_samples
 
     names = list(mas.TEMPLATES)
     samples = [{"messages": mas.designer_messages(_task_text(t), short=True),
-                "completion": _script_completion(mas.TEMPLATES[n])} for t in tasks for n in names]
+                "completion": mas.script_completion(mas.TEMPLATES[n])} for t in tasks for n in names]
     # the single agent's prompt exactly as a rollout shows it: run the template with oracle replies
     runs = sandbox.run_workflows([mas.TEMPLATES["single"]] * len(tasks), tasks, oracle_generate(tasks),
                                  width=64, short=True)
@@ -390,7 +386,7 @@ def exact_figures(model, tokenizer, tasks, batch_size=32):
         if run.error is not None or not run.calls:
             raise RuntimeError(f"tiny.exact_figures: the single template failed on {t['id']}: {run.error}")
     samples += [{"messages": run.calls[0].messages, "completion": oracle_reply(t)} for t, run in zip(tasks, runs)]
-    encoded, _ = encode_samples(tokenizer, samples)
+    encoded, _ = engine.encode_samples(tokenizer, samples)
     # as rollout samples, so that the trainer's own packing (right padding, completion mask) scores them
     seqs = [rollout.Sample(ids[:p], ids[p:], [0.0] * (len(ids) - p), (k,)) for k, (ids, p) in enumerate(encoded)]
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id

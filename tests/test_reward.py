@@ -15,7 +15,6 @@ from reward import (
     format_score,
     grade_many,
     math_equal,
-    outputs_match,
 )
 
 DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
@@ -137,8 +136,8 @@ def test_in_process_fallback_has_a_deadline_on_the_main_thread():
 
 
 def test_math_equal_inside_a_sandbox_job():
-    # a workflow's vote() grades in a sandbox job, where seccomp forbids starting a grader process
-    sandbox = pytest.importorskip("sandbox")
+    # where seccomp forbids starting a grader process, grading runs in-process
+    import sandbox
     code = ("import reward\n"
             "print(reward.math_equal('\\\\frac{1}{2}', '0.5'), reward.math_equal('\\\\sqrt{2}', '2'))\n")
     res = sandbox.run_code(code, timeout=60)
@@ -158,20 +157,6 @@ def test_extract_answer():
     assert extract_answer(None) is None
 
 
-def test_outputs_match_livecodebench_style():
-    assert outputs_match("YES\nNO\n", "YES\nNO")
-    assert outputs_match("  1 2 3  \n\n", "1 2 3")
-    assert outputs_match("1.0000001\n", "1.0")
-    assert outputs_match("0.5 2\n", "0.50 2")
-    assert not outputs_match("1.01", "1.0")
-    assert not outputs_match("1000000000000000001", "1000000000000000000")   # integers: exact
-    assert not outputs_match("YES\nNO", "YES\nYES")
-    assert not outputs_match("YES", "YES\nNO")
-    assert not outputs_match("yes", "YES")
-    assert outputs_match("abc \n", "abc")
-    assert not outputs_match("nan", "nan 1")
-
-
 def test_extract_code():
     assert extract_code("blah\n```python\nprint(1)\n```\nmore") == "print(1)"
     assert extract_code("```\nx=1\n```\n```py\nprint(2)\n```") == "print(2)"
@@ -186,7 +171,14 @@ ADD = {"inputs": ["1 2\n", "3 4\n", "10 -10\n", "5 5\n"], "outputs": ["3\n", "7\
 
 @pytest.fixture(scope="module")
 def sb():
-    return pytest.importorskip("sandbox")
+    import sandbox
+    return sandbox
+
+
+def test_a_scripts_vote_compares_by_math_equal(sb):
+    runs = sb.run_workflows(["def workflow(task):\n    return vote(['3', '1/2', '0.5'])"], ["q"], lambda calls: [],
+                            equal=math_equal)
+    assert (runs[0].answer, runs[0].error) == ("1/2", None)      # equivalence, not strings
 
 
 def test_code_score_stdin(sb):

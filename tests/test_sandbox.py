@@ -204,6 +204,20 @@ def test_run_tests_stdin_and_call_based():
     assert _no_leftovers()
 
 
+def test_outputs_match_livecodebench_style():
+    assert sandbox.outputs_match("YES\nNO\n", "YES\nNO")
+    assert sandbox.outputs_match("  1 2 3  \n\n", "1 2 3")
+    assert sandbox.outputs_match("1.0000001\n", "1.0")
+    assert sandbox.outputs_match("0.5 2\n", "0.50 2")
+    assert not sandbox.outputs_match("1.01", "1.0")
+    assert not sandbox.outputs_match("1000000000000000001", "1000000000000000000")   # integers: exact
+    assert not sandbox.outputs_match("YES\nNO", "YES\nYES")
+    assert not sandbox.outputs_match("YES", "YES\nNO")
+    assert not sandbox.outputs_match("yes", "YES")
+    assert sandbox.outputs_match("abc \n", "abc")
+    assert not sandbox.outputs_match("nan", "nan 1")
+
+
 def _instant(calls):
     return [f"thinking... <answer>{c.role}:{c.index}</answer>" for c in calls]
 
@@ -236,6 +250,7 @@ WORKFLOWS = [
     ("raise", "def workflow(task):\n    x = 1\n    return str(x / 0)", None, "ZeroDivisionError"),
     ("fork", "import os\ndef workflow(task):\n    os.fork()\n    return 'x'", None, "PermissionError"),
     ("ensemble", mas.TEMPLATES["ensemble"].replace("solver", "voter"), "7", None),
+    ("vote_too_many", "def workflow(task):\n    return vote(['a'] * 65)", None, "at most 64"),
 ]
 
 
@@ -251,7 +266,7 @@ def test_hostile_workflows_in_one_batch(world):
                 f"<answer>{[7, 3, 7][c.index]}</answer>" for c in calls]
 
     t0 = time.monotonic()
-    runs = sandbox.run_workflows(scripts, tasks, gen, limits=mas.Limits(max_calls=8, timeout=T))
+    runs = sandbox.run_workflows(scripts, tasks, gen, equal=str.__eq__, limits=mas.Limits(max_calls=8, timeout=T))
     wall = time.monotonic() - t0
     assert wall < T + 2 * MARGIN
     for (name, _, answer, err), r in zip(WORKFLOWS, runs):
@@ -260,7 +275,7 @@ def test_hostile_workflows_in_one_batch(world):
         else:
             assert r.answer is None and err in r.error, (name, r.error)
         assert r.duration < T + 2 * MARGIN
-    assert [c.index for c in runs[-1].calls] == [0, 1, 2]       # one parallel call of n=3
+    assert [c.index for c in runs[-2].calls] == [0, 1, 2]       # one parallel call of n=3
     assert len(runs[0].calls) == 2 and runs[0].calls[1].reply == "<answer>solver:1</answer>"
     assert runs[0].calls[0].messages == mas.agent_messages("solver", "Solve.", "What is 2+2?")
     for batch in seen:
@@ -306,6 +321,26 @@ def test_templates_run_with_visible_tests_only():
     text = runs[1].answer
     assert "Print the input doubled." in text and "SECRET-HIDDEN" not in text
     assert "2\n" in text and "FAIL 0/1" in text
+
+
+@needs_isolation
+def test_vote_is_counted_by_the_given_equal_on_the_scripts_clock():
+    script = "def workflow(task):\n    return vote(['3', 'three', 'III', 'x'])"
+    words = {"3": 3, "three": 3, "III": 3}
+    runs = sandbox.run_workflows([script], ["q"], _instant, equal=lambda a, b: words.get(a, a) == words.get(b, b))
+    assert (runs[0].answer, runs[0].error) == ("3", None)
+    runs = sandbox.run_workflows([script], ["q"], _instant)           # no equal: the run fails, saying why
+    assert runs[0].answer is None and "equal=" in runs[0].error
+
+    def slow(a, b):
+        time.sleep(0.4)
+        return False
+    sleeper = "import time\ndef workflow(task):\n    time.sleep(0.5)\n    return 'b'"
+    t0 = time.monotonic()
+    runs = sandbox.run_workflows([script, sleeper], ["q", "q"], _instant, equal=slow,
+                                 limits=mas.Limits(timeout=1.0))
+    assert runs[0].answer is None and "timeout" in runs[0].error and time.monotonic() - t0 < 1.0 + MARGIN
+    assert (runs[1].answer, runs[1].error) == ("b", None)   # the count's time is not the other script's
 
 
 @needs_isolation

@@ -20,6 +20,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
 import data  # noqa: E402
+import engine  # noqa: E402
 import mas  # noqa: E402
 import sft  # noqa: E402
 import tiny  # noqa: E402
@@ -53,17 +54,17 @@ def base(tmp_path_factory):
 def test_prompt_masked_completion_and_end_of_turn_trained():
     tok = tiny.build_tokenizer()
     s = add_samples(1)[0]
-    (ids, P), = sft.encode_samples(tok, [s])[0]
-    assert ids[:P] == sft.prompt_ids(tok, s["messages"])
+    (ids, P), = engine.encode_samples(tok, [s])[0]
+    assert ids[:P] == engine.prompt_ids(tok, s["messages"])
     # the prompt is the chat template with the generation prompt; the completion follows, then <|end|>
     assert tok.decode(ids[:P]).endswith("<|assistant|>")
     assert tok.decode(ids[P:]) == s["completion"] + "<|end|>"
-    assert sft.end_of_turn_id(tok) == tok.convert_tokens_to_ids("<|end|>") == ids[-1]
+    assert engine.end_of_turn_id(tok) == tok.convert_tokens_to_ids("<|end|>") == ids[-1]
     ids2, attn, mask = sft.collate([(ids, P), (ids[:P + 2], P)], [0, 1], tok.pad_token_id, "cpu")
     # mask[t] scores token t+1: exactly the completion tokens (and <|end|>), nothing of the prompt or padding
     assert mask[0].tolist() == [0.0] * (P - 1) + [1.0] * (len(ids) - P)
     assert mask[1].sum().item() == 2 and attn[1].sum().item() == P + 2
-    assert sft.encode_samples(tok, [s], max_len=P + 3) == ([], 1)   # too long: dropped, never cut
+    assert engine.encode_samples(tok, [s], max_len=P + 3) == ([], 1)   # too long: dropped, never cut
 
 
 def test_length_batches_and_schedule():
@@ -90,12 +91,12 @@ def test_train_sft_learns_and_writes_loadable_checkpoint(tmp_path):
     m2 = AutoModelForCausalLM.from_pretrained(str(tmp_path / "ck"))
     t2 = AutoTokenizer.from_pretrained(str(tmp_path / "ck"))
     assert t2.chat_template == tok.chat_template and t2("7+1")["input_ids"] == tok("7+1")["input_ids"]
-    enc, _ = sft.encode_samples(tok, samples[:4])
+    enc, _ = engine.encode_samples(tok, samples[:4])
     ids, attn, mask = sft.collate(enc, range(4), tok.pad_token_id, "cpu")
     with torch.no_grad():
         assert torch.allclose(token_logprobs(model, ids, attn), token_logprobs(m2, ids, attn), atol=1e-5)
     # it learned the format and to stop: greedy output is an answer tag followed by <|end|>
-    p = sft.prompt_ids(t2, samples[0]["messages"])
+    p = engine.prompt_ids(t2, samples[0]["messages"])
     out = m2.generate(torch.tensor([p]), max_new_tokens=30, do_sample=False)[0, len(p):].tolist()
     text = t2.decode(out)
     assert text.startswith("<answer>") and "</answer><|end|>" in text

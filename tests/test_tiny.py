@@ -217,7 +217,7 @@ def test_exact_figures_are_the_teacher_forced_sequence_logprobs():
     prompt = tok.apply_chat_template(mas.designer_messages(tiny._task_text(tasks[0]), short=True),
                                      tokenize=False, add_generation_prompt=True)
     p_ids = tok(prompt, add_special_tokens=False)["input_ids"]
-    c_ids = tok(tiny._script_completion(mas.TEMPLATES["tester"]), add_special_tokens=False)["input_ids"]
+    c_ids = tok(mas.script_completion(mas.TEMPLATES["tester"]), add_special_tokens=False)["input_ids"]
     ids = torch.tensor([p_ids + c_ids + [tok.eos_token_id]])
     with torch.no_grad():
         lp = torch.log_softmax(model(ids).logits[0, :-1].double(), -1).gather(-1, ids[0, 1:, None])[:, 0]
