@@ -126,6 +126,12 @@ class Config:
     device: str = "auto"                  # auto | cpu | cuda
     bf16: bool = True                     # on GPU: bf16 compute, fp32 master weights and reductions
     activation_checkpointing: bool = False
+    # speed options of the update (speed.py, grpo.py; exact on CPU in the tests, timed by `python bench.py gpu`)
+    ac_policy: str = "full"               # with activation_checkpointing: full | selective (keep matmul outputs)
+    compile_layers: bool = False          # torch.compile each decoder layer (inductor)
+    logprob_chunk: int = 1024             # tokens per chunk of grpo.token_logprobs
+    logprob_compile: bool = False         # torch.compile the element-wise part of each log-prob chunk
+    logprob_keep_logits: bool = False     # keep each chunk's logits for the backward (no recompute)
     sleep_engine: bool = False            # vLLM sleep mode while training (GPU)
     verify_sync: bool = False             # hash the weights each rank loads into its engine; all must agree
     wandb_project: str = ""               # wandb is used when installed and this is set
@@ -320,19 +326,15 @@ def gather_objects(obj):
 
 def load_model(path, cfg, device):
     from transformers import AutoModelForCausalLM
+
+    import speed
     model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
     model.config.use_cache = False
-    if cfg.activation_checkpointing:
-        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     model.to(device)
-    if dist.get_world_size() > 1 or device.type == "cuda":
-        from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
-        mp = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32) \
-            if device.type == "cuda" and cfg.bf16 else MixedPrecisionPolicy()
-        for layer in model.model.layers:
-            fully_shard(layer, mp_policy=mp)
-        fully_shard(model, mp_policy=mp)   # embeddings, norm and (tied) lm_head in the root group
-    return model
+    # checkpointing and compile per decoder layer, then FSDP2 (per layer, then the root) with bf16 compute on GPU
+    return speed.prepare(model, checkpointing=cfg.ac_policy if cfg.activation_checkpointing else "off",
+                         compile=cfg.compile_layers, shard=dist.get_world_size() > 1 or device.type == "cuda",
+                         bf16=device.type == "cuda" and cfg.bf16)
 
 
 def full_state(model, dtype=None):
@@ -421,7 +423,9 @@ def save_checkpoint(cfg, step, policies, tokenizer, trainer_state, rank):
 def logprobs_of(model, batch, cfg, grad):
     import grpo
     with torch.set_grad_enabled(grad):
-        return grpo.token_logprobs(model, batch["input_ids"], batch["attention_mask"], temperature=cfg.temperature)
+        return grpo.token_logprobs(model, batch["input_ids"], batch["attention_mask"], temperature=cfg.temperature,
+                                   chunk_size=cfg.logprob_chunk, compile=cfg.logprob_compile,
+                                   keep_logits=cfg.logprob_keep_logits)
 
 
 def micro_batches(samples, idx, size):
