@@ -66,18 +66,19 @@ def _selective(forward, *args, **kwargs):
 
 def layer_forward(forward, checkpointing="off", compile=False, backend="inductor"):
     """The replacement for one layer's bound `forward`: checkpointed as `checkpointing` says, then compiled."""
-    if checkpointing not in MODES:
-        raise ValueError(f"activation checkpointing must be one of {MODES}, got {checkpointing!r}")
     if checkpointing != "off":
-        forward = functools.partial(_full if checkpointing == "full" else _selective, forward)
+        forward = functools.partial({"full": _full, "selective": _selective}[checkpointing], forward)
     return torch.compile(forward, backend=backend) if compile else forward
 
 
 def prepare(model, checkpointing="off", compile=False, shard=False, bf16=False, backend="inductor"):
     """In place, and returned: every decoder layer of model.model.layers checkpointed and compiled, then
     (shard=True) FSDP2 per layer and at the root. Call it once, after model.to(device)."""
-    for layer in model.model.layers:
-        layer.forward = layer_forward(layer.forward, checkpointing, compile, backend)
+    if checkpointing not in MODES:
+        raise ValueError(f"activation checkpointing must be one of {MODES}, got {checkpointing!r}")
+    if checkpointing != "off" or compile:
+        for layer in model.model.layers:
+            layer.forward = layer_forward(layer.forward, checkpointing, compile, backend)
     if shard:
         from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
         mp = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32) if bf16 \
