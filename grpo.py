@@ -40,8 +40,9 @@
                     much as the matmul itself). The matmuls stay cuBLAS.
    keep_logits=True the forward keeps each chunk's logits z = W h (model dtype, 2 bytes/entry in bf16) for
                     the backward instead of recomputing them: 3 matmuls instead of 4, for tokens x vocab x
-                    2 bytes of memory (2.5 GB at 8k tokens x 151,936), still a quarter of what the naive
-                    version keeps (fp32 log-softmax output, plus fp32 logits and gradient in the backward).
+                    2 bytes of memory (2.5 GB at 8k tokens x 151,936): half of what the naive version keeps
+                    (its fp32 log-softmax output), about a sixth of its peak (fp32 logits, that output and
+                    two fp32 gradients). The kept logits are the very ones the recompute would give.
                     Only when a gradient is needed; scoring under no_grad keeps nothing.
 
    Why not Liger's trick of computing the gradient in the forward: it needs dL/dlogp_t, which is one scalar
