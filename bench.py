@@ -13,6 +13,7 @@ any machine.
     python bench.py gpu        # only with CUDA: gpu_update + gpu_logprob (+ vLLM reload and generation)
     python bench.py gpu_logprob   # Qwen3-4B's lm_head: every token_logprobs option and chunk size vs naive
     python bench.py gpu_update    # Qwen3-4B-shaped update: checkpointing full/selective/off x eager/compiled
+    python bench.py gpu_update:0,5   # only those rows of GPU_UPDATE_ROWS (each row takes 1-2 minutes)
 """
 
 import sys
@@ -520,7 +521,7 @@ def bench_gpu_update(rows=None, timeout=900):
     return results
 
 
-def _gpu_update_row(row, B=8, T=4096, steps=3, warmup=2, device="cuda"):
+def _gpu_update_row(row, B=8, T=4096, steps=3, warmup=None, device="cuda"):
     """One row of bench_gpu_update, in its own process: prints one JSON line."""
     import json
     import os
@@ -567,7 +568,7 @@ def _gpu_update_row(row, B=8, T=4096, steps=3, warmup=2, device="cuda"):
         if cuda:
             torch.cuda.reset_peak_memory_stats()
         t0 = time.perf_counter()
-        for _ in range(warmup):
+        for _ in range(warmup or (2 if row["compile"] or row.get("logprob", {}).get("compile") else 1)):
             step()
         warmup_s = time.perf_counter() - t0
         times = []
@@ -632,12 +633,13 @@ SECTIONS = {
 
 def main(argv):
     names = argv or [n for n in SECTIONS if not n.startswith("gpu_")]
-    unknown = [n for n in names if n not in SECTIONS]
+    unknown = [n for n in names if n.partition(":")[0] not in SECTIONS]
     if unknown:
         sys.exit(f"unknown section(s) {unknown}; choose from {sorted(SECTIONS)}")
     for name in names:
         print(f"== bench {name}")
-        SECTIONS[name]()
+        name, _, rows = name.partition(":")   # gpu_update:0,1,5 runs those rows of GPU_UPDATE_ROWS only
+        SECTIONS[name](*([[GPU_UPDATE_ROWS[int(i)] for i in rows.split(",")]] if rows else []))
 
 
 if __name__ == "__main__":
