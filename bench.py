@@ -8,21 +8,36 @@ any machine.
     python bench.py sandbox    # run_code overhead vs `python -c`, workflow executions per second
     python bench.py grade      # answers graded per second
     python bench.py rollout    # batched rollout tokens/s vs one plain engine.generate
-    python bench.py train      # chunked GRPO update vs full-logits update: tokens/s and peak memory
-    python bench.py gpu        # only with CUDA: Qwen3-4B-shaped bf16 rollout + update + reload, MFU
+    python bench.py train      # chunked GRPO update (each log-prob option) vs full-logits update: tokens/s, memory
+    python bench.py padding    # share of each micro-batch that is padding: the tiny run, real-length replies
+    python bench.py gpu        # only with CUDA: gpu_update + gpu_logprob (+ vLLM reload and generation)
+    python bench.py gpu_logprob   # Qwen3-4B's lm_head: every token_logprobs option and chunk size vs naive
+    python bench.py gpu_update    # Qwen3-4B-shaped update: checkpointing full/selective/off x eager/compiled
+    python bench.py gpu_update:0,5   # only those rows of GPU_UPDATE_ROWS (each row takes 1-2 minutes)
 
-Needs: engine.py, grpo.py, tiny.py, rollout.py, mas.py, sandbox.py, reward.py, data.py
+Needs: train.py, advantage.py, stagewise.py, grpo.py, speed.py, engine.py, sft.py, evaluate.py, tiny.py, rollout.py, mas.py, sandbox.py, reward.py, data.py
 """
 
 import sys
 
+# token_logprobs options measured side by side (grpo.py's docstring says what each one does)
+LOGPROB_VARIANTS = {"chunked": {}, "chunked+compile": {"compile": True}, "chunked+keep": {"keep_logits": True},
+                    "chunked+compile+keep": {"compile": True, "keep_logits": True}}
+
+
+def _can_compile(device):
+    """inductor needs Triton on CUDA and a C++ compiler on CPU."""
+    import shutil
+    return device == "cuda" or bool(shutil.which("g++") or shutil.which("c++") or shutil.which("clang++"))
+
 
 def bench_train(variant=None, steps=3):
     """One GRPO update (forward + backward) on a tiny Qwen3 with a large vocabulary, where the logits dominate:
-    grpo.token_logprobs (chunked, recomputed in backward) vs the naive full-logits log_softmax + gather that
-    TRL's GRPOTrainer computes. Peak memory: each variant's first update in its own subprocess (CUDA
-    max_memory_allocated, or on CPU the growth of ru_maxrss). Speed: both variants in this process, updates
-    alternated, best of `steps` each, so that load from other processes hits both alike."""
+    grpo.token_logprobs (chunked, recomputed in backward; and each of its options) vs the naive full-logits
+    log_softmax + gather that TRL's GRPOTrainer computes. Peak memory: each variant's first update in its own
+    subprocess (CUDA max_memory_allocated, compiled variants compiled before it; or on CPU the growth of
+    ru_maxrss, which for the compiled variants includes the compiler's own memory). Speed: every variant in this process, updates alternated, best of `steps` each, so that load
+    from other processes hits all alike."""
     import json
     import os
     import resource
@@ -46,13 +61,14 @@ def bench_train(variant=None, steps=3):
     mask = torch.ones_like(ids)
     adv = torch.randn(B, device=device)
     tokens = B * (T - 1)
+    variants = ["naive"] + [v for v, o in LOGPROB_VARIANTS.items() if _can_compile(device) or not o.get("compile")]
 
     def update(v):
-        if v == "chunked":
-            logp = token_logprobs(model, ids, mask)
-        else:
+        if v == "naive":
             logits = model(input_ids=ids, attention_mask=mask).logits[:, :-1].float()
             logp = torch.log_softmax(logits, dim=-1).gather(-1, ids[:, 1:, None]).squeeze(-1)
+        else:
+            logp = token_logprobs(model, ids, mask, **LOGPROB_VARIANTS[v])
         loss, _ = grpo_loss(logp, logp.detach(), adv, mask[:, 1:])
         loss.backward()
         model.zero_grad(set_to_none=True)
@@ -60,6 +76,8 @@ def bench_train(variant=None, steps=3):
             torch.cuda.synchronize()
 
     if variant is not None:  # subprocess: peak memory of one update
+        if cuda and LOGPROB_VARIANTS.get(variant, {}).get("compile"):
+            update(variant)   # compiled before the measured update (on CPU ru_maxrss would keep its peak)
         if cuda:
             torch.cuda.reset_peak_memory_stats()
             base = torch.cuda.memory_allocated()
@@ -72,26 +90,119 @@ def bench_train(variant=None, steps=3):
         print(json.dumps({"peak_mb": peak_mb}))
         return peak_mb
 
+    if len(variants) < 1 + len(LOGPROB_VARIANTS):
+        print("compiled variants skipped: no C++ compiler for inductor on this CPU")
     here, peak, best = os.path.dirname(os.path.abspath(__file__)), {}, {}
-    for v in ("chunked", "naive"):
+    for v in variants:
         proc = subprocess.run([sys.executable, "-c", f"import bench; bench.bench_train({v!r})"], cwd=here,
                               capture_output=True, text=True)
         if proc.returncode != 0:
             sys.exit(f"bench train {v} failed:\n{proc.stderr[-3000:]}")
         peak[v] = json.loads(proc.stdout.strip().splitlines()[-1])["peak_mb"]
-    for v in ("chunked", "naive"):  # warm-up
+    for v in variants:  # warm-up (and compilation)
         update(v)
     for _ in range(steps):
-        for v in ("chunked", "naive"):
+        for v in variants:
             start = time.perf_counter()
             update(v)
             best[v] = min(best.get(v, float("inf")), time.perf_counter() - start)
-    for v in ("chunked", "naive"):
-        print(f"{v:8s} {device} vocab={vocab} tokens/update={tokens}: {tokens / best[v]:.0f} tokens/s, "
-              f"peak memory {peak[v]:.0f} MB")
-    print(f"chunked/naive: speed x{best['naive'] / best['chunked']:.2f}, peak memory x{peak['chunked'] / peak['naive']:.3f}"
-          f" (naive needs {peak['naive'] / peak['chunked']:.1f}x)")
+    for v in variants:
+        ratio = "" if v == "naive" else (f"  vs naive: speed x{best['naive'] / best[v]:.2f}, "
+                                         f"naive needs {peak['naive'] / max(peak[v], 1e-9):.1f}x the memory")
+        print(f"{v:21s} {device} vocab={vocab} tokens/update={tokens}: {tokens / best[v]:7.0f} tokens/s, "
+              f"peak memory {peak[v]:6.0f} MB{ratio}")
     return {v: {"tokens_per_s": tokens / best[v], "peak_mb": peak[v]} for v in best}
+
+
+def bench_padding(seed=0):
+    """Share of the update's forward tokens that are padding, with train.micro_batches (a step's samples sorted
+    by length, then cut into micro-batches of micro_batch sequences; rollout.samples_to_tensors pads each to its
+    longest), against the same micro-batches in arrival order. Two length distributions:
+      tiny: one step of config/tiny.py (B=8 queries, M=4 designs, N=2 executions, micro_batch 32): the designs
+            a cold-started Designer writes (the suited template, another one a quarter of the time, as in
+            tiny.sft_traces), each run N times in the sandbox with oracle replies; every agent call is a sample,
+            tokenized as sft.py does (the character tokenizer);
+      real: one rank of the Qwen3 presets over 8 steps (1 query a rank: M=4 designer samples, M*N=16 executions
+            of 1-5 agent calls each), prompts of 200-2500 and replies of 200-4000 tokens, log-uniform (ours: a
+            stand-in for reasoning-model replies), micro_batch 4 (qwen3_8b) and 8 (qwen3_4b)."""
+    import math
+    import random
+
+    import mas
+    import sandbox
+    import sft
+    import tiny
+    import train
+
+    class S:   # what train.micro_batches reads of a rollout.Sample
+        def __init__(self, n):
+            self.prompt_ids, self.completion_ids = [0] * n, []
+
+    def split(st, size, cap=0.05):
+        """A candidate for cutting it: sorted by length, a new micro-batch also where the next (longer) sample
+        would pad the current one beyond `cap`: more, smaller micro-batches, at most `cap` padding each."""
+        mbs = []
+        for k in sorted(range(len(st)), key=st.__getitem__):
+            mb = mbs[-1] if mbs else None
+            if mb is None or len(mb) == size or 1 - (sum(st[j] for j in mb) + st[k]) / ((len(mb) + 1) * st[k]) > cap:
+                mbs.append([k])
+            else:
+                mb.append(k)
+        return mbs
+
+    def padded(step_lengths, size, how):
+        """(real tokens, tokens the forward processes, micro-batches) over steps, formed within each step."""
+        real = total = count = 0
+        for st in step_lengths:
+            if how == "sorted":
+                mbs = train.micro_batches([S(n) for n in st], range(len(st)), size)
+            elif how == "arrival":
+                mbs = [range(i, min(i + size, len(st))) for i in range(0, len(st), size)]
+            else:
+                mbs = split(st, size)
+            real += sum(st)
+            total += sum(len(mb) * max(st[k] for k in mb) for mb in mbs)
+            count += len(mbs)
+        return real, total, count
+
+    def report(name, steps, size):
+        (real, total, n), (_, arrival, _), (_, cut, n_cut) = (padded(steps, size, h) for h in ("sorted", "arrival",
+                                                                                            "split"))
+        print(f"{name:38s} {sum(map(len, steps)):4d} samples, {real:7d} tokens, micro_batch {size:2d}: padding "
+              f"{1 - real / total:6.1%} sorted by length (train.micro_batches, {n} micro-batches), "
+              f"{1 - real / arrival:6.1%} in arrival order, {1 - real / cut:5.1%} split at 5% ({n_cut} "
+              f"micro-batches)", flush=True)
+        return real, total
+
+    B, M, N = 8, 4, 2
+    rng = random.Random(f"bench-padding-{seed}")
+    queries = tiny.make_tasks(B, seed=seed, split="rl")
+    names = list(mas.TEMPLATES)
+    designs = [[tiny.SUITED[q["kind"]] if rng.random() > tiny.OTHER_SHARE else rng.choice(names) for _ in range(M)]
+               for q in queries]
+    run_tasks = [q for q in queries for _ in range(M * N)]
+    scripts = [mas.TEMPLATES[d] for ds in designs for d in ds for _ in range(N)]
+    runs = sandbox.run_workflows(scripts, run_tasks, tiny.oracle_generate(run_tasks), width=16, short=True)
+    tok = tiny.build_tokenizer()
+    designer = [{"messages": mas.designer_messages(tiny._task_text(q), short=True),
+                 "completion": tiny._script_completion(mas.TEMPLATES[d])} for q, ds in zip(queries, designs) for d in ds]
+    executor = [{"messages": c.messages, "completion": c.reply} for r in runs for c in r.calls]
+    tiny_d = [len(ids) for ids, _ in sft.encode_samples(tok, designer)[0]]
+    tiny_e = [len(ids) for ids, _ in sft.encode_samples(tok, executor)[0]]
+    parts = [report("tiny step, designer", [tiny_d], 32), report("tiny step, executor", [tiny_e], 32)]
+    real, total = map(sum, zip(*parts))
+    print(f"{'tiny step, both roles':38s} padding {1 - real / total:6.1%} of the tokens forwarded")
+
+    logu = lambda lo, hi: int(math.exp(rng.uniform(math.log(lo), math.log(hi))))
+    d_steps = [[logu(600, 1200) + logu(150, 1500) for _ in range(4)] for _ in range(8)]
+    e_steps = [[logu(200, 2500) + logu(200, 4000) for _ in range(16) for _ in range(rng.randint(1, 5))]
+               for _ in range(8)]
+    for size, preset in ((4, "qwen3_8b"), (8, "qwen3_4b")):
+        parts = [report(f"real lengths, designer, micro_batch {size}", d_steps, size),
+                 report(f"real lengths, executor, micro_batch {size}", e_steps, size)]
+        real, total = map(sum, zip(*parts))
+        print(f"{'real lengths, both roles (' + preset + ')':38s} padding {1 - real / total:6.1%} of the tokens "
+              f"forwarded (a stagewise step trains one role: see the role's own line)")
 
 
 def bench_sandbox(n=15, runs=24):
@@ -263,59 +374,234 @@ def bench_rollout(B=4, max_tokens=64, backend="auto", naive=(1, 1, 2), reps=2):
               f"naive per-call rollout {nv:.0f} tok/s: batching buys {r / nv:.1f}x")
 
 
-def bench_gpu(steps=3, B=8, T=4096, gen_prompts=64, gen_tokens=256):
-    """Only with CUDA: a Qwen3-4B-shaped model with random weights in bf16. One GRPO update (chunked
-    log-probs, activation checkpointing) timed for MFU and peak memory; then, when vLLM is installed, the same
-    weights in a colocated vLLM engine: a weight reload (in place, prefix cache reset) and a batched generation,
-    timed. MFU = 6 * params * tokens / time / peak, against the H200's dense bf16 peak (989 TFLOP/s)."""
-    import tempfile
-    import time
+PEAK_FLOPS = 989e12   # H200 (and H100 SXM) dense bf16
 
+
+def _qwen3_4b(device="cuda"):
+    """Qwen3-4B's shape (36 layers, hidden 2560, tied 151,936-token embedding) with random bf16 weights."""
     import torch
     from transformers import Qwen3Config, Qwen3ForCausalLM
 
-    from grpo import grpo_loss, token_logprobs
-
-    if not torch.cuda.is_available():
-        print("skipped: no CUDA device here (this section measures the GPU path; run it on an H200)")
-        return None
-    peak_flops = 989e12
     cfg = Qwen3Config(vocab_size=151936, hidden_size=2560, intermediate_size=9728, num_hidden_layers=36,
                       num_attention_heads=32, num_key_value_heads=8, head_dim=128, tie_word_embeddings=True,
                       max_position_embeddings=40960, rope_theta=1e6)
     torch.manual_seed(0)
-    with torch.device("cuda"):
+    with torch.device(device):
         model = Qwen3ForCausalLM(cfg).to(torch.bfloat16)
-    model.gradient_checkpointing_enable()
     model.config.use_cache = False
-    params = sum(p.numel() for p in model.parameters())
-    opt = torch.optim.AdamW(model.parameters(), lr=5e-6, fused=True)
-    ids = torch.randint(0, cfg.vocab_size, (B, T), device="cuda")
-    mask = torch.ones_like(ids)
-    adv = torch.randn(B, device="cuda")
-    times = []
-    torch.cuda.reset_peak_memory_stats()
-    for _ in range(steps + 1):
-        torch.cuda.synchronize()
+    return model
+
+
+def bench_gpu():
+    """Only with CUDA: gpu_update (each row in its own process, so it runs first, with the whole GPU free),
+    gpu_logprob, then (when vLLM is installed) a weight reload into a colocated vLLM engine and a batched
+    generation."""
+    import torch
+
+    if not torch.cuda.is_available():
+        print("skipped: no CUDA device here (this section measures the GPU path; run it on an H200)")
+        return None
+    update = bench_gpu_update()
+    logprob = bench_gpu_logprob()
+    torch.cuda.empty_cache()   # the log-prob section's cached blocks, before vLLM sizes its KV cache
+    return {"update": update, "logprob": logprob, "vllm": _gpu_vllm()}
+
+
+def bench_gpu_logprob(hidden=2560, vocab=151936, token_counts=(8192, 16384), steps=5, device="cuda"):
+    """Qwen3-4B's lm_head alone, bf16: forward + backward of the log-probs of N tokens (weights dL/dlogp random),
+    grpo.chunked_logprobs with each option and chunk size vs the naive h @ W.T -> fp32 log_softmax -> gather.
+    Speed: alternated, best of `steps`; memory: CUDA peak above what was allocated before (the inputs, W and
+    their gradients' buffers are there for every variant alike). Targets (issue #21): >= 1.0x naive speed at
+    >= 8k tokens, with >= 4x less memory."""
+    import time
+
+    import torch
+
+    from grpo import chunked_logprobs
+
+    if device == "cuda" and not torch.cuda.is_available():
+        print("skipped: no CUDA device here")
+        return None
+    sync = torch.cuda.synchronize if device == "cuda" else lambda: None
+    variants = {"naive": None, "chunked 1024 (reference)": {"chunk_size": 1024}}
+    for c in (1024, 4096, 8192):
+        variants[f"compile, chunk {c}"] = {"chunk_size": c, "compile": True}
+    for c in (1024, 4096):
+        variants[f"keep_logits, chunk {c}"] = {"chunk_size": c, "keep_logits": True}
+        variants[f"compile+keep_logits, chunk {c}"] = {"chunk_size": c, "compile": True, "keep_logits": True}
+    torch.manual_seed(0)
+    w = (0.02 * torch.randn(vocab, hidden, device=device)).bfloat16().requires_grad_()
+    out = {}
+    for n in token_counts:
+        h = torch.randn(n, hidden, device=device).bfloat16().requires_grad_()
+        targets = torch.randint(0, vocab, (n,), device=device)
+        g = torch.randn(n, device=device)
+
+        def run(v, h=h, targets=targets, g=g):
+            h.grad = w.grad = None
+            if variants[v] is None:
+                logp = torch.log_softmax((h @ w.T).float(), dim=-1).gather(-1, targets[:, None]).squeeze(-1)
+            else:
+                logp = chunked_logprobs(h, w, targets, 1.0, **variants[v])
+            (logp * g).sum().backward()
+            sync()
+
+        peak, best = {}, {}
+        for v in variants:   # warm-up and compilation, then the peak of one call (CUDA only)
+            run(v)
+            if device == "cuda":
+                torch.cuda.reset_peak_memory_stats()
+            base = torch.cuda.memory_allocated() if device == "cuda" else 0
+            run(v)
+            peak[v] = (torch.cuda.max_memory_allocated() - base) / 2**30 if device == "cuda" else float("nan")
+        for _ in range(steps):
+            for v in variants:
+                t0 = time.perf_counter()
+                run(v)
+                best[v] = min(best.get(v, float("inf")), time.perf_counter() - t0)
+        print(f"lm_head {vocab} x {hidden}, {n} tokens, forward + backward (bf16):")
+        for v in variants:
+            print(f"  {v:32s} {best[v] * 1e3:7.1f} ms  speed x{best['naive'] / best[v]:.2f} naive   "
+                  f"memory {peak[v]:6.2f} GiB (naive needs {peak['naive'] / max(peak[v], 1e-9):.1f}x)")
+        out[n] = {v: {"s": best[v], "peak_gib": peak[v]} for v in variants}
+    return out
+
+
+# The update's options, one row each, side by side. Micro-batches: full checkpointing keeps little, so the
+# whole batch goes at once; selective and off keep ~2.7 resp. ~4.4 MB a token at this shape, so 2 sequences
+# (8k tokens) is what stays near 70 GiB with bf16 weights, gradients and AdamW states (32 GiB) on one GPU.
+GPU_UPDATE_ROWS = [
+    {"checkpointing": "full", "compile": False, "micro_batch": 8},   # bench.py gpu before issue #21
+    {"checkpointing": "full", "compile": True, "micro_batch": 8},
+    {"checkpointing": "selective", "compile": False, "micro_batch": 2},
+    {"checkpointing": "selective", "compile": True, "micro_batch": 2},
+    {"checkpointing": "off", "compile": False, "micro_batch": 2},
+    {"checkpointing": "off", "compile": True, "micro_batch": 2},
+    {"checkpointing": "full", "compile": True, "micro_batch": 8, "logprob": {"compile": True, "keep_logits": True}},
+    {"checkpointing": "selective", "compile": True, "micro_batch": 2,
+     "logprob": {"compile": True, "keep_logits": True}},
+    {"checkpointing": "off", "compile": True, "micro_batch": 2, "logprob": {"compile": True, "keep_logits": True}},
+]
+
+
+def bench_gpu_update(rows=None, timeout=900):
+    """The Qwen3-4B-shaped update, B=8 x T=4096 tokens, the loop's own code path: speed.prepare (checkpointing,
+    per-layer compile, FSDP2 as train.load_model wraps it, on a one-GPU process group), grpo.token_logprobs,
+    grpo.grpo_loss with the batch's token count, AdamW. One row per option set, each in a fresh process (its own
+    peak memory, compile caches, and an out-of-memory that only fails its own row). MFU = 6 * params * tokens /
+    time / 989 TFLOP/s. Weights are bf16 here (model states 8 bytes a parameter: 32 GiB), as before issue #21;
+    train.py keeps fp32 master weights, which FSDP2 shards over the 8 GPUs of the presets (16 bytes a
+    parameter / 8 ranks: 8 GiB each), so the memory above the states is what a rank's activations need.
+    Targets (issue #21): >= 50% MFU within <= 70 GiB."""
+    import json
+    import os
+    import subprocess
+
+    import torch
+
+    if not torch.cuda.is_available():
+        print("skipped: no CUDA device here")
+        return None
+    here, results = os.path.dirname(os.path.abspath(__file__)), []
+    for row in rows or GPU_UPDATE_ROWS:
+        name = (f"checkpointing {row['checkpointing']:9s} {'compiled' if row['compile'] else 'eager':8s} "
+                f"micro-batch {row['micro_batch']}  log-probs {'+'.join(row.get('logprob', {})) or 'reference'}")
+        try:
+            proc = subprocess.run([sys.executable, "-c", f"import bench; bench._gpu_update_row({json.dumps(row)!r})"],
+                                  cwd=here, capture_output=True, text=True, timeout=timeout)
+            lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("{")]
+            res = json.loads(lines[-1]) if lines else {"error": (proc.stderr.strip().splitlines() or ["?"])[-1][-200:]}
+        except subprocess.TimeoutExpired:
+            res = {"error": f"timed out after {timeout} s"}
+        results.append({**row, **res})
+        if "error" in res:
+            print(f"{name}: {res['error']}", flush=True)
+        else:
+            print(f"{name}: {res['s']:.2f} s, {res['tokens_per_s']:6.0f} tokens/s, MFU {res['mfu']:.1%}, peak "
+                  f"{res['peak_gib']:.1f} GiB (states {res['states_gib']:.1f} GiB), compile+warm-up "
+                  f"{res['warmup_s']:.0f} s", flush=True)
+    return results
+
+
+def _gpu_update_row(row, B=8, T=4096, steps=3, warmup=None, device="cuda"):
+    """One row of bench_gpu_update, in its own process: prints one JSON line."""
+    import json
+    import os
+    import socket
+    import time
+
+    import torch
+    import torch.distributed as dist
+
+    import speed
+    from grpo import grpo_loss, token_logprobs
+
+    row = json.loads(row) if isinstance(row, str) else row
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK="0", WORLD_SIZE="1")
+    cuda = device == "cuda"
+    if cuda:
+        torch.cuda.set_device(0)
+    dist.init_process_group("nccl" if cuda else "gloo", rank=0, world_size=1,
+                            device_id=torch.device("cuda", 0) if cuda else None)
+    try:
+        model = _qwen3_4b(device)
+        params = sum(p.numel() for p in model.parameters())
+        speed.prepare(model, checkpointing=row["checkpointing"], compile=row["compile"], shard=True, bf16=True)
+        opt = torch.optim.AdamW(model.parameters(), lr=5e-6, fused=True)
+        ids = torch.randint(0, model.config.vocab_size, (B, T), device=device)
+        mask = torch.ones_like(ids)
+        adv = torch.randn(B, device=device)
+        n_tokens = mask[:, 1:].sum()
+        mb = row["micro_batch"]
+
+        def step():
+            for s in range(0, B, mb):
+                logp = token_logprobs(model, ids[s:s + mb], mask[s:s + mb], **row.get("logprob", {}))
+                loss, _ = grpo_loss(logp, logp.detach(), adv[s:s + mb], mask[s:s + mb, 1:], num_tokens=n_tokens)
+                loss.backward()
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+            if cuda:
+                torch.cuda.synchronize()
+
+        if cuda:
+            torch.cuda.reset_peak_memory_stats()
         t0 = time.perf_counter()
-        logp = token_logprobs(model, ids, mask)
-        loss, _ = grpo_loss(logp, logp.detach(), adv, mask[:, 1:])
-        loss.backward()
-        opt.step()
-        opt.zero_grad(set_to_none=True)
-        torch.cuda.synchronize()
-        times.append(time.perf_counter() - t0)
-    dt = min(times[1:])
-    tokens = B * T
-    # activation checkpointing recomputes the forward: 8 * N * tokens of work, 6 * N * tokens counted (MFU)
-    print(f"train step: {params / 1e9:.2f}B params, {tokens} tokens in {dt:.2f} s = {tokens / dt:.0f} tokens/s, "
-          f"MFU {6 * params * tokens / dt / peak_flops:.1%}, peak memory {torch.cuda.max_memory_allocated() / 2**30:.1f} GiB")
+        for _ in range(warmup or (2 if row["compile"] or row.get("logprob", {}).get("compile") else 1)):
+            step()
+        warmup_s = time.perf_counter() - t0
+        times = []
+        for _ in range(steps):
+            t0 = time.perf_counter()
+            step()
+            times.append(time.perf_counter() - t0)
+        dt = min(times)
+        print(json.dumps({"s": dt, "tokens_per_s": B * T / dt, "mfu": 6 * params * B * T / dt / PEAK_FLOPS,
+                          "peak_gib": torch.cuda.max_memory_allocated() / 2**30 if cuda else float("nan"),
+                          "states_gib": 8 * params / 2**30,
+                          "warmup_s": warmup_s, "params": params}))
+    except torch.OutOfMemoryError:
+        print(json.dumps({"error": f"out of memory (peak {torch.cuda.max_memory_allocated() / 2**30:.1f} GiB)"}))
+    finally:
+        dist.destroy_process_group()
+
+
+def _gpu_vllm(gen_prompts=64, gen_tokens=256):
+    """The Qwen3-4B-shaped weights in a colocated vLLM engine: a weight reload (in place, prefix cache reset)
+    and a batched generation, timed."""
+    import tempfile
+    import time
+
+    import torch
+
     import engine as engine_lib
     if not engine_lib.vllm_available():
         print("vLLM part skipped: vllm is not installed")
-        return {"tokens_per_s": tokens / dt}
-    del opt
-    torch.cuda.empty_cache()
+        return None
+    model = _qwen3_4b()
     with tempfile.TemporaryDirectory() as d:
         import tiny
         model.save_pretrained(d)
@@ -332,7 +618,7 @@ def bench_gpu(steps=3, B=8, T=4096, gen_prompts=64, gen_tokens=256):
         n = sum(len(o[0].token_ids) for o in outs)
         print(f"weight reload {reload_s:.2f} s; generation {n} tokens in {gen_s:.2f} s = {n / gen_s:.0f} tokens/s; "
               f"peak memory {torch.cuda.max_memory_allocated() / 2**30:.1f} GiB")
-    return {"tokens_per_s": tokens / dt, "reload_s": reload_s, "gen_tokens_per_s": n / gen_s}
+    return {"reload_s": reload_s, "gen_tokens_per_s": n / gen_s}
 
 
 SECTIONS = {
@@ -340,18 +626,22 @@ SECTIONS = {
     "rollout": bench_rollout,
     "sandbox": bench_sandbox,
     "train": bench_train,
+    "padding": bench_padding,
     "gpu": bench_gpu,
+    "gpu_logprob": bench_gpu_logprob,   # parts of "gpu", on their own
+    "gpu_update": bench_gpu_update,
 }
 
 
 def main(argv):
-    names = argv or list(SECTIONS)
-    unknown = [n for n in names if n not in SECTIONS]
+    names = argv or [n for n in SECTIONS if not n.startswith("gpu_")]
+    unknown = [n for n in names if n.partition(":")[0] not in SECTIONS]
     if unknown:
         sys.exit(f"unknown section(s) {unknown}; choose from {sorted(SECTIONS)}")
     for name in names:
         print(f"== bench {name}")
-        SECTIONS[name]()
+        name, _, rows = name.partition(":")   # gpu_update:0,1,5 runs those rows of GPU_UPDATE_ROWS only
+        SECTIONS[name](*([[GPU_UPDATE_ROWS[int(i)] for i in rows.split(",")]] if rows else []))
 
 
 if __name__ == "__main__":

@@ -23,6 +23,8 @@ A script or program that crashes is simply wrong; it never aborts the run.
 ../shared/data through data.py's converters) and tiny (held-out tiny-world tasks). Results go to
 OUT/results.md (Tables 1-2 and 6 of the paper, as Markdown) and OUT/results.json (every number plus exactly
 what was evaluated: problem ids, data-file hashes, models, K, sampling settings).
+
+Needs: engine.py, grpo.py, tiny.py, rollout.py, mas.py, sandbox.py, reward.py, data.py
 """
 
 import argparse

@@ -29,6 +29,26 @@
    lm_head in the root's group (the usual `fully_shard(layer)` for each layer, then `fully_shard(model)`);
    tied embeddings require that anyway. tests/test_grpo.py checks values and gradients under fully_shard.
 
+   Two options, off by default (the in-place eager loop above is the reference; tests/test_grpo.py checks
+   both, alone and together, against the naive log_softmax in values and gradients, at temperature != 1 and
+   with tied embeddings; `python bench.py gpu` measures them against the naive full-logits computation):
+
+   compile=True     the element-wise part of each chunk, written as plain math (chunk_logprobs: upcast,
+                    /tau, logsumexp, gather; chunk_grad: g * (onehot - softmax) / tau, cast back), runs
+                    under torch.compile: one or two fused kernels that read the [chunk x vocab] logits in the
+                    model's dtype, instead of ~8 fp32 passes over them (on a GPU those passes cost about as
+                    much as the matmul itself). The matmuls stay cuBLAS.
+   keep_logits=True the forward keeps each chunk's logits z = W h (model dtype, 2 bytes/entry in bf16) for
+                    the backward instead of recomputing them: 3 matmuls instead of 4, for tokens x vocab x
+                    2 bytes of memory (2.5 GB at 8k tokens x 151,936): half of what the naive version keeps
+                    (its fp32 log-softmax output), about a sixth of its peak (fp32 logits, that output and
+                    two fp32 gradients). The kept logits are the very ones the recompute would give.
+                    Only when a gradient is needed; scoring under no_grad keeps nothing.
+
+   Why not Liger's trick of computing the gradient in the forward: it needs dL/dlogp_t, which is one scalar
+   for a mean cross-entropy but a per-token weight here (the GRPO loss comes later, and depends on logp
+   itself), and dL/dW = Σ_t g_t (onehot_t - softmax_t) h_t^T cannot be formed without it.
+
 2) grpo_loss: the clipped surrogate, token-mean over all unmasked tokens of the (global) batch
 
        rho_t = exp(logp_t - logp_old_t)
@@ -47,60 +67,100 @@
 
 Usage:
     logp = token_logprobs(model, ids, attn, temperature=1.0)                 # [B, T-1]
+    logp = token_logprobs(model, ids, attn, compile=True, keep_logits=True)  # the same, faster on a GPU
     loss, stats = grpo_loss(logp, old_logp, adv, loss_mask[:, 1:], num_tokens=n_total)
     loss.backward()
 
 Needs: no other file of this project (torch only).
 """
 
+import functools
+
 import torch
 
 
+def chunk_logprobs(z, targets, temperature):
+    """(logp [n], lse [n]) of one chunk from its logits z [n, V]: the compile=True element-wise part."""
+    z = z.to(torch.promote_types(z.dtype, torch.float32)) / temperature
+    lse = torch.logsumexp(z, dim=-1)
+    return z.gather(-1, targets[:, None]).squeeze(-1) - lse, lse
+
+
+def chunk_grad(z, lse, targets, grad_out, temperature):
+    """dL/dz [n, V] in z's dtype, g * (onehot(target) - softmax(z / tau)) / tau: the compile=True backward part."""
+    p = torch.exp(z.to(lse.dtype) / temperature - lse[:, None])
+    onehot = (torch.arange(z.shape[-1], device=z.device) == targets[:, None]).to(lse.dtype)
+    return (grad_out[:, None].to(lse.dtype) * (onehot - p) / temperature).to(z.dtype)
+
+
+@functools.cache
+def _compiled(backend):
+    return torch.compile(chunk_logprobs, backend=backend), torch.compile(chunk_grad, backend=backend)
+
+
 class _ChunkedLogprob(torch.autograd.Function):
-    """log_softmax(h @ W.T / tau).gather(targets), chunk by chunk, recomputed in backward."""
+    """log_softmax(h @ W.T / tau).gather(targets), chunk by chunk, recomputed (or kept) for the backward.
+    fused: None (the in-place eager reference) or the compiled (chunk_logprobs, chunk_grad)."""
 
     @staticmethod
-    def forward(ctx, hidden, weight, targets, temperature, chunk_size):
+    def forward(ctx, hidden, weight, targets, temperature, chunk_size, fused, keep_logits):
         acc = torch.promote_types(hidden.dtype, torch.float32)  # bf16 -> fp32; fp64 stays (gradcheck)
         out = torch.empty(hidden.shape[0], dtype=acc, device=hidden.device)
         lse = torch.empty_like(out)
+        kept = []
         for s in range(0, hidden.shape[0], chunk_size):
+            z = hidden[s : s + chunk_size] @ weight.T
+            if keep_logits:
+                kept.append(z)
+            if fused is not None:
+                out[s : s + chunk_size], lse[s : s + chunk_size] = fused[0](z, targets[s : s + chunk_size], temperature)
+                continue
             # In-place ops keep a single [chunk x vocab] buffer alive (logsumexp would allocate two more).
-            z = (hidden[s : s + chunk_size] @ weight.T).to(acc).div_(temperature)
+            z = z.to(acc, copy=keep_logits).div_(temperature)
             out[s : s + chunk_size] = z.gather(-1, targets[s : s + chunk_size, None]).squeeze(-1)
             zmax = z.amax(dim=-1, keepdim=True)
             lse[s : s + chunk_size] = z.sub_(zmax).exp_().sum(dim=-1).log_().add_(zmax.squeeze(-1))
-        out -= lse
-        ctx.save_for_backward(hidden, weight, targets, lse)
-        ctx.temperature, ctx.chunk_size = temperature, chunk_size
+        if fused is None:
+            out -= lse
+        ctx.save_for_backward(hidden, weight, targets, lse, *kept)
+        ctx.temperature, ctx.chunk_size, ctx.fused = temperature, chunk_size, fused
         return out
 
     @staticmethod
     def backward(ctx, grad_out):
-        hidden, weight, targets, lse = ctx.saved_tensors
+        hidden, weight, targets, lse, *kept = ctx.saved_tensors
         need_h, need_w = ctx.needs_input_grad[0], ctx.needs_input_grad[1]
         grad_h = torch.empty_like(hidden) if need_h else None
         # Accumulated in the weight's dtype, as Liger's fused linear cross-entropy does (fp32 when W is fp32).
         grad_w = torch.zeros_like(weight) if need_w else None
-        for s in range(0, hidden.shape[0], ctx.chunk_size):
-            h, g_out = hidden[s : s + ctx.chunk_size], grad_out[s : s + ctx.chunk_size, None].to(lse.dtype)
-            z = (h @ weight.T).to(lse.dtype).div_(ctx.temperature)
-            g = z.sub_(lse[s : s + ctx.chunk_size, None]).exp_().mul_(-g_out)  # -g * softmax, in place
-            g.scatter_add_(-1, targets[s : s + ctx.chunk_size, None], g_out)  # + g * onehot
-            g = g.div_(ctx.temperature).to(weight.dtype)
+        for i, s in enumerate(range(0, hidden.shape[0], ctx.chunk_size)):
+            h, t = hidden[s : s + ctx.chunk_size], targets[s : s + ctx.chunk_size]
+            z = kept[i] if kept else h @ weight.T
+            if ctx.fused is not None:
+                g = ctx.fused[1](z, lse[s : s + ctx.chunk_size], t, grad_out[s : s + ctx.chunk_size], ctx.temperature)
+            else:
+                g_out = grad_out[s : s + ctx.chunk_size, None].to(lse.dtype)
+                z = z.to(lse.dtype, copy=bool(kept)).div_(ctx.temperature)   # a kept chunk is never overwritten
+                g = z.sub_(lse[s : s + ctx.chunk_size, None]).exp_().mul_(-g_out)  # -g * softmax, in place
+                g.scatter_add_(-1, t[:, None], g_out)  # + g * onehot
+                g = g.div_(ctx.temperature).to(weight.dtype)
             if need_h:
                 grad_h[s : s + ctx.chunk_size] = g @ weight
             if need_w:
                 grad_w.addmm_(g.T, h)
-        return grad_h, grad_w, None, None, None
+        return grad_h, grad_w, None, None, None, None, None
 
 
-def chunked_logprobs(hidden, weight, targets, temperature=1.0, chunk_size=1024):
-    """Log-probs [N] of targets [N] under softmax(hidden [N, H] @ weight[V, H].T / temperature)."""
-    return _ChunkedLogprob.apply(hidden, weight, targets, float(temperature), int(chunk_size))
+def chunked_logprobs(hidden, weight, targets, temperature=1.0, chunk_size=1024, compile=False, keep_logits=False):
+    """Log-probs [N] of targets [N] under softmax(hidden [N, H] @ weight[V, H].T / temperature).
+    compile: False, True (inductor) or a torch.compile backend name; keep_logits: see the module docstring."""
+    fused = _compiled("inductor" if compile is True else compile) if compile else None
+    keep = bool(keep_logits) and torch.is_grad_enabled() and (hidden.requires_grad or weight.requires_grad)
+    return _ChunkedLogprob.apply(hidden, weight, targets, float(temperature), int(chunk_size), fused, keep)
 
 
-def token_logprobs(model, input_ids, attention_mask, temperature=1.0, chunk_size=1024):
+def token_logprobs(model, input_ids, attention_mask, temperature=1.0, chunk_size=1024, compile=False,
+                   keep_logits=False):
     """[B, T-1] fp32 (fp64 for an fp64 model) log-probs of input_ids[:, 1:]; 0 where the target is padding."""
     head = model.get_output_embeddings()
     if getattr(head, "bias", None) is not None:
@@ -113,7 +173,7 @@ def token_logprobs(model, input_ids, attention_mask, temperature=1.0, chunk_size
     def hook(module, args, output):
         # Runs inside the root forward (FSDP2 root params are unsharded here); only real targets are scored.
         h = output[0][:, :-1][targets_mask]
-        result["logp"] = chunked_logprobs(h, head.weight, targets, temperature, chunk_size)
+        result["logp"] = chunked_logprobs(h, head.weight, targets, temperature, chunk_size, compile, keep_logits)
 
     handle = model.get_decoder().register_forward_hook(hook)
     try:

@@ -52,6 +52,8 @@ of the single agent, RL against SFT with paired standard errors, and exact rows 
 (tiny.exact_figures): P(the Designer writes each template | kind of task) and P(the single agent writes the
 oracle reply). Sampled accuracy on 200 tasks carries ~3.5 points of noise; the exact rows show what the
 Designer learned even when the accuracy cannot resolve it.
+
+Needs: advantage.py, stagewise.py, grpo.py, speed.py, engine.py, sft.py, evaluate.py, tiny.py, rollout.py, mas.py, sandbox.py, reward.py, data.py
 """
 
 import ast
@@ -141,6 +143,12 @@ class Config:
     device: str = "auto"                  # auto | cpu | cuda
     bf16: bool = True                     # on GPU: bf16 compute, fp32 master weights and reductions
     activation_checkpointing: bool = False
+    # speed options of the update (speed.py, grpo.py; exact on CPU in the tests, timed by `python bench.py gpu`)
+    ac_policy: str = "full"               # with activation_checkpointing: full | selective (keep matmul outputs)
+    compile_layers: bool = False          # torch.compile each decoder layer (inductor)
+    logprob_chunk: int = 1024             # tokens per chunk of grpo.token_logprobs
+    logprob_compile: bool = False         # torch.compile the element-wise part of each log-prob chunk
+    logprob_keep_logits: bool = False     # keep each chunk's logits for the backward (no recompute)
     sleep_engine: bool = False            # vLLM sleep mode while training (GPU)
     verify_sync: bool = False             # hash the weights each rank loads into its engine; all must agree
     wandb_project: str = ""               # wandb is used when installed and this is set
@@ -207,7 +215,7 @@ def validate(cfg, world=1):
     import stagewise
     problems = []
     for k in ("M", "N", "K", "steps", "batch_size", "ppo_epochs", "minibatches", "micro_batch", "save_every",
-              "max_tokens", "designer_max_tokens", "max_calls", "keep_checkpoints"):
+              "max_tokens", "designer_max_tokens", "max_calls", "keep_checkpoints", "logprob_chunk"):
         if getattr(cfg, k) < 1:
             problems.append(f"{k} must be >= 1, got {getattr(cfg, k)}")
     try:
@@ -215,7 +223,7 @@ def validate(cfg, world=1):
     except ValueError as e:
         problems.append(f"mode/first_role: {e}")
     choices = {"policy": ("shared", "separate"), "adv_group": ("query", "design"),
-               "backend": ("auto", "vllm", "hf"), "device": ("auto", "cpu", "cuda")}
+               "backend": ("auto", "vllm", "hf"), "device": ("auto", "cpu", "cuda"), "ac_policy": ("full", "selective")}
     for k, allowed in choices.items():
         if getattr(cfg, k) not in allowed:
             problems.append(f"{k} must be one of {allowed}, got {getattr(cfg, k)!r}")
@@ -360,19 +368,15 @@ def gather_objects(obj):
 
 def load_model(path, cfg, device):
     from transformers import AutoModelForCausalLM
+
+    import speed
     model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
     model.config.use_cache = False
-    if cfg.activation_checkpointing:
-        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     model.to(device)
-    if dist.get_world_size() > 1 or device.type == "cuda":
-        from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
-        mp = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32) \
-            if device.type == "cuda" and cfg.bf16 else MixedPrecisionPolicy()
-        for layer in model.model.layers:
-            fully_shard(layer, mp_policy=mp)
-        fully_shard(model, mp_policy=mp)   # embeddings, norm and (tied) lm_head in the root group
-    return model
+    # checkpointing and compile per decoder layer, then FSDP2 (per layer, then the root) with bf16 compute on GPU
+    return speed.prepare(model, checkpointing=cfg.ac_policy if cfg.activation_checkpointing else "off",
+                         compile=cfg.compile_layers, shard=dist.get_world_size() > 1 or device.type == "cuda",
+                         bf16=device.type == "cuda" and cfg.bf16)
 
 
 def full_state(model, dtype=None):
@@ -531,7 +535,9 @@ def make_policies(cfg, ckpt, ts, device, master):
 def logprobs_of(model, batch, cfg, grad):
     import grpo
     with torch.set_grad_enabled(grad):
-        return grpo.token_logprobs(model, batch["input_ids"], batch["attention_mask"], temperature=cfg.temperature)
+        return grpo.token_logprobs(model, batch["input_ids"], batch["attention_mask"], temperature=cfg.temperature,
+                                   chunk_size=cfg.logprob_chunk, compile=cfg.logprob_compile,
+                                   keep_logits=cfg.logprob_keep_logits)
 
 
 def micro_batches(samples, idx, size):

@@ -155,12 +155,20 @@ def grads_of(model, logp, weights):
     return {n: p.grad.clone() for n, p in model.named_parameters()}
 
 
+# The options of token_logprobs. compile uses torch.compile's "aot_eager" backend here: it traces the plain
+# element-wise functions through dynamo and AOT autograd exactly as inductor would receive them, without
+# generating C++ (seconds instead of minutes on two shared cores); the inductor kernels themselves run in
+# `python bench.py gpu`.
+OPTIONS = [{}, {"compile": "aot_eager"}, {"keep_logits": True}, {"compile": "aot_eager", "keep_logits": True}]
+
+
+@pytest.mark.parametrize("options", OPTIONS, ids=lambda o: "+".join(o) or "reference")
 @pytest.mark.parametrize("tie", [True, False])
 @pytest.mark.parametrize("temperature, chunk_size", [(1.0, 1024), (0.7, 7)])
-def test_token_logprobs_matches_naive(tie, temperature, chunk_size):
+def test_token_logprobs_matches_naive(tie, temperature, chunk_size, options):
     model = tiny_qwen3(tie)
     ids, mask, w = batch()
-    got = token_logprobs(model, ids, mask, temperature=temperature, chunk_size=chunk_size)
+    got = token_logprobs(model, ids, mask, temperature=temperature, chunk_size=chunk_size, **options)
     assert got.shape == (3, 20) and got.dtype == torch.float32
     assert (got[mask[:, 1:] == 0] == 0).all() and (got[mask[:, 1:] == 1] < 0).all()
     got_grads = grads_of(model, got, w)
@@ -170,29 +178,56 @@ def test_token_logprobs_matches_naive(tie, temperature, chunk_size):
     for name, g in want_grads.items():
         torch.testing.assert_close(got_grads[name], g, rtol=1e-5, atol=1e-5 * g.abs().max().item(), msg=name)
     with torch.no_grad():  # scoring old / reference log-probs
-        torch.testing.assert_close(token_logprobs(model, ids, mask, temperature, chunk_size), want.detach(),
-                                   rtol=1e-5, atol=1e-5)
+        torch.testing.assert_close(token_logprobs(model, ids, mask, temperature, chunk_size, **options),
+                                   want.detach(), rtol=1e-5, atol=1e-5)
 
 
-def test_chunked_logprobs_gradcheck():
+@pytest.mark.parametrize("options", OPTIONS, ids=lambda o: "+".join(o) or "reference")
+def test_chunked_logprobs_gradcheck(options):
     g = torch.Generator().manual_seed(0)
     h = torch.randn(9, 5, dtype=torch.float64, generator=g, requires_grad=True)
     w = torch.randn(11, 5, dtype=torch.float64, generator=g, requires_grad=True)
     targets = torch.randint(0, 11, (9,), generator=g)
-    assert torch.autograd.gradcheck(lambda h, w: chunked_logprobs(h, w, targets, 0.8, 4), (h, w))
+    assert torch.autograd.gradcheck(lambda h, w: chunked_logprobs(h, w, targets, 0.8, 4, **options), (h, w))
 
 
-def test_backward_keeps_no_full_logits():
-    """Autograd saves no [tokens x vocab] tensor: the backward recomputes each chunk's logits."""
+def test_options_agree_with_the_reference_in_bf16():
+    """In bf16 (the GPU dtype) every option gives the reference's values and gradients: the same bf16 logits,
+    fp32 arithmetic after them, the same cast of dL/dz back to bf16 before the two matmuls."""
+    g = torch.Generator().manual_seed(3)
+    h = torch.randn(40, 16, generator=g).bfloat16().requires_grad_()
+    w = (0.5 * torch.randn(300, 16, generator=g)).bfloat16().requires_grad_()
+    targets, g_out = torch.randint(0, 300, (40,), generator=g), torch.randn(40, generator=g)
+    results = []
+    for options in OPTIONS:
+        logp = chunked_logprobs(h, w, targets, 0.7, 16, **options)
+        results.append((logp.detach(), *torch.autograd.grad((logp * g_out).sum(), (h, w))))
+    for options, (logp, gh, gw) in zip(OPTIONS[1:], results[1:]):
+        torch.testing.assert_close(logp, results[0][0], rtol=1e-5, atol=1e-5, msg=str(options))
+        torch.testing.assert_close(gh, results[0][1], rtol=0.02, atol=0.02 * gh.abs().max().item(), msg=str(options))
+        torch.testing.assert_close(gw, results[0][2], rtol=0.02, atol=0.02 * gw.abs().max().item(), msg=str(options))
+
+
+@pytest.mark.parametrize("options, keeps", [({}, 0), ({"compile": "aot_eager"}, 0), ({"keep_logits": True}, 1)],
+                         ids=["reference", "compile", "keep_logits"])
+def test_backward_keeps_no_full_logits(options, keeps):
+    """Autograd saves no [tokens x vocab] tensor: the backward recomputes each chunk's logits. keep_logits saves
+    them instead, chunk by chunk, in the model's dtype (tokens x vocab in all), and only when a gradient is needed."""
     vocab = 3001
     model = tiny_qwen3(True, vocab=vocab)
     ids, mask, _ = batch(vocab)
     n_tokens = int(mask[:, 1:].sum())
-    for fn, keeps_logits in ((token_logprobs, False), (naive_token_logprobs, True)):
+    for fn, full in ((lambda *a: token_logprobs(*a, chunk_size=16, **options), False), (naive_token_logprobs, True)):
         saved = []
-        with torch.autograd.graph.saved_tensors_hooks(lambda t, saved=saved: saved.append(t.numel()) or t, lambda t: t):
+        with torch.autograd.graph.saved_tensors_hooks(lambda t, saved=saved: saved.append(t) or t, lambda t: t):
             fn(model, ids, mask, 1.0)
-        assert (max(saved) >= n_tokens * vocab) == keeps_logits, fn.__name__
+        assert (max(t.numel() for t in saved) >= n_tokens * vocab) == full
+        if not full:
+            chunks = [t for t in saved if t.dim() == 2 and t.shape[1] == vocab and t.shape[0] <= 16]
+            assert sum(t.numel() for t in chunks) == keeps * n_tokens * vocab
+    model.zero_grad()
+    with torch.no_grad(), torch.autograd.graph.saved_tensors_hooks(lambda t: pytest.fail("saved"), lambda t: t):
+        token_logprobs(model, ids, mask, chunk_size=16, **options)
 
 
 def test_fsdp2_root_call(tmp_path):

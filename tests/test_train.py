@@ -131,6 +131,8 @@ def test_parse_config_types_and_files(tmp_path):
     with pytest.raises(train.ConfigError, match="designer_lr != executor_lr"):
         train.validate(train.parse_config(["--mode=coupled", "--designer_lr=1e-4", "--init_from=."]))
     train.validate(train.parse_config(["--mode=coupled", "--designer_lr=1e-4", "--policy=separate", "--init_from=."]))
+    with pytest.raises(train.ConfigError, match="ac_policy must be one of"):
+        train.validate(train.parse_config(["--ac_policy=some", "--init_from=."]))
     cfg = train.parse_config(["--lr=1e-5", "--designer_lr=1e-4"])
     assert (train.role_lr(cfg, "designer"), train.role_lr(cfg, "executor")) == (1e-4, 1e-5)
 
@@ -325,3 +327,40 @@ def test_heldout_tasks_share_no_text_with_training_and_cover_both_kinds():
     assert len(held) == 40 and {t["kind"] for t in held} == {"math", "code"}
     assert {tiny.split_of(t) for t in held} == {"eval"}
     assert not {data.task_text(t) for t in held} & {data.task_text(t) for t in training}
+
+
+def test_load_model_applies_the_speed_options(model_dir, tmp_path):
+    """The Config's speed options reach the model (speed.prepare) and token_logprobs (logprobs_of), and change
+    no number: selective checkpointing, 7-token chunks, kept logits give the defaults' log-probs and gradients."""
+    import torch.distributed as dist
+
+    import speed
+
+    if dist.is_initialized():   # an earlier test owns this process's group: run in a fresh interpreter
+        proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+                               f"{__file__}::test_load_model_applies_the_speed_options"], cwd=ROOT,
+                              capture_output=True, text=True, timeout=600)
+        assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
+        return
+    cfg = train.parse_config(["--activation_checkpointing", "--ac_policy=selective", "--logprob_chunk=7",
+                              "--logprob_keep_logits", "--temperature=0.7"])
+    assert train.parse_config(["config/qwen3_4b.py"]).compile_layers    # the GPU presets compile their layers
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'pg'}", rank=0, world_size=1)
+    try:
+        fast = train.load_model(str(model_dir), cfg, torch.device("cpu"))
+        assert all(layer.forward.func is speed._selective for layer in fast.model.layers)
+        plain = train.load_model(str(model_dir), train.Config(temperature=0.7), torch.device("cpu"))
+        assert "forward" not in vars(plain.model.layers[0])   # defaults: the layers as transformers made them
+        ids = torch.randint(0, plain.config.vocab_size, (2, 12), generator=torch.Generator().manual_seed(0))
+        b = {"input_ids": ids, "attention_mask": torch.ones_like(ids)}
+        got, want = (train.logprobs_of(m, b, c, grad=True) for m, c in ((fast, cfg), (plain, train.Config(temperature=0.7))))
+        got.sum().backward()
+        want.sum().backward()
+        torch.testing.assert_close(got, want)
+        for (name, p), q in zip(fast.named_parameters(), plain.parameters(), strict=True):
+            torch.testing.assert_close(p.grad, q.grad, msg=name)
+        with pytest.raises(ValueError, match="checkpointing must be one of"):
+            train.load_model(str(model_dir), train.Config(activation_checkpointing=True, ac_policy="some"),
+                             torch.device("cpu"))
+    finally:
+        dist.destroy_process_group()

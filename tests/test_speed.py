@@ -1,0 +1,126 @@
+"""speed.prepare: every activation-checkpointing mode, eager and compiled, alone and under FSDP2, gives the plain
+model's log-probs and gradients (through grpo.token_logprobs, the training loop's own path), keeps parameter and
+state-dict names, and `selective` really keeps the matmul outputs (no matmul replayed) while `full` replays them.
+
+compile uses torch.compile's "aot_eager" backend: dynamo traces the checkpointed layer (and AOT autograd
+partitions it under the selective policy) exactly as inductor would receive it, without generating C++ (seconds
+instead of minutes on two shared cores). The inductor kernels themselves run in `python bench.py gpu`.
+"""
+
+import copy
+import subprocess
+import sys
+from collections import Counter
+
+import pytest
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+
+import speed
+from grpo import token_logprobs
+
+
+def tiny_qwen3(seed=0, layers=3):
+    from transformers import Qwen3Config, Qwen3ForCausalLM
+
+    torch.manual_seed(seed)
+    cfg = Qwen3Config(vocab_size=257, hidden_size=32, intermediate_size=64, num_hidden_layers=layers,
+                      num_attention_heads=4, num_key_value_heads=2, head_dim=8, max_position_embeddings=64,
+                      tie_word_embeddings=True, initializer_range=0.2)
+    model = Qwen3ForCausalLM(cfg).float()
+    model.config.use_cache = False
+    return model
+
+
+def batch(T=21, seed=1):
+    g = torch.Generator().manual_seed(seed)
+    ids = torch.randint(0, 257, (3, T), generator=g)
+    mask = torch.ones_like(ids)
+    mask[0, T - 6:] = 0  # right padding, as rollout.samples_to_tensors packs
+    return ids, mask, torch.randn(3, T - 1, generator=g)
+
+
+def logprobs_and_grads(model, ids, mask, w):
+    model.zero_grad(set_to_none=True)
+    logp = token_logprobs(model, ids, mask, temperature=0.7, chunk_size=8)
+    (logp * w).sum().backward()
+    grads = {n: p.grad for n, p in model.named_parameters()}
+    return logp.detach(), {n: g.full_tensor() if hasattr(g, "full_tensor") else g for n, g in grads.items()}
+
+
+def assert_same(got, want):
+    torch.testing.assert_close(got[0], want[0], rtol=1e-5, atol=1e-6)
+    assert got[1].keys() == want[1].keys()
+    for name, g in want[1].items():
+        torch.testing.assert_close(got[1][name], g, rtol=1e-5, atol=1e-6 * g.abs().max().item(), msg=name)
+
+
+@pytest.mark.parametrize("compile", [False, "aot_eager"], ids=["eager", "compiled"])
+@pytest.mark.parametrize("mode", speed.MODES)
+def test_every_mode_matches_the_plain_model(mode, compile):
+    from torch._dynamo.utils import counters
+
+    torch._dynamo.reset()
+    counters.clear()
+    ref = tiny_qwen3()
+    model = speed.prepare(copy.deepcopy(ref), checkpointing=mode, compile=bool(compile), backend=compile or "inductor")
+    assert model.state_dict().keys() == ref.state_dict().keys()
+    for T in (21, 17):   # a second length: the compiled layer recompiles once, with dynamic shapes
+        ids, mask, w = batch(T)
+        assert_same(logprobs_and_grads(model, ids, mask, w), logprobs_and_grads(ref, ids, mask, w))
+        # compiled: one graph, shared by the three layers (and one more for the new length)
+        assert counters["stats"]["unique_graphs"] == (0 if not compile else 1 if T == 21 else 2)
+    with torch.no_grad():   # scoring the old log-probs: checkpointing has nothing to save
+        torch.testing.assert_close(token_logprobs(model, ids, mask), token_logprobs(ref, ids, mask))
+
+
+class CountOps(TorchDispatchMode):
+    def __init__(self):
+        super().__init__()
+        self.ops = Counter()
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        self.ops[func] += 1
+        return func(*args, **(kwargs or {}))
+
+
+def test_selective_replays_the_elementwise_ops_only():
+    ref, (ids, mask, w) = tiny_qwen3(), batch()
+    counts = {}
+    for mode in speed.MODES:
+        model = speed.prepare(copy.deepcopy(ref), checkpointing=mode)
+        logp = token_logprobs(model, ids, mask)
+        with CountOps() as c:   # the backward, with whatever it replays of the forward
+            (logp * w).sum().backward()
+        counts[mode] = c.ops
+    mm, rsqrt = torch.ops.aten.mm.default, torch.ops.aten.rsqrt.default   # matmuls; RMSNorm (element-wise)
+    assert counts["selective"][mm] == counts["off"][mm] < counts["full"][mm]
+    assert counts["off"][rsqrt] == 0 < counts["selective"][rsqrt] == counts["full"][rsqrt]
+
+
+def test_unknown_mode_is_refused():
+    with pytest.raises(ValueError, match="checkpointing must be one of"):
+        speed.prepare(tiny_qwen3(layers=1), checkpointing="some")
+
+
+def test_fsdp2_with_checkpointing_and_compile(tmp_path):
+    """train.load_model's layout (fully_shard per layer, then the root) around checkpointed, compiled layers."""
+    import torch.distributed as dist
+
+    if dist.is_initialized():   # an earlier test owns this process's group: run in a fresh interpreter
+        proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+                               f"{__file__}::test_fsdp2_with_checkpointing_and_compile"], capture_output=True,
+                              text=True, timeout=600)
+        assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
+        return
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'pg'}", rank=0, world_size=1)
+    try:
+        ref, (ids, mask, w) = tiny_qwen3(), batch()
+        want = logprobs_and_grads(ref, ids, mask, w)
+        for mode, compile in (("full", False), ("selective", True), ("off", True)):
+            model = speed.prepare(copy.deepcopy(ref), checkpointing=mode, compile=compile, shard=True,
+                                  backend="aot_eager")
+            assert model.state_dict().keys() == ref.state_dict().keys()
+            assert_same(logprobs_and_grads(model, ids, mask, w), want)
+    finally:
+        dist.destroy_process_group()
