@@ -128,9 +128,9 @@ def bench_padding(seed=0):
     import math
     import random
 
+    import engine
     import mas
     import sandbox
-    import sft
     import tiny
     import train
 
@@ -138,28 +138,14 @@ def bench_padding(seed=0):
         def __init__(self, n):
             self.prompt_ids, self.completion_ids = [0] * n, []
 
-    def split(st, size, cap=0.05):
-        """A candidate for cutting it: sorted by length, a new micro-batch also where the next (longer) sample
-        would pad the current one beyond `cap`: more, smaller micro-batches, at most `cap` padding each."""
-        mbs = []
-        for k in sorted(range(len(st)), key=st.__getitem__):
-            mb = mbs[-1] if mbs else None
-            if mb is None or len(mb) == size or 1 - (sum(st[j] for j in mb) + st[k]) / ((len(mb) + 1) * st[k]) > cap:
-                mbs.append([k])
-            else:
-                mb.append(k)
-        return mbs
-
     def padded(step_lengths, size, how):
         """(real tokens, tokens the forward processes, micro-batches) over steps, formed within each step."""
         real = total = count = 0
         for st in step_lengths:
-            if how == "sorted":
-                mbs = train.micro_batches([S(n) for n in st], range(len(st)), size)
-            elif how == "arrival":
+            if how == "arrival":
                 mbs = [range(i, min(i + size, len(st))) for i in range(0, len(st), size)]
-            else:
-                mbs = split(st, size)
+            else:   # train.micro_batches: sorted by length; "split" also closes one where padding would pass 5%
+                mbs = train.micro_batches([S(n) for n in st], range(len(st)), size, 1.0 if how == "sorted" else 0.05)
             real += sum(st)
             total += sum(len(mb) * max(st[k] for k in mb) for mb in mbs)
             count += len(mbs)
@@ -169,9 +155,9 @@ def bench_padding(seed=0):
         (real, total, n), (_, arrival, _), (_, cut, n_cut) = (padded(steps, size, h) for h in ("sorted", "arrival",
                                                                                             "split"))
         print(f"{name:38s} {sum(map(len, steps)):4d} samples, {real:7d} tokens, micro_batch {size:2d}: padding "
-              f"{1 - real / total:6.1%} sorted by length (train.micro_batches, {n} micro-batches), "
-              f"{1 - real / arrival:6.1%} in arrival order, {1 - real / cut:5.1%} split at 5% ({n_cut} "
-              f"micro-batches)", flush=True)
+              f"{1 - real / total:6.1%} sorted by length ({n} micro-batches), "
+              f"{1 - real / arrival:6.1%} in arrival order, {1 - real / cut:5.1%} with train.py's pad_cap=0.05 "
+              f"({n_cut} micro-batches)", flush=True)
         return real, total
 
     B, M, N = 8, 4, 2
@@ -185,10 +171,10 @@ def bench_padding(seed=0):
     runs = sandbox.run_workflows(scripts, run_tasks, tiny.oracle_generate(run_tasks), width=16, short=True)
     tok = tiny.build_tokenizer()
     designer = [{"messages": mas.designer_messages(tiny._task_text(q), short=True),
-                 "completion": tiny._script_completion(mas.TEMPLATES[d])} for q, ds in zip(queries, designs) for d in ds]
+                 "completion": mas.script_completion(mas.TEMPLATES[d])} for q, ds in zip(queries, designs) for d in ds]
     executor = [{"messages": c.messages, "completion": c.reply} for r in runs for c in r.calls]
-    tiny_d = [len(ids) for ids, _ in sft.encode_samples(tok, designer)[0]]
-    tiny_e = [len(ids) for ids, _ in sft.encode_samples(tok, executor)[0]]
+    tiny_d = [len(ids) for ids, _ in engine.encode_samples(tok, designer)[0]]
+    tiny_e = [len(ids) for ids, _ in engine.encode_samples(tok, executor)[0]]
     parts = [report("tiny step, designer", [tiny_d], 32), report("tiny step, executor", [tiny_e], 32)]
     real, total = map(sum, zip(*parts))
     print(f"{'tiny step, both roles':38s} padding {1 - real / total:6.1%} of the tokens forwarded")

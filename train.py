@@ -123,7 +123,9 @@ class Config:
     tis_cap: float = 0.0                  # > 0: truncated importance-sampling correction engine -> trainer
     ppo_epochs: int = 1                   # 1 epoch x 1 minibatch = on-policy, as in the paper
     minibatches: int = 1
-    micro_batch: int = 8                  # sequences per forward/backward
+    micro_batch: int = 8                  # sequences per forward/backward (at most)
+    pad_cap: float = 0.05                 # ...and a micro-batch closes early where the next, longer sequence
+                                          # would make more than this share of it padding (1 = never)
     optim_per_role: bool = True           # shared policy, one role per step: one AdamW state per role over the
                                           # same weights, so each role's moments see only its own gradients
                                           # (False: one state for both; coupled mode always has one)
@@ -236,6 +238,8 @@ def validate(cfg, world=1):
                             f"(got mode={cfg.mode!r})")
     if cfg.batch_size % world:
         problems.append(f"batch_size={cfg.batch_size} must be divisible by the number of ranks ({world})")
+    if not 0 <= cfg.pad_cap <= 1:
+        problems.append(f"pad_cap must be in [0, 1], got {cfg.pad_cap}")
     if cfg.lr <= 0 or cfg.temperature <= 0:
         problems.append("lr and temperature must be > 0")
     if cfg.designer_lr < 0 or cfg.executor_lr < 0:
@@ -540,10 +544,20 @@ def logprobs_of(model, batch, cfg, grad):
                                    keep_logits=cfg.logprob_keep_logits)
 
 
-def micro_batches(samples, idx, size):
-    """Indices grouped into micro-batches of similar length (less padding), in a deterministic order."""
-    idx = sorted(idx, key=lambda k: (len(samples[k].prompt_ids) + len(samples[k].completion_ids), k))
-    return [idx[i:i + size] for i in range(0, len(idx), size)]
+def micro_batches(samples, idx, size, pad_cap=1.0):
+    """Indices grouped into micro-batches of at most `size` sequences of similar length, in a deterministic
+    order: sorted by length, a micro-batch is closed when full or when the next (longer) sequence would make
+    more than `pad_cap` of its tokens padding (each micro-batch is padded to its longest sequence)."""
+    n_tok = lambda k: len(samples[k].prompt_ids) + len(samples[k].completion_ids)
+    mbs, real = [], 0
+    for k in sorted(idx, key=lambda k: (n_tok(k), k)):
+        if mbs and len(mbs[-1]) < size and 1 - (real + n_tok(k)) / ((len(mbs[-1]) + 1) * n_tok(k)) <= pad_cap:
+            mbs[-1].append(k)
+            real += n_tok(k)
+        else:
+            mbs.append([k])
+            real = n_tok(k)
+    return mbs
 
 
 def pack(samples, idx, pad_id, device):
@@ -567,7 +581,7 @@ def update(cfg, step, role_data, policy_of, pad_id, device, world):
         rd["old"], rd["ref"] = [None] * S, [None] * S
         if on_policy:
             continue
-        mbs = micro_batches(rd["samples"], range(S), cfg.micro_batch)
+        mbs = micro_batches(rd["samples"], range(S), cfg.micro_batch, cfg.pad_cap)
         ref_model = policy_of[role]["ref"]
         model.eval()
         for m in range(int(_max(len(mbs), device))):   # the same number of forwards on every rank (FSDP)
@@ -603,7 +617,7 @@ def update(cfg, step, role_data, policy_of, pad_id, device, world):
                 global_tok = all_sum([local_tok], device)[0]
                 if global_tok == 0:
                     continue
-                mbs = micro_batches(samples, part, cfg.micro_batch)
+                mbs = micro_batches(samples, part, cfg.micro_batch, cfg.pad_cap)
                 n_steps = _max(len(mbs), device)
                 for m in range(int(n_steps)):
                     # FSDP forwards are collective: every rank runs ref, then model forward + backward, in order

@@ -364,3 +364,17 @@ def test_load_model_applies_the_speed_options(model_dir, tmp_path):
                              torch.device("cpu"))
     finally:
         dist.destroy_process_group()
+
+
+def test_micro_batches_cap_padding():
+    from rollout import Sample
+    lengths = [10, 100, 11, 12, 101, 99, 10, 50]
+    samples = [Sample([0] * n, [], [], (k,)) for k, n in enumerate(lengths)]
+    # pad_cap=1: sorted by length, cut every `size` sequences
+    assert train.micro_batches(samples, range(8), 4, pad_cap=1.0) == [[0, 6, 2, 3], [7, 5, 1, 4]]
+    mbs = train.micro_batches(samples, range(8), 4, pad_cap=0.05)
+    assert mbs == [[0, 6], [2, 3], [7], [5, 1, 4]]   # 10, 10, 11 would be 6% padding
+    assert sorted(k for mb in mbs for k in mb) == list(range(8))     # every sample once
+    for mb in mbs:
+        assert len(mb) <= 4 and 1 - sum(lengths[k] for k in mb) / (len(mb) * max(lengths[k] for k in mb)) <= 0.05
+    assert train.micro_batches(samples, [1, 4], 4, pad_cap=0.0) == [[1], [4]]
