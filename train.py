@@ -47,24 +47,17 @@ Separate policies: two models and two optimizers; the one engine swaps weights b
 execution phase. designer_lr and executor_lr give each role its own learning rate (one role per step, or
 separate policies).
 
-The tiny default ends with a table on held-out tasks (evaluate.final_table): sampled accuracy of the learned designs and
-of the single agent, RL against SFT with paired standard errors, and exact rows by teacher forcing
-(tiny.exact_figures): P(the Designer writes each template | kind of task) and P(the single agent writes the
-oracle reply). Sampled accuracy on 200 tasks carries ~3.5 points of noise; the exact rows show what the
-Designer learned even when the accuracy cannot resolve it.
+The tiny default ends with a table on held-out tasks (evaluate.final_table): RL against SFT, the learned designs
+and the single agent, sampled and exact (by teacher forcing), with paired standard errors.
 
-Needs: settings.py, plot.py, advantage.py, stagewise.py, grpo.py, speed.py, engine.py, evaluate.py, tiny.py, rollout.py, mas.py, sandbox.py, reward.py, data.py, sft.py (run as a program for the cold start)
+Needs: settings.py, rundir.py, plot.py, advantage.py, stagewise.py, grpo.py, speed.py, engine.py, evaluate.py, tiny.py, rollout.py, mas.py, sandbox.py, reward.py, data.py, sft.py (run as a program for the cold start)
 """
 
-import dataclasses
 import datetime
 import hashlib
 import json
 import os
 import random
-import re
-import shutil
-import signal
 import socket
 import subprocess
 import sys
@@ -74,9 +67,7 @@ from collections import Counter
 import numpy as np
 import torch
 import torch.distributed as dist
-from safetensors.torch import save_file
 from torch.distributed.checkpoint import state_dict as dcp
-from torch.distributed.tensor import DTensor
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 import advantage
@@ -87,6 +78,7 @@ import grpo
 import mas
 import plot
 import rollout as rollout_lib
+import rundir
 import settings
 import speed
 import stagewise
@@ -178,13 +170,6 @@ def load_model(path, cfg, device):
                          bf16=device.type == "cuda" and cfg.bf16)
 
 
-def full_state(model, dtype=None):
-    """Yield (name, full tensor) one parameter at a time; under FSDP2 each is all-gathered on every rank."""
-    for name, t in model.state_dict().items():
-        t = t.full_tensor() if isinstance(t, DTensor) else t
-        yield name, (t.detach().to(dtype) if dtype is not None else t.detach())
-
-
 def weights_digest(items, skip=("lm_head.weight",)):
     """sha256 of (name, bytes) in name order; the tied lm_head copy is skipped (checkpoints do not store it)."""
     h = hashlib.sha256()
@@ -193,87 +178,6 @@ def weights_digest(items, skip=("lm_head.weight",)):
             h.update(name.encode())
             h.update(t.detach().cpu().contiguous().view(torch.uint8).numpy().tobytes())
     return h.hexdigest()
-
-
-def save_hf(path, state, model, tokenizer):
-    """HF folder loadable by from_pretrained and vLLM (config + safetensors + tokenizer)."""
-    os.makedirs(path, exist_ok=True)
-    config = model.config
-    config.architectures = [type(model).__name__.removeprefix("FSDP")]
-    config.save_pretrained(path)
-    if getattr(config, "tie_word_embeddings", False):
-        state = {k: v for k, v in state.items() if k != "lm_head.weight"}
-    save_file({k: v.contiguous().cpu() for k, v in state.items()}, os.path.join(path, "model.safetensors"),
-              metadata={"format": "pt"})
-    tokenizer.save_pretrained(path)
-
-
-def rng_state():
-    st = {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state()}
-    if torch.cuda.is_available():
-        st["cuda"] = torch.cuda.get_rng_state_all()
-    return st
-
-
-def set_rng_state(st):
-    random.setstate(st["python"])
-    np.random.set_state(st["numpy"])
-    torch.set_rng_state(st["torch"])
-    if "cuda" in st and torch.cuda.is_available():
-        torch.cuda.set_rng_state_all(st["cuda"])
-
-
-def checkpoints(out_dir):
-    """The step_N folders in out_dir, oldest first (by step number)."""
-    if not os.path.isdir(out_dir):
-        return []
-    return sorted((d for d in os.listdir(out_dir) if re.fullmatch(r"step_\d+", d)), key=lambda d: int(d[5:]))
-
-
-def fault(point, step):
-    """Fault injection (tests/test_train.py): METAAGENT_FAULT=point:step SIGKILLs this process when it reaches
-    `point` of step `step` (1-based). Points: executor-phase (mid-rollout), update (mid-update), checkpoint
-    (between a checkpoint's files), logged (metrics line written, checkpoint not), saved (checkpoint written)."""
-    if os.environ.get("METAAGENT_FAULT") == f"{point}:{step}":
-        os.kill(os.getpid(), signal.SIGKILL)
-
-
-def save_checkpoint(cfg, step, policies, tokenizer, trainer_state, rank):
-    """out_dir/step_{step}/: {model | designer, executor}/ (HF format), optimizer.pt, trainer_state.pt, written
-    into a temp folder and renamed (atomic: a checkpoint folder is either complete or absent).
-    Only rank 0 holds full tensors in CPU memory: the weights are gathered one tensor at a time and kept on
-    rank 0 alone, the optimizer state is gathered with cpu_offload (rank 0 alone). An optimizer state that has
-    never stepped is not saved: torch's state-dict helpers would initialise it with a zero step, which shifts
-    Adam's bias correction of that state's first real step."""
-    final = os.path.join(cfg.out_dir, f"step_{step:06d}")
-    tmp = os.path.join(cfg.out_dir, f".tmp_step_{step:06d}")
-    opts = dcp.StateDictOptions(full_state_dict=True, cpu_offload=True)
-    if rank == 0 and os.path.isdir(tmp):
-        shutil.rmtree(tmp)
-    optim = {}
-    for name, pol in policies.items():
-        state = {}
-        for k, v in full_state(pol["model"]):   # collective: every rank takes part, rank 0 keeps
-            if rank == 0:
-                state[k] = v.cpu()
-        if rank == 0:
-            save_hf(os.path.join(tmp, name), state, pol["model"], tokenizer)
-        del state
-        for sname, st in pol["states"].items():
-            if st["opt"].state:   # the same on every rank: they step together
-                optim[f"{name}/{sname}"] = dcp.get_optimizer_state_dict(pol["model"], st["opt"], options=opts)
-        fault("checkpoint", step)
-    rngs = gather_objects(rng_state())
-    if rank == 0:
-        torch.save(optim, os.path.join(tmp, "optimizer.pt"))   # loaded on rank 0 alone at resume
-        torch.save({**trainer_state, "optimizers": sorted(optim),
-                    "schedulers": {f"{n}/{sn}": st["sched"].state_dict()
-                                   for n, pol in policies.items() for sn, st in pol["states"].items()},
-                    "rng": rngs, "config": dataclasses.asdict(cfg)}, os.path.join(tmp, "trainer_state.pt"))
-        os.replace(tmp, final)
-        for old in checkpoints(cfg.out_dir)[:-cfg.keep_checkpoints]:
-            shutil.rmtree(os.path.join(cfg.out_dir, old), ignore_errors=True)
-    dist.barrier()
 
 
 def make_policies(cfg, ckpt, ts, device, master):
@@ -287,19 +191,9 @@ def make_policies(cfg, ckpt, ts, device, master):
     names = ["model"] if cfg.policy == "shared" else ["designer", "executor"]
     inits = {"model": cfg.init_from, "designer": cfg.init_from, "executor": cfg.executor_init or cfg.init_from}
     per_role = cfg.policy == "shared" and cfg.mode != "coupled" and cfg.optim_per_role
-    saved = {}
-    if ts is not None:
-        if master:   # the full optimizer state is read on rank 0 alone and broadcast by set_optimizer_state_dict
-            saved = torch.load(os.path.join(ckpt, "optimizer.pt"), weights_only=False, mmap=True)
-        layout = {f"{n}/{s}" for n in names for s in (("designer", "executor") if per_role else (
-            ("both",) if cfg.policy == "shared" else (n,)))}
-        if not all(isinstance(k, str) for k in ts["optimizers"]):
-            raise settings.ConfigError(f"{ckpt} was written by an older train.py (one optimizer state per policy); "
-                              f"start over with --overwrite")
-        if not set(ts["optimizers"]) <= layout:
-            raise settings.ConfigError(f"the checkpoint's optimizer states {ts['optimizers']} do not fit this config "
-                              f"({sorted(layout)}): resume with the policy, mode and optim_per_role it was "
-                              f"written with")
+    layout = {f"{n}/{s}" for n in names for s in (("designer", "executor") if per_role else (
+        ("both",) if cfg.policy == "shared" else (n,)))}
+    saved = rundir.optimizer_states(ckpt, ts, layout, master) if ts is not None else {}
     policies = {}
     for name in names:
         model = load_model(os.path.join(ckpt, name) if ckpt else inits[name], cfg, device)
@@ -331,7 +225,7 @@ class EngineWeights:
     def __init__(self, cfg, eng, policy_of, device):
         self.cfg, self.eng, self.policy_of = cfg, eng, policy_of
         self.role = "model" if cfg.policy == "shared" else "designer"   # the role the engine holds
-        self.step = 0              # the step being rolled out (for fault())
+        self.step = 0              # the step being rolled out (for rundir.fault())
         self.by_role = {}          # separate policies: {role: full state dict on CPU}
         self.info = {}             # verify_sync: the weights' digest and whether every rank loaded the same
         self.dtype = torch.bfloat16 if device.type == "cuda" and cfg.bf16 else None
@@ -343,20 +237,20 @@ class EngineWeights:
             self.eng.wake()
         model = self.policy_of["designer"]["model"]
         if self.cfg.policy == "shared" and self.cfg.verify_sync:
-            state = {k: v.cpu() for k, v in full_state(model)}
+            state = {k: v.cpu() for k, v in rundir.full_state(model)}
             digests = gather_objects(weights_digest(state.items()))
             self.info.update(weights_digest=digests[0], weights_ranks_agree=len(set(digests)) == 1)
             self.eng.load_weights(state)
         elif self.cfg.policy == "shared":   # one tensor at a time: the full model never sits on the GPU twice
-            self.eng.load_weights(full_state(model, self.dtype))
+            self.eng.load_weights(rundir.full_state(model, self.dtype))
         else:
             for r in ("designer", "executor"):
-                self.by_role[r] = {k: v.cpu() for k, v in full_state(self.policy_of[r]["model"])}
+                self.by_role[r] = {k: v.cpu() for k, v in rundir.full_state(self.policy_of[r]["model"])}
             self.eng.load_weights(self.by_role[self.role].items())
         return time.perf_counter() - t0
 
     def on_phase(self, role):
-        fault(f"{role}-phase", self.step + 1)
+        rundir.fault(f"{role}-phase", self.step + 1)
         if self.cfg.policy == "separate" and self.role != role:
             self.eng.load_weights(self.by_role[role].items())
             self.role = role
@@ -472,7 +366,7 @@ def update(cfg, step, role_data, policy_of, pad_id, device, world):
                         kl_coef=cfg.kl_coef, ref_logprobs=ref, num_tokens=global_tok / world,
                         engine_logprobs=b["logprobs"] if cfg.tis_cap > 0 else None, is_cap=cfg.tis_cap or 2.0)
                     (weights[role] * loss).backward()
-                    fault("update", step + 1)
+                    rundir.fault("update", step + 1)
                     n = st["tokens"]
                     # loss = world * (this micro-batch's token sum) / global tokens: summed over micro-batches
                     # and ranks, loss / world adds up to the role's global token-mean
@@ -545,32 +439,6 @@ def _dummy_forward(model, pad_id, device, grad):
 
 
 # ----------------------------------------------------------------------------------------------------------
-# metrics of a rollout
-
-
-def rollout_metrics(recs, R_all, adv_d, adv_e):
-    n = max(len(recs), 1)
-    m = {"reward/mean": sum(r["reward"] for r in recs) / n,
-         "reward/designer": R_all.mean(-1).mean().item() if R_all.numel() else 0.0,
-         "reward/best_design": R_all.mean(-1).amax(-1).mean().item() if R_all.numel() else 0.0,
-         "accuracy": sum(r["correct"] for r in recs) / n,
-         "format_rate": sum(r["format"] for r in recs) / n,
-         "parse_rate": sum(r["parsed"] for r in recs) / n,
-         "script_error_rate": sum(r["error"] and r["parsed"] for r in recs) / max(sum(r["parsed"] for r in recs), 1),
-         "calls_per_run": sum(r["calls"] for r in recs) / n}
-    for kind in sorted({r["kind"] for r in recs}):
-        sub = [r for r in recs if r["kind"] == kind]
-        m[f"accuracy/{kind}"] = sum(r["correct"] for r in sub) / len(sub)
-    for s, c in Counter(r["structure"] for r in recs).items():
-        m[f"structure/{s}"] = c / n
-    for name, a in (("designer", adv_d), ("executor", adv_e)):
-        if a.numel():
-            m[f"{name}/adv_mean"], m[f"{name}/adv_std"] = a.mean().item(), a.std().item() if a.numel() > 1 else 0.0
-            m[f"{name}/adv_zero_frac"] = (a == 0).float().mean().item()
-    return m
-
-
-# ----------------------------------------------------------------------------------------------------------
 # the loop
 
 
@@ -603,12 +471,9 @@ def main(argv):
         dist.barrier()
 
     # resume: the models come from the checkpoint's HF folders, the rest from trainer_state.pt
-    start, ts, ckpt = 0, None, None
-    if cfg.resume and checkpoints(cfg.out_dir):
-        ckpt = os.path.join(cfg.out_dir, checkpoints(cfg.out_dir)[-1])
-        ts = torch.load(os.path.join(ckpt, "trainer_state.pt"), weights_only=False)
-        start = ts["step"]
-    elif cfg.resume and master:
+    ckpt, ts = rundir.latest(cfg.out_dir) if cfg.resume else (None, None)
+    start = ts["step"] if ts else 0
+    if cfg.resume and not ts and master:
         print(f"--resume: no checkpoint in {cfg.out_dir}, starting from {cfg.init_from}")
     try:
         policies = make_policies(cfg, ckpt, ts, device, master)
@@ -626,22 +491,22 @@ def main(argv):
         engine_weights.sync()
     pos = list(ts["data_pos"]) if ts else [0] * len(sources)
     if ts:
-        set_rng_state(ts["rng"][rank] if rank < len(ts["rng"]) else ts["rng"][0])
+        rundir.set_rng_state(ts["rng"][rank] if rank < len(ts["rng"]) else ts["rng"][0])
     else:
         random.seed(cfg.seed + rank)
         np.random.seed(cfg.seed + rank)
         torch.manual_seed(cfg.seed)
     metrics_path = os.path.join(cfg.out_dir, "metrics.jsonl")
     if master:
-        truncate_metrics(metrics_path, start)
+        rundir.truncate_metrics(metrics_path, start)
         print(f"train.py: {cfg.steps} steps from {start}, world {world}, device {device}, backend {cfg.backend}, "
               f"policy {cfg.policy}, mode {cfg.mode} (K={cfg.K}), B={cfg.batch_size} M={cfg.M} N={cfg.N}", flush=True)
-    loggers = _loggers(cfg, start) if master else []
+    loggers = rundir.loggers(cfg, start) if master else []
     d_samp = engine_lib.Sampling(temperature=cfg.temperature, top_p=1.0, max_tokens=cfg.designer_max_tokens)
     e_samp = engine_lib.Sampling(temperature=cfg.temperature, top_p=1.0, max_tokens=cfg.max_tokens)
     limits = mas.Limits(max_calls=cfg.max_calls, timeout=cfg.script_timeout)
     weights = list(cfg.data_mix.values())
-    bar = _progress(range(start, cfg.steps), cfg, master)
+    bar = rundir.progress(range(start, cfg.steps), cfg, master)
     b_local = cfg.batch_size // world
     for step in bar:
         t_step = time.perf_counter()
@@ -664,13 +529,9 @@ def main(argv):
         adv_e = advantage.executor_advantages(batch.R, group=cfg.adv_group, executed=batch.executed)
         # 4. active roles; the inactive role's samples are dropped here, never forwarded
         active = stagewise.active_roles(step, cfg.mode, cfg.K, cfg.first_role)
-        role_data = {}
-        if "designer" in active:
-            role_data["designer"] = {"samples": batch.designer,
-                                     "adv": torch.tensor([adv_d[s.index].item() for s in batch.designer])}
-        if "executor" in active:
-            role_data["executor"] = {"samples": batch.executor,
-                                     "adv": torch.tensor([adv_e[s.index].item() for s in batch.executor])}
+        role_data = {role: {"samples": samples, "adv": torch.tensor([adv[s.index].item() for s in samples])}
+                     for role, samples, adv in (("designer", batch.designer, adv_d), ("executor", batch.executor, adv_e))
+                     if role in active}
         # 5-6. old log-probs, then the GRPO update(s)
         t0 = time.perf_counter()
         ustats, stepped = update(cfg, step, role_data, policy_of, pad_id, device, world)
@@ -685,8 +546,8 @@ def main(argv):
         toks = all_sum([batch.stats.get("designer_tokens", 0), batch.stats.get("executor_tokens", 0),
                         len(batch.designer), len(batch.executor)], device)
         m = {"step": step + 1, "active": "+".join(sorted(active)), "stage": step // cfg.K,
-             **rollout_metrics(recs, Rs, advantage.designer_advantages(Rs),
-                               advantage.executor_advantages(Rs, group=cfg.adv_group, executed=Es)),
+             **evaluate.rollout_metrics(recs, Rs, advantage.designer_advantages(Rs),
+                                        advantage.executor_advantages(Rs, group=cfg.adv_group, executed=Es)),
              **ustats, "tokens/designer": toks[0], "tokens/executor": toks[1], "samples/designer": toks[2],
              "samples/executor": toks[3],
              "time/rollout": t_rollout, "time/design": batch.stats.get("design_s", 0.0),
@@ -694,21 +555,18 @@ def main(argv):
              "time/update": t_update, "time/weight_sync": t_sync, **engine_weights.info,
              "time/step": time.perf_counter() - t_step}
         if master:
-            with open(metrics_path, "a") as f:
-                f.write(json.dumps(m) + "\n")
-                f.flush()
-                os.fsync(f.fileno())
+            rundir.append_metrics(metrics_path, m)
             for log in loggers:
                 log(m)
-        fault("logged", step + 1)
+        rundir.fault("logged", step + 1)
         saved = ""
         if (step + 1) % cfg.save_every == 0 or step + 1 == cfg.steps:
             t0 = time.perf_counter()
-            save_checkpoint(cfg, step + 1, policies, tokenizer,
-                            {"step": step + 1, "stage": step // cfg.K, "active": sorted(active), "data_pos": pos},
-                            rank)
+            rundir.save_checkpoint(cfg, step + 1, policies, tokenizer,
+                                   {"step": step + 1, "stage": step // cfg.K, "active": sorted(active), "data_pos": pos},
+                                   rank)
             saved = f", saved ({time.perf_counter() - t0:.1f}s)"
-            fault("saved", step + 1)
+            rundir.fault("saved", step + 1)
         if master:
             line = (f"step {step + 1:4d} [{m['active']:>8}] reward {m['reward/mean']:.3f} acc {m['accuracy']:.2f} "
                     f"parse {m['parse_rate']:.2f} err {m['script_error_rate']:.2f} "
@@ -721,70 +579,6 @@ def main(argv):
     dist.barrier()
     if not isinstance(eng, engine_lib.VLLMEngine):
         dist.destroy_process_group()   # (vLLM tears down its groups at exit, and needs ours alive then)
-
-
-def truncate_metrics(path, step):
-    """After a resume from the checkpoint of `step`, drop the lines of later steps (a kill between a step's
-    metrics line and its checkpoint leaves one; a kill mid-write leaves a partial last line). Atomic: the kept
-    lines go to a temporary file that replaces metrics.jsonl, so a second kill cannot lose them."""
-    if not os.path.exists(path):
-        return
-    with open(path) as f:
-        lines = [ln for ln in f if ln.strip()]
-    keep = []
-    for k, ln in enumerate(lines):
-        try:
-            row = json.loads(ln)
-        except json.JSONDecodeError:
-            if k == len(lines) - 1:   # the partial line of a write the kill interrupted
-                break
-            raise ValueError(f"{path}: line {k + 1} is not JSON; the run folder is damaged") from None
-        if row["step"] <= step:
-            keep.append(ln if ln.endswith("\n") else ln + "\n")
-    tmp = f"{path}.{os.getpid()}.tmp"
-    with open(tmp, "w") as f:
-        f.writelines(keep)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-
-
-def _progress(it, cfg, master):
-    if master and cfg.progress:
-        try:
-            from tqdm import tqdm
-            return tqdm(it, desc="rl", dynamic_ncols=True)
-        except ImportError:
-            pass
-    return it
-
-
-def _loggers(cfg, start):
-    """wandb and TensorBoard, when installed. After a resume from step `start` neither gets a step twice:
-    TensorBoard purges its events from step start+1 on (purge_step); the wandb run is the same one (its id is
-    kept in out_dir) and steps it already holds are not sent again (a resume is exact, so they hold the same
-    values, timings aside)."""
-    out = []
-    if cfg.wandb_project:
-        try:
-            import wandb
-            id_path = os.path.join(cfg.out_dir, settings.WANDB_ID)
-            run_id = open(id_path).read().strip() if os.path.exists(id_path) else None
-            run = wandb.init(project=cfg.wandb_project, config=dataclasses.asdict(cfg), dir=cfg.out_dir,
-                             id=run_id, resume="allow")
-            with open(id_path, "w") as f:
-                f.write(run.id)
-            last = int(run.summary.get("_step", 0)) if run_id else 0
-            out.append(lambda m: run.log(m, step=m["step"]) if m["step"] > last else None)
-        except ImportError:
-            print("wandb_project is set but wandb is not installed: logging to metrics.jsonl only")
-    try:
-        from torch.utils.tensorboard import SummaryWriter
-        w = SummaryWriter(os.path.join(cfg.out_dir, "tb"), purge_step=start + 1 if start > 0 else None)
-        out.append(lambda m: [w.add_scalar(k, v, m["step"]) for k, v in m.items() if isinstance(v, int | float)])
-    except ImportError:
-        pass
-    return out
 
 
 if __name__ == "__main__":

@@ -28,6 +28,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 import evaluate  # noqa: E402
+import rundir  # noqa: E402
 import settings  # noqa: E402
 import train  # noqa: E402
 
@@ -232,7 +233,7 @@ def test_sigkill_anywhere_then_resume_is_exact(model_dir, uninterrupted, tmp_pat
         killed.append(p.pid)   # the trainer's pid names its sandbox folders
         done = [m["step"] for m in metrics(c)] if (c / "metrics.jsonl").exists() else []
         # every checkpoint's step is in metrics.jsonl: its line was written first
-        assert {int(d[5:]) for d in train.checkpoints(c)} <= set(done), (point, done)
+        assert {int(d[5:]) for d in rundir.checkpoints(c)} <= set(done), (point, done)
     run(args_for(model_dir, c, steps=STEPS, resume=True))
     assert same_weights(weights(uninterrupted / f"step_{STEPS:06d}"), weights(c / f"step_{STEPS:06d}")), \
         "resumed run differs from the uninterrupted one"
@@ -285,26 +286,26 @@ def test_a_used_out_dir_is_refused_and_overwrite_starts_over(model_dir, uninterr
         train.main(args_for(model_dir, d, steps=1))
     msg = str(e.value.code)
     assert "holds a run" in msg and "--resume" in msg and "--overwrite" in msg
-    assert (d / "metrics.jsonl").read_text() == before and train.checkpoints(d) == train.checkpoints(uninterrupted)
+    assert (d / "metrics.jsonl").read_text() == before and rundir.checkpoints(d) == rundir.checkpoints(uninterrupted)
     assert not torch.distributed.is_initialized()
     (d / "notes.txt").write_text("mine")
     run(args_for(model_dir, d, steps=1, overwrite=True))
-    assert [m["step"] for m in metrics(d)] == [1] and train.checkpoints(d) == ["step_000001"]
+    assert [m["step"] for m in metrics(d)] == [1] and rundir.checkpoints(d) == ["step_000001"]
     assert (d / "notes.txt").read_text() == "mine"   # only the run's own files are deleted
 
 
 def test_checkpoints_rotate_by_step_number_and_metrics_truncate_atomically(tmp_path):
     for n in (999_999, 1_000_000, 20, 3):
         (tmp_path / f"step_{n:06d}").mkdir()
-    assert train.checkpoints(tmp_path) == ["step_000003", "step_000020", "step_999999", "step_1000000"]
+    assert rundir.checkpoints(tmp_path) == ["step_000003", "step_000020", "step_999999", "step_1000000"]
     path = tmp_path / "metrics.jsonl"
     path.write_text("".join(json.dumps({"step": s}) + "\n" for s in (1, 2, 3)) + '{"step": 4, "rew')
-    train.truncate_metrics(str(path), 2)   # a partial last line (a kill mid-write) is dropped
+    rundir.truncate_metrics(str(path), 2)   # a partial last line (a kill mid-write) is dropped
     assert [m["step"] for m in metrics(tmp_path)] == [1, 2]
     assert sorted(p.name for p in tmp_path.iterdir() if p.is_file()) == ["metrics.jsonl"]
     path.write_text('{"step": 1}\nnot json\n{"step": 2}\n')
     with pytest.raises(ValueError, match="line 2"):
-        train.truncate_metrics(str(path), 1)
+        rundir.truncate_metrics(str(path), 1)
 
 
 def test_stale_sandbox_folders_of_dead_processes_are_removed(tmp_path):
