@@ -24,14 +24,21 @@ A script or program that crashes is simply wrong; it never aborts the run.
 OUT/results.md (Tables 1-2 and 6 of the paper, as Markdown) and OUT/results.json (every number plus exactly
 what was evaluated: problem ids, data-file hashes, models, K, sampling settings).
 
+train.py's final table is here too (final_table: the RL and SFT models on held-out tiny tasks, sampled and
+exact by teacher forcing, with paired standard errors from paired_margin), and run_records, the per-run facts
+train.py logs.
+
 Needs: engine.py, grpo.py, tiny.py, rollout.py, mas.py, sandbox.py, reward.py, data.py
 """
 
 import argparse
 import hashlib
 import json
+import math
+import os
 import sys
 import tempfile
+from collections import Counter
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent
@@ -207,6 +214,193 @@ def main_answers(argv):
                       {"answers": a.answers, "tasks": {name: {"file": str(src), "sha256": file_hash(src)}},
                        "results": {name: r}})
     return r
+
+
+# ----------------------------------------------------------------------------------------------- statistics
+def paired_margin(a, b):
+    """Mean of a - b over the same problems, and its standard error (the spread of the per-problem
+    differences / sqrt(n)): the draw of problems cancels, so this is the honest error bar of a margin."""
+    d = [x - y for x, y in zip(a, b)]
+    if not d:
+        return float("nan"), float("nan")
+    mean = sum(d) / len(d)
+    var = sum((x - mean) ** 2 for x in d) / max(1, len(d) - 1)
+    return mean, math.sqrt(var / len(d))
+
+
+def run_records(batch, queries, lam, fail_penalty):
+    """Per-run facts of a rollout batch as plain values (small enough to gather over ranks); train.py logs them."""
+    import reward
+    out = []
+    for r in batch.runs:
+        fmt = reward.format_score(r.run) if r.run is not None else 0.0
+        failed = r.run is None or r.error is not None
+        correct = r.reward - lam * fmt + (fail_penalty if failed else 0.0)
+        out.append({"q": r.q, "i": r.i, "j": r.j, "reward": r.reward, "correct": correct >= 1 - 1e-6,
+                    "format": fmt, "structure": r.structure or "unparsed", "error": r.error is not None,
+                    "parsed": r.structure is not None, "calls": r.n_calls, "tokens": r.tokens,
+                    "kind": queries[r.q].get("kind", "?")})
+    return out
+
+
+def rollout_metrics(recs, R_all, adv_d, adv_e):
+    """The rollout part of train.py's metrics line: rewards, accuracy (per kind), parse/error rates, structure
+    shares, advantage statistics, from the gathered run_records and the reward tensor R [B, M, N] of all ranks."""
+    n = max(len(recs), 1)
+    m = {"reward/mean": sum(r["reward"] for r in recs) / n,
+         "reward/designer": R_all.mean(-1).mean().item() if R_all.numel() else 0.0,
+         "reward/best_design": R_all.mean(-1).amax(-1).mean().item() if R_all.numel() else 0.0,
+         "accuracy": sum(r["correct"] for r in recs) / n,
+         "format_rate": sum(r["format"] for r in recs) / n,
+         "parse_rate": sum(r["parsed"] for r in recs) / n,
+         "script_error_rate": sum(r["error"] and r["parsed"] for r in recs) / max(sum(r["parsed"] for r in recs), 1),
+         "calls_per_run": sum(r["calls"] for r in recs) / n}
+    for kind in sorted({r["kind"] for r in recs}):
+        sub = [r for r in recs if r["kind"] == kind]
+        m[f"accuracy/{kind}"] = sum(r["correct"] for r in sub) / len(sub)
+    for s, c in Counter(r["structure"] for r in recs).items():
+        m[f"structure/{s}"] = c / n
+    for name, a in (("designer", adv_d), ("executor", adv_e)):
+        if a.numel():
+            m[f"{name}/adv_mean"], m[f"{name}/adv_std"] = a.mean().item(), a.std().item() if a.numel() > 1 else 0.0
+            m[f"{name}/adv_zero_frac"] = (a == 0).float().mean().item()
+    return m
+
+
+# ----------------------------------------------------------------------------------------------- train.py's final table
+# the tiny default ends with it: held-out tasks, learned designs vs SFT designs vs a single agent
+
+
+def heldout_tasks(cfg, sources):
+    """cfg.eval_tasks tiny tasks from the "eval" split, which neither the cold start nor RL draws from
+    (tiny.SPLITS); a task whose text some training source shows is dropped too, since a data_mix file may
+    hold tiny tasks. Text, not question: every code task asks "Write f(x).", the examples tell them apart."""
+    import data
+    import tiny
+    seen = {data.task_text(t) for src in sources for t in src}
+    tasks = [t for t in tiny.make_tasks(cfg.eval_tasks * 4, seed=cfg.seed + 1_000_003, split="eval")
+             if data.task_text(t) not in seen]
+    return tasks[:cfg.eval_tasks]
+
+
+def exact_figures_of(tok, tasks, designer, executor):
+    """tiny.exact_figures of a (designer, executor) pair: the Designer's choice from the designer's model, the
+    oracle reply's probability from the executor's (separate policies: another model)."""
+    import tiny
+    d = tiny.exact_figures(designer, tok, tasks)
+    if executor is not designer:
+        d["oracle"] = tiny.exact_figures(executor, tok, tasks)["oracle"]
+    return d
+
+
+def exact_rows(cfg, tasks, policy_of, sft_designer, sft_executor):
+    """tiny.exact_figures of the RL policies (the trainer's models; every rank takes part, FSDP forwards are
+    collective) and of the SFT cold start (plain models): {"SFT"/"RL": {"choice": [...], "oracle": [...]}}."""
+    from transformers import AutoTokenizer
+    device = next(policy_of["designer"]["model"].parameters()).device
+    tok = AutoTokenizer.from_pretrained(cfg.init_from)
+    return {"SFT": exact_figures_of(tok, tasks, sft_designer.to(device), sft_executor.to(device)),
+            "RL": exact_figures_of(tok, tasks, policy_of["designer"]["model"], policy_of["executor"]["model"])}
+
+
+def heldout_row(cfg, eng, mine, rank, template, on_phase):
+    """One sampled row of the final table: this rank's tasks `mine`, 1 design x 1 execution each, gathered over
+    ranks -> (reward, accuracy, structure shares as text, per-task correct)."""
+    import torch.distributed as dist
+
+    import engine as engine_lib
+    import mas
+    import rollout as rollout_lib
+    samp = engine_lib.Sampling(temperature=cfg.temperature, max_tokens=cfg.max_tokens)
+    d_samp = engine_lib.Sampling(temperature=cfg.temperature, max_tokens=cfg.designer_max_tokens)
+    limits = mas.Limits(max_calls=cfg.max_calls, timeout=cfg.script_timeout)
+    b = rollout_lib.rollout(mine, eng, eng, 1, 1, 10**6, seed=cfg.seed + 31 + rank, template=template,
+                            designer_sampling=d_samp, executor_sampling=samp, short=cfg.short_prompt,
+                            lam=cfg.lam, limits=limits, on_phase=on_phase)
+    parts = [None] * dist.get_world_size()
+    dist.all_gather_object(parts, run_records(b, mine, cfg.lam, 0.0))
+    recs = [x for part in parts for x in part]
+    n = max(len(recs), 1)
+    shares = Counter(r["structure"] for r in recs)
+    return (sum(r["reward"] for r in recs) / n, sum(r["correct"] for r in recs) / n,
+            ", ".join(f"{k} {v / n:.0%}" for k, v in shares.most_common()), [float(r["correct"]) for r in recs])
+
+
+def final_table(cfg, eng, sources, rank, world, on_phase, put_weights, sync_weights, policy_of):
+    """train.py's last act (eval_tasks > 0, tiny data): the RL and SFT models on the same held-out tasks, sampled
+    and exact, printed by rank 0 and written to out_dir/final_table.json. Every rank takes part. The engine
+    hooks come from train.py: on_phase (rollout's weight-swap hook), put_weights({role: state dict}) puts the SFT
+    weights in the engine, sync_weights() the trainer's back.
+
+    Rows: sampled accuracy of the learned designs and of the single agent, RL against SFT with paired standard
+    errors, and exact rows by teacher forcing (tiny.exact_figures): P(the Designer writes each template | kind of
+    task) and P(the single agent writes the oracle reply). Sampled accuracy on 200 tasks carries ~3.5 points of
+    noise; the exact rows show what the Designer learned even when the accuracy cannot resolve it."""
+    import numpy as np
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    import mas
+    import tiny
+    tasks = heldout_tasks(cfg, sources)
+    mine = tasks[rank::world]
+    rows = [("RL: learned designs", heldout_row(cfg, eng, mine, rank, None, on_phase)),
+            ("RL: single agent", heldout_row(cfg, eng, mine, rank, "single", on_phase))]
+    # the SFT model(s) back in the engine (the trainer's weights stay as they are)
+    sft_d = AutoModelForCausalLM.from_pretrained(cfg.init_from, dtype=torch.float32)
+    sft_e = AutoModelForCausalLM.from_pretrained(cfg.executor_init, dtype=torch.float32) if cfg.executor_init else sft_d
+    put_weights({"designer": sft_d.state_dict(), "executor": sft_e.state_dict()})
+    rows += [("SFT: designs", heldout_row(cfg, eng, mine, rank, None, on_phase)),
+             ("SFT: single agent", heldout_row(cfg, eng, mine, rank, "single", on_phase))]
+    sync_weights()
+    exact = exact_rows(cfg, tasks, policy_of, sft_d, sft_e)
+    if rank == 0:
+        with open(os.path.join(cfg.out_dir, "metrics.jsonl")) as f:
+            rs = [json.loads(ln)["reward/mean"] for ln in f if ln.strip()]
+        k = max(1, min(5, len(rs) // 2))
+        # every step draws other queries, so first vs last mixes learning with how hard the draws were
+        print(f"\ntraining reward (mean of {k} steps): first {np.mean(rs[:k]):.3f} -> last {np.mean(rs[-k:]):.3f} "
+              "(other queries at every step; the paired held-out rows below are the measure)")
+        print(f"held-out tiny tasks: {len(tasks)} (1 design x 1 execution each, T={cfg.temperature})")
+        print(f"{'':24s} {'reward':>7s} {'accuracy':>9s}  structures")
+        for name, (rw, acc, sh, _) in rows:
+            print(f"{name:24s} {rw:7.3f} {acc:9.1%}  {sh}")
+        # RL and SFT rows ran on the same tasks in the same order: the paired difference is the honest error bar
+        gains = {}
+        for what, a, b in (("learned designs", 0, 2), ("single agent", 1, 3)):
+            gains[what] = paired_margin(rows[a][1][3], rows[b][1][3])
+            print(f"RL - SFT, {what + ':':16s} {100 * gains[what][0]:+5.1f} points (paired standard error "
+                  f"{100 * gains[what][1]:.1f})")
+        # the same comparison without sampling noise: what each model would write, by teacher forcing
+        kinds = sorted({t["kind"] for t in tasks})
+        names = list(mas.TEMPLATES)
+        print("exact, teacher-forced on the same tasks (no sampling): P(the Designer writes each template's "
+              "script | kind), P(the single agent writes the oracle reply)")
+        print(f"{'':24s} " + "   ".join(f"{k}: " + " ".join(f"{n:>8s}" for n in names) for k in kinds)
+              + "   oracle reply")
+        summary = {}
+        for who, f in exact.items():
+            cells = []
+            for kind in kinds:
+                idx = [i for i, t in enumerate(tasks) if t["kind"] == kind]
+                cells.append(" " * (len(kind) + 2) + " ".join(
+                    f"{100 * sum(f['choice'][i][n] for i in idx) / len(idx):8.1f}" for n in names))
+            print(f"{who:24s} " + "   ".join(cells) + f"   {100 * np.mean(f['oracle']):12.1f}")
+            # the structure each kind profits from most (tiny.SUITED; sft.py's quality bar measures it)
+            summary[who] = {"suited": [f["choice"][i].get(tiny.SUITED.get(t["kind"]), 0.0) for i, t in enumerate(tasks)],
+                            "oracle": list(f["oracle"])}
+        for what, label in (("suited", "P(suited template)"), ("oracle", "P(oracle reply)")):
+            gains[what] = paired_margin(summary["RL"][what], summary["SFT"][what])
+            print(f"RL - SFT, {label + ':':19s} {100 * gains[what][0]:+5.1f} points (paired standard error "
+                  f"{100 * gains[what][1]:.1f})")
+        print(f"(suited: {', '.join(f'{v} on {k}' for k, v in tiny.SUITED.items())})")
+        table = {"tasks": len(tasks), "reward_first": float(np.mean(rs[:k])), "reward_last": float(np.mean(rs[-k:])),
+                 "rows": {name: {"reward": rw, "accuracy": acc, "structures": sh} for name, (rw, acc, sh, _) in rows},
+                 "exact": {who: {"suited": float(np.mean(v["suited"])), "oracle": float(np.mean(v["oracle"]))}
+                           for who, v in summary.items()},
+                 "rl_minus_sft": {w: {"points": 100 * m, "stderr": 100 * se} for w, (m, se) in gains.items()}}
+        with open(os.path.join(cfg.out_dir, "final_table.json"), "w") as f:   # for scripts (ablations.py)
+            json.dump(table, f, indent=1)
 
 
 # ----------------------------------------------------------------------------------------------- main

@@ -421,18 +421,8 @@ def evaluate_sft(model_path, tasks, *, designer_path=None, templates=None, n=1, 
     return out
 
 
-def paired_margin(a, b):
-    """Mean of a - b over the same problems, and its standard error (the spread of the per-problem
-    differences / sqrt(n)): the draw of problems cancels, so this is the honest error bar of a margin."""
-    d = [x - y for x, y in zip(a, b)]
-    if not d:
-        return float("nan"), float("nan")
-    mean = sum(d) / len(d)
-    var = sum((x - mean) ** 2 for x in d) / max(1, len(d) - 1)
-    return mean, math.sqrt(var / len(d))
-
-
 def format_figures(fig):
+    import evaluate as evaluate_lib
     t = fig["templates"]
     best = max((k for k in t if k != "single"), key=t.get, default=None)
     lines = [f"held-out tasks: {fig['tasks']}",
@@ -445,7 +435,7 @@ def format_figures(fig):
     if best is not None and "single" in t:
         line = f"    best template {best} beats single by {100 * (t[best] - t['single']):+.1f} points"
         if best in pp and "single" in pp:
-            _, se = paired_margin(pp[best], pp["single"])
+            _, se = evaluate_lib.paired_margin(pp[best], pp["single"])
             line += f" (paired standard error {100 * se:.1f}; clear when above 2 standard errors)"
         lines.append(line)
     kinds = fig.get("kinds")
@@ -455,7 +445,7 @@ def format_figures(fig):
             idx = [i for i, k in enumerate(kinds) if k == kind]
             acc = {name: sum(pp[name][i] for i in idx) / len(idx) for name in pp}
             top = max((k for k in acc if k not in ("single", "designs")), key=acc.get)
-            m, se = paired_margin([pp[top][i] for i in idx], [pp["single"][i] for i in idx])
+            m, se = evaluate_lib.paired_margin([pp[top][i] for i in idx], [pp["single"][i] for i in idx])
             lines.append(f"    {kind} ({len(idx)} tasks): " + ", ".join(f"{k} {100 * v:.1f}%" for k, v in acc.items())
                          + f"; best template {top} {100 * m:+.1f} +- {100 * se:.1f} over single")
     return "\n".join(lines)

@@ -21,6 +21,7 @@ sys.path.insert(0, ROOT)
 
 import data  # noqa: E402
 import engine  # noqa: E402
+import evaluate  # noqa: E402
 import mas  # noqa: E402
 import sft  # noqa: E402
 import tiny  # noqa: E402
@@ -197,7 +198,7 @@ def test_muon_under_fsdp2_equals_one_process(tmp_path):
 
 
 def test_quality_bar_figures_paired_margin_and_kinds():
-    m, se = sft.paired_margin([1, 1, 0, 1], [0, 1, 0, 0])
+    m, se = evaluate.paired_margin([1, 1, 0, 1], [0, 1, 0, 0])
     assert m == pytest.approx(0.5) and se == pytest.approx((1 / 3) ** 0.5 / 2)
     fig = {"tasks": 4, "parse": 1.0, "designer": 0.5, "structures": {"tester": 1.0},
            "templates": {"single": 0.25, "ensemble": 0.5, "tester": 0.5},

@@ -27,6 +27,9 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+import evaluate  # noqa: E402
+import rundir  # noqa: E402
+import settings  # noqa: E402
 import train  # noqa: E402
 
 
@@ -106,35 +109,35 @@ def test_bad_config_from_the_command_line(tmp_path):
 
 
 def test_parse_config_types_and_files(tmp_path):
-    cfg = train.parse_config(["config/qwen3_4b.py", "--M=8", "--N=1", "--backend=hf", "--resume"])
+    cfg = settings.parse_config(["config/qwen3_4b.py", "--M=8", "--N=1", "--backend=hf", "--resume"])
     assert (cfg.M, cfg.N, cfg.backend, cfg.resume, cfg.lr) == (8, 1, "hf", True, 5e-6)
     assert cfg.init_from == "out/sft-qwen3-4b"          # the 4B preset on top of the 8B one
-    assert train.parse_config([]).out_dir == "out/tiny-rl"   # no file: the tiny default
-    assert train.parse_config(["--lr=1"]).lr == 1.0           # an int where a float is expected is fine
+    assert settings.parse_config([]).out_dir == "out/tiny-rl"   # no file: the tiny default
+    assert settings.parse_config(["--lr=1"]).lr == 1.0           # an int where a float is expected is fine
     bad = tmp_path / "bad.py"
     bad.write_text("M = 4\nlearning_rate = 1e-3\n")
-    with pytest.raises(train.ConfigError, match="learning_rate"):
-        train.parse_config([str(bad)])
+    with pytest.raises(settings.ConfigError, match="learning_rate"):
+        settings.parse_config([str(bad)])
     data = tmp_path / "empty.jsonl"
     data.write_text("")
-    cfg = train.parse_config([f"--data_mix={{'{data}': 1.0}}", "--init_from=."])
-    train.validate(cfg)
-    with pytest.raises(train.ConfigError, match="no tasks"):
+    cfg = settings.parse_config([f"--data_mix={{'{data}': 1.0}}", "--init_from=."])
+    settings.validate(cfg)
+    with pytest.raises(settings.ConfigError, match="no tasks"):
         train.load_mix(cfg)
-    with pytest.raises(train.ConfigError, match="divisible"):
-        train.validate(train.parse_config(["--batch_size=3", "--init_from=."]), world=2)
+    with pytest.raises(settings.ConfigError, match="divisible"):
+        settings.validate(settings.parse_config(["--batch_size=3", "--init_from=."]), world=2)
     # a fixed structure has no Designer: a stagewise run would silently train nothing half the time
-    with pytest.raises(train.ConfigError, match="mode='executor'"):
-        train.validate(train.parse_config(["--template=single", "--init_from=."]))
-    train.validate(train.parse_config(["--template=single", "--mode=executor", "--init_from=."]))
+    with pytest.raises(settings.ConfigError, match="mode='executor'"):
+        settings.validate(settings.parse_config(["--template=single", "--init_from=."]))
+    settings.validate(settings.parse_config(["--template=single", "--mode=executor", "--init_from=."]))
     # per-role lr: one shared optimizer step cannot serve two learning rates
-    with pytest.raises(train.ConfigError, match="designer_lr != executor_lr"):
-        train.validate(train.parse_config(["--mode=coupled", "--designer_lr=1e-4", "--init_from=."]))
-    train.validate(train.parse_config(["--mode=coupled", "--designer_lr=1e-4", "--policy=separate", "--init_from=."]))
-    with pytest.raises(train.ConfigError, match="ac_policy must be one of"):
-        train.validate(train.parse_config(["--ac_policy=some", "--init_from=."]))
-    cfg = train.parse_config(["--lr=1e-5", "--designer_lr=1e-4"])
-    assert (train.role_lr(cfg, "designer"), train.role_lr(cfg, "executor")) == (1e-4, 1e-5)
+    with pytest.raises(settings.ConfigError, match="designer_lr != executor_lr"):
+        settings.validate(settings.parse_config(["--mode=coupled", "--designer_lr=1e-4", "--init_from=."]))
+    settings.validate(settings.parse_config(["--mode=coupled", "--designer_lr=1e-4", "--policy=separate", "--init_from=."]))
+    with pytest.raises(settings.ConfigError, match="ac_policy must be one of"):
+        settings.validate(settings.parse_config(["--ac_policy=some", "--init_from=."]))
+    cfg = settings.parse_config(["--lr=1e-5", "--designer_lr=1e-4"])
+    assert (settings.role_lr(cfg, "designer"), settings.role_lr(cfg, "executor")) == (1e-4, 1e-5)
 
 
 def test_sample_queries_resumes_at_the_saved_position():
@@ -230,7 +233,7 @@ def test_sigkill_anywhere_then_resume_is_exact(model_dir, uninterrupted, tmp_pat
         killed.append(p.pid)   # the trainer's pid names its sandbox folders
         done = [m["step"] for m in metrics(c)] if (c / "metrics.jsonl").exists() else []
         # every checkpoint's step is in metrics.jsonl: its line was written first
-        assert {int(d[5:]) for d in train.checkpoints(c)} <= set(done), (point, done)
+        assert {int(d[5:]) for d in rundir.checkpoints(c)} <= set(done), (point, done)
     run(args_for(model_dir, c, steps=STEPS, resume=True))
     assert same_weights(weights(uninterrupted / f"step_{STEPS:06d}"), weights(c / f"step_{STEPS:06d}")), \
         "resumed run differs from the uninterrupted one"
@@ -283,26 +286,26 @@ def test_a_used_out_dir_is_refused_and_overwrite_starts_over(model_dir, uninterr
         train.main(args_for(model_dir, d, steps=1))
     msg = str(e.value.code)
     assert "holds a run" in msg and "--resume" in msg and "--overwrite" in msg
-    assert (d / "metrics.jsonl").read_text() == before and train.checkpoints(d) == train.checkpoints(uninterrupted)
+    assert (d / "metrics.jsonl").read_text() == before and rundir.checkpoints(d) == rundir.checkpoints(uninterrupted)
     assert not torch.distributed.is_initialized()
     (d / "notes.txt").write_text("mine")
     run(args_for(model_dir, d, steps=1, overwrite=True))
-    assert [m["step"] for m in metrics(d)] == [1] and train.checkpoints(d) == ["step_000001"]
+    assert [m["step"] for m in metrics(d)] == [1] and rundir.checkpoints(d) == ["step_000001"]
     assert (d / "notes.txt").read_text() == "mine"   # only the run's own files are deleted
 
 
 def test_checkpoints_rotate_by_step_number_and_metrics_truncate_atomically(tmp_path):
     for n in (999_999, 1_000_000, 20, 3):
         (tmp_path / f"step_{n:06d}").mkdir()
-    assert train.checkpoints(tmp_path) == ["step_000003", "step_000020", "step_999999", "step_1000000"]
+    assert rundir.checkpoints(tmp_path) == ["step_000003", "step_000020", "step_999999", "step_1000000"]
     path = tmp_path / "metrics.jsonl"
     path.write_text("".join(json.dumps({"step": s}) + "\n" for s in (1, 2, 3)) + '{"step": 4, "rew')
-    train.truncate_metrics(str(path), 2)   # a partial last line (a kill mid-write) is dropped
+    rundir.truncate_metrics(str(path), 2)   # a partial last line (a kill mid-write) is dropped
     assert [m["step"] for m in metrics(tmp_path)] == [1, 2]
     assert sorted(p.name for p in tmp_path.iterdir() if p.is_file()) == ["metrics.jsonl"]
     path.write_text('{"step": 1}\nnot json\n{"step": 2}\n')
     with pytest.raises(ValueError, match="line 2"):
-        train.truncate_metrics(str(path), 1)
+        rundir.truncate_metrics(str(path), 1)
 
 
 def test_stale_sandbox_folders_of_dead_processes_are_removed(tmp_path):
@@ -320,10 +323,10 @@ def test_stale_sandbox_folders_of_dead_processes_are_removed(tmp_path):
 def test_heldout_tasks_share_no_text_with_training_and_cover_both_kinds():
     import data
     import tiny
-    cfg = train.Config(eval_tasks=40, seed=0)
+    cfg = settings.Config(eval_tasks=40, seed=0)
     training = train.load_mix(cfg)[0]                      # the tiny RL pool: the "rl" split
     assert {tiny.split_of(t) for t in training} == {"rl"}
-    held = train.heldout_tasks(cfg, [training, tiny.make_tasks(300, seed=0)])   # + a file that holds tiny tasks
+    held = evaluate.heldout_tasks(cfg, [training, tiny.make_tasks(300, seed=0)])   # + a file that holds tiny tasks
     assert len(held) == 40 and {t["kind"] for t in held} == {"math", "code"}
     assert {tiny.split_of(t) for t in held} == {"eval"}
     assert not {data.task_text(t) for t in held} & {data.task_text(t) for t in training}
@@ -342,25 +345,25 @@ def test_load_model_applies_the_speed_options(model_dir, tmp_path):
                               capture_output=True, text=True, timeout=600)
         assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
         return
-    cfg = train.parse_config(["--activation_checkpointing", "--ac_policy=selective", "--logprob_chunk=7",
+    cfg = settings.parse_config(["--activation_checkpointing", "--ac_policy=selective", "--logprob_chunk=7",
                               "--logprob_keep_logits", "--temperature=0.7"])
-    assert train.parse_config(["config/qwen3_4b.py"]).compile_layers    # the GPU presets compile their layers
+    assert settings.parse_config(["config/qwen3_4b.py"]).compile_layers    # the GPU presets compile their layers
     dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'pg'}", rank=0, world_size=1)
     try:
         fast = train.load_model(str(model_dir), cfg, torch.device("cpu"))
         assert all(layer.forward.func is speed._selective for layer in fast.model.layers)
-        plain = train.load_model(str(model_dir), train.Config(temperature=0.7), torch.device("cpu"))
+        plain = train.load_model(str(model_dir), settings.Config(temperature=0.7), torch.device("cpu"))
         assert "forward" not in vars(plain.model.layers[0])   # defaults: the layers as transformers made them
         ids = torch.randint(0, plain.config.vocab_size, (2, 12), generator=torch.Generator().manual_seed(0))
         b = {"input_ids": ids, "attention_mask": torch.ones_like(ids)}
-        got, want = (train.logprobs_of(m, b, c, grad=True) for m, c in ((fast, cfg), (plain, train.Config(temperature=0.7))))
+        got, want = (train.logprobs_of(m, b, c, grad=True) for m, c in ((fast, cfg), (plain, settings.Config(temperature=0.7))))
         got.sum().backward()
         want.sum().backward()
         torch.testing.assert_close(got, want)
         for (name, p), q in zip(fast.named_parameters(), plain.parameters(), strict=True):
             torch.testing.assert_close(p.grad, q.grad, msg=name)
         with pytest.raises(ValueError, match="checkpointing must be one of"):
-            train.load_model(str(model_dir), train.Config(activation_checkpointing=True, ac_policy="some"),
+            train.load_model(str(model_dir), settings.Config(activation_checkpointing=True, ac_policy="some"),
                              torch.device("cpu"))
     finally:
         dist.destroy_process_group()

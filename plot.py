@@ -1,0 +1,93 @@
+"""plot.py: the curves of one or more train.py runs as PNG files, in the style of the paper's Figure 3.
+
+    python train.py plot out/tiny-rl [out/other ...]     # (or python plot.py ...) -> out/tiny-rl/plots/
+
+Three figures from each run's metrics.jsonl: training.png (reward, accuracy, parseable scripts, script errors;
+smoothed over 5 steps, the Designer's stages shaded), structures.png (the structure shares of the first run's
+designs) and diagnostics.png (clip fraction, engine/trainer log-prob gap, KL, per role).
+
+Needs: no other file of this project (numpy, matplotlib).
+"""
+
+import json
+import os
+import sys
+
+import numpy as np
+
+
+def plot(dirs):
+    if not dirs:
+        sys.exit("usage: python train.py plot OUT_DIR [OUT_DIR ...]")
+    # matplotlib is imported here, not at the top: train.py imports this module, and a training run, which
+    # never plots, should not need matplotlib installed (nor pay for its import)
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    runs = {}
+    for d in dirs:
+        path = os.path.join(d, "metrics.jsonl")
+        if not os.path.exists(path):
+            sys.exit(f"no metrics.jsonl in {d}")
+        with open(path) as f:
+            runs[os.path.basename(os.path.normpath(d))] = [json.loads(ln) for ln in f if ln.strip()]
+    out = os.path.join(dirs[0], "plots")
+    os.makedirs(out, exist_ok=True)
+
+    def smooth(y, k=5):
+        y = np.asarray(y, dtype=float)
+        return np.convolve(y, np.ones(k) / k, mode="valid") if len(y) > k else y
+
+    def shade(ax, rows):
+        # Figure 3 style: the stage in which the designer trains is shaded
+        for r in rows:
+            if r.get("active") == "designer":
+                ax.axvspan(r["step"] - 1, r["step"], color="tab:blue", alpha=0.07, lw=0)
+
+    panels = [("reward/mean", "reward"), ("accuracy", "accuracy"), ("parse_rate", "parseable scripts"),
+              ("script_error_rate", "script error rate")]
+    fig, axes = plt.subplots(1, len(panels), figsize=(4.2 * len(panels), 3.2))
+    for ax, (key, title) in zip(axes, panels):
+        for name, rows in runs.items():
+            xs = [r["step"] for r in rows if key in r]
+            ys = smooth([r[key] for r in rows if key in r])
+            ax.plot(xs[len(xs) - len(ys):], ys, label=name, lw=1.6)
+        shade(ax, next(iter(runs.values())))
+        ax.set_title(title)
+        ax.set_xlabel("step")
+        ax.grid(alpha=0.3)
+    axes[0].legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(os.path.join(out, "training.png"), dpi=130)
+
+    rows = next(iter(runs.values()))
+    names = sorted({k for r in rows for k in r if k.startswith("structure/")})
+    fig, ax = plt.subplots(figsize=(6, 3.4))
+    xs = [r["step"] for r in rows]
+    ax.stackplot(xs, *[smooth([r.get(k, 0.0) for r in rows], 1) for k in names],
+                 labels=[k.split("/", 1)[1] for k in names], alpha=0.85)
+    ax.set_ylim(0, 1)
+    ax.set_title("structure shares of the designs")
+    ax.set_xlabel("step")
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1, 1))
+    fig.tight_layout()
+    fig.savefig(os.path.join(out, "structures.png"), dpi=130)
+
+    fig, axes = plt.subplots(1, 3, figsize=(12.6, 3.2))
+    for ax, suffix in zip(axes, ("clip_frac", "logprob_gap", "kl")):
+        for name, rows in runs.items():
+            for role in ("designer", "executor"):
+                pts = [(r["step"], r[f"{role}/{suffix}"]) for r in rows if f"{role}/{suffix}" in r]
+                if pts:
+                    ax.plot(*zip(*pts), ".", ms=3, label=f"{name} {role}")
+        ax.set_title(suffix.replace("_", " "))
+        ax.set_xlabel("step")
+        ax.grid(alpha=0.3)
+    axes[0].legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(os.path.join(out, "diagnostics.png"), dpi=130)
+    print(f"wrote {out}/training.png, structures.png, diagnostics.png")
+
+
+if __name__ == "__main__":
+    plot(sys.argv[1:])
