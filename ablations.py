@@ -79,6 +79,8 @@ import re
 import subprocess
 import sys
 
+import rundir
+
 REPO = os.path.dirname(os.path.abspath(__file__))
 SFT_DIR = "out/tiny-sft"      # config/tiny.py's init_from: the shared cold start (relative to the repo)
 TAIL = 0.2                    # the last 20% of steps summarise a run
@@ -230,18 +232,14 @@ def run_one(run, seed, steps, root, extra):
         json.dump({"cmd": cmd}, f)
     print(f"== {run} seed {seed}: {' '.join(cmd[1:])}", flush=True)
     # an interrupted run: from its last checkpoint (train.py refuses a fresh run into a folder with metrics)
-    resume = ["--resume"] if checkpoint_dirs(d) or os.path.exists(os.path.join(d, "metrics.jsonl")) else []
+    resume = ["--resume"] if rundir.checkpoints(d) or os.path.exists(os.path.join(d, "metrics.jsonl")) else []
     rc = launch(cmd + resume, os.path.join(d, "train.log"))
     return "ok" if rc == 0 else f"failed (rc {rc})"
 
 
-def checkpoint_dirs(run_dir):
-    return sorted(x for x in os.listdir(run_dir) if re.fullmatch(r"step_\d+", x)) if os.path.isdir(run_dir) else []
-
-
 def latest_model(run_dir):
     """The shared model folder of a run's last checkpoint (None when there is none)."""
-    steps = checkpoint_dirs(run_dir)
+    steps = rundir.checkpoints(run_dir)
     return os.path.join(run_dir, steps[-1], "model") if steps else None
 
 

@@ -191,13 +191,14 @@ def make_policies(cfg, ckpt, ts, device, master):
     names = ["model"] if cfg.policy == "shared" else ["designer", "executor"]
     inits = {"model": cfg.init_from, "designer": cfg.init_from, "executor": cfg.executor_init or cfg.init_from}
     per_role = cfg.policy == "shared" and cfg.mode != "coupled" and cfg.optim_per_role
-    layout = {f"{n}/{s}" for n in names for s in (("designer", "executor") if per_role else (
-        ("both",) if cfg.policy == "shared" else (n,)))}
+    state_names = {n: ("designer", "executor") if per_role else ("both",) if cfg.policy == "shared" else (n,)
+                   for n in names}
+    layout = {f"{n}/{s}" for n in names for s in state_names[n]}
     saved = rundir.optimizer_states(ckpt, ts, layout, master) if ts is not None else {}
     policies = {}
     for name in names:
         model = load_model(os.path.join(ckpt, name) if ckpt else inits[name], cfg, device)
-        snames = ("designer", "executor") if per_role else (("both",) if cfg.policy == "shared" else (name,))
+        snames = state_names[name]
         states = {}
         for sname in snames:
             opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay,
