@@ -68,7 +68,7 @@ Every number is mean +- std over seeds (sample std). A paper direction "A > B" i
 exceeds the combined std sqrt(std_A^2 + std_B^2), "reversed" when it is below minus that, "within noise"
 otherwise, and "undecided" with fewer than two seeds on either side.
 
-Needs: train.py, settings.py, rundir.py, plot.py, advantage.py, stagewise.py, grpo.py, speed.py, engine.py, sft.py, evaluate.py, tiny.py, rollout.py, mas.py, sandbox.py, reward.py, data.py (it runs train.py and evaluate.py as programs)
+Needs: train.py, settings.py, rundir.py, plot.py, advantage.py, stagewise.py, grpo.py, speed.py, engine.py, decode.py, sft.py, evaluate.py, tiny.py, rollout.py, mas.py, sandbox.py, reward.py, data.py (it runs train.py and evaluate.py as programs)
 """
 
 import argparse

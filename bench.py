@@ -7,6 +7,9 @@ any machine.
     python bench.py            # every section
     python bench.py sandbox    # run_code overhead vs `python -c`, workflow executions per second
     python bench.py grade      # answers graded per second
+    python bench.py step       # an RL step's time split: design, execute, grade, update, weight sync, other
+    python bench.py step:REV   # ... and the same run at git revision REV, side by side (the ratio of step times)
+    python bench.py engine     # the tiny default's rollout on each backend (lean, hf, vllm), from out/tiny-sft
     python bench.py rollout    # batched rollout tokens/s vs one plain engine.generate
     python bench.py train      # chunked GRPO update (each log-prob option) vs full-logits update: tokens/s, memory
     python bench.py padding    # share of each micro-batch that is padding: the tiny run, real-length replies
@@ -15,7 +18,7 @@ any machine.
     python bench.py gpu_update    # Qwen3-4B-shaped update: checkpointing full/selective/off x eager/compiled
     python bench.py gpu_update:0,5   # only those rows of GPU_UPDATE_ROWS (each row takes 1-2 minutes)
 
-Needs: train.py, settings.py, rundir.py, plot.py, advantage.py, stagewise.py, grpo.py, speed.py, engine.py, sft.py, evaluate.py, tiny.py, rollout.py, mas.py, sandbox.py, reward.py, data.py
+Needs: train.py, settings.py, rundir.py, plot.py, advantage.py, stagewise.py, grpo.py, speed.py, engine.py, decode.py, sft.py, evaluate.py, tiny.py, rollout.py, mas.py, sandbox.py, reward.py, data.py
 """
 
 import sys
@@ -360,6 +363,103 @@ def bench_rollout(B=4, max_tokens=64, backend="auto", naive=(1, 1, 2), reps=2):
               f"naive per-call rollout {nv:.0f} tok/s: batching buys {r / nv:.1f}x")
 
 
+def bench_step(revs=(), steps=12, model_dir="out/tiny-sft"):
+    """Where an RL step's time goes: `python train.py` (the tiny default, K=1 so that both roles' steps appear) for
+    `steps` steps from the saved cold start, and the mean of steps 2..N per role split into design, execute, grade,
+    update, weight sync and other (step time minus the parts), each part's share of the step. With revisions
+    (`python bench.py step:9768f35`), each is checked out into a temporary git worktree and run the same way right
+    after the working tree, and the ratio of step times is printed: a side-by-side comparison of two commits."""
+    import json
+    import os
+    import statistics
+    import subprocess
+    import tempfile
+
+    here = os.path.dirname(os.path.abspath(__file__))
+    model_dir = os.path.abspath(model_dir)
+    if not os.path.isdir(model_dir):
+        print(f"bench step: skipped, {model_dir} is missing (run `python sft.py` first)")
+        return
+    parts = ["design", "execute", "grade", "update", "weight_sync"]
+    means = {}
+    for rev in ["working tree", *revs]:
+        with tempfile.TemporaryDirectory() as tmp:
+            tree = here
+            if rev != "working tree":
+                tree = os.path.join(tmp, "tree")
+                subprocess.run(["git", "-C", here, "worktree", "add", "--detach", "-q", tree, rev], check=True)
+            try:
+                out = os.path.join(tmp, "run")
+                cmd = [sys.executable, "train.py", f"--out_dir={out}", f"--init_from={model_dir}", f"--steps={steps}",
+                       "--K=1", "--eval_tasks=0", "--progress=False", "--save_every=100000"]
+                res = subprocess.run(cmd, cwd=tree, capture_output=True, text=True)
+                if res.returncode != 0:
+                    sys.exit(f"bench step: {rev}: train.py failed:\n{res.stderr[-2000:]}")
+                with open(os.path.join(out, "metrics.jsonl")) as f:
+                    ms = [json.loads(line) for line in f][1:]   # step 1 pays for warm-up
+            finally:
+                if rev != "working tree":
+                    subprocess.run(["git", "-C", here, "worktree", "remove", "--force", tree], check=False)
+        print(f"{rev}: steps 2..{steps}, mean per role (seconds, share of the step)")
+        for role in ("designer", "executor"):
+            rs = [m for m in ms if m["active"] == role]
+            if not rs:
+                continue
+            step = statistics.mean(m["time/step"] for m in rs)
+            t = {p: statistics.mean(m.get(f"time/{p}", 0.0) for m in rs) for p in parts}
+            t["other"] = step - sum(t.values())
+            means[(rev, role)] = step
+            print(f"  {role:8s} step {step:5.2f}s = " + "  ".join(f"{p} {v:.2f} ({v / step:.0%})" for p, v in t.items()))
+    for rev in revs:
+        for role in ("designer", "executor"):
+            if (rev, role) in means and ("working tree", role) in means:
+                print(f"{role} step: {rev} {means[(rev, role)]:.2f}s / working tree {means[('working tree', role)]:.2f}s "
+                      f"= {means[(rev, role)] / means[('working tree', role)]:.2f}x faster now")
+
+
+def bench_engine(model_dir="out/tiny-sft", reps=3, B=8, M=4, N=2):
+    """The tiny default's rollout (B=8 queries x M=4 designs x N=2 executions, its sampling settings) on each
+    backend, from the saved cold start: the Designer phase (one generate of B*M prompts) and the Executor's
+    generate calls, wall and process CPU time, median of `reps` alternated repeats (seeded: every repeat of a
+    backend makes the same tokens), and each backend's ratio to vLLM. Needs `python sft.py` (out/tiny-sft)."""
+    import os
+    import statistics
+    import time
+
+    import engine
+    import mas
+    import tiny
+    from rollout import rollout
+
+    if not os.path.isdir(model_dir):
+        print(f"bench engine: skipped, {model_dir} is missing (run `python sft.py` first: it measures the cold start)")
+        return
+    backends = ["lean", "hf"] + (["vllm"] if engine.vllm_available() else [])
+    engines = {b: engine.make_engine(model_dir, backend=b, dtype="float32") for b in backends}
+    tasks = tiny.make_tasks(B, seed=0, split="rl")
+    d = engine.Sampling(temperature=1.0, max_tokens=400)
+    e = engine.Sampling(temperature=1.0, max_tokens=128)
+    lim = mas.Limits(max_calls=8, timeout=30.0)
+    got = {b: [] for b in backends}
+    for rep in range(reps + 1):   # the first round warms every engine up
+        for b, eng in engines.items():
+            t0 = time.process_time()
+            batch = rollout(tasks, eng, eng, M, N, step=rep % 2, seed=0, designer_sampling=d, executor_sampling=e,
+                            short=True, limits=lim)
+            st = batch.stats
+            if rep:
+                got[b].append((st["design_s"], st["generate_s"], time.process_time() - t0,
+                               st["designer_tokens"], st["executor_tokens"], st["execute_s"]))
+    print(f"rollout of B={B} x M={M} x N={N} from {model_dir}; median of {reps}")
+    med = {b: [statistics.median(x[k] for x in got[b]) for k in range(6)] for b in backends}
+    base = med.get("vllm", med["lean"])
+    for b in backends:
+        ds, gs, cpu, dt, et, ex = med[b]
+        print(f"{b:5s} design {ds:.2f}s ({dt:.0f} tokens)  executor generate {gs:.2f}s ({et:.0f} tokens, execute phase "
+              f"{ex:.2f}s)  trainer-process CPU {cpu:.2f}s | vs vllm: design {ds / base[0]:.2f}x, "
+              f"executor generate {gs / base[1]:.2f}x")
+
+
 PEAK_FLOPS = 989e12   # H200 (and H100 SXM) dense bf16
 
 
@@ -608,6 +708,8 @@ def _gpu_vllm(gen_prompts=64, gen_tokens=256):
 
 
 SECTIONS = {
+    "step": bench_step,
+    "engine": bench_engine,
     "grade": bench_grade,
     "rollout": bench_rollout,
     "sandbox": bench_sandbox,
@@ -627,7 +729,12 @@ def main(argv):
     for name in names:
         print(f"== bench {name}")
         name, _, rows = name.partition(":")   # gpu_update:0,1,5 runs those rows of GPU_UPDATE_ROWS only
-        SECTIONS[name](*([[GPU_UPDATE_ROWS[int(i)] for i in rows.split(",")]] if rows else []))
+        if name == "gpu_update" and rows:
+            SECTIONS[name]([GPU_UPDATE_ROWS[int(i)] for i in rows.split(",")])
+        elif name == "step" and rows:    # step:REV[,REV...] runs those revisions after the working tree
+            SECTIONS[name](rows.split(","))
+        else:
+            SECTIONS[name]()
 
 
 if __name__ == "__main__":

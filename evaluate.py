@@ -28,7 +28,7 @@ train.py's final table is here too (final_table: the RL and SFT models on held-o
 exact by teacher forcing, with paired standard errors from paired_margin), and run_records, the per-run facts
 train.py logs.
 
-Needs: engine.py, grpo.py, tiny.py, rollout.py, mas.py, sandbox.py, reward.py, data.py
+Needs: engine.py, decode.py, grpo.py, tiny.py, rollout.py, mas.py, sandbox.py, reward.py, data.py
 """
 
 import argparse

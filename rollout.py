@@ -29,7 +29,7 @@ a designer sample is (designer prompt, script completion) for (q, i); an executo
     batch.executed               # [B, M, N] bool: the run happened (its script parsed)
     t = samples_to_tensors(batch.executor, pad_id)   # input_ids, attention_mask, completion_mask, logprobs
 
-Needs: engine.py, mas.py, sandbox.py, reward.py, data.py
+Needs: engine.py, decode.py, mas.py, sandbox.py, reward.py, data.py
 """
 
 import time

@@ -78,7 +78,7 @@ class Config:
     designer_weight: float = 1.0          # loss weights of the two per-role token-means
     executor_weight: float = 1.0
     # generation
-    backend: str = "auto"                 # auto | vllm | hf (engine.make_engine)
+    backend: str = "auto"                 # auto | vllm | hf | lean (engine.make_engine)
     engine_kwargs: dict = field(default_factory=dict)
     temperature: float = 1.0              # top_p is always 1 for training rollouts (on-policy log-probs)
     max_tokens: int = 8192                # [paper] per executor completion
@@ -170,7 +170,7 @@ def validate(cfg, world=1):
     except ValueError as e:
         problems.append(f"mode/first_role: {e}")
     choices = {"policy": ("shared", "separate"), "adv_group": ("query", "design"),
-               "backend": ("auto", "vllm", "hf"), "device": ("auto", "cpu", "cuda"), "ac_policy": ("full", "selective")}
+               "backend": ("auto", "vllm", "hf", "lean"), "device": ("auto", "cpu", "cuda"), "ac_policy": ("full", "selective")}
     for k, allowed in choices.items():
         if getattr(cfg, k) not in allowed:
             problems.append(f"{k} must be one of {allowed}, got {getattr(cfg, k)!r}")

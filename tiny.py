@@ -79,7 +79,7 @@ all in 200); difficulty 1 made easier (inputs 0..9, no x*K). What did not: AdamW
 spikes), Muon at lr 4e-3 (16 x 650: single 20.0%), 1200 designer samples instead of 800 (16 x 650: 17.5%),
 a one-operation math family (only ~120 distinct problems, so few distinct samples survive de-duplication).
 
-Needs: engine.py, grpo.py, mas.py, rollout.py, sandbox.py, reward.py, data.py
+Needs: engine.py, decode.py, grpo.py, mas.py, rollout.py, sandbox.py, reward.py, data.py
 """
 
 import hashlib

@@ -50,7 +50,7 @@ separate policies).
 The tiny default ends with a table on held-out tasks (evaluate.final_table): RL against SFT, the learned designs
 and the single agent, sampled and exact (by teacher forcing), with paired standard errors.
 
-Needs: settings.py, rundir.py, plot.py, advantage.py, stagewise.py, grpo.py, speed.py, engine.py, evaluate.py, tiny.py, rollout.py, mas.py, sandbox.py, reward.py, data.py, sft.py (run as a program for the cold start)
+Needs: settings.py, rundir.py, plot.py, advantage.py, stagewise.py, grpo.py, speed.py, engine.py, decode.py, evaluate.py, tiny.py, rollout.py, mas.py, sandbox.py, reward.py, data.py, sft.py (run as a program for the cold start)
 """
 
 import datetime

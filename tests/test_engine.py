@@ -178,6 +178,100 @@ def test_hf_too_long_prompt_is_an_error_completion(hf):
     assert res[0][0].finish_reason == "error" or res[0][0].error is None  # rendered or reported, no raise
 
 
+# ----------------------------------------------------------------------------------------- lean (decode.py)
+# The test model has 4 query heads over 2 key/value heads: the grouped-query path of decode.Decoder.
+
+@pytest.fixture(scope="module")
+def lean(tiny_dir):
+    return make_engine(tiny_dir, backend="lean", dtype=torch.float32)
+
+
+def test_lean_greedy_equals_transformers(hf, lean):
+    """Prompts of different lengths (left padding), one of them twice (prefilled once, two rows)."""
+    prompts = [CHAT_PROMPT, [5, 6, 7], hf.tokenizer("a longer plain prompt", add_special_tokens=False)["input_ids"],
+               [5, 6, 7]]
+    g = Sampling(temperature=0, max_tokens=20)
+    for a, b in zip(hf.generate(prompts, g), lean.generate(prompts, g)):
+        assert a[0].token_ids == b[0].token_ids and a[0].finish_reason == b[0].finish_reason
+        assert b[0].logprobs == pytest.approx(a[0].logprobs, abs=1e-5)
+        assert b[0].text == a[0].text
+
+
+def test_lean_logprobs_match_direct_forward(tiny_dir):
+    eng = make_engine(tiny_dir, backend="lean", dtype=torch.float32)
+    eng.load_weights(perturbed(eng.model, seed=7))     # and the fused weights follow the reload
+    T = 0.7
+    outs = eng.generate([CHAT_PROMPT, [5, 6, 7], [5, 6, 7]], Sampling(n=2, temperature=T, max_tokens=16, seed=3))
+    for o in outs:
+        for c in o:
+            assert torch.allclose(torch.tensor(c.logprobs), direct_logprobs(eng.model, c, T), atol=1e-5)
+            assert torch.allclose(torch.tensor(c.logprobs), trainer_logprobs(eng.model, c, T), atol=1e-4)
+    assert outs[1][0].token_ids == outs[2][0].token_ids and outs[1][0].token_ids != outs[1][1].token_ids
+    fresh = HFEngine(tiny_dir, dtype=torch.float32)
+    fresh.load_weights(perturbed(fresh.model, seed=7))
+    g = Sampling(temperature=0, max_tokens=12)
+    assert eng.generate([CHAT_PROMPT], g)[0][0].token_ids == fresh.generate([CHAT_PROMPT], g)[0][0].token_ids
+
+
+def test_lean_seeds_reproducible_regardless_of_batch(lean):
+    prompts = [lean.tokenizer(s, add_special_tokens=False)["input_ids"] for s in ("a", "bbbbbbbbbb", "cc cc")]
+    samp = [Sampling(n=2, temperature=0.9, max_tokens=12, seed=derive_seed("q", i)) for i in range(3)]
+    ref = lean.generate(prompts, samp)
+    other = lean.generate([prompts[2], prompts[1], prompts[0], prompts[0]],
+                          [samp[2], samp[1], Sampling(n=3, max_tokens=20), samp[0]])
+    for a, b in [(ref[0], other[3]), (ref[1], other[1]), (ref[2], other[0])]:
+        for ca, cb in zip(a, b):
+            assert ca.token_ids == cb.token_ids
+            assert ca.logprobs == pytest.approx(cb.logprobs, abs=1e-5)
+    assert ref[0][0].token_ids != ref[0][1].token_ids
+
+
+def test_lean_stop_eos_length_and_errors(tiny_dir, lean):
+    ids = lean.tokenizer("abc", add_special_tokens=False)["input_ids"]
+    full = lean.generate([ids], Sampling(temperature=0, max_tokens=24))[0][0]
+    assert full.finish_reason == "length" and len(full.token_ids) == 24
+    stop = full.text[10:12]
+    cut = full.text.find(stop)
+    c = lean.generate([ids, ids], [Sampling(temperature=0, max_tokens=24, stop=[stop]),
+                                   Sampling(temperature=0, max_tokens=5)])
+    assert c[0][0].finish_reason == "stop" and c[0][0].text == full.text[:cut]
+    assert c[0][0].token_ids == full.token_ids[:cut + len(stop)]
+    assert c[1][0].token_ids == full.token_ids[:5] and c[1][0].finish_reason == "length"
+    eng = make_engine(tiny_dir, backend="lean", dtype=torch.float32)
+    w = eng.model.lm_head.weight.detach().clone()
+    eos = eng.tokenizer.eos_token_id
+    w[eos] = 2 * w[full.token_ids[2]]
+    eng.load_weights({"lm_head.weight": w})
+    e = eng.generate([ids], Sampling(temperature=0, max_tokens=24))[0][0]
+    assert e.finish_reason == "stop" and e.token_ids[-1] == eos and len(e.token_ids) <= 3
+    outs = lean.generate([ids, [5] * lean.max_model_len, []], Sampling(max_tokens=4, seed=0))
+    assert [o[0].finish_reason == "error" for o in outs] == [False, True, True]
+
+
+def test_decode_sampling_follows_the_distribution():
+    """Gumbel-max with hashed noise: over 20,000 seeds the token frequencies are softmax(logits / tau), and
+    top_p keeps the smallest most likely set (log-probs renormalised over it)."""
+    import decode
+    logits = torch.tensor([2.0, 1.0, 0.0, -1.0, 0.5])
+    n, tau = 20000, 0.8
+    seeds = torch.arange(n, dtype=torch.int64) * 7919 + 11
+    rows = logits.expand(n, -1)
+    tok, lp = decode.sample(rows, torch.full((n,), tau), torch.ones(n), seeds, t=3)
+    p = torch.softmax(logits / tau, -1)
+    freq = torch.bincount(tok, minlength=5).double() / n
+    assert torch.allclose(freq, p.double(), atol=4 * (p * (1 - p) / n).sqrt().max().item())
+    assert torch.allclose(lp, torch.log(p)[tok], atol=1e-6)
+    tok2, _ = decode.sample(rows, torch.full((n,), tau), torch.ones(n), seeds, t=4)
+    assert (tok != tok2).any()                                  # the token index is part of the noise
+    top, lp_top = decode.sample(rows, torch.full((n,), tau), torch.full((n,), 0.8), seeds, t=3)
+    keep = p.argsort(descending=True)[:(p.sort(descending=True).values.cumsum(0) < 0.8).sum() + 1]
+    assert set(top.tolist()) <= set(keep.tolist())
+    q = p[keep] / p[keep].sum()
+    assert torch.allclose(lp_top, torch.log(q)[(top[:, None] == keep).float().argmax(-1)], atol=1e-5)
+    greedy, lp_g = decode.sample(rows[:3], torch.zeros(3), torch.ones(3), seeds[:3], t=0)
+    assert greedy.tolist() == [0, 0, 0] and torch.allclose(lp_g, torch.log_softmax(logits, -1)[0].expand(3))
+
+
 # ----------------------------------------------------------------------------------------- vLLM
 
 @pytest.fixture(scope="module")
