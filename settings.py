@@ -57,6 +57,9 @@ class Config:
     # optimisation
     steps: int = 200
     batch_size: int = 8                   # [paper] B queries per step (global, over all ranks)
+    executor_batch_size: int = 0          # > 0: a step that trains the Executor alone rolls out this many queries
+                                          # instead (its gradient is an average over more, shorter replies per
+                                          # query; in the tiny world it learned at B=32, not at 8: docs/NOTES.md)
     lr: float = 5e-6                      # [paper]
     designer_lr: float = 0.0              # > 0: the Designer's updates use this lr instead (per-role lr)
     executor_lr: float = 0.0              # > 0: the Executor's updates use this lr instead
@@ -180,8 +183,9 @@ def validate(cfg, world=1):
         if cfg.mode != "executor":   # with a fixed structure there is no Designer: its stages would train nothing
             problems.append(f"template={cfg.template!r} has no Designer to train: set mode='executor' "
                             f"(got mode={cfg.mode!r})")
-    if cfg.batch_size % world:
-        problems.append(f"batch_size={cfg.batch_size} must be divisible by the number of ranks ({world})")
+    for k in ("batch_size", "executor_batch_size"):
+        if getattr(cfg, k) % world:
+            problems.append(f"{k}={getattr(cfg, k)} must be divisible by the number of ranks ({world})")
     if not 0 <= cfg.pad_cap <= 1:
         problems.append(f"pad_cap must be in [0, 1], got {cfg.pad_cap}")
     if cfg.lr <= 0 or cfg.temperature <= 0:
@@ -229,6 +233,11 @@ def clear_run(out_dir):
     for d in run_files(out_dir):
         path = os.path.join(out_dir, d)
         shutil.rmtree(path) if os.path.isdir(path) else os.remove(path)
+
+
+def step_batch(cfg, active):
+    """B, the queries of a step whose active roles are `active`: executor_batch_size for an Executor-only step."""
+    return cfg.executor_batch_size if cfg.executor_batch_size > 0 and set(active) == {"executor"} else cfg.batch_size
 
 
 def role_lr(cfg, role):

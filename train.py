@@ -511,19 +511,23 @@ def main(argv):
     if master:
         rundir.truncate_metrics(metrics_path, start)
         print(f"train.py: {cfg.steps} steps from {start}, world {world}, device {device}, backend {cfg.backend}, "
-              f"policy {cfg.policy}, mode {cfg.mode} (K={cfg.K}), B={cfg.batch_size} M={cfg.M} N={cfg.N}", flush=True)
+              f"policy {cfg.policy}, mode {cfg.mode} (K={cfg.K}), B={cfg.batch_size}"
+              f"{f' (Executor steps {cfg.executor_batch_size})' if cfg.executor_batch_size else ''} M={cfg.M} N={cfg.N}",
+              flush=True)
     loggers = rundir.loggers(cfg, start) if master else []
     d_samp = engine_lib.Sampling(temperature=cfg.temperature, top_p=1.0, max_tokens=cfg.designer_max_tokens)
     e_samp = engine_lib.Sampling(temperature=cfg.temperature, top_p=1.0, max_tokens=cfg.max_tokens)
     limits = mas.Limits(max_calls=cfg.max_calls, timeout=cfg.script_timeout)
     weights = list(cfg.data_mix.values())
     bar = rundir.progress(range(start, cfg.steps), cfg, master)
-    b_local = cfg.batch_size // world
     for step in bar:
         t_step = time.perf_counter()
         engine_weights.step = step
+        # the roles this step trains (step 4 below), known first: an Executor-only step may take more queries
+        active = stagewise.active_roles(step, cfg.mode, cfg.K, cfg.first_role)
+        b_local = settings.step_batch(cfg, active) // world
         # 1. queries: the same global batch on every rank, each rank takes its share
-        queries = sample_queries(sources, weights, step, cfg.batch_size, cfg.seed, pos)
+        queries = sample_queries(sources, weights, step, b_local * world, cfg.seed, pos)
         mine = queries[rank * b_local:(rank + 1) * b_local]
         # 2. rollout M x N with the engine, rewards R [b, M, N]
         t0 = time.perf_counter()
@@ -538,8 +542,7 @@ def main(argv):
         # 3. advantages (the executor's over the runs that happened: an unparsed script's slots are left out)
         adv_d = advantage.designer_advantages(batch.R)
         adv_e = advantage.executor_advantages(batch.R, group=cfg.adv_group, executed=batch.executed)
-        # 4. active roles; the inactive role's samples are dropped here, never forwarded
-        active = stagewise.active_roles(step, cfg.mode, cfg.K, cfg.first_role)
+        # 4. active roles (above); the inactive role's samples are dropped here, never forwarded
         role_data = {role: {"samples": samples, "adv": torch.tensor([adv[s.index].item() for s in samples])}
                      for role, samples, adv in (("designer", batch.designer, adv_d), ("executor", batch.executor, adv_e))
                      if role in active}

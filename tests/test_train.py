@@ -30,6 +30,7 @@ sys.path.insert(0, str(ROOT))
 import evaluate  # noqa: E402
 import rundir  # noqa: E402
 import settings  # noqa: E402
+import stagewise  # noqa: E402
 import train  # noqa: E402
 
 
@@ -99,6 +100,16 @@ def test_bad_config_is_reported_before_any_model_loads(tmp_path, flag, message):
     assert message in str(e.value.code)
     assert not out.exists()   # nothing was set up: the check ran before the models
     assert not torch.distributed.is_initialized()
+
+
+def test_executor_batch_size_applies_to_executor_only_steps():
+    cfg = settings.parse_config(["config/tiny.py", "--batch_size=8", "--executor_batch_size=32"])
+    assert [settings.step_batch(cfg, stagewise.active_roles(t, "stagewise", 2, "designer")) for t in range(5)] == \
+        [8, 8, 32, 32, 8]
+    assert settings.step_batch(cfg, {"designer", "executor"}) == 8           # coupled: one batch for both roles
+    assert settings.step_batch(settings.parse_config(["--batch_size=8"]), {"executor"}) == 8   # 0 = batch_size
+    with pytest.raises(settings.ConfigError, match="executor_batch_size=6 must be divisible by the number of ranks"):
+        settings.validate(settings.parse_config(["--executor_batch_size=6"]), world=4)
 
 
 def test_bad_config_from_the_command_line(tmp_path):
