@@ -599,6 +599,9 @@ def _serve(sock_fd, base, isolated, heavy):
     sys.path.insert(0, HERE)
     if heavy:   # the script language, imported once here rather than in every job
         import mas  # noqa: F401
+    else:       # what CALL_HEADER imports that this file does not: 1.3 ms of every call-based program's run
+        import heapq  # noqa: F401
+        import string  # noqa: F401
     try:
         if isolated:
             _mount("tmpfs", base, "tmpfs", MS_NOSUID | MS_NODEV, "size=1m,mode=0755")
