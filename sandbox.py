@@ -453,6 +453,7 @@ def _run_grandchild(payload, inputs, limits):
     os.close(go_r)
     out_fd, err_fd, res_fd = (r for r, _ in pipes)
     os.set_blocking(err_fd, False)
+    os.set_blocking(go_w, False)
     caps = {out_fd: cap, err_fd: STDERR_CAP, res_fd: cap}
     bufs = {fd: bytearray() for fd in caps}   # the current test's (stdout: the grandchild's)
     done, timed_out, killed_at = 0, False, None
@@ -487,19 +488,18 @@ def _run_grandchild(payload, inputs, limits):
                     keep(key.fd, data)
                 else:                  # call tests: each line is a test that returned
                     *lines, rest = data.split(b"\n")
-                    for line in lines:
+                    for line in lines[:len(inputs) - done]:
                         keep(res_fd, line)
-                        if done < len(inputs):
-                            yield {"status": "ok", "output": bufs[res_fd].decode("utf-8", "replace"), "error": None}
-                            done += 1
-                        with contextlib.suppress(BlockingIOError, OSError):   # that test's stderr, to the end
+                        yield {"status": "ok", "output": bufs[res_fd].decode("utf-8", "replace"), "error": None}
+                        done += 1
+                        with contextlib.suppress(OSError):   # that test's stderr, to the end
                             while os.read(err_fd, 65536):
                                 pass
                         bufs = {fd: bytearray() for fd in caps}
                         deadline = time.monotonic() + per
-                        with contextlib.suppress(OSError):
-                            os.write(go_w, b"g")
-                    keep(res_fd, rest)
+                        with contextlib.suppress(OSError):   # non-blocking: a program that takes the goes
+                            os.write(go_w, b"g")             # cannot stall the job
+                    keep(res_fd, rest if done < len(inputs) else b"")
     for fd in (*caps, go_w):
         os.close(fd)
     _, st = os.waitpid(pid, 0)

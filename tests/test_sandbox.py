@@ -229,6 +229,7 @@ CALL_PROGRAMS = [
     ("stdout_flood", "def f(x):\n    print('z' * 100000)\n    return x"),
     ("circular_result", "def f(x):\n    a = []\n    a.append(a)\n    return a"),
     ("writes_its_result_pipe", "import os\ndef f(x):\n    os.write(4, b'junk')\n    return x"),
+    ("newlines_on_its_result_pipe", "import os\ndef f(x):\n    os.write(4, b'\\n' * 200000)\n    return x"),
     ("closes_the_harness_pipe", "import os\nos.close(5)\ndef f(x):\n    return x"),
 ]
 
