@@ -3,8 +3,8 @@
 Model-written code runs in child processes that can hurt nothing: not the trainer, not the files, not each
 other. Every job is forked from a pre-started fork-server that lives in its own user, mount, network and
 PID namespaces (started by `unshare` with a fresh exec, no root needed). There are two: a light one for
-programs under test (nothing pre-imported, so fork and exit are cheap) and one for workflow scripts (mas,
-the script language, imported once):
+programs under test (nothing pre-imported but two small modules of CALL_HEADER's, so fork and exit are
+cheap) and one for workflow scripts (mas, the script language, imported once):
 
     trainer ──socket──▶ fork-server (PID 1 of its namespace; all mounts read-only; no network)
                           └─ fork ─▶ job (PID 1 of its own PID namespace, own tmpfs as working directory,
@@ -18,6 +18,10 @@ Its tmpfs disappears with its mount namespace.
     run_code(code, stdin="", timeout=10.0) -> RunResult(stdout, stderr, status, duration, returncode)
     run_tests(code, tests, timeout_per_test=4.0) -> [TestOutcome(status, output, error)]  (one child)
     run_workflows(scripts, tasks, generate, equal=None, limits=mas.Limits()) -> [WorkflowRun]
+
+A program's tests run in grandchildren of its job (the harness, which they cannot touch): a stdin test in
+one of its own; call-based tests in one, in turn, as LeetCode and LiveCodeBench run them (module state
+persists from call to call), and in a fresh one after any test that does not return.
 
 run_workflows relays every agent call of every live script to the trainer; when every live script is
 blocked on an agent call, the trainer makes ONE batched `generate(calls)` (a tick), with calls sorted by
