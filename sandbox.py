@@ -1021,9 +1021,10 @@ def _status(rc, stderr, timed_out):
     return "error"
 
 
-def _drive(jobs, on_message=None, on_idle=None, on_finish=None):
+def _drive(jobs, on_message=None, on_idle=None, on_finish=None, until=None):
     """The trainer-side event loop over jobs (a list the callbacks may extend): feed payloads, collect
-    output and messages, enforce deadlines, report each job once when it has ended."""
+    output and messages, enforce deadlines, report each job once when it has ended. until(): stop as soon
+    as it holds (the jobs not yet ended are killed, as when the loop is left any other way)."""
     sel = selectors.DefaultSelector()
     reg, done = {}, set()
     # Only the jobs not yet reported are visited: a rollout of thousands of scripts would otherwise make
@@ -1057,7 +1058,7 @@ def _drive(jobs, on_message=None, on_idle=None, on_finish=None):
             live.extend(jobs[seen:])   # jobs the callbacks started this turn
             seen = len(jobs)
             live = [j for j in live if id(j) not in done]
-            if not live:
+            if not live or (until is not None and until()):
                 return
             now = time.monotonic()
             for j in live:
@@ -1144,7 +1145,8 @@ def run_tests(code, tests, timeout_per_test=4.0, *, max_output=1 << 20, memory=M
     if not (tests or {}).get("inputs"):
         return []
     job = _new_tests_job(_get(), code, tests, timeout_per_test, max_output, memory, isolate_calls)
-    _drive([job], on_message=lambda j, m: j.messages_seen.append(m))
+    _drive([job], on_message=lambda j, m: j.messages_seen.append(m),
+           until=lambda: len(job.messages_seen) >= job.n_tests)    # every outcome is in: not its exit too
     return _tests_outcomes(job, job.n_tests)
 
 
@@ -1302,6 +1304,8 @@ def run_workflows(scripts, tasks, generate, *, equal=None, limits=None, timeout=
     def on_message(job, msg):
         if job.kind != "workflow":
             job.messages_seen.append(msg)
+            if job.kind == "run_tests" and len(job.messages_seen) == job.n_tests:
+                answer_sub_job(job)   # every outcome is in: the script goes on while the job exits
             return
         st = state[id(job)]
         op = msg.get("op")
@@ -1389,17 +1393,22 @@ def run_workflows(scripts, tasks, generate, *, equal=None, limits=None, timeout=
             scripts_live.pop(id(job), None)
             launch()
             return
+        answer_sub_job(job)
+
+    def answer_sub_job(job):
+        """Reply to the script that waits on this run_python/run_tests job (once; it may wait on a later one)."""
         parent = job.parent_job
-        if parent.finished or state[id(parent)]["waiting"] is None:
+        st = state[id(parent)]
+        if parent.finished or st["waiting"] is None or st["waiting"][1] is not job:
             return
-        state[id(parent)]["waiting"] = None
+        st["waiting"] = None
         if job.kind == "run_python":
             res = _to_result(job)
             text = res.stdout if res.status == "ok" else \
                 f"{res.stdout}{res.status}: {_last_line(res.stderr) or res.status}"
             parent.reply({"ok": text[:max_output]})
         else:
-            pub = parts[state[id(parent)]["run"]][1]
+            pub = parts[st["run"]][1]
             parent.reply({"ok": tests_report(_tests_outcomes(job, job.n_tests), pub)[:max_output]})
 
     def on_idle():

@@ -377,6 +377,14 @@ def test_templates_run_with_visible_tests_only():
     text = runs[1].answer
     assert "Print the input doubled." in text and "SECRET-HIDDEN" not in text
     assert "2\n" in text and "FAIL 0/1" in text
+    # a script's run_tests is answered once every outcome is in (its job may still be exiting): calls right
+    # after one another each get their own report, in order, for call-based tests too
+    fn = {"id": "c2", "kind": "code", "question": "f",
+          "public_tests": {"inputs": [[1], [2], [3]], "outputs": [2, 3, 4], "fn_name": "f"}}
+    many = ("def workflow(task):\n    out = [run_tests('def f(x):\\n    return x + %d' % k) for k in range(4)]\n"
+            "    return '|'.join(r.split('\\n')[0] for r in out) + '|' + run_python('print(7)')")
+    runs = sandbox.run_workflows([many] * 3, [fn] * 3, gen)
+    assert [r.answer for r in runs] == ["FAIL 0/3|PASS 3/3|FAIL 0/3|FAIL 0/3|7\n"] * 3, runs[0]
 
 
 @needs_isolation
