@@ -5,8 +5,8 @@ implementation against a plain baseline in the same process, so that the printed
 any machine.
 
     python bench.py            # every section
-    python bench.py sandbox    # run_code overhead vs `python -c`, workflow executions per second
-    python bench.py grade      # answers graded per second
+    python bench.py sandbox    # run_code overhead vs `python -c`, call tests in one process vs one each, workflows/s
+    python bench.py grade      # answers graded per second; a step's grading, each distinct answer once vs every run
     python bench.py step       # an RL step's time split: design, execute, grade, update, weight sync, other
     python bench.py step:REV   # ... and the same run at git revision REV, side by side (the ratio of step times)
     python bench.py engine     # the tiny default's rollout on each backend (lean, hf, vllm), from out/tiny-sft
@@ -195,9 +195,10 @@ def bench_padding(seed=0):
 
 
 def bench_sandbox(n=15, runs=24):
-    """sandbox.run_code on a trivial program vs a fresh `python -c pass`, alternated, medians; then the
-    solver-tester template at concurrency 2 with an instant generate; then the generate calls (ticks) of 64
-    scripts x 3 sequential agent calls."""
+    """sandbox.run_code on a trivial program vs a fresh `python -c pass`, alternated, medians; the five
+    call-based tests of a tiny "fn" program in one process (run_tests) vs a process per test
+    (isolate_calls=True), alternated, medians; then the solver-tester template at concurrency 2 with an
+    instant generate; then the generate calls (ticks) of 64 scripts x 3 sequential agent calls."""
     import statistics
     import subprocess
     import time
@@ -219,6 +220,21 @@ def bench_sandbox(n=15, runs=24):
     p, o = statistics.median(plain), statistics.median(ours)
     print(f"trivial program: python -c {p * 1e3:.1f} ms, run_code {o * 1e3:.1f} ms, "
           f"ratio {o / p:.3f} (target <= 0.25)")
+
+    calls = {"inputs": [[k] for k in range(5)], "outputs": [k + 1 for k in range(5)], "fn_name": "f"}
+    fn = sandbox.CALL_HEADER + "def f(x): return x+1"     # as reward.code_score runs a tiny "fn" answer
+    each, one = [], []
+    for _ in range(n):
+        t0 = time.perf_counter()
+        a = sandbox.run_tests(fn, calls, isolate_calls=True)
+        each.append(time.perf_counter() - t0)
+        t0 = time.perf_counter()
+        b = sandbox.run_tests(fn, calls)
+        one.append(time.perf_counter() - t0)
+        assert a == b and all(o.status == "ok" for o in b), (a, b)
+    e, o = statistics.median(each), statistics.median(one)
+    print(f"5 call-based tests of one program: a process per test {e * 1e3:.1f} ms, one process {o * 1e3:.1f} ms, "
+          f"ratio {o / e:.3f}")
 
     prog = "print(sum(map(int, input().split())))"
     task = {"id": "b", "kind": "code", "question": "Print a+b.",
@@ -251,10 +267,12 @@ def bench_grade(n=96, seed=0):
     """Answers graded per second: plain math-verify in-process (the baseline: no deadline, one thread) vs
     reward.math_equal serially (one grader process, hard deadline) vs reward.grade_many on 2 (and os.cpu_count())
     grader processes. Every pair is distinct (math-verify caches parses), all need SymPy; plain numbers, which
-    never leave the caller, are timed on their own."""
+    never leave the caller, are timed on their own. Then a tiny step's grading (_tiny_step_runs) by
+    rollout._grade, each distinct (task, answer) once vs every run on its own (dedupe=False), alternated, medians."""
     import logging
     import os
     import random
+    import statistics
     import time
 
     import math_verify
@@ -303,6 +321,50 @@ def bench_grade(n=96, seed=0):
     print(f"agreement with plain math-verify: {sum(a == b for a, b in zip(res, base))}/{n} "
           f"(ours True on {sum(res)}, plain on {sum(base)}); os.cpu_count()={os.cpu_count()}, "
           f"load average {os.getloadavg()[0]:.1f}")
+
+    import rollout
+    pairs = _tiny_step_runs(seed)
+    keys = [(id(t), reward.graded_part(t["kind"], r.answer)) for t, r in pairs]
+    code = [k for (t, _), k in zip(pairs, keys) if t["kind"] == "code"]
+    every, once = [], []
+    rollout._grade(pairs, 0.4, 0.0, 4)                                             # light server started
+    for _ in range(5):
+        a, t = timed(lambda: rollout._grade(pairs, 0.4, 0.0, 4, dedupe=False))
+        every.append(t)
+        b, t = timed(lambda: rollout._grade(pairs, 0.4, 0.0, 4))
+        once.append(t)
+        assert a == b, "the same rewards either way"
+    e, o = statistics.median(every), statistics.median(once)
+    print(f"a tiny step's grading (rollout._grade, 4 threads): {len(pairs)} runs, {len(code)} of them code; "
+          f"{len(set(keys))} distinct (task, answer), {len(set(code))} code: every run {e * 1e3:.0f} ms, "
+          f"each distinct once {o * 1e3:.0f} ms, ratio {o / e:.3f}")
+
+
+def _tiny_step_runs(seed=0, B=8, M=4, N=2, p_same=0.6):
+    """(task, WorkflowRun) pairs shaped like one step of the tiny default (train.py): B queries (half math
+    "chain", half code "fn") x M designs x N executions, each design answering one of four variants (the
+    right answer, off by 1, 2 or 3) and each execution repeating its design's answer with probability p_same,
+    as the tiny cold start does; replies well-formed or not."""
+    import random
+
+    import tiny
+    from sandbox import CallRecord, WorkflowRun
+
+    rng = random.Random(seed)
+    pairs = []
+    for task in tiny.make_tasks(B, seed=seed, split="rl"):
+        if task["kind"] == "code":
+            expr = task["metadata"]["solution"].split("return ", 1)[1]
+            variants = [f"def f(x): return {expr}"] + [f"def f(x): return ({expr}) + {k}" for k in (1, 2, 3)]
+        else:
+            variants = [str(int(task["answer"]) + k) for k in range(4)]
+        for _ in range(M):
+            mine = rng.randrange(4)
+            for _ in range(N):
+                answer = variants[mine if rng.random() < p_same else rng.randrange(4)]
+                reply = f"<answer>{answer}</answer>" if rng.random() < 0.8 else answer
+                pairs.append((task, WorkflowRun(answer, None, [CallRecord("solver", [], reply, None)])))
+    return pairs
 
 
 def bench_rollout(B=4, max_tokens=64, backend="auto", naive=(1, 1, 2), reps=2):

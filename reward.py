@@ -514,28 +514,43 @@ def format_score(run):
     return sum(well_formed(r) for r in replies) / len(replies)
 
 
+def graded_part(kind, answer):
+    """The part of an answer that correctness grades on a task of this kind: the answer, or what its answer
+    tag or \\boxed{} holds (math); the program it holds (code); None for no answer. correctness(task, answer)
+    depends on nothing but the task and this, so two answers with the same graded part score the same."""
+    if answer is None:
+        return None
+    answer = str(answer)
+    if kind == "math" and (_TAG_RE.search(answer) or "\\boxed" in answer):
+        return extract_answer(answer) or ""
+    if kind == "code":
+        return extract_code(answer)
+    return answer
+
+
 def correctness(task, answer, code_timeout=4.0):
     """correct(e): math_equal on the returned answer, or the share of hidden tests its program passes."""
     if answer is None:
         return 0.0
-    answer = str(answer)
     kind = task.get("kind")
+    graded = graded_part(kind, answer)
     if kind == "math":
-        text = answer
-        if _TAG_RE.search(text) or "\\boxed" in text:
-            text = extract_answer(text) or ""
-        return float(math_equal(text, task.get("answer")))
+        return float(math_equal(graded, task.get("answer")))
     if kind == "code":
-        return code_score(extract_code(answer), task.get("tests"), timeout=code_timeout)
+        return code_score(graded, task.get("tests"), timeout=code_timeout)
     raise ValueError(f"task {task.get('id')!r}: unknown kind {kind!r} (expected 'math' or 'code')")
 
 
-def reward(task, run, lam=LAM, fail_penalty=0.0, code_timeout=4.0):
+def reward(task, run, lam=LAM, fail_penalty=0.0, code_timeout=4.0, correct=None):
     """R = correct + λ·format − fail_penalty·[the workflow failed to parse or run].
 
     fail_penalty = 0 is the paper's setting (a failed run just earns no correctness); a positive value is
     the improvement its discussion suggests, so that Designer samples that crash rank below ones that
-    merely answer wrong. Executability enters the reward only through this penalty."""
+    merely answer wrong. Executability enters the reward only through this penalty.
+    correct: correctness(task, run.answer) when the caller already has it (a batch grades each distinct
+    answer of a task once: rollout._grade)."""
     failed = getattr(run, "error", None) is not None
-    r = correctness(task, getattr(run, "answer", None), code_timeout) + lam * format_score(run)
+    if correct is None:
+        correct = correctness(task, getattr(run, "answer", None), code_timeout)
+    r = correct + lam * format_score(run)
     return r - (fail_penalty if failed else 0.0)

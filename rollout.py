@@ -129,16 +129,31 @@ def executor_generate(eng, sampling, seed_of, records, stats, batched=True):
     return generate
 
 
-def _grade(pairs, lam, fail_penalty, workers):
-    """reward.reward for every (task, WorkflowRun); in threads, since grading waits on sandbox children
-    (hidden tests) and grader processes (math_equal), both safe to drive from several threads."""
+def _grade(pairs, lam, fail_penalty, workers, dedupe=True):
+    """reward.reward for every (task, WorkflowRun). correct() depends only on the task and the graded part of
+    the answer (reward.graded_part), and many runs of a step return the same program or answer (the N
+    executions of a script, designs with the same template): so each distinct (task, graded part) is graded
+    once, keyed by the task object itself (every run of a query holds the same dict), and each run adds its
+    own format score and penalty. In threads, since grading waits on sandbox children (hidden tests) and
+    grader processes (math_equal), both safe to drive from several threads. dedupe=False grades every run
+    on its own (the same rewards; for tests and bench.py)."""
     if not pairs:
         return []
-    f = lambda tr: reward_lib.reward(tr[0], tr[1], lam=lam, fail_penalty=fail_penalty)
-    if workers <= 1 or len(pairs) == 1:
-        return [f(p) for p in pairs]
-    with ThreadPoolExecutor(min(workers, len(pairs))) as ex:
-        return list(ex.map(f, pairs))
+    keys = [(id(task), reward_lib.graded_part(task.get("kind"), getattr(run, "answer", None))) if dedupe else k
+            for k, (task, run) in enumerate(pairs)]
+    first = {}                          # key -> the first run that has it: that run's answer is graded
+    for k, key in enumerate(keys):
+        first.setdefault(key, k)
+    f = lambda k: reward_lib.correctness(pairs[k][0], getattr(pairs[k][1], "answer", None))
+    todo = list(first.values())
+    if workers <= 1 or len(todo) == 1:
+        correct = [f(k) for k in todo]
+    else:
+        with ThreadPoolExecutor(min(workers, len(todo))) as ex:
+            correct = list(ex.map(f, todo))
+    correct = dict(zip(first, correct))
+    return [reward_lib.reward(task, run, lam=lam, fail_penalty=fail_penalty, correct=correct[key])
+            for (task, run), key in zip(pairs, keys)]
 
 
 def rollout(queries, designer_engine, executor_engine, M, N, step=0, *, seed=0, template=None,

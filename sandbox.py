@@ -3,8 +3,8 @@
 Model-written code runs in child processes that can hurt nothing: not the trainer, not the files, not each
 other. Every job is forked from a pre-started fork-server that lives in its own user, mount, network and
 PID namespaces (started by `unshare` with a fresh exec, no root needed). There are two: a light one for
-programs under test (nothing pre-imported, so fork and exit are cheap) and one for workflow scripts (mas,
-the script language, imported once):
+programs under test (nothing pre-imported but two small modules of CALL_HEADER's, so fork and exit are
+cheap) and one for workflow scripts (mas, the script language, imported once):
 
     trainer ──socket──▶ fork-server (PID 1 of its namespace; all mounts read-only; no network)
                           └─ fork ─▶ job (PID 1 of its own PID namespace, own tmpfs as working directory,
@@ -18,6 +18,10 @@ Its tmpfs disappears with its mount namespace.
     run_code(code, stdin="", timeout=10.0) -> RunResult(stdout, stderr, status, duration, returncode)
     run_tests(code, tests, timeout_per_test=4.0) -> [TestOutcome(status, output, error)]  (one child)
     run_workflows(scripts, tasks, generate, equal=None, limits=mas.Limits()) -> [WorkflowRun]
+
+A program's tests run in grandchildren of its job (the harness, which they cannot touch): a stdin test in
+one of its own; call-based tests in one, in turn, as LeetCode and LiveCodeBench run them (module state
+persists from call to call), and in a fresh one after any test that does not return.
 
 run_workflows relays every agent call of every live script to the trainer; when every live script is
 blocked on an agent call, the trainer makes ONE batched `generate(calls)` (a tick), with calls sorted by
@@ -346,22 +350,47 @@ def _call_args(inp):
     return list(inp) if isinstance(inp, list | tuple) else [inp]
 
 
-def _job_test_one(code, inp, fn_name, result_fd, limits):
-    """Grandchild: one test of one program."""
-    _stdin_file("" if fn_name else str(inp))
+def _job_test_calls(code, inputs, fn_name, result_fd, go_fd, limits):
+    """Grandchild: the program once, then each call-based test in turn: one line of JSON (which never holds a
+    raw newline) per returned value on result_fd, then wait for the job's go on go_fd (so that what the
+    program printed to stderr before that line is all in the pipe and is that test's). The first test that
+    does not return ends the process just as it would end a process of its own: exception, exit, crash."""
+    _stdin_file("")
     _open_std()
-    _set_limits(limits["cpu"], limits["memory"])
+    cpu = limits["cpu"]
+    _set_limits(cpu * len(inputs), limits["memory"])
+
+    def cpu_for_one_more_test():   # soft RLIMIT_CPU: each test its own CPU seconds, as in a process of its own
+        used = resource.getrusage(resource.RUSAGE_SELF)
+        with contextlib.suppress(ValueError, OSError):
+            hard = resource.getrlimit(resource.RLIMIT_CPU)[1]
+            resource.setrlimit(resource.RLIMIT_CPU, (min(int(used.ru_utime + used.ru_stime) + cpu, hard), hard))
+
+    cpu_for_one_more_test()        # the first test's seconds include running the program
     _seccomp_no_spawn()
-    code_, g = _exec_program(code, "solution" if fn_name else "__main__")
-    if fn_name and code_ == 0:
+    code_, g = _exec_program(code, "solution")
+    for k, inp in enumerate(inputs):
+        if code_ != 0:
+            break
+        if k:
+            try:
+                go = os.read(go_fd, 1)
+            except OSError:                 # the program closed it: go on unpaced (only its error texts
+                go = b"g"                   # could then be misattributed)
+            if go != b"g":                  # the job is gone
+                return 120
+            cpu_for_one_more_test()
         try:
             sol = g.get("Solution")
             fn = getattr(sol(), fn_name) if sol is not None and hasattr(sol, fn_name) else g[fn_name]
             out = fn(*_call_args(inp))
             data = json.dumps(out, default=lambda o: sorted(o) if isinstance(o, set | frozenset) else repr(o))
-            _write_all(result_fd, data.encode())
+            _flush()
+            _write_all(result_fd, data.encode() + b"\n")
         except SystemExit as e:
             code_ = _exit_code(e)
+            if code_ == 0:      # sys.exit(0) in the call ends the process as it always did: status ok, no output
+                break
         except BaseException as e:  # noqa: BLE001
             _print_user_traceback(e)
             code_ = 1
@@ -369,67 +398,122 @@ def _job_test_one(code, inp, fn_name, result_fd, limits):
     return code_
 
 
+def _job_test_one(code, inp, result_fd, limits):
+    """Grandchild: one stdin test of one program."""
+    _stdin_file(str(inp))
+    _open_std()
+    _set_limits(limits["cpu"], limits["memory"])
+    _seccomp_no_spawn()
+    code_, _ = _exec_program(code, "__main__")
+    _flush()
+    return code_
+
+
 def _job_tests(payload, limits):
-    """PID 1 of the job: runs each test in its own grandchild, reports each outcome as it completes."""
+    """PID 1 of the job: runs the tests in grandchildren, reports each outcome as it completes.
+
+    A stdin test gets a grandchild of its own: a fresh interpreter, stdin and __main__. The call-based tests
+    of one program share a grandchild, as LeetCode's and LiveCodeBench's harnesses do: the program runs once,
+    then each test calls the function in turn (a fresh Solution() each time; module state persists). A test
+    that ends any other way than by returning (exception, exit, timeout, crash, memory) ends its grandchild
+    with it, exactly as it ended a grandchild of its own, and a fresh grandchild runs the tests after it: no
+    test can sink another. Expected outputs never enter the job. payload["isolate_calls"]: a grandchild per
+    call-based test too (the same results for any program without state across calls; for tests, bench.py)."""
     chan = _Channel(3)
-    per = payload["timeout_per_test"]
-    lim = dict(limits, cpu=int(math.ceil(per)) + 1)
-    tests = payload["tests"]
-    fn_name = tests.get("fn_name")
-    for inp in tests.get("inputs", []):
-        pipes = [os.pipe() for _ in range(3)]   # stdout, stderr, result
-        pid = os.fork()
-        if pid == 0:
-            try:
-                os.dup2(pipes[0][1], 1)
-                os.dup2(pipes[1][1], 2)
-                os.dup2(pipes[2][1], 4)
-                os.closerange(5, 1 << 16)
-                os.close(3)
-                os._exit(_job_test_one(payload["code"], inp, fn_name, 4, lim))
-            except BaseException:  # noqa: BLE001
-                os._exit(120)
-        for _, w in pipes:
-            os.close(w)
-        bufs = _drain([p[0] for p in pipes], [payload["max_output"], STDERR_CAP, payload["max_output"]],
-                      time.monotonic() + per)
-        timed_out = bufs is None
-        if timed_out:
-            os.kill(pid, signal.SIGKILL)
-            bufs = _drain([p[0] for p in pipes], [payload["max_output"], STDERR_CAP, payload["max_output"]],
-                          time.monotonic() + 1.0) or [b"", b"", b""]
-        for r, _ in pipes:
-            os.close(r)
-        _, st = os.waitpid(pid, 0)
-        rc = os.waitstatus_to_exitcode(st)
-        err = bufs[1].decode("utf-8", "replace")
-        status = _status(rc, err, timed_out)
-        output = bufs[2 if fn_name else 0].decode("utf-8", "replace")
-        chan.send({"status": status, "output": output, "error": None if status == "ok" else
-                   (_last_line(err) or ("timeout" if timed_out else f"exit code {rc}"))})
+    inputs = list(payload["tests"].get("inputs", []))
+    shared = payload["tests"].get("fn_name") and not payload.get("isolate_calls")
+    k = 0
+    while k < len(inputs):
+        for outcome in _run_grandchild(payload, inputs[k:] if shared else inputs[k:k + 1], limits):
+            chan.send(outcome)
+            k += 1
     return 0
 
 
-def _drain(fds, caps, deadline):
-    """Read fds to EOF (keeping at most cap bytes each); None on deadline."""
-    bufs = {fd: bytearray() for fd in fds}
-    cap = dict(zip(fds, caps))
-    open_ = set(fds)
+def _run_grandchild(payload, inputs, limits):
+    """Run `inputs` (one stdin test, or call-based tests in turn) in one grandchild; yield each test's
+    outcome as it completes, up to and including the first that does not end by returning (at least one)."""
+    per = payload["timeout_per_test"]
+    fn_name = payload["tests"].get("fn_name")
+    lim = dict(limits, cpu=int(math.ceil(per)) + 1)
+    cap = payload["max_output"]
+    pipes = [os.pipe() for _ in range(3)]   # stdout, stderr, result
+    go_r, go_w = os.pipe()                    # call tests: the job's go for the next test
+    pid = os.fork()
+    if pid == 0:
+        try:
+            os.dup2(pipes[0][1], 1)
+            os.dup2(pipes[1][1], 2)
+            os.dup2(pipes[2][1], 4)
+            os.dup2(go_r, 5)
+            os.closerange(6, 1 << 16)
+            os.close(3)
+            os._exit(_job_test_calls(payload["code"], inputs, fn_name, 4, 5, lim) if fn_name else
+                     _job_test_one(payload["code"], inputs[0], 4, lim))
+        except BaseException:  # noqa: BLE001
+            os._exit(120)
+    for _, w in pipes:
+        os.close(w)
+    os.close(go_r)
+    out_fd, err_fd, res_fd = (r for r, _ in pipes)
+    os.set_blocking(err_fd, False)
+    os.set_blocking(go_w, False)
+    caps = {out_fd: cap, err_fd: STDERR_CAP, res_fd: cap}
+    bufs = {fd: bytearray() for fd in caps}   # the current test's (stdout: the grandchild's)
+    done, timed_out, killed_at = 0, False, None
+    deadline = time.monotonic() + per
+
+    def keep(fd, data):
+        bufs[fd] += data[: max(0, caps[fd] - len(bufs[fd]))]
+
     with selectors.DefaultSelector() as sel:
-        for fd in fds:
+        for fd in caps:
             sel.register(fd, selectors.EVENT_READ)
+        open_ = set(caps)
         while open_:
-            left = deadline - time.monotonic()
-            if left <= 0:
-                return None
-            for key, _ in sel.select(left):
-                data = os.read(key.fd, 65536)
+            now = time.monotonic()
+            if timed_out and now - killed_at > 1.0:   # killed, and its pipes still not closed: give up on them
+                bufs = {fd: bytearray() for fd in caps}
+                break
+            if not timed_out and now >= deadline:
+                os.kill(pid, signal.SIGKILL)
+                timed_out, killed_at = True, now
+                bufs = {fd: bytearray() for fd in caps}   # a timed-out test: only what comes after the kill
+                continue
+            for key, _ in sel.select((killed_at + 1.0 if timed_out else deadline) - now):
+                try:
+                    data = os.read(key.fd, 65536)
+                except BlockingIOError:
+                    continue
                 if not data:
                     sel.unregister(key.fd)
                     open_.discard(key.fd)
-                elif len(bufs[key.fd]) < cap[key.fd]:
-                    bufs[key.fd] += data[: cap[key.fd] - len(bufs[key.fd])]
-    return [bytes(bufs[fd]) for fd in fds]
+                elif key.fd != res_fd or not fn_name or timed_out or done == len(inputs):
+                    keep(key.fd, data)
+                else:                  # call tests: each line is a test that returned
+                    *lines, rest = data.split(b"\n")
+                    for line in lines[:len(inputs) - done]:
+                        keep(res_fd, line)
+                        yield {"status": "ok", "output": bufs[res_fd].decode("utf-8", "replace"), "error": None}
+                        done += 1
+                        with contextlib.suppress(OSError):   # that test's stderr, to the end
+                            while os.read(err_fd, 65536):
+                                pass
+                        bufs = {fd: bytearray() for fd in caps}
+                        deadline = time.monotonic() + per
+                        with contextlib.suppress(OSError):   # non-blocking: a program that takes the goes
+                            os.write(go_w, b"g")             # cannot stall the job
+                    keep(res_fd, rest if done < len(inputs) else b"")
+    for fd in (*caps, go_w):
+        os.close(fd)
+    _, st = os.waitpid(pid, 0)
+    if done == len(inputs):
+        return
+    rc = os.waitstatus_to_exitcode(st)
+    err = bufs[err_fd].decode("utf-8", "replace")
+    status = _status(rc, err, timed_out)
+    yield {"status": status, "output": bufs[res_fd if fn_name else out_fd].decode("utf-8", "replace"),
+           "error": None if status == "ok" else (_last_line(err) or ("timeout" if timed_out else f"exit code {rc}"))}
 
 
 def _job_workflow(payload, limits):
@@ -519,6 +603,9 @@ def _serve(sock_fd, base, isolated, heavy):
     sys.path.insert(0, HERE)
     if heavy:   # the script language, imported once here rather than in every job
         import mas  # noqa: F401
+    else:       # what CALL_HEADER imports that this file does not: 1.3 ms of every call-based program's run
+        import heapq  # noqa: F401
+        import string  # noqa: F401
     try:
         if isolated:
             _mount("tmpfs", base, "tmpfs", MS_NOSUID | MS_NODEV, "size=1m,mode=0755")
@@ -934,9 +1021,10 @@ def _status(rc, stderr, timed_out):
     return "error"
 
 
-def _drive(jobs, on_message=None, on_idle=None, on_finish=None):
+def _drive(jobs, on_message=None, on_idle=None, on_finish=None, until=None):
     """The trainer-side event loop over jobs (a list the callbacks may extend): feed payloads, collect
-    output and messages, enforce deadlines, report each job once when it has ended."""
+    output and messages, enforce deadlines, report each job once when it has ended. until(): stop as soon
+    as it holds (the jobs not yet ended are killed, as when the loop is left any other way)."""
     sel = selectors.DefaultSelector()
     reg, done = {}, set()
     # Only the jobs not yet reported are visited: a rollout of thousands of scripts would otherwise make
@@ -970,7 +1058,7 @@ def _drive(jobs, on_message=None, on_idle=None, on_finish=None):
             live.extend(jobs[seen:])   # jobs the callbacks started this turn
             seen = len(jobs)
             live = [j for j in live if id(j) not in done]
-            if not live:
+            if not live or (until is not None and until()):
                 return
             now = time.monotonic()
             for j in live:
@@ -1022,9 +1110,10 @@ def run_code(code, stdin="", timeout=10.0, *, max_output=1 << 20, memory=MEMORY)
     return _to_result(job)
 
 
-def _tests_payload(code, tests, timeout_per_test, max_output):
+def _tests_payload(code, tests, timeout_per_test, max_output, isolate_calls=False):
     t = {"inputs": list((tests or {}).get("inputs") or []), "fn_name": (tests or {}).get("fn_name")}
-    return {"code": str(code), "tests": t, "timeout_per_test": timeout_per_test, "max_output": max_output}
+    return {"code": str(code), "tests": t, "timeout_per_test": timeout_per_test, "max_output": max_output,
+            "isolate_calls": bool(isolate_calls)}
 
 
 def _tests_outcomes(job, n):
@@ -1037,8 +1126,8 @@ def _tests_outcomes(job, n):
     return outs
 
 
-def _new_tests_job(server, code, tests, timeout_per_test, max_output, memory):
-    payload = _tests_payload(code, tests, timeout_per_test, max_output)
+def _new_tests_job(server, code, tests, timeout_per_test, max_output, memory, isolate_calls=False):
+    payload = _tests_payload(code, tests, timeout_per_test, max_output, isolate_calls)
     n = len(payload["tests"]["inputs"])
     job = _Job(server, "tests", payload, n * (timeout_per_test + 0.5) + 5.0, max_output, memory)
     job.messages_seen = []
@@ -1046,16 +1135,18 @@ def _new_tests_job(server, code, tests, timeout_per_test, max_output, memory):
     return job
 
 
-def run_tests(code, tests, timeout_per_test=4.0, *, max_output=1 << 20, memory=MEMORY):
+def run_tests(code, tests, timeout_per_test=4.0, *, max_output=1 << 20, memory=MEMORY, isolate_calls=False):
     """Run one program on every test (all in ONE sandbox child); raw outputs back, no comparison here.
 
     tests: {"inputs": [...], "outputs": [...], "fn_name": str|None}. For stdin tests each input is the stdin
     text and the outcome's output is stdout; for call tests each input is the list of positional arguments
-    and the output is the JSON of the return value."""
+    and the output is the JSON of the return value. Call tests share one process until one fails (see
+    _job_tests); isolate_calls=True gives each its own, as stdin tests always have."""
     if not (tests or {}).get("inputs"):
         return []
-    job = _new_tests_job(_get(), code, tests, timeout_per_test, max_output, memory)
-    _drive([job], on_message=lambda j, m: j.messages_seen.append(m))
+    job = _new_tests_job(_get(), code, tests, timeout_per_test, max_output, memory, isolate_calls)
+    _drive([job], on_message=lambda j, m: j.messages_seen.append(m),
+           until=lambda: len(job.messages_seen) >= job.n_tests)    # every outcome is in: not its exit too
     return _tests_outcomes(job, job.n_tests)
 
 
@@ -1213,6 +1304,8 @@ def run_workflows(scripts, tasks, generate, *, equal=None, limits=None, timeout=
     def on_message(job, msg):
         if job.kind != "workflow":
             job.messages_seen.append(msg)
+            if job.kind == "run_tests" and len(job.messages_seen) == job.n_tests:
+                answer_sub_job(job)   # every outcome is in: the script goes on while the job exits
             return
         st = state[id(job)]
         op = msg.get("op")
@@ -1300,17 +1393,22 @@ def run_workflows(scripts, tasks, generate, *, equal=None, limits=None, timeout=
             scripts_live.pop(id(job), None)
             launch()
             return
+        answer_sub_job(job)
+
+    def answer_sub_job(job):
+        """Reply to the script that waits on this run_python/run_tests job (once; it may wait on a later one)."""
         parent = job.parent_job
-        if parent.finished or state[id(parent)]["waiting"] is None:
+        st = state[id(parent)]
+        if parent.finished or st["waiting"] is None or st["waiting"][1] is not job:
             return
-        state[id(parent)]["waiting"] = None
+        st["waiting"] = None
         if job.kind == "run_python":
             res = _to_result(job)
             text = res.stdout if res.status == "ok" else \
                 f"{res.stdout}{res.status}: {_last_line(res.stderr) or res.status}"
             parent.reply({"ok": text[:max_output]})
         else:
-            pub = parts[state[id(parent)]["run"]][1]
+            pub = parts[st["run"]][1]
             parent.reply({"ok": tests_report(_tests_outcomes(job, job.n_tests), pub)[:max_output]})
 
     def on_idle():

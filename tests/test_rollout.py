@@ -13,6 +13,7 @@ import engine
 import grpo
 import mas
 import reward
+import rollout as rollout_lib
 import tiny
 from rollout import rollout, samples_to_tensors
 
@@ -230,3 +231,65 @@ def test_engine_failure_is_raised_not_scored(hf):
     # the sandbox turns a failed generate into failed runs; rollout must not hand those to the trainer
     with pytest.raises(RuntimeError, match="engine core died"):
         rollout(TASKS, None, Failing(hf, ok=1), M=1, N=2, template="critic", executor_sampling=EXEC)
+
+
+class Canned:
+    """An engine that replies from a short list, in turn: many runs of a batch return the same answer."""
+
+    def __init__(self, replies):
+        self.replies, self.served = replies, 0
+
+    def generate(self, prompts, sampling):
+        outs = []
+        for _ in prompts:
+            text = self.replies[self.served % len(self.replies)]
+            self.served += 1
+            outs.append([engine.Completion([1, 2], [3], text, [-0.5], "stop")])
+        return outs
+
+
+def _counting_correctness(monkeypatch):
+    graded = []
+    real = reward.correctness
+
+    def counting(task, answer, *a, **k):
+        graded.append((task["id"], answer))
+        return real(task, answer, *a, **k)
+    monkeypatch.setattr(reward, "correctness", counting)
+    return graded
+
+
+def test_grade_each_distinct_answer_once_same_rewards(monkeypatch):
+    # a real batch: right and wrong programs and answers, the same answer with and without a well-formed tag
+    # (same correctness, different format)
+    code = TASKS[1]["metadata"]["solution"]
+    replies = [f"<answer>{code}</answer>", "<answer>3</answer>", f"<answer>{code}</answer> <answer>",
+               "<answer>def f(x): return x</answer>", f"<answer>```python\n{code}\n```</answer>"]
+    b = rollout(TASKS, None, Canned(replies), M=2, N=3, template="single", fail_penalty=0.25)
+    pairs = [(TASKS[r.q], r.run) for r in b.runs]
+    graded = _counting_correctness(monkeypatch)
+    every = rollout_lib._grade(pairs, 0.4, 0.25, 4, dedupe=False)
+    assert len(graded) == 12
+    graded.clear()
+    assert rollout_lib._grade(pairs, 0.4, 0.25, 4) == every == [r.reward for r in b.runs]
+    assert len(graded) == len({(t["id"], reward.graded_part(t["kind"], r.answer)) for t, r in pairs}) < 12
+    assert len(set(every)) >= 3                                                  # rewards do differ
+    # a hand-made list: the same answer in several runs, with different replies (format) and errors (penalty),
+    # a None answer, equal tasks in two dicts (graded apart: the key is the task object)
+    from sandbox import CallRecord, WorkflowRun
+    run = lambda answer, replies, error=None: WorkflowRun(answer, error, [CallRecord("a", [], r, None)
+                                                                          for r in replies])
+    math, fn = TASKS
+    fn2 = dict(fn, tests=dict(fn["tests"], outputs=[100] * 5))    # same id, other hidden tests
+    pairs = [(math, run("3", ["<answer>3</answer>"])), (math, run("<answer>3</answer>", ["x"])),
+             (math, run("\\boxed{3}", ["<answer>3</answer>", "y"])), (math, run("4", ["<answer>4</answer>"])),
+             (math, run(None, ["<answer>3</answer>"], "NameError")), (fn, run(code, ["<answer>1</answer>"])),
+             (fn, run(f"```python\n{code}\n```", [])), (fn, run(code, ["z"], "late error")),
+             (fn2, run(code, ["<answer>1</answer>"])), (dict(fn), run("def f(x): return x", []))]
+    graded.clear()
+    every = [reward.reward(t, r, lam=0.4, fail_penalty=0.25) for t, r in pairs]
+    graded.clear()
+    assert rollout_lib._grade(pairs, 0.4, 0.25, 3) == every
+    assert rollout_lib._grade(pairs, 0.4, 0.25, 1) == every
+    assert every == pytest.approx([1.4, 1.0, 1.2, 0.4, 0.15, 1.4, 1.0, 0.75, 0.4, 0.0])
+    assert len(graded) == 2 * 6      # per call: 3, 4, None; code, fn2's code, the wrong program

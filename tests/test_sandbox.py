@@ -204,6 +204,62 @@ def test_run_tests_stdin_and_call_based():
     assert _no_leftovers()
 
 
+# call-based programs whose tests share one process: the outcomes must be those of a process per test
+CALL_PROGRAMS = [
+    ("pure", "def f(x):\n    return x * 2"),
+    ("solution_class", "class Solution:\n    def f(self, x):\n        return [x] * 2"),
+    ("raise_on_2", "def f(x):\n    if x == 2:\n        raise ValueError('two')\n    return x"),
+    ("exit_0_on_2", "import sys\ndef f(x):\n    if x == 2:\n        sys.exit(0)\n    return x"),
+    ("exit_3_on_3", "import sys\ndef f(x):\n    if x == 3:\n        sys.exit(3)\n    return x"),
+    ("exit_message", "import sys\ndef f(x):\n    if x == 1:\n        sys.exit('bad one')\n    return x"),
+    ("os_exit_on_2", "import os\ndef f(x):\n    if x == 2:\n        os._exit(7)\n    return x"),
+    ("loop_on_2", "def f(x):\n    while x == 2:\n        pass\n    return x"),
+    ("memory_on_1", "def f(x):\n    if x == 1:\n        return len(bytearray(1 << 36))\n    return x"),
+    ("segfault_on_3", "import ctypes\ndef f(x):\n    if x == 3:\n        ctypes.string_at(0)\n    return x"),
+    ("stderr_then_raise", "import sys\ndef f(x):\n    print('debug', x, file=sys.stderr)\n"
+     "    if x == 4:\n        raise KeyError(x)\n    return x"),
+    ("stderr_then_exit", "import sys\ndef f(x):\n    print('note', x, file=sys.stderr)\n    if x == 3:\n"
+     "        sys.exit(2)\n    return x"),
+    ("module_error", "undefined_name\ndef f(x):\n    return x"),
+    ("syntax_error", "def f(x) return x"),
+    ("no_function", "def g(x):\n    return x"),
+    ("sets_and_objects", "def f(x):\n    return {x, 1} if x % 2 else object"),
+    ("newlines_in_result", "def f(x):\n    return 'a\\nb\\u2028c'"),
+    ("huge_result", "def f(x):\n    return 'y' * (3 << 20) if x == 2 else x"),
+    ("stdout_flood", "def f(x):\n    print('z' * 100000)\n    return x"),
+    ("circular_result", "def f(x):\n    a = []\n    a.append(a)\n    return a"),
+    ("writes_its_result_pipe", "import os\ndef f(x):\n    os.write(4, b'junk')\n    return x"),
+    ("newlines_on_its_result_pipe", "import os\ndef f(x):\n    os.write(4, b'\\n' * 200000)\n    return x"),
+    ("closes_the_harness_pipe", "import os\nos.close(5)\ndef f(x):\n    return x"),
+]
+
+
+@needs_isolation
+def test_call_tests_share_a_process_with_the_outcomes_of_one_each():
+    tests = {"inputs": [[1], [2], [3], [4]], "outputs": [0] * 4, "fn_name": "f"}
+    run = lambda code, isolate: [(o.status, o.output, o.error) for o in
+                                 sandbox.run_tests(code, tests, timeout_per_test=1.0, max_output=1 << 16,
+                                                   isolate_calls=isolate)]
+    with ThreadPoolExecutor(4) as ex:
+        shared = list(ex.map(lambda p: run(p[1], False), CALL_PROGRAMS))
+        alone = list(ex.map(lambda p: run(p[1], True), CALL_PROGRAMS))
+    for (name, _), a, b in zip(CALL_PROGRAMS, shared, alone):
+        assert a == b, name
+    got = dict(zip([n for n, _ in CALL_PROGRAMS], shared))
+    assert got["pure"] == [("ok", str(2 * x), None) for x in (1, 2, 3, 4)]
+    assert [s for s, _, _ in got["loop_on_2"]] == ["ok", "timeout", "ok", "ok"]   # the tests after it still ran
+    assert got["memory_on_1"][0][0] == "memory" and got["segfault_on_3"][2][0] == "killed"
+    assert got["stderr_then_raise"][3] == ("error", "", "KeyError: 4")   # its own stderr, not the tests' before
+    assert got["stderr_then_exit"][2] == ("error", "", "note 3")
+    assert got["huge_result"][1][0] == "ok" and len(got["huge_result"][1][1]) == 1 << 16
+    # state: module globals persist from call to call (as under LeetCode's and LiveCodeBench's harnesses),
+    # until a test fails: the tests after it get a fresh process
+    counter = "n = []\ndef f(x):\n    n.append(x)\n    if x == 2:\n        raise ValueError\n    return len(n)"
+    assert [o for _, o, _ in run(counter, False)] == ["1", "", "1", "2"]
+    assert [o for _, o, _ in run(counter, True)] == ["1", "", "1", "1"]
+    assert _no_leftovers()
+
+
 def test_outputs_match_livecodebench_style():
     assert sandbox.outputs_match("YES\nNO\n", "YES\nNO")
     assert sandbox.outputs_match("  1 2 3  \n\n", "1 2 3")
@@ -321,6 +377,14 @@ def test_templates_run_with_visible_tests_only():
     text = runs[1].answer
     assert "Print the input doubled." in text and "SECRET-HIDDEN" not in text
     assert "2\n" in text and "FAIL 0/1" in text
+    # a script's run_tests is answered once every outcome is in (its job may still be exiting): calls right
+    # after one another each get their own report, in order, for call-based tests too
+    fn = {"id": "c2", "kind": "code", "question": "f",
+          "public_tests": {"inputs": [[1], [2], [3]], "outputs": [2, 3, 4], "fn_name": "f"}}
+    many = ("def workflow(task):\n    out = [run_tests('def f(x):\\n    return x + %d' % k) for k in range(4)]\n"
+            "    return '|'.join(r.split('\\n')[0] for r in out) + '|' + run_python('print(7)')")
+    runs = sandbox.run_workflows([many] * 3, [fn] * 3, gen)
+    assert [r.answer for r in runs] == ["FAIL 0/3|PASS 3/3|FAIL 0/3|FAIL 0/3|7\n"] * 3, runs[0]
 
 
 @needs_isolation
