@@ -192,7 +192,7 @@ def bench_padding(seed=0):
               f"forwarded (a stagewise step trains one role: see the role's own line)")
 
 
-def bench_share(caps=None, reps=5, batch=None, model_dir=None, seed=0):
+def bench_share(caps=None, reps=7, batch=None, model_dir=None, seed=0):
     """The update of one tiny step (config/tiny.py: B=8, M=4, N=2, micro_batch 32) with share_prompts off and on
     (each prompt forwarded once a row for the samples that share it, rows of at most share_row_cap x the
     longest sequence; caps: the share_row_caps to time, by default the Config's). Timed: train.update itself

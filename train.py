@@ -329,12 +329,13 @@ def share_rows(samples, idx, cap):
 def micro_batch_rows(samples, idx, cfg):
     """The update's micro-batches, each a list of rows (the samples forwarded as one sequence). Without
     share_prompts one sample a row (micro_batches). With it, the samples of one prompt share a row, at most
-    share_row_cap x the longest sequence of idx long, and a micro-batch holds at most micro_batch rows and
-    micro_batch x that longest sequence tokens (padded): never more than an unshared micro-batch can."""
+    share_row_cap (and micro_batch) x the longest sequence of idx long, and a micro-batch holds at most
+    micro_batch rows and micro_batch x that longest sequence tokens (padded): never more than an unshared
+    micro-batch can."""
     if not cfg.share_prompts:
         return [[[k] for k in mb] for mb in micro_batches(samples, idx, cfg.micro_batch, cfg.pad_cap)]
     longest = max((len(samples[k].prompt_ids) + len(samples[k].completion_ids) for k in idx), default=1)
-    rows = share_rows(samples, idx, int(cfg.share_row_cap * longest))
+    rows = share_rows(samples, idx, int(min(cfg.share_row_cap, cfg.micro_batch) * longest))
     n_tok = lambda r: len(samples[r[0]].prompt_ids) + sum(len(samples[k].completion_ids) for k in r)
     return _cut(rows, n_tok, cfg.micro_batch, cfg.pad_cap, max_tokens=cfg.micro_batch * longest)
 
@@ -348,7 +349,7 @@ def pack(samples, rows, pad_id, device, share=False):
         return rollout_lib.samples_to_tensors(flat, pad_id, device)
     b = grpo.shared_prompt_rows([(samples[r[0]].prompt_ids, [samples[k].completion_ids for k in r]) for r in rows],
                                 pad_id)
-    engine_lp = [x for s in flat for x in s.logprobs[1 - bool(s.prompt_ids):len(s.completion_ids)]]
+    engine_lp = [x for s in flat for x in s.logprobs[(0 if s.prompt_ids else 1):len(s.completion_ids)]]
     b["logprobs"] = torch.tensor(engine_lp, dtype=torch.float)[None]
     b["completion_mask"] = torch.ones_like(b["logprobs"])
     return {k: v.to(device) for k, v in b.items()}
