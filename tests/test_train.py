@@ -416,7 +416,8 @@ def test_share_rows_and_micro_batches():
     # a cap of one sample's length: each row is at most the longest sequence; off: one sample a row
     assert all(row_len(r) <= longest for r in train.share_rows(samples, range(len(samples)), longest))
     one = settings.Config(micro_batch=1, share_prompts=True, share_row_cap=1.5)   # a row fits an unshared batch
-    assert all(len(mb) == 1 and row_len(mb[0]) <= longest for mb in train.micro_batch_rows(samples, range(len(samples)), one))
+    assert all(len(mb) == 1 and row_len(mb[0]) <= longest
+               for mb in train.micro_batch_rows(samples, range(len(samples)), one))
     off = train.micro_batch_rows(samples, range(len(samples)), settings.Config(micro_batch=3, pad_cap=1.0))
     assert off == [[[k] for k in mb] for mb in train.micro_batches(samples, range(len(samples)), 3, 1.0)]
 
