@@ -76,7 +76,7 @@ class Config:
                                           # .., c_k], c_i seeing the prompt and itself (grpo.shared_prompt_rows)
     share_row_cap: float = 1.5            # ...a row at most this x the longest sequence of the batch, a longer
                                           # group cut into several rows (the mask is dense: attention costs
-                                          # row length^2; 1.5 was fastest for the tiny model, bench.py share)
+                                          # row length^2; 1.5: fastest over both roles of a tiny step)
     optim_per_role: bool = True           # shared policy, one role per step: one AdamW state per role over the
                                           # same weights, so each role's moments see only its own gradients
                                           # (False: one state for both; coupled mode always has one)
