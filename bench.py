@@ -13,6 +13,7 @@ any machine.
     python bench.py rollout    # batched rollout tokens/s vs one plain engine.generate
     python bench.py train      # chunked GRPO update (each log-prob option) vs full-logits update: tokens/s, memory
     python bench.py padding    # share of each micro-batch that is padding: the tiny run, real-length replies
+    python bench.py share      # the tiny update with share_prompts off and on (each prompt forwarded once)
     python bench.py gpu        # only with CUDA: gpu_update + gpu_logprob (+ vLLM reload and generation)
     python bench.py gpu_logprob   # Qwen3-4B's lm_head: every token_logprobs option and chunk size vs naive
     python bench.py gpu_update    # Qwen3-4B-shaped update: checkpointing full/selective/off x eager/compiled
@@ -192,6 +193,97 @@ def bench_padding(seed=0):
         real, total = map(sum, zip(*parts))
         print(f"{'real lengths, both roles (' + preset + ')':38s} padding {1 - real / total:6.1%} of the tokens "
               f"forwarded (a stagewise step trains one role: see the role's own line)")
+
+
+def bench_share(caps=None, reps=7, batch=None, model_dir=None, seed=0):
+    """The update of one tiny step (config/tiny.py: B=8, M=4, N=2, micro_batch 32) with share_prompts off and on
+    (each prompt forwarded once a row for the samples that share it, rows of at most share_row_cap x the
+    longest sequence; caps: the share_row_caps to time, by default the Config's). Timed: train.update itself
+    (pack, forward, backward, optimizer step), one role at a time, the variants alternated, the weights put
+    back after each update so that every one sees the same model; medians of `reps` after one warm-up round.
+    The step's samples are made as bench padding makes them (a cold-started Designer's designs, each run N
+    times in the sandbox with oracle replies) and trained on a freshly initialised tiny model (its weights do
+    not change the time); or pass batch={role: [rollout.Sample]} and model_dir (a real rollout). Also prints
+    how far apart the two ways' losses and grad norms lie (the same numbers up to float rounding)."""
+    import dataclasses
+    import random
+    import statistics
+    import tempfile
+    import time
+
+    import torch
+    import torch.distributed as dist
+
+    import engine
+    import mas
+    import rollout
+    import sandbox
+    import settings
+    import tiny
+    import train
+
+    tmp = tempfile.mkdtemp(prefix="bench-share-")
+    if batch is None:
+        B, M, N = 8, 4, 2
+        rng = random.Random(f"bench-share-{seed}")
+        queries = tiny.make_tasks(B, seed=seed, split="rl")
+        names = list(mas.TEMPLATES)
+        designs = [[tiny.SUITED[q["kind"]] if rng.random() > tiny.OTHER_SHARE else rng.choice(names)
+                    for _ in range(M)] for q in queries]
+        run_tasks = [q for q in queries for _ in range(M * N)]
+        scripts = [mas.TEMPLATES[d] for ds in designs for d in ds for _ in range(N)]
+        runs = sandbox.run_workflows(scripts, run_tasks, tiny.oracle_generate(run_tasks), width=16, short=True)
+        model, tok = tiny.build_model(seed=seed)
+        model.save_pretrained(tmp)
+        tok.save_pretrained(tmp)
+        eot = engine.end_of_turn_id(tok)
+
+        def sample(messages, completion, index):
+            c = tok(completion, add_special_tokens=False)["input_ids"] + [eot]
+            return rollout.Sample(engine.prompt_ids(tok, messages), c, [0.0] * len(c), index)
+
+        batch = {"designer": [sample(mas.designer_messages(tiny._task_text(q), short=True),
+                                     mas.script_completion(mas.TEMPLATES[d]), (b, i))
+                              for b, (q, ds) in enumerate(zip(queries, designs)) for i, d in enumerate(ds)],
+                 "executor": [sample(c.messages, c.reply, (k,)) for k, r in enumerate(runs) for c in r.calls]}
+    own_group = not dist.is_initialized()   # train.update all-reduces its token counts: a group of one
+    if own_group:
+        dist.init_process_group("gloo", init_method=f"file://{tmp}/pg", rank=0, world_size=1)
+    torch.set_num_threads(2)
+    cfg = settings.parse_config(["config/tiny.py", f"--init_from={model_dir or tmp}"])
+    policies = train.make_policies(cfg, None, None, torch.device("cpu"), True)
+    policy_of = {r: policies["model"] for r in ("designer", "executor")}
+    model = policies["model"]["model"]
+    weights = {k: v.clone() for k, v in model.state_dict().items()}
+    pad_id = 0
+    variants = {"off": dataclasses.replace(cfg, share_prompts=False)}
+    variants.update({f"on, cap {c:g}": dataclasses.replace(cfg, share_prompts=True, share_row_cap=float(c))
+                     for c in caps or (cfg.share_row_cap,)})
+    for role, samples in batch.items():
+        g = torch.Generator().manual_seed(seed)
+        rd = {"samples": samples, "adv": torch.randn(len(samples), generator=g)}
+        prompts = {tuple(s.prompt_ids) for s in samples}
+        times, stats = {v: [] for v in variants}, {}
+        for _ in range(reps + 1):   # the first round warms up
+            for name, c in variants.items():
+                t0 = time.perf_counter()
+                stats[name], _ = train.update(c, 0, {role: rd}, policy_of, pad_id, torch.device("cpu"), 1)
+                times[name].append(time.perf_counter() - t0)
+                model.load_state_dict(weights)
+        rows = {name: sum(len(mb) for mb in train.micro_batch_rows(samples, range(len(samples)), c))
+                for name, c in variants.items()}
+        print(f"{role}: {len(samples)} samples, {len(prompts)} distinct prompts, "
+              f"{sum(len(s.prompt_ids) for s in samples)} prompt tokens ({sum(map(len, prompts))} distinct), "
+              f"{sum(len(s.completion_ids) for s in samples)} completion tokens", flush=True)
+        base = statistics.median(times["off"][1:])
+        for name in variants:
+            t = statistics.median(times[name][1:])
+            diff = max(abs(stats[name][k] - stats["off"][k]) / max(abs(stats["off"][k]), 1e-12)
+                       for k in (f"{role}/loss", "model/grad_norm"))
+            print(f"  share_prompts {name:11s} {rows[name]:4d} rows: update {t:5.2f} s (median of {reps}), "
+                  f"x{base / t:.2f} vs off; loss and grad norm within {diff:.1e} (relative) of off", flush=True)
+    if own_group:
+        dist.destroy_process_group()
 
 
 def bench_sandbox(n=15, runs=24):
@@ -777,6 +869,7 @@ SECTIONS = {
     "sandbox": bench_sandbox,
     "train": bench_train,
     "padding": bench_padding,
+    "share": bench_share,
     "gpu": bench_gpu,
     "gpu_logprob": bench_gpu_logprob,   # parts of "gpu", on their own
     "gpu_update": bench_gpu_update,

@@ -65,11 +65,33 @@
    token-mean per role and adds them with weights, so thousands of executor tokens do not drown a few
    hundred designer tokens.
 
+3) shared_prompt_rows + shared_prompt_logprobs: each prompt forwarded once for all the samples that share it
+
+   A GRPO group is k completions of one prompt (the M designs of a query; the agent calls of a script's N runs
+   that see the same context), and one sample a row forwards that prompt k times. One row [p, c_1, ..., c_k]
+   instead, with block (tree) attention and position ids that restart for every completion:
+
+       attend(q, j) = j <= q  and  (seg_j = prompt  or  seg_j = seg_q)      seg: prompt, c_1, ..., c_k, pad
+       pos(p[t]) = t,   pos(c_i[t]) = len(p) + t
+
+   gives c_i[t] exactly the keys, at exactly the positions, it has in its own row [p, c_i], so its log-prob
+   and gradient are the same up to float rounding (a masked key weighs exp(-inf) = 0). c_i[0] is predicted at
+   p's last position, c_i[t] at c_i[t-1]'s; the hidden rows at those positions go through the same chunked
+   head (it works on [N, H] rows and [N] targets): [N] log-probs in row, completion, token order. The mask
+   (shared_prompt_mask, made on the model's device from the segment ids) is 4D bool [B, 1, T, T], which
+   transformers passes through unchanged (sdpa: True = attend; eager gets 0/-inf), with position_ids; the call
+   is the root call of 1), so FSDP2 works the same. The price: the mask is dense,
+   so a row's attention costs T_row^2 whatever it hides; train.py caps a row's length (share_row_cap).
+
 Usage:
     logp = token_logprobs(model, ids, attn, temperature=1.0)                 # [B, T-1]
     logp = token_logprobs(model, ids, attn, compile=True, keep_logits=True)  # the same, faster on a GPU
     loss, stats = grpo_loss(logp, old_logp, adv, loss_mask[:, 1:], num_tokens=n_total)
     loss.backward()
+    b = shared_prompt_rows([(prompt, [c1, c2, c3])], pad_id)                  # one row for three samples
+    logp = shared_prompt_logprobs(model, b["input_ids"], b["segment"], b["position_ids"], b["positions"],
+                                  b["targets"])                              # [N]: c1, c2, c3's tokens
+    loss, stats = grpo_loss(logp[None], old[None], adv_per_token[None], torch.ones(1, N))
 
 Needs: no other file of this project (torch only).
 """
@@ -159,29 +181,92 @@ def chunked_logprobs(hidden, weight, targets, temperature=1.0, chunk_size=1024, 
     return _ChunkedLogprob.apply(hidden, weight, targets, float(temperature), int(chunk_size), fused, keep)
 
 
-def token_logprobs(model, input_ids, attention_mask, temperature=1.0, chunk_size=1024, compile=False,
-                   keep_logits=False):
-    """[B, T-1] fp32 (fp64 for an fp64 model) log-probs of input_ids[:, 1:]; 0 where the target is padding."""
+def _head_logprobs(model, select, targets, temperature, chunk_size, compile, keep_logits, **inputs):
+    """Log-probs [N] of targets [N] under the model's head at the hidden rows select(h [B, T, H]) -> [N, H],
+    for one root forward of model(**inputs) (FSDP2: see the module docstring)."""
     head = model.get_output_embeddings()
     if getattr(head, "bias", None) is not None:
         raise ValueError("token_logprobs supports an lm_head without bias (as in Qwen3)")
-    attention_mask = torch.ones_like(input_ids) if attention_mask is None else attention_mask
-    targets_mask = attention_mask[:, 1:].bool()
-    targets = input_ids[:, 1:][targets_mask]
     result = {}
 
     def hook(module, args, output):
         # Runs inside the root forward (FSDP2 root params are unsharded here); only real targets are scored.
-        h = output[0][:, :-1][targets_mask]
-        result["logp"] = chunked_logprobs(h, head.weight, targets, temperature, chunk_size, compile, keep_logits)
+        result["logp"] = chunked_logprobs(select(output[0]), head.weight, targets, temperature, chunk_size, compile,
+                                          keep_logits)
 
     handle = model.get_decoder().register_forward_hook(hook)
     try:
-        model(input_ids=input_ids, attention_mask=attention_mask, use_cache=False, logits_to_keep=1)
+        model(**inputs, use_cache=False, logits_to_keep=1)
     finally:
         handle.remove()
-    out = torch.zeros(targets_mask.shape, dtype=result["logp"].dtype, device=input_ids.device)
-    return out.masked_scatter(targets_mask, result["logp"])
+    return result["logp"]
+
+
+def token_logprobs(model, input_ids, attention_mask, temperature=1.0, chunk_size=1024, compile=False,
+                   keep_logits=False):
+    """[B, T-1] fp32 (fp64 for an fp64 model) log-probs of input_ids[:, 1:]; 0 where the target is padding."""
+    attention_mask = torch.ones_like(input_ids) if attention_mask is None else attention_mask
+    targets_mask = attention_mask[:, 1:].bool()
+    logp = _head_logprobs(model, lambda h: h[:, :-1][targets_mask], input_ids[:, 1:][targets_mask], temperature,
+                          chunk_size, compile, keep_logits, input_ids=input_ids, attention_mask=attention_mask)
+    out = torch.zeros(targets_mask.shape, dtype=logp.dtype, device=input_ids.device)
+    return out.masked_scatter(targets_mask, logp)
+
+
+def shared_prompt_rows(rows, pad_id):
+    """Tensors of packed rows, one per prompt: rows = [(prompt ids, [completion ids, ...]), ...] (lists of ints).
+
+    Row = [prompt, c_1, ..., c_k], right-padded. segment: 0 on the prompt, i on c_i, -1 on padding (the
+    attention follows from it: shared_prompt_mask); position ids restart at len(prompt) for every c_i. Targets,
+    in row, completion, token order: c_i[0] predicted at the prompt's last position, c_i[t] at c_i[t-1]'s (with
+    an empty prompt c_i[0] has no predictor and is left out, as rollout.samples_to_tensors does). positions:
+    their flat indices into [R * T]."""
+    T = max(2, max(len(p) + sum(map(len, cs)) for p, cs in rows))
+    ids = torch.full((len(rows), T), pad_id, dtype=torch.long)
+    seg = torch.full((len(rows), T), -1, dtype=torch.long)
+    pos = torch.zeros((len(rows), T), dtype=torch.long)
+    positions, targets = [], []
+    for r, (prompt, completions) in enumerate(rows):
+        P, at = len(prompt), len(prompt)
+        ids[r, :P], seg[r, :P], pos[r, :P] = torch.tensor(prompt, dtype=torch.long), 0, torch.arange(P)
+        for i, c in enumerate(completions, start=1):
+            L = len(c)
+            ids[r, at:at + L], seg[r, at:at + L], pos[r, at:at + L] = torch.tensor(c, dtype=torch.long), i, \
+                torch.arange(P, P + L)
+            pred = [at - 1 + t for t in range(L)]   # c[t] is predicted at the position before it...
+            if L:
+                pred[0] = P - 1                     # ...and c[0] at the prompt's last position
+            skip = 1 if P == 0 else 0
+            positions += [r * T + p for p in pred[skip:]]
+            targets += c[skip:]
+            at += L
+    return {"input_ids": ids, "segment": seg, "position_ids": pos,
+            "positions": torch.tensor(positions, dtype=torch.long), "targets": torch.tensor(targets, dtype=torch.long)}
+
+
+def shared_prompt_mask(segment):
+    """[B, 1, T, T] bool, True = attend: causal, and a token sees the prompt (segment 0) and its own segment.
+    (Padding, -1, sees the prompt and padding: no query row is empty, so no softmax of nothing gives NaN.)"""
+    T = segment.shape[1]
+    causal = torch.ones(T, T, dtype=torch.bool, device=segment.device).tril()
+    return (causal & ((segment[:, None, :] == 0) | (segment[:, None, :] == segment[:, :, None])))[:, None]
+
+
+def shared_prompt_logprobs(model, input_ids, segment, position_ids, positions, targets, temperature=1.0,
+                           chunk_size=1024, compile=False, keep_logits=False):
+    """[N] log-probs of targets [N], each predicted at flat position positions[n] of [B * T], from one forward
+    with the block mask of `segment` [B, T] and position ids [B, T] (shared_prompt_rows makes them)."""
+    attention_mask = shared_prompt_mask(segment)
+    impl = model.config._attn_implementation
+    if impl == "eager":   # eager attention adds its mask to the scores: True -> 0, False -> -inf (as transformers)
+        attention_mask = torch.zeros(attention_mask.shape, dtype=model.dtype, device=attention_mask.device) \
+            .masked_fill_(~attention_mask, torch.finfo(model.dtype).min)
+    elif impl != "sdpa":
+        raise ValueError(f"shared prompts need attn_implementation sdpa or eager (a custom 4D mask), got {impl!r}")
+    if set(getattr(model.config, "layer_types", None) or ["full_attention"]) != {"full_attention"}:
+        raise ValueError("shared prompts need full attention in every layer (a 4D mask replaces sliding windows)")
+    return _head_logprobs(model, lambda h: h.flatten(0, 1)[positions], targets, temperature, chunk_size, compile,
+                          keep_logits, input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids)
 
 
 def grpo_loss(logprobs, old_logprobs, advantages, mask, clip_eps=0.2, clip_eps_high=None, kl_coef=0.0,

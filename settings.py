@@ -75,6 +75,11 @@ class Config:
     micro_batch: int = 8                  # sequences per forward/backward (at most)
     pad_cap: float = 0.05                 # ...and a micro-batch closes early where the next, longer sequence
                                           # would make more than this share of it padding (1 = never)
+    share_prompts: bool = False           # forward each prompt once for all its samples: one row [prompt, c_1,
+                                          # .., c_k], c_i seeing the prompt and itself (grpo.shared_prompt_rows)
+    share_row_cap: float = 1.5            # ...a row at most this x the longest sequence of the batch, a longer
+                                          # group cut into several rows (the mask is dense: attention costs
+                                          # row length^2; 1.5: fastest over both roles of a tiny step)
     optim_per_role: bool = True           # shared policy, one role per step: one AdamW state per role over the
                                           # same weights, so each role's moments see only its own gradients
                                           # (False: one state for both; coupled mode always has one)
@@ -188,6 +193,8 @@ def validate(cfg, world=1):
             problems.append(f"{k}={getattr(cfg, k)} must be divisible by the number of ranks ({world})")
     if not 0 <= cfg.pad_cap <= 1:
         problems.append(f"pad_cap must be in [0, 1], got {cfg.pad_cap}")
+    if cfg.share_row_cap < 1:
+        problems.append(f"share_row_cap must be >= 1 (a row holds at least one sample), got {cfg.share_row_cap}")
     if cfg.lr <= 0 or cfg.temperature <= 0:
         problems.append("lr and temperature must be > 0")
     if cfg.designer_lr < 0 or cfg.executor_lr < 0:

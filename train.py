@@ -15,7 +15,11 @@ Each step (the paper's Algorithm 1, with stagewise co-evolution):
     6. ppo_epochs x minibatches clipped-GRPO updates; the loss is one token-mean per role, added with weights
           L = w_D * sum_{designer tokens} l_t / N_D  +  w_E * sum_{executor tokens} l_t / N_E
        where N_role is the role's GLOBAL token count (all-reduced over ranks), so that a few hundred designer
-       tokens are not drowned by thousands of executor tokens, and micro-batches/ranks add up exactly
+       tokens are not drowned by thousands of executor tokens, and micro-batches/ranks add up exactly.
+       share_prompts (the tiny default): the samples of one prompt go into one row [p, c_1, ..., c_k] (block
+       attention, grpo.shared_prompt_rows), at most share_row_cap x the longest sequence long, so p is forwarded
+       once a row instead of once a sample; l_t is the same, with every per-token quantity (A_t = A of c_i,
+       old/ref/engine log-probs, the mask) laid out [1, N] in the rows' token order
     7. optimizer step (the Adam state of the role being trained); the new weights are gathered (FSDP2: full
        state dict) and reloaded into the engine
     8. metrics.jsonl line, then a checkpoint every `save_every` steps (HF format + optimizer.pt +
@@ -270,20 +274,24 @@ class EngineWeights:
 
 
 def logprobs_of(model, batch, cfg, grad):
+    """The micro-batch's log-probs, laid out like batch["completion_mask"]: [S, T-1] (one sample a row), or
+    [1, N] (shared prompts: the N trained tokens in the order of the rows' samples)."""
+    kw = dict(temperature=cfg.temperature, chunk_size=cfg.logprob_chunk, compile=cfg.logprob_compile,
+              keep_logits=cfg.logprob_keep_logits)
     with torch.set_grad_enabled(grad):
-        return grpo.token_logprobs(model, batch["input_ids"], batch["attention_mask"], temperature=cfg.temperature,
-                                   chunk_size=cfg.logprob_chunk, compile=cfg.logprob_compile,
-                                   keep_logits=cfg.logprob_keep_logits)
+        if "positions" in batch:
+            return grpo.shared_prompt_logprobs(model, batch["input_ids"], batch["segment"], batch["position_ids"],
+                                               batch["positions"], batch["targets"], **kw)[None]
+        return grpo.token_logprobs(model, batch["input_ids"], batch["attention_mask"], **kw)
 
 
-def micro_batches(samples, idx, size, pad_cap=1.0):
-    """Indices grouped into micro-batches of at most `size` sequences of similar length, in a deterministic
-    order: sorted by length, a micro-batch is closed when full or when the next (longer) sequence would make
-    more than `pad_cap` of its tokens padding (each micro-batch is padded to its longest sequence)."""
-    n_tok = lambda k: len(samples[k].prompt_ids) + len(samples[k].completion_ids)
+def _cut(items, n_tok, size, pad_cap, max_tokens=float("inf")):
+    """items sorted by n_tok, cut where a micro-batch is full (size items, or max_tokens once padded to its
+    longest) or where the next, longer item would make more than pad_cap of it padding."""
     mbs, real = [], 0
-    for k in sorted(idx, key=lambda k: (n_tok(k), k)):
-        if mbs and len(mbs[-1]) < size and 1 - (real + n_tok(k)) / ((len(mbs[-1]) + 1) * n_tok(k)) <= pad_cap:
+    for k in sorted(items, key=lambda k: (n_tok(k), k)):
+        n = len(mbs[-1]) + 1 if mbs else 0
+        if mbs and n <= size and n * n_tok(k) <= max_tokens and 1 - (real + n_tok(k)) / (n * n_tok(k)) <= pad_cap:
             mbs[-1].append(k)
             real += n_tok(k)
         else:
@@ -292,8 +300,71 @@ def micro_batches(samples, idx, size, pad_cap=1.0):
     return mbs
 
 
-def pack(samples, idx, pad_id, device):
-    return rollout_lib.samples_to_tensors([samples[k] for k in idx], pad_id, device)
+def micro_batches(samples, idx, size, pad_cap=1.0):
+    """Indices grouped into micro-batches of at most `size` sequences of similar length, in a deterministic
+    order: sorted by length, a micro-batch is closed when full or when the next (longer) sequence would make
+    more than `pad_cap` of its tokens padding (each micro-batch is padded to its longest sequence)."""
+    return _cut(idx, lambda k: len(samples[k].prompt_ids) + len(samples[k].completion_ids), size, pad_cap)
+
+
+def share_rows(samples, idx, cap):
+    """The samples idx grouped by identical prompt, each group cut into rows [k, ...] of at most `cap` tokens
+    (the prompt once + the rows' completions; a sample longer than cap alone), in the order of idx."""
+    groups = {}
+    for k in idx:
+        groups.setdefault(tuple(samples[k].prompt_ids), []).append(k)
+    rows = []
+    for ks in groups.values():
+        n = cap + 1
+        for k in ks:
+            L = len(samples[k].completion_ids)
+            if n + L > cap:   # a new row: the prompt again
+                rows.append([])
+                n = len(samples[k].prompt_ids)
+            rows[-1].append(k)
+            n += L
+    return rows
+
+
+def micro_batch_rows(samples, idx, cfg):
+    """The update's micro-batches, each a list of rows (the samples forwarded as one sequence). Without
+    share_prompts one sample a row (micro_batches). With it, the samples of one prompt share a row, at most
+    share_row_cap (and micro_batch) x the longest sequence of idx long, and a micro-batch holds at most
+    micro_batch rows and micro_batch x that longest sequence tokens (padded): never more than an unshared
+    micro-batch can."""
+    if not cfg.share_prompts:
+        return [[[k] for k in mb] for mb in micro_batches(samples, idx, cfg.micro_batch, cfg.pad_cap)]
+    longest = max((len(samples[k].prompt_ids) + len(samples[k].completion_ids) for k in idx), default=1)
+    rows = share_rows(samples, idx, int(min(cfg.share_row_cap, cfg.micro_batch) * longest))
+    n_tok = lambda r: len(samples[r[0]].prompt_ids) + sum(len(samples[k].completion_ids) for k in r)
+    return _cut(rows, n_tok, cfg.micro_batch, cfg.pad_cap, max_tokens=cfg.micro_batch * longest)
+
+
+def pack(samples, rows, pad_id, device, share=False):
+    """One micro-batch as tensors. completion_mask [S, T-1] (one sample a row, rollout.samples_to_tensors) or
+    [1, N] (share: grpo.shared_prompt_rows) marks the trained tokens, in the order of the rows' samples;
+    logprobs holds the engine's log-probs there."""
+    flat = [samples[k] for r in rows for k in r]
+    if not share:
+        return rollout_lib.samples_to_tensors(flat, pad_id, device)
+    b = grpo.shared_prompt_rows([(samples[r[0]].prompt_ids, [samples[k].completion_ids for k in r]) for r in rows],
+                                pad_id)
+    engine_lp = [x for s in flat for x in s.logprobs[(0 if s.prompt_ids else 1):len(s.completion_ids)]]
+    b["logprobs"] = torch.tensor(engine_lp, dtype=torch.float)[None]
+    b["completion_mask"] = torch.ones_like(b["logprobs"])
+    return {k: v.to(device) for k, v in b.items()}
+
+
+def _per_token(values, b):
+    """Per-sample vectors of trained-token values (the micro-batch's samples in order), laid out like b's
+    completion_mask (0 elsewhere)."""
+    mask = b["completion_mask"].bool()
+    v = torch.cat(values).to(mask.device)
+    return torch.zeros(mask.shape, dtype=v.dtype, device=mask.device).masked_scatter(mask, v)
+
+
+def _n_trained(s):
+    return max(len(s.completion_ids) - (0 if s.prompt_ids else 1), 0)   # no prompt: the first token has no prefix
 
 
 def update(cfg, step, role_data, policy_of, pad_id, device, world):
@@ -311,7 +382,7 @@ def update(cfg, step, role_data, policy_of, pad_id, device, world):
         rd["old"], rd["ref"] = [None] * S, [None] * S
         if on_policy:
             continue
-        mbs = micro_batches(rd["samples"], range(S), cfg.micro_batch, cfg.pad_cap)
+        mbs = micro_batch_rows(rd["samples"], range(S), cfg)
         ref_model = policy_of[role]["ref"]
         model.eval()
         for m in range(int(_max(len(mbs), device))):   # the same number of forwards on every rank (FSDP)
@@ -320,14 +391,18 @@ def update(cfg, step, role_data, policy_of, pad_id, device, world):
                 if ref_model is not None:
                     _dummy_forward(ref_model, pad_id, device, grad=False)
                 continue
-            idx = mbs[m]
-            b = pack(rd["samples"], idx, pad_id, device)
+            idx = [k for r in mbs[m] for k in r]
+            b = pack(rd["samples"], mbs[m], pad_id, device, cfg.share_prompts)
             lp = logprobs_of(model, b, cfg, grad=False)
             ref = logprobs_of(ref_model, b, cfg, grad=False) if ref_model is not None else None
             _add_gap(gaps[role], lp, b)
-            for r, k in enumerate(idx):
-                rd["old"][k] = lp[r].cpu()
-                rd["ref"][k] = ref[r].cpu() if ref is not None else None
+            # each sample's trained-token log-probs (the micro-batches of the update differ from these)
+            n = [_n_trained(rd["samples"][k]) for k in idx]
+            for k, o in zip(idx, lp[b["completion_mask"].bool()].cpu().split(n), strict=True):
+                rd["old"][k] = o
+            if ref is not None:
+                for k, r in zip(idx, ref[b["completion_mask"].bool()].cpu().split(n), strict=True):
+                    rd["ref"][k] = r
         model.train()
 
     # 6. ppo_epochs x minibatches optimizer steps; each step sums one weighted token-mean per role
@@ -347,7 +422,7 @@ def update(cfg, step, role_data, policy_of, pad_id, device, world):
                 global_tok = all_sum([local_tok], device)[0]
                 if global_tok == 0:
                     continue
-                mbs = micro_batches(samples, part, cfg.micro_batch, cfg.pad_cap)
+                mbs = micro_batch_rows(samples, part, cfg)
                 n_steps = _max(len(mbs), device)
                 for m in range(int(n_steps)):
                     # FSDP forwards are collective: every rank runs ref, then model forward + backward, in order
@@ -356,21 +431,20 @@ def update(cfg, step, role_data, policy_of, pad_id, device, world):
                             _dummy_forward(ref_model, pad_id, device, grad=False)
                         _dummy_forward(model, pad_id, device, grad=True)
                         continue
-                    idx = mbs[m]
-                    b = pack(samples, idx, pad_id, device)
+                    idx = [k for r in mbs[m] for k in r]
+                    b = pack(samples, mbs[m], pad_id, device, cfg.share_prompts)
                     if on_policy and ref_model is not None:
                         ref = logprobs_of(ref_model, b, cfg, grad=False)
                     lp = logprobs_of(model, b, cfg, grad=True)
-                    T = lp.shape[1]
                     if on_policy:   # old = this forward's own log-probs (grpo_loss's old_logprobs=None)
                         old = None
                         _add_gap(gaps[role], lp.detach(), b)
                         ref = ref if ref_model is not None else None
                     else:
-                        old = torch.stack([_fit(rd["old"][k], T) for k in idx]).to(device)
-                        ref = torch.stack([_fit(rd["ref"][k], T) for k in idx]).to(device) \
-                            if ref_model is not None else None
-                    adv = rd["adv"][idx].to(device)
+                        old = _per_token([rd["old"][k] for k in idx], b)
+                        ref = _per_token([rd["ref"][k] for k in idx], b) if ref_model is not None else None
+                    # per token: each sample's advantage on each of its trained tokens
+                    adv = _per_token([rd["adv"][k].expand(_n_trained(samples[k])) for k in idx], b)
                     # FSDP/all-reduce average gradients over ranks: num_tokens = global count / world
                     loss, st = grpo.grpo_loss(
                         lp, old, adv, b["completion_mask"], clip_eps=cfg.clip_eps, clip_eps_high=cfg.clip_eps_high,
@@ -435,10 +509,6 @@ def _max(x, device):
     t = torch.tensor([float(x)], dtype=torch.float64, device=device)
     dist.all_reduce(t, op=dist.ReduceOp.MAX)
     return t.item()
-
-
-def _fit(t, T):
-    return t[:T] if t.shape[0] >= T else torch.cat([t, t.new_zeros(T - t.shape[0])])
 
 
 def _dummy_forward(model, pad_id, device, grad):

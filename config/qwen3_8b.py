@@ -27,6 +27,8 @@ kl_coef = 0.0               # ours
 ppo_epochs = 1              # ours: on-policy
 minibatches = 1             # ours
 micro_batch = 4             # ours
+share_prompts = False       # ours: shared-prompt rows (a custom 4D mask) are tested on CPU only (FSDP2, checkpointing,
+                            # compiled layers); bf16 with the GPU's sdpa kernels waits for a run on an H200
 temperature = 1.0           # ours
 max_tokens = 8192           # [paper] per completion
 designer_max_tokens = 8192  # [paper]

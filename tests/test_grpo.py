@@ -6,7 +6,14 @@ import sys
 import pytest
 import torch
 
-from grpo import chunked_logprobs, grpo_loss, token_logprobs
+from grpo import (
+    chunked_logprobs,
+    grpo_loss,
+    shared_prompt_logprobs,
+    shared_prompt_mask,
+    shared_prompt_rows,
+    token_logprobs,
+)
 
 
 def naive_loss(logp, old, adv, mask, eps=0.2, eps_high=None, kl_coef=0.0, ref=None, engine=None, cap=2.0,
@@ -231,7 +238,8 @@ def test_backward_keeps_no_full_logits(options, keeps):
 
 
 def test_fsdp2_root_call(tmp_path):
-    """Under fully_shard the parameters outside a forward are sharded DTensors; token_logprobs must still work."""
+    """Under fully_shard the parameters outside a forward are sharded DTensors; token_logprobs (and
+    shared_prompt_logprobs) must still work."""
     import torch.distributed as dist
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.fsdp import fully_shard
@@ -259,5 +267,148 @@ def test_fsdp2_root_call(tmp_path):
             torch.testing.assert_close(got_grads[name], g, msg=name)
         with pytest.raises(RuntimeError, match="DTensor"):  # why we go through the root module
             model.model(input_ids=ids, attention_mask=mask)
+        rows, _ = shared_batch()   # shared prompts: the same root call, with a 4D mask and position ids
+        model.zero_grad()   # before the forward: between forward and backward the root's parameters are unsharded
+        got = shared_logprobs(model, rows, 0.7, chunk_size=5)
+        w = torch.randn(got.shape, generator=torch.Generator().manual_seed(0))
+        got_grads = {n: g.full_tensor() for n, g in grads_of(model, got, w).items()}
+        want = shared_logprobs(ref, rows, 0.7, chunk_size=5)
+        want_grads = grads_of(ref, want, w)
+        torch.testing.assert_close(got, want)
+        for name, g in want_grads.items():
+            torch.testing.assert_close(got_grads[name], g, msg=name)
     finally:
         dist.destroy_process_group()
+
+
+# ---------------------------------------------------------------------------------------------------------
+# shared prompts: one row [prompt, c_1, ..., c_k] per prompt, block attention, position ids restarting
+
+
+def test_shared_prompt_rows_layout():
+    b = shared_prompt_rows([([5, 6, 7], [[8, 9], [10]]), ([11], [[12, 13, 14]])], pad_id=0)
+    assert b["input_ids"].tolist() == [[5, 6, 7, 8, 9, 10], [11, 12, 13, 14, 0, 0]]
+    assert b["segment"].tolist() == [[0, 0, 0, 1, 1, 2], [0, 1, 1, 1, -1, -1]]
+    assert b["position_ids"].tolist() == [[0, 1, 2, 3, 4, 3], [0, 1, 2, 3, 0, 0]]
+    # c_1 = [8, 9]: 8 predicted at the prompt's last position (2), 9 at 8's (3); c_2 = [10] at position 2 again
+    assert b["targets"].tolist() == [8, 9, 10, 12, 13, 14]
+    assert b["positions"].tolist() == [2, 3, 2, 6 + 0, 6 + 1, 6 + 2]
+    mask = shared_prompt_mask(b["segment"])
+    attend = mask[0, 0].int().tolist()
+    assert attend[5] == [1, 1, 1, 0, 0, 1]   # c_2 sees the prompt and itself, not c_1
+    assert attend[4] == [1, 1, 1, 1, 1, 0]   # c_1's second token: the prompt and c_1
+    assert attend[1] == [1, 1, 0, 0, 0, 0]   # the prompt is causal
+    assert mask.shape == (2, 1, 6, 6) and mask.dtype == torch.bool
+    assert mask[1, 0, 5].int().tolist() == [1, 0, 0, 0, 1, 1]   # padding sees something: no NaN
+    # an empty prompt: the first token of each completion has no predictor and is left out
+    b = shared_prompt_rows([([], [[3, 4], [5, 6]])], pad_id=0)
+    assert b["targets"].tolist() == [4, 6] and b["positions"].tolist() == [0, 2]
+
+
+def shared_batch(vocab=257, seed=2):
+    """Groups with a repeated prompt (one of them cut in two rows), as (prompt, [completion, ...]) and as the
+    unshared samples, completions in the same order."""
+    g = torch.Generator().manual_seed(seed)
+    ids = lambda n: torch.randint(0, vocab, (n,), generator=g).tolist()
+    p1, p2, p3 = ids(6), ids(9), ids(4)
+    rows = [(p1, [ids(5), ids(3), ids(7)]), (p2, [ids(4)]), (p1, [ids(6)]), (p3, [ids(2), ids(8)])]
+    samples = [(p, c) for p, cs in rows for c in cs]
+    return rows, samples
+
+
+def unshared_logprobs(model, samples, temperature, **kw):
+    """token_logprobs on the samples one a row, right-padded: each sample's completion log-probs, concatenated."""
+    T = max(len(p) + len(c) for p, c in samples)
+    ids, mask, sel = torch.zeros(len(samples), T, dtype=torch.long), torch.zeros(len(samples), T, dtype=torch.long), \
+        torch.zeros(len(samples), T - 1, dtype=torch.bool)
+    for r, (p, c) in enumerate(samples):
+        ids[r, :len(p) + len(c)] = torch.tensor(p + c)
+        mask[r, :len(p) + len(c)] = 1
+        sel[r, len(p) - 1:len(p) + len(c) - 1] = True
+    return token_logprobs(model, ids, mask, temperature=temperature, **kw)[sel]
+
+
+def shared_logprobs(model, rows, temperature, **kw):
+    b = shared_prompt_rows(rows, pad_id=0)
+    return shared_prompt_logprobs(model, b["input_ids"], b["segment"], b["position_ids"], b["positions"],
+                                  b["targets"], temperature=temperature, **kw)
+
+
+@pytest.mark.parametrize("attn", ["sdpa", "eager"])
+@pytest.mark.parametrize("tie", [True, False])
+@pytest.mark.parametrize("temperature, options", [(1.0, {}), (0.7, {"chunk_size": 5, "keep_logits": True})])
+def test_shared_prompts_match_unshared(tie, attn, temperature, options):
+    """Each prompt forwarded once gives every completion token the log-prob (and gradient) it gets in its own
+    row: the same keys at the same positions."""
+    model = tiny_qwen3(tie)
+    model.config._attn_implementation = attn
+    rows, samples = shared_batch()
+    got = shared_logprobs(model, rows, temperature, **options)
+    want = unshared_logprobs(model, samples, temperature, **options)
+    assert got.shape == want.shape == (sum(len(c) for _, c in samples),)
+    w = torch.randn(got.shape, generator=torch.Generator().manual_seed(0))
+    got_grads, want_grads = grads_of(model, got, w), grads_of(model, want, w)
+    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+    for name, g in want_grads.items():
+        torch.testing.assert_close(got_grads[name], g, rtol=1e-5, atol=1e-5 * g.abs().max().item(), msg=name)
+
+
+def test_shared_prompts_grpo_loss_matches_unshared():
+    """The clipped loss with a reference model (k3 KL) and truncated IS, on a batch with repeated prompts: packed
+    ([1, N], per-token advantages) and one sample a row ([S, T-1], per-sample advantages) give the same loss,
+    statistics and gradients."""
+    model, ref_model = tiny_qwen3(False), tiny_qwen3(False, seed=5)
+    rows, samples = shared_batch()
+    g = torch.Generator().manual_seed(3)
+    adv = torch.randn(len(samples), generator=g)
+    n = torch.tensor([len(c) for _, c in samples])
+    with torch.no_grad():
+        ref = shared_logprobs(ref_model, rows, 0.7)
+        old = shared_logprobs(model, rows, 0.7) + 0.1 * torch.randn(int(n.sum()), generator=g)
+    engine = old + 0.3 * torch.randn(old.shape, generator=g)
+    kw = dict(clip_eps=0.1, clip_eps_high=0.15, kl_coef=0.05, num_tokens=40.0, is_cap=1.5)
+
+    packed = shared_logprobs(model, rows, 0.7)
+    loss, stats = grpo_loss(packed[None], old[None], adv.repeat_interleave(n)[None], torch.ones(1, len(packed)),
+                            ref_logprobs=ref[None], engine_logprobs=engine[None], **kw)
+    model.zero_grad()
+    loss.backward()
+    got = {k: p.grad.clone() for k, p in model.named_parameters()}
+
+    lp = unshared_logprobs(model, samples, 0.7)
+    rowwise = lambda x: torch.nn.utils.rnn.pad_sequence(x.split(n.tolist()), batch_first=True)   # [S, max L]
+    mask = rowwise(torch.ones_like(lp))
+    loss2, stats2 = grpo_loss(rowwise(lp), rowwise(old), adv, mask, ref_logprobs=rowwise(ref),
+                              engine_logprobs=rowwise(engine), **kw)
+    model.zero_grad()
+    loss2.backward()
+    assert stats["clip_frac"] > 0 and stats["kl"] > 0   # the clip, KL and IS terms are all in play
+    torch.testing.assert_close(loss, loss2, rtol=1e-5, atol=1e-7)
+    assert stats.keys() == stats2.keys() and all(stats[k] == pytest.approx(stats2[k], rel=1e-5) for k in stats)
+    for name, p in model.named_parameters():
+        torch.testing.assert_close(got[name], p.grad, rtol=1e-5, atol=1e-5 * p.grad.abs().max().item(), msg=name)
+
+
+@pytest.mark.parametrize("mode, compile", [("full", False), ("selective", "aot_eager")])
+def test_shared_prompts_with_checkpointing_and_compile(mode, compile):
+    """speed.prepare's layers (checkpointed, compiled) take the 4D mask and the position ids as they are."""
+    import speed
+
+    torch._dynamo.reset()
+    ref = tiny_qwen3(True)
+    model = speed.prepare(copy.deepcopy(ref), checkpointing=mode, compile=bool(compile), backend=compile or "inductor")
+    rows, _ = shared_batch()
+    got, want = shared_logprobs(model, rows, 0.7), shared_logprobs(ref, rows, 0.7)
+    w = torch.randn(got.shape, generator=torch.Generator().manual_seed(0))
+    got_grads, want_grads = grads_of(model, got, w), grads_of(ref, want, w)
+    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6)
+    for name, g in want_grads.items():
+        torch.testing.assert_close(got_grads[name], g, rtol=1e-5, atol=1e-6 * g.abs().max().item(), msg=name)
+
+
+def test_shared_prompts_refuse_other_attention():
+    model = tiny_qwen3(True)
+    model.config._attn_implementation = "flash_attention_2"
+    rows, _ = shared_batch()
+    with pytest.raises(ValueError, match="sdpa or eager"):
+        shared_logprobs(model, rows, 1.0)

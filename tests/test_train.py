@@ -392,3 +392,114 @@ def test_micro_batches_cap_padding():
     for mb in mbs:
         assert len(mb) <= 4 and 1 - sum(lengths[k] for k in mb) / (len(mb) * max(lengths[k] for k in mb)) <= 0.05
     assert train.micro_batches(samples, [1, 4], 4, pad_cap=0.0) == [[1], [4]]
+
+
+def repeated_prompt_samples(n_prompts=3, per_prompt=(5, 2, 4), seed=0, vocab=100):
+    """Samples with repeated prompts (as a step's designer or executor samples), random engine log-probs."""
+    import random
+
+    from rollout import Sample
+    rng = random.Random(seed)
+    samples = []
+    for p in range(n_prompts):
+        prompt = [rng.randrange(6, vocab) for _ in range(rng.randint(5, 12))]
+        for _ in range(per_prompt[p]):
+            c = [rng.randrange(6, vocab) for _ in range(rng.randint(2, 9))]
+            samples.append(Sample(prompt, c, [-rng.random() * 4 for _ in c], (p, len(samples))))
+    rng.shuffle(samples)
+    return samples
+
+
+def test_share_rows_and_micro_batches():
+    samples = repeated_prompt_samples()
+    cfg = settings.Config(micro_batch=3, pad_cap=1.0, share_prompts=True, share_row_cap=1.5)
+    longest = max(len(s.prompt_ids) + len(s.completion_ids) for s in samples)
+    mbs = train.micro_batch_rows(samples, range(len(samples)), cfg)
+    rows = [r for mb in mbs for r in mb]
+    assert sorted(k for r in rows for k in r) == list(range(len(samples)))   # every sample once
+    assert len(rows) < len(samples)
+    row_len = lambda r: len(samples[r[0]].prompt_ids) + sum(len(samples[k].completion_ids) for k in r)
+    for r in rows:
+        assert len({tuple(samples[k].prompt_ids) for k in r}) == 1        # one prompt a row
+        assert row_len(r) <= 1.5 * longest or len(r) == 1
+    for mb in mbs:   # at most micro_batch rows, and no more padded tokens than an unshared micro-batch can hold
+        assert len(mb) <= 3 and len(mb) * max(map(row_len, mb)) <= 3 * longest
+    # a cap of one sample's length: each row is at most the longest sequence; off: one sample a row
+    assert all(row_len(r) <= longest for r in train.share_rows(samples, range(len(samples)), longest))
+    one = settings.Config(micro_batch=1, share_prompts=True, share_row_cap=1.5)   # a row fits an unshared batch
+    assert all(len(mb) == 1 and row_len(mb[0]) <= longest
+               for mb in train.micro_batch_rows(samples, range(len(samples)), one))
+    off = train.micro_batch_rows(samples, range(len(samples)), settings.Config(micro_batch=3, pad_cap=1.0))
+    assert off == [[[k] for k in mb] for mb in train.micro_batches(samples, range(len(samples)), 3, 1.0)]
+
+
+@pytest.mark.parametrize("kw", [dict(kl_coef=0.1), dict(ppo_epochs=2, minibatches=2, kl_coef=0.1, tis_cap=1.5)],
+                         ids=["on-policy+ref", "off-policy+ref+tis"])
+def test_share_prompts_update_equals_unshared(tmp_path, kw):
+    """train.update with share_prompts on and off, from the same weights, on samples with repeated prompts: the
+    same losses, clip fractions, ratios, KL, engine/trainer gaps and grad norms, and the same weights after."""
+    import torch.distributed as dist
+
+    import tiny
+
+    if dist.is_initialized():   # an earlier test owns this process's group: run in a fresh interpreter
+        proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+                               f"{__file__}::test_share_prompts_update_equals_unshared"], cwd=ROOT,
+                              capture_output=True, text=True, timeout=600)
+        assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
+        return
+    tiny.save_tiny(str(tmp_path / "m"), seed=0, hidden_size=32, num_layers=2)
+    samples = {"designer": repeated_prompt_samples(seed=1), "executor": repeated_prompt_samples(seed=2)}
+    adv = {r: torch.randn(len(s), generator=torch.Generator().manual_seed(3)) for r, s in samples.items()}
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'pg'}", rank=0, world_size=1)
+    try:
+        out = {}
+        for share in (False, True):
+            cfg = settings.Config(init_from=str(tmp_path / "m"), mode="coupled", micro_batch=4, temperature=0.7,
+                                  clip_eps=0.05, lr=1e-3, share_prompts=share, **kw)
+            policies = train.make_policies(cfg, None, None, torch.device("cpu"), True)
+            policy_of = {r: policies["model"] for r in samples}
+            role_data = {r: {"samples": s, "adv": adv[r]} for r, s in samples.items()}
+            stats, _ = train.update(cfg, 0, role_data, policy_of, 0, torch.device("cpu"), 1)
+            out[share] = stats, {k: v.clone() for k, v in policies["model"]["model"].state_dict().items()}
+    finally:
+        dist.destroy_process_group()
+    (off, w_off), (on, w_on) = out[False], out[True]
+    assert off.keys() == on.keys() and off["designer/loss"] != 0 and off["executor/loss"] != 0
+    for k in off:
+        assert on[k] == pytest.approx(off[k], rel=1e-4, abs=1e-6), k
+    if "tis_cap" in kw:   # the second minibatch's KL, clipped ratios and IS weights are exercised
+        assert off["executor/kl"] > 0 and off["executor/clip_frac"] > 0 and off["executor/logprob_gap"] > 0
+    # Adam divides by sqrt(v): float rounding in a near-zero gradient can move a weight by a visible share of lr,
+    # so the weights are compared as the two-rank test does, against how far the update moved them
+    from safetensors.torch import load_file
+    w0 = load_file(str(tmp_path / "m" / "model.safetensors"))
+    moved = sum((w_off[k] - w0[k]).double().norm() ** 2 for k in w0) ** 0.5
+    diff = sum((w_on[k] - w_off[k]).double().norm() ** 2 for k in w0) ** 0.5
+    assert moved > 0 and diff <= 1e-3 * moved, (float(diff), float(moved))
+
+
+def test_share_prompts_run_equals_unshared(model_dir, uninterrupted, tmp_path):
+    """A seeded train.py run with share_prompts off gives the metrics of the uninterrupted run (config/tiny.py:
+    share_prompts on): the same rollouts, the update's numbers and the weights within float tolerance."""
+    assert settings.parse_config(["config/tiny.py"]).share_prompts   # the uninterrupted run shared its prompts
+    d = tmp_path / "unshared"
+    run(args_for(model_dir, d, steps=STEPS, share_prompts=False))
+    shared, unshared = without_timings(metrics(uninterrupted)), without_timings(metrics(d))
+    assert len(shared) == len(unshared) == STEPS
+    for a, b in zip(shared, unshared, strict=True):
+        assert a.keys() == b.keys()
+        for k in a:
+            if "logprob_gap" in k:   # |engine - trainer| log-prob: float rounding itself, ~1e-6
+                assert a[k] == pytest.approx(b[k], abs=1e-5), (a["step"], k)
+            elif isinstance(a[k], float):
+                assert a[k] == pytest.approx(b[k], rel=1e-4, abs=1e-6), (a["step"], k)
+            else:
+                assert a[k] == b[k], (a["step"], k)
+    # the weights against how far the run moved them (Adam: see test_share_prompts_update_equals_unshared)
+    from safetensors.torch import load_file
+    wa, wb = weights(uninterrupted / f"step_{STEPS:06d}"), weights(d / f"step_{STEPS:06d}")
+    w0 = load_file(str(Path(model_dir) / "model.safetensors"))
+    moved = sum((wb[k] - w0[k]).double().norm() ** 2 for k in w0) ** 0.5
+    diff = sum((wa[k] - wb[k]).double().norm() ** 2 for k in w0) ** 0.5
+    assert moved > 0 and diff <= 1e-3 * moved, (float(diff), float(moved))
