@@ -47,7 +47,7 @@ the engine sets it to ERROR before vLLM is imported, and ignores the Python warn
 modules (deprecations of its dependencies). `VLLM_LOGGING_LEVEL=INFO python train.py` shows the engine's
 whole log again.
 
-Needs: decode.py (the lean backend only; torch; vllm or transformers).
+Needs: decode.py (the lean backend; torch; vllm or transformers).
 """
 
 import hashlib
@@ -59,6 +59,8 @@ from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
+
+import decode
 
 
 @dataclass
@@ -339,15 +341,13 @@ class LeanEngine(HFEngine):
     tokens than on HFEngine or vLLM; on this backend a seeded completion never depends on its batch."""
 
     def __init__(self, model, tokenizer=None, *, max_batch=512, **kw):
-        import decode  # here: the other backends never need it
         super().__init__(model, tokenizer, max_batch=max_batch, **kw)
         self.decoder = decode.Decoder(self.model)
-        self._row = decode.Row
 
     def generate(self, prompts, sampling) -> list[list[Completion]]:
         results, requests = self._requests(prompts, sampling)
         requests.sort(key=lambda r: (len(r[2]), r[2]))   # identical prompts together: prefilled once per chunk
-        rows = [self._row(list(ids), s.temperature, s.top_p,
+        rows = [decode.Row(list(ids), s.temperature, s.top_p,
                           seed if seed is not None else int(torch.randint(0, 2**62, ())),   # follows manual_seed
                           mt, stop_hit=self._stop_hit(s.stop))
                 for (_, _, ids, s, seed, mt) in requests]
