@@ -394,11 +394,19 @@ def final_table(cfg, eng, sources, rank, world, on_phase, put_weights, sync_weig
             print(f"RL - SFT, {label + ':':19s} {100 * gains[what][0]:+5.1f} points (paired standard error "
                   f"{100 * gains[what][1]:.1f})")
         print(f"(suited: {', '.join(f'{v} on {k}' for k, v in tiny.SUITED.items())})")
+        # the gathered rows hold rank 0's tasks, then rank 1's, ...: at[i] is where task i's run is
+        at = {i: k for k, i in enumerate(i for r in range(world) for i in range(r, len(tasks), world))}
         table = {"tasks": len(tasks), "reward_first": float(np.mean(rs[:k])), "reward_last": float(np.mean(rs[-k:])),
                  "rows": {name: {"reward": rw, "accuracy": acc, "structures": sh} for name, (rw, acc, sh, _) in rows},
                  "exact": {who: {"suited": float(np.mean(v["suited"])), "oracle": float(np.mean(v["oracle"]))}
                            for who, v in summary.items()},
-                 "rl_minus_sft": {w: {"points": 100 * m, "stderr": 100 * se} for w, (m, se) in gains.items()}}
+                 "rl_minus_sft": {w: {"points": 100 * m, "stderr": 100 * se} for w, (m, se) in gains.items()},
+                 # per task, in the order of "ids", so that runs of one seed (the same tasks) can be paired task by
+                 # task (ablations.py): the sampled rows' correctness and the exact probabilities
+                 "ids": [str(t["id"]) for t in tasks], "kinds": [t["kind"] for t in tasks],
+                 "per_task": {"correct": {name: [r[3][at[i]] for i in range(len(tasks))] for name, r in rows},
+                              "exact": {who: {**summary[who], "choice": {n: [c[n] for c in f["choice"]] for n in names}}
+                                        for who, f in exact.items()}}}
         with open(os.path.join(cfg.out_dir, "final_table.json"), "w") as f:   # for scripts (ablations.py)
             json.dump(table, f, indent=1)
 
