@@ -79,6 +79,7 @@ import re
 import subprocess
 import sys
 
+import evaluate
 import rundir
 
 REPO = os.path.dirname(os.path.abspath(__file__))
@@ -285,31 +286,25 @@ def run_all(a):
 # ----------------------------------------------------------------------------------------------------------
 # the report: ROOT/RESULTS.md and ROOT/plots/<comparison>.png
 
-FINAL_ROW = re.compile(r"^((?:RL|SFT): [a-z ]+?)\s+(-?\d+\.\d+)\s+(\d+(?:\.\d+)?)%\s*(.*)$")
+def read_table(run_dir):
+    """train.py's final table of a run (its final_table.json), or {} when there is none or it is unreadable."""
+    try:
+        with open(os.path.join(run_dir, "final_table.json")) as f:
+            table = json.load(f)
+        return table if isinstance(table, dict) else {}
+    except (OSError, ValueError):
+        return {}
 
 
-def final_table(log_path):
-    """{row name: {"reward", "accuracy", "structures"}} of train.py's final table: its final_table.json next to
-    the log, else the table as printed in the log (runs from before train.py wrote the file)."""
-    js = os.path.join(os.path.dirname(log_path), "final_table.json")
-    if os.path.exists(js):
-        try:
-            with open(js) as f:
-                return json.load(f)["rows"]
-        except (ValueError, KeyError, TypeError):
-            pass   # a half-written or foreign file: fall back to the log
-    rows = {}
-    if os.path.exists(log_path):
-        with open(log_path, errors="replace") as f:
-            for line in f:
-                m = FINAL_ROW.match(line.strip())
-                if m:   # a resumed run printed it again: the last one wins
-                    rows[m[1]] = {"reward": float(m[2]), "accuracy": float(m[3]) / 100, "structures": m[4]}
-    return rows
+def rows_of(run):
+    """The sampled rows of the final table that stand for a run's RL model and its SFT cold start: the learned
+    designs, or for single-agent GRPO (no Designer) the single agent."""
+    return ("RL: single agent", "SFT: single agent") if run == "single" else ("RL: learned designs", "SFT: designs")
 
 
 def summarize(run_dir, run):
-    """One run's numbers (None where it has none)."""
+    """One run's numbers: its training curve from metrics.jsonl and, per held-out task, its final table's exact
+    and sampled measures for the RL model and the SFT cold start (None without a metrics.jsonl)."""
     rows = read_metrics(os.path.join(run_dir, "metrics.jsonl"))
     if not rows:
         return None
@@ -317,17 +312,20 @@ def summarize(run_dir, run):
     tail, head = rows[-n_tail:], rows[:n_tail]
     mean = lambda key, part=tail: sum(r.get(key, 0.0) for r in part) / len(part)
     shares = {k.split("/", 1)[1]: mean(k) for k in sorted({k for r in tail for k in r if k.startswith("structure/")})}
-    table = final_table(os.path.join(run_dir, "train.log"))
-    held = table.get("RL: single agent" if run == "single" else "RL: learned designs")
-    # the same held-out tasks and sampling seed before RL: the paired difference leaves out which tasks a seed drew
-    base = table.get("SFT: single agent" if run == "single" else "SFT: designs")
-    return {"steps": len(rows), "reward": [r["reward/mean"] for r in rows],
-            "train_reward": mean("reward/mean"), "train_acc": mean("accuracy"),
-            "train_change": mean("reward/mean") - mean("reward/mean", head),   # did the run itself learn?
-            "heldout_acc": held["accuracy"] if held else None,
-            "heldout_gain": held["accuracy"] - base["accuracy"] if held and base else None,
-            "sft_heldout_acc": table["SFT: designs"]["accuracy"] if "SFT: designs" in table else None,
-            "structures": shares, "minutes": sum(r.get("time/step", 0.0) for r in rows) / 60}
+    out = {"steps": len(rows), "reward": [r["reward/mean"] for r in rows], "train_reward": mean("reward/mean"),
+           "train_change": mean("reward/mean") - mean("reward/mean", head),   # did the run itself learn?
+           "structures": shares, "minutes": sum(r.get("time/step", 0.0) for r in rows) / 60,
+           "ids": None, "kinds": None, "tasks": {}}
+    table = read_table(run_dir)
+    try:
+        per = table["per_task"]
+        out["tasks"] = {who: {"suited": per["exact"][who]["suited"], "oracle": per["exact"][who]["oracle"],
+                              "choice": per["exact"][who]["choice"], "accuracy": per["correct"][row]}
+                        for who, row in zip(("RL", "SFT"), rows_of(run))}
+        out["ids"], out["kinds"] = table["ids"], table["kinds"]
+    except (KeyError, TypeError):
+        pass   # no final table (or one from before per-task vectors): the run has a curve but no held-out measures
+    return out
 
 
 def target_steps(run_dir):
@@ -342,8 +340,7 @@ def target_steps(run_dir):
 
 def collect(root, unfinished=None):
     """{run: {seed: summary}} for every ROOT/<run>-s<seed> with a metrics.jsonl. A run still short of the steps
-    its command asked for is left out (its last 20% would be some other part of training) and, if a list is
-    given, named in it as "run-sN (done/target steps)"."""
+    its command asked for, or without its final table yet, is left out and, if a list is given, named in it."""
     out = {}
     for name in sorted(os.listdir(root)):
         m = re.fullmatch(r"(.+)-s(\d+)", name)
@@ -355,51 +352,90 @@ def collect(root, unfinished=None):
             if target is not None and s["steps"] < target:
                 if unfinished is not None:
                     unfinished.append(f"{name} ({s['steps']}/{target} steps)")
+            elif not s["tasks"]:
+                if unfinished is not None:
+                    unfinished.append(f"{name} (no final table)")
             else:
                 out.setdefault(m[1], {})[int(m[2])] = s
     return out
 
 
-def mean_std(xs):
-    xs = [x for x in xs if x is not None]
-    if not xs:
+# statistics: one rule for every difference in the report
+
+def paired(pairs):
+    """pairs: per seed, two lists over the same held-out tasks (x_s, y_s). Returns (D, SE, seeds):
+
+        d_s  = mean_t (x_st - y_st),  w_s its paired standard error over tasks   (evaluate.paired_margin)
+        D    = mean_s d_s
+        SE   = max(std_s(d_s) / sqrt(S),  sqrt(sum_s w_s^2) / S)        (S = 1: SE = w_1)
+
+    The first term is the seed-to-seed spread: it holds both the training run's own randomness and the draw
+    of tasks (each seed has its own held-out tasks). The second is the task-sampling error alone; the larger
+    of the two is taken, so that three seeds that happen to agree cannot make a difference look sharper than
+    its tasks allow. A one-number-per-seed measure (the training reward) has w_s = 0."""
+    ds, ws = [], []
+    for x, y in pairs:
+        d, w = evaluate.paired_margin(x, y)
+        ds.append(d)
+        ws.append(w)
+    S = len(ds)
+    if S == 0:
         return None, None, 0
-    mu = sum(xs) / len(xs)
-    sd = math.sqrt(sum((x - mu) ** 2 for x in xs) / (len(xs) - 1)) if len(xs) > 1 else 0.0
-    return mu, sd, len(xs)
+    D = sum(ds) / S
+    task_se = math.sqrt(sum(w * w for w in ws)) / S
+    if S == 1:
+        return D, task_se, 1
+    seed_se = math.sqrt(sum((d - D) ** 2 for d in ds) / (S - 1) / S)
+    return D, max(seed_se, task_se), S
 
 
-def fmt(xs, pct=False, sign=False):
-    mu, sd, n = mean_std(xs)
-    if mu is None:
+def verdict(D, SE):
+    """The report's one rule: A - B is beyond noise when |D| > 2 SE."""
+    if D is None:
+        return "missing"
+    return "held" if D > 2 * SE else "reversed" if D < -2 * SE else "within noise"
+
+
+def measure(results, a, b, key, who_a="RL", who_b="RL"):
+    """(D, SE, seeds) of run a's `who_a` model minus run b's `who_b` on per-task measure `key` ("suited",
+    "oracle", "accuracy"), or of the training reward ("train_reward"), over the seeds both runs have and on
+    which they saw the same held-out tasks."""
+    pairs = []
+    for seed in sorted(set(results.get(a, {})) & set(results.get(b, {}))):
+        sa, sb = results[a][seed], results[b][seed]
+        if key == "train_reward":
+            pairs.append(([sa[key]], [sb[key]]))
+        elif sa["ids"] == sb["ids"]:
+            pairs.append((sa["tasks"][who_a][key], sb["tasks"][who_b][key]))
+    return paired(pairs)
+
+
+MEASURES = [("suited", "P(suited template)", 100), ("oracle", "P(oracle reply)", 100),   # (key, label, scale)
+            ("accuracy", "held-out accuracy (sampled)", 100), ("train_reward", "training reward", 1)]
+
+
+def diff_text(D, SE, S, scale, digits=1):
+    if D is None:
         return "n/a"
-    f = (lambda v: f"{100 * v:.1f}%") if pct else (lambda v: f"{v:.3f}")
-    m = f(mu) if not sign or mu < 0 else "+" + f(mu)
-    return f"{m} ± {f(sd)}" if n > 1 else f"{m} (1 seed)"
+    return f"{scale * D:+.{digits}f} ± {scale * SE:.{digits}f}" + ("" if S > 1 else " (1 seed)")
 
 
-def verdict(a, b):
-    """(word, difference, combined std) for the claim mean(a) > mean(b)."""
-    ma, sa, na = mean_std(a)
-    mb, sb, nb = mean_std(b)
-    if ma is None or mb is None:
-        return "missing", None, None
-    d, s = ma - mb, math.hypot(sa, sb)
-    if na < 2 or nb < 2:
-        return "undecided (fewer than 2 seeds)", d, s
-    return ("held" if d > s else "reversed" if d < -s else "within noise"), d, s
+def mean_of(results, run, who, key):
+    """Mean over a run's seeds and tasks of a per-task measure (a probability or accuracy), as a percentage."""
+    per = [sum(s["tasks"][who][key]) / len(s["tasks"][who][key]) for s in results.get(run, {}).values()]
+    return 100 * sum(per) / len(per) if per else float("nan")
 
 
 def claim_sentence(a, b, results):
+    """One line per claim: A - B on each measure, with its SE and verdict (exact rows first: they decide)."""
     parts = []
-    for key, label in (("train_reward", "training reward"), ("heldout_acc", "held-out accuracy"),
-                       ("heldout_gain", "held-out gain over SFT")):
-        va = [s[key] for s in results.get(a, {}).values()]
-        vb = [s[key] for s in results.get(b, {}).values()]
-        word, d, s = verdict(va, vb)
-        if d is not None:
-            parts.append(f"{word} on {label} ({d:+.3f} vs combined std {s:.3f})")
-    return f"{a} > {b}: " + ("; ".join(parts) if parts else "missing runs") + "."
+    for key, label, scale in MEASURES:
+        D, SE, S = measure(results, a, b, key)
+        if D is not None:
+            digits = 1 if scale == 100 else 3
+            parts.append(f"{label} {diff_text(D, SE, S, scale, digits)}, {verdict(D, SE)}")
+    seeds = len(set(results.get(a, {})) & set(results.get(b, {})))
+    return f"{a} > {b} ({seeds} paired seeds): " + ("; ".join(parts) if parts else "missing runs") + "."
 
 
 def structure_text(summaries):
@@ -435,96 +471,212 @@ def plot_comparison(path, title, results, names):
     plt.close(fig)
 
 
-def pairings_section(root):
-    """Markdown lines for evaluate.py's pairings results (ROOT/pairings-s*/results.json)."""
+def pairings_section(root, results):
+    """Markdown lines: did each role improve? Exact (from the metaagent runs' final tables: P(suited template)
+    depends on the Designer's model alone, P(oracle reply) on the Executor's alone, so the {SFT, RL} x {SFT, RL}
+    pairings reduce to two paired differences), then evaluate.py's sampled pairings (ROOT/pairings-s*/)."""
+    lines = ["Exact (teacher-forced, the metaagent runs' final tables):", "",
+             "| role: measure | SFT | RL | RL − SFT | verdict |", "|---|---|---|---|---|"]
+    for role, key, label in (("Designer", "suited", "P(suited template)"), ("Executor", "oracle", "P(oracle reply)")):
+        D, SE, S = measure(results, "metaagent", "metaagent", key, "RL", "SFT")
+        lines.append(f"| {role}: {label} | {mean_of(results, 'metaagent', 'SFT', key):.1f}% | "
+                     f"{mean_of(results, 'metaagent', 'RL', key):.1f}% | {diff_text(D, SE, S, 100)} | {verdict(D, SE)} |")
     found = {}
     for name in sorted(os.listdir(root)):
         p = os.path.join(root, name, "results.json")
         if re.fullmatch(r"pairings-s\d+", name) and os.path.exists(p):
-            with open(p) as f:
-                for key, per in json.load(f).get("pairings", {}).items():
-                    found.setdefault(key, []).append(sum(per.values()) / len(per))
+            try:
+                with open(p) as f:
+                    res = json.load(f)["results"]
+                for d in ("sft", "rl"):
+                    for e in ("sft", "rl"):
+                        found.setdefault(f"{d}/{e}", []).append(res[f"designer {d} x executor {e}"]["tiny"]["per_problem"])
+            except (OSError, ValueError, KeyError, TypeError):
+                continue   # a half-written or foreign file: not a pairings result
+    lines += ["", "Sampled (evaluate.py --pairings: held-out tiny tasks, 1 design x 1 execution each, T=1; secondary):", ""]
     if not found:
-        return ["No pairings results (ROOT/pairings-s*/results.json): run `python ablations.py` with the "
-                "metaagent run, or by hand:", "", "    python " + " ".join(pairings_command(root, 0)[1:])]
-    lines = ["| designer \\ executor | SFT | RL |", "|---|---|---|"]
-    for d in ("sft", "rl"):
-        lines.append(f"| {d.upper()} | " + " | ".join(fmt(found.get(f"{d}/{e}", []), pct=True)
-                                                       for e in ("sft", "rl")) + " |")
+        return lines + ["No sampled pairings (ROOT/pairings-s*/results.json): `python ablations.py` runs them after "
+                        "the metaagent runs, or by hand:", "", "    python " + " ".join(pairings_command(root, 0)[1:])]
+    pct = lambda xs: f"{100 * sum(map(sum, xs)) / max(1, sum(map(len, xs))):.1f}%"
+    lines += ["| designer \\ executor | SFT | RL |", "|---|---|---|"]
+    lines += [f"| {d.upper()} | {pct(found.get(d + '/sft', []))} | {pct(found.get(d + '/rl', []))} |" for d in ("sft", "rl")]
     lines.append("")
-    for a, b, role in (("rl/sft", "sft/sft", "designer"), ("sft/rl", "sft/sft", "executor")):
-        word, d, s = verdict(found.get(a, []), found.get(b, []))
-        diff = f" ({d:+.3f} vs combined std {s:.3f})" if d is not None else ""
-        lines.append(f"- {role} improved ({a} > {b} in held-out pass@1): {word}{diff}.")
+    for a, b, role in (("rl/sft", "sft/sft", "Designer"), ("sft/rl", "sft/sft", "Executor")):
+        D, SE, S = paired(list(zip(found.get(a, []), found.get(b, []))))
+        lines.append(f"- {role} improved ({a} − {b}, pass@1): {diff_text(D, SE, S, 100)}, {verdict(D, SE)}.")
     return lines
 
 
 def run_table(results, names):
-    """Markdown rows, one per run: mean ± std over its seeds."""
-    md = ["| run | setting | seeds | train reward | change | train accuracy | held-out accuracy | gain over SFT "
-          "| structures (end) | RL minutes |", "|---|---|---|---|---|---|---|---|---|---|"]
+    """Markdown rows, one per run: its RL model, and RL − SFT on the same tasks, over its seeds."""
+    md = ["| run | setting | seeds | P(suited) | RL − SFT | P(oracle) | RL − SFT | held-out acc. | RL − SFT "
+          "| train reward | change | structures (end) | RL min |", "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in names:
         per = list(results[r].values())
-        setting = " ".join(f"{k}={v}" for k, v in runs(per[0]["steps"])[r].items())
-        md.append(f"| {r} | `{setting}` | {len(per)} | {fmt([s['train_reward'] for s in per])} | "
-                  f"{fmt([s['train_change'] for s in per], sign=True)} | "
-                  f"{fmt([s['train_acc'] for s in per], pct=True)} | "
-                  f"{fmt([s['heldout_acc'] for s in per], pct=True)} | "
-                  f"{fmt([s['heldout_gain'] for s in per], pct=True, sign=True)} | {structure_text(per)} | "
-                  f"{mean_std([s['minutes'] for s in per])[0]:.1f} |")
+        setting = " ".join(f"{k}={v}" for k, v in runs(per[0]["steps"])[r].items() if not k.endswith("init")
+                           and k != "init_from")
+        cells = []
+        for key in ("suited", "oracle", "accuracy"):
+            cells += [f"{mean_of(results, r, 'RL', key):.1f}%", diff_text(*measure(results, r, r, key, "RL", "SFT"), 100)]
+        tr = [s["train_reward"] for s in per]
+        ch = [s["train_change"] for s in per]
+        md.append(f"| {r} | `{setting}` | {len(per)} | " + " | ".join(cells) + f" | {sum(tr) / len(tr):.3f} | "
+                  f"{sum(ch) / len(ch):+.3f} | {structure_text(per)} | {sum(s['minutes'] for s in per) / len(per):.1f} |")
     return md
 
 
-def report(root):
+def template_table(results, names):
+    """P(each template | kind) of every run's RL model (mean over seeds and tasks), with the cold starts'."""
+    first = next(iter(results[names[0]].values()))
+    kinds = sorted(set(first["kinds"]))
+    templates = list(first["tasks"]["RL"]["choice"])
+    md = ["| model | " + " | ".join(f"{t} \\| {k}" for k in kinds for t in templates) + " |",
+          "|---|" + "---|" * (len(kinds) * len(templates))]
+
+    def row(label, run, who):
+        cells = []
+        for k in kinds:
+            for t in templates:
+                vals = [v for s in results[run].values() for v, kk in zip(s["tasks"][who]["choice"][t], s["kinds"]) if kk == k]
+                cells.append(f"{100 * sum(vals) / max(1, len(vals)):.1f}")
+        return f"| {label} | " + " | ".join(cells) + " |"
+    md.append(row("SFT cold start", names[0], "SFT"))
+    if "separate" in names:
+        md.append(row("SFT cold start (separate)", "separate", "SFT"))
+    md += [row(r, r, "RL") for r in names]
+    return md
+
+
+RULE = ("Every difference is paired: runs with the same seed draw the same training queries and are measured on "
+        "the same 200 held-out tasks (the eval split), so each seed gives a per-task difference d_s with its own "
+        "standard error w_s; D is the mean of d_s over seeds and SE = max(std(d_s)/sqrt(S), sqrt(sum w_s²)/S). "
+        "**A difference is beyond noise when |D| > 2 SE**: *held* (the paper's direction) or *reversed*; "
+        "otherwise *within noise*.")
+
+
+def report(root, readme=None):
+    """ROOT/RESULTS.md and ROOT/plots/*.png from the runs under ROOT; with readme, also that file's Results
+    section (between the results:start/end markers)."""
     if not os.path.isdir(root):
         raise SystemExit(f"ablations.py report: {root} is not a folder")
     unfinished = []
     results = collect(root, unfinished)
     if not results:
-        raise SystemExit(f"ablations.py report: no <run>-s<seed>/metrics.jsonl under {root}")
+        raise SystemExit(f"ablations.py report: no finished <run>-s<seed> (metrics.jsonl and final_table.json) "
+                         f"under {root}" + (f"; unfinished: {', '.join(unfinished)}" if unfinished else ""))
     os.makedirs(os.path.join(root, "plots"), exist_ok=True)
     steps = sorted({s["steps"] for per in results.values() for s in per.values()})
     seeds = sorted({seed for per in results.values() for seed in per})
-    sft = [s["sft_heldout_acc"] for per in results.values() for s in per.values()]
-    shown = os.path.relpath(root, REPO) if os.path.abspath(root).startswith(REPO + os.sep) else root
+    names = [r for r in RUN_NAMES if r in results]
     md = ["# Ablations on the tiny world", "",
-          f"Runs under `{shown}`: steps {', '.join(map(str, steps))}; seeds {', '.join(map(str, seeds))}. "
-          f"Numbers are mean ± std over seeds. Training reward and accuracy: mean over the last {TAIL:.0%} of "
-          f"steps (metrics.jsonl); change: that reward minus the one over the first {TAIL:.0%}. "
-          "Held-out accuracy: train.py's final table (100 held-out tiny tasks, 1 design x 1 execution, T=1; "
-          "the held-out tasks depend on the seed). Gain over SFT: that accuracy minus the SFT row of the same "
-          "table (the same tasks and sampling seed, so the draw of tasks cancels; single agent vs single agent "
-          "for the single run). A paper direction A > B *held* when mean(A) - mean(B) exceeds "
-          "sqrt(std_A² + std_B²), is *reversed* below minus that, and is *within noise* otherwise.", "",
-          f"SFT cold start, held-out accuracy with its own designs: {fmt(sft, pct=True)}.", "",
-          "Regenerate:", "", f"    python ablations.py --root {shown} --seeds {','.join(map(str, seeds))} "
-          f"--steps {steps[-1]}", f"    python ablations.py report {shown}", "",
-          "## All runs", ""] + run_table(results, [r for r in RUN_NAMES if r in results]) + [""]
-    missing = []
+          f"Made by `python ablations.py report` from the runs in this folder: {steps[-1]} RL steps each, seeds "
+          f"{', '.join(map(str, seeds))}, every run from the same SFT cold start (separate: its own two). "
+          "**Primary measures, exact by teacher forcing** on the 200 held-out tasks of train.py's final table: "
+          "P(suited template), the probability that the Designer writes the template that suits the task's kind "
+          "(the tester on code, the vote on math), and P(oracle reply), the probability that the single agent "
+          "writes the oracle's worked reply. Secondary: held-out accuracy sampled with 1 design x 1 execution "
+          "at T=1 (the single agent for single-agent GRPO), and the training reward over the last "
+          f"{TAIL:.0%} of steps (change: minus the first {TAIL:.0%}). RL − SFT: the run's RL model minus its own "
+          "cold start on the same tasks. All differences in points (reward units for the training reward), "
+          "± one SE.", "", RULE, "",
+          "Regenerate:", "", f"    python ablations.py --seeds {','.join(map(str, seeds))} --steps {steps[-1]}",
+          "    python ablations.py publish out/ablations     # copies the numbers here and runs report", "",
+          "## All runs", ""] + run_table(results, names) + [
+          "", "P(each template | kind), %, mean over seeds and held-out tasks:", ""] + template_table(results, names) + [""]
+    summary, missing = [], []
     for cname, c in COMPARISONS.items():
         present = [r for r in c["runs"] if r in results]
         if len(present) < (1 if cname == "pairings" else 2):
-            missing.append(cname)
+            missing.append(f"{cname} (needs {', '.join(r for r in c['runs'] if r not in results)})")
             continue
+        n_seeds = min(len(results[r]) for r in present)
         md += [f"## {c['title']}", "", c["note"], ""]
         if cname == "pairings":
-            md += pairings_section(root) + ["", f"Paper: {c['paper']}.", ""]
+            lines = pairings_section(root, results)
+            md += lines + ["", f"Paper: {c['paper']}.", ""]
+            dd, sd, _ = measure(results, "metaagent", "metaagent", "suited", "RL", "SFT")
+            de, se, _ = measure(results, "metaagent", "metaagent", "oracle", "RL", "SFT")
+            summary.append(f"- **{c['title']}** ({n_seeds} seeds). Paper: {c['paper']}. Here: the Designer's "
+                           f"P(suited template) {diff_text(dd, sd, n_seeds, 100)} points ({verdict(dd, sd)}), the "
+                           f"Executor's P(oracle reply) {diff_text(de, se, n_seeds, 100)} ({verdict(de, se)}).")
             continue
         md += run_table(results, present)
         plot_comparison(os.path.join(root, "plots", f"{cname}.png"), c["title"], results, present)
-        md += ["", f"![{cname}](plots/{cname}.png)", "",
-               f"Paper: {c['paper']}. Here (mechanical, from the numbers above):", ""]
+        md += ["", f"![{cname}](plots/{cname}.png)", "", f"Paper: {c['paper']}. Here:", ""]
         md += [f"- {claim_sentence(a, b, results)}" for a, b in c["claims"]] + [""]
+        here = []
+        for a, b in c["claims"]:
+            cells = []
+            for key, label, _ in MEASURES[:2]:
+                D, SE, S = measure(results, a, b, key)
+                cells.append(f"{label} {diff_text(D, SE, S, 100)} ({verdict(D, SE)})")
+            here.append(f"{a} − {b}: " + ", ".join(cells))
+        summary.append(f"- **{c['title']}** ({n_seeds} seeds). Paper: {c['paper']}. Here: " + "; ".join(here) + ".")
+    tail = []
     if missing:
-        md += [f"Not run (cut, or fewer than the runs they compare): {', '.join(missing)}.", ""]
+        tail.append(f"Not yet run (or fewer than the runs they compare): {'; '.join(missing)}.")
     if unfinished:
-        md += [f"Unfinished, left out: {', '.join(unfinished)}.", ""]
+        tail.append(f"Unfinished, left out: {', '.join(unfinished)}.")
+    md += [t + "\n" for t in tail]
     path = os.path.join(root, "RESULTS.md")
     with open(path, "w") as f:
         f.write("\n".join(md))
     print(f"wrote {path} and {os.path.join(root, 'plots')}/*.png")
+    if readme:
+        write_readme_section(readme, summary, tail, steps[-1], seeds)
     return path
 
+
+START, END = "<!-- results:start (made by ablations.py report; see results/ablations/RESULTS.md) -->", "<!-- results:end -->"
+
+
+def write_readme_section(readme, summary, tail, steps, seeds):
+    """Replace the README's Results section (between START and END) with the comparisons' verdicts."""
+    with open(readme) as f:
+        text = f.read()
+    if START not in text or END not in text:
+        raise SystemExit(f"ablations.py report: {readme} has no results section ({START} ... {END})")
+    body = [START,
+            f"The paper's ablations in miniature, on the tiny world: {steps} RL steps a run, seeds "
+            f"{', '.join(map(str, seeds))}, judged by the exact rows of train.py's final table (P(suited template) "
+            "for the Designer, P(oracle reply) for the Executor; points ± one paired SE; beyond noise when "
+            "|D| > 2 SE). Every table, the sampled accuracy and the training reward: "
+            "[results/ablations/RESULTS.md](results/ablations/RESULTS.md).", ""] + summary + [""] + \
+           [t + "\n" for t in tail] + [
+            "    python ablations.py --seeds 0,1,2 --steps 30     # the runs, into out/ablations (resumable)",
+            "    python ablations.py publish out/ablations       # the numbers into results/ablations, this section",
+            END]
+    a, b = text.index(START), text.index(END) + len(END)
+    with open(readme, "w") as f:
+        f.write(text[:a] + "\n".join(body) + text[b:])
+    print(f"wrote the Results section of {readme}")
+
+
+KEEP = ("metrics.jsonl", "final_table.json", "run.json", "results.json")   # what publish copies (no checkpoints)
+
+
+RESULTS_DIR, README = os.path.join(REPO, "results", "ablations"), os.path.join(REPO, "README.md")
+
+
+def publish(src, dest=RESULTS_DIR, readme=README):
+    """Copy every finished run's numbers from src to dest (replacing what dest held), then report there and
+    rewrite the README's Results section."""
+    import shutil
+    if not os.path.isdir(src):
+        raise SystemExit(f"ablations.py publish: {src} is not a folder")
+    names = [n for n in sorted(os.listdir(src)) if re.fullmatch(r"(.+)-s(\d+)", n)
+             and any(os.path.exists(os.path.join(src, n, k)) for k in KEEP)]
+    if not names:
+        raise SystemExit(f"ablations.py publish: no runs under {src}")
+    if os.path.abspath(src) != os.path.abspath(dest):
+        if os.path.isdir(dest):
+            shutil.rmtree(dest)
+        for n in names:
+            os.makedirs(os.path.join(dest, n))
+            for k in KEEP:
+                if os.path.exists(os.path.join(src, n, k)):
+                    shutil.copy2(os.path.join(src, n, k), os.path.join(dest, n, k))
+    return report(dest, readme)
 
 # ----------------------------------------------------------------------------------------------------------
 # command line
@@ -575,9 +727,14 @@ def parse_args(argv):
 def main(argv=None):
     argv = sys.argv[1:] if argv is None else list(argv)
     if argv[:1] == ["report"]:
+        if len(argv) not in (2, 4) or (len(argv) == 4 and argv[2] != "--readme"):
+            raise SystemExit("usage: python ablations.py report ROOT [--readme README.md]")
+        report(argv[1], argv[3] if len(argv) == 4 else None)
+        return 0
+    if argv[:1] == ["publish"]:
         if len(argv) != 2:
-            raise SystemExit("usage: python ablations.py report ROOT")
-        report(argv[1])
+            raise SystemExit("usage: python ablations.py publish ROOT   (copies into results/ablations)")
+        publish(argv[1])
         return 0
     return run_all(parse_args(argv))
 

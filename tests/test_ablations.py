@@ -3,8 +3,10 @@
 - the run table builds the right train.py command lines, K scaled to the run length;
 - finished runs are skipped, unfinished ones launched with --resume; a different command in an existing
   out_dir stops with a clear message; bad arguments stop with clear messages;
-- the report: mean ± std over seeds of the last 20% of steps, the held-out accuracy parsed from train.log,
-  the direction sentences (held / within noise / reversed / undecided), a PNG per comparison, pairings.
+- the report: the one rule for differences (paired by seed and task, beyond noise past 2 SE), the run table
+  and the template table from final_table.json's per-task vectors, the claim sentences, a PNG per comparison,
+  the pairings (exact and sampled), publish and the README's Results section, and that the committed
+  results/ablations and README are what the report makes of the committed numbers.
 """
 
 import json
@@ -20,21 +22,25 @@ sys.path.insert(0, str(ROOT))
 import ablations  # noqa: E402
 
 
-def write_run(root, run, seed, rewards, acc=None, heldout=None, structure="ensemble"):
+def write_run(root, run, seed, rewards, structure="ensemble", exact=None, correct=None, n=4, table=True):
+    """A run folder as train.py leaves it: metrics.jsonl and final_table.json with per-task vectors on n tasks.
+    exact = {"RL"/"SFT": (suited, oracle)} gives every task those probabilities; correct = {row: [0/1] * n}."""
     d = Path(root) / f"{run}-s{seed}"
     d.mkdir(parents=True, exist_ok=True)
     with open(d / "metrics.jsonl", "w") as f:
         for i, r in enumerate(rewards):
-            f.write(json.dumps({"step": i + 1, "reward/mean": r, "accuracy": acc if acc is not None else r,
+            f.write(json.dumps({"step": i + 1, "reward/mean": r, "accuracy": r,
                                 f"structure/{structure}": 1.0, "time/step": 6.0}) + "\n")
-    if heldout is not None:   # the table train.py prints at the end
-        (d / "train.log").write_text(
-            "step    1 ...\n\ntraining reward (mean of 1 steps): first 0.1 -> last 0.2\n"
-            f"{'':24s} {'reward':>7s} {'accuracy':>9s}  structures\n"
-            f"{'RL: learned designs':24s} {0.5:7.3f} {heldout:9.1%}  ensemble 60%, single 40%\n"
-            f"{'RL: single agent':24s} {0.4:7.3f} {heldout / 2:9.1%}  single 100%\n"
-            f"{'SFT: designs':24s} {0.1:7.3f} {0.05:9.1%}  unparsed 90%\n"
-            f"{'SFT: single agent':24s} {0.1:7.3f} {0.02:9.1%}  single 100%\n")
+    if table:
+        exact = exact or {"RL": (0.5, 0.3), "SFT": (0.4, 0.3)}
+        rows = ("RL: learned designs", "RL: single agent", "SFT: designs", "SFT: single agent")
+        correct = {**{r: [0.0] * n for r in rows}, **(correct or {})}
+        per = {who: {"suited": [su] * n, "oracle": [orc] * n,
+                     "choice": {"single": [0.1] * n, "ensemble": [su] * n, "critic": [0.0] * n, "tester": [su] * n}}
+               for who, (su, orc) in exact.items()}
+        (d / "final_table.json").write_text(json.dumps({
+            "tasks": n, "ids": [f"t{seed}-{k}" for k in range(n)], "kinds": ["math", "code"] * (n // 2),
+            "per_task": {"correct": correct, "exact": per}}))
     return d
 
 
@@ -108,75 +114,131 @@ def test_bad_arguments(argv, msg, tmp_path):
         ablations.main(argv + (["--root", str(tmp_path)] if argv[0] != "report" and "--" not in argv else []))
 
 
-def test_verdict_rule():
-    assert ablations.verdict([0.5, 0.6, 0.7], [0.1, 0.2, 0.3])[0] == "held"          # +0.4 vs sqrt(.02)
-    assert ablations.verdict([0.1, 0.2, 0.3], [0.5, 0.6, 0.7])[0] == "reversed"
-    assert ablations.verdict([0.1, 0.3, 0.5], [0.1, 0.2, 0.3])[0] == "within noise"
-    word, d, s = ablations.verdict([0.5], [0.1])
-    assert word.startswith("undecided") and d == pytest.approx(0.4) and s == 0
-    assert ablations.verdict([], [0.1])[0] == "missing"
+def test_paired_rule():
+    D, SE, S = ablations.paired([([1, 0, 1, 0], [0, 0, 0, 0])])          # one seed: the task-paired error
+    assert (D, S) == (0.5, 1) and SE == pytest.approx(math.sqrt(1 / 3 / 4))
+    # seeds that disagree: the seed-to-seed spread decides
+    D, SE, S = ablations.paired([([d] * 4, [0] * 4) for d in (0.1, 0.2, 0.3)])
+    assert D == pytest.approx(0.2) and SE == pytest.approx(0.1 / math.sqrt(3)) and S == 3
+    # seeds that agree exactly cannot make it sharper than its tasks allow
+    D, SE, S = ablations.paired([([1, 0, 1, 0], [0, 0, 0, 0])] * 3)
+    assert D == pytest.approx(0.5) and SE == pytest.approx(math.sqrt(3 * (1 / 12)) / 3)
+    assert ablations.paired([]) == (None, None, 0)
+    assert ablations.verdict(0.5, 0.2) == "held" and ablations.verdict(-0.5, 0.2) == "reversed"
+    assert ablations.verdict(0.3, 0.2) == "within noise" and ablations.verdict(None, None) == "missing"
+
+
+def three_seeds(root):
+    """metaagent beats flat8 by 20 points of P(suited) on every seed (held), flat16 scatters around it (within
+    noise); single has one seed; sampled accuracy: metaagent 3/4 vs flat8 1/4 on every seed."""
+    for seed in range(3):
+        write_run(root, "metaagent", seed, [0.0] * 8 + [0.6, 0.6], exact={"RL": (0.8 + 0.01 * seed, 0.35),
+                  "SFT": (0.4, 0.3)}, correct={"RL: learned designs": [1, 1, 1, 0], "SFT: designs": [1, 0, 0, 0]})
+        write_run(root, "flat8", seed, [0.0] * 8 + [0.2, 0.2], exact={"RL": (0.6 + 0.01 * seed, 0.35),
+                  "SFT": (0.4, 0.3)}, correct={"RL: learned designs": [1, 0, 0, 0]})
+        write_run(root, "flat16", seed, [0.0] * 10, structure="single",
+                  exact={"RL": (0.8 + (0.1, -0.1, 0.0)[seed], 0.35), "SFT": (0.4, 0.3)})
+    write_run(root, "single", 0, [0.2] * 10, correct={"RL: single agent": [1, 1, 0, 0]})
 
 
 def test_report_tables_sentences_plots(tmp_path):
-    # 10 steps: the last 20% is steps 9-10. metaagent ends at 0.5 / 0.6 / 0.7 (mean 0.6, std 0.1),
-    # flat8 at 0.1 / 0.2 / 0.3 (held), flat16 at 0.55 / 0.6 / 0.65 (within noise)
-    for seed, (m, f8, f16) in enumerate([(0.5, 0.1, 0.55), (0.6, 0.2, 0.6), (0.7, 0.3, 0.65)]):
-        write_run(tmp_path, "metaagent", seed, [0.0] * 8 + [m, m], acc=0.25, heldout=0.3 + 0.1 * seed)
-        write_run(tmp_path, "flat8", seed, [0.0] * 8 + [f8 - 0.05, f8 + 0.05], acc=0.25, heldout=0.1)
-        write_run(tmp_path, "flat16", seed, [0.0] * 8 + [f16, f16], heldout=0.3 + 0.1 * seed, structure="single")
-    write_run(tmp_path, "single", 0, [0.2] * 10)                     # one seed, no final table
+    three_seeds(tmp_path)
     part = write_run(tmp_path, "flat8", 3, [0.9] * 4)                 # still running: 4 of its 10 steps
     (part / "run.json").write_text(json.dumps({"cmd": ["python", "train.py", "--steps=10"]}))
-    path = ablations.report(str(tmp_path))
-    md = Path(path).read_text()
-    assert "| metaagent | `M=4 N=4 K=3` | 3 | 0.600 ± 0.100 | +0.600 ± 0.100 | 25.0% ± 0.0% | 40.0% ± 10.0% | +35.0% ± 10.0% | ensemble 100% |" in md
-    assert "| flat8 | `M=8 N=1 K=3` | 3 | 0.200 ± 0.100 |" in md and "## All runs" in md
-    assert "| 1.0 |" in md                                          # 10 steps x 6 s
-    assert "metaagent > flat8: held on training reward (+0.400 vs combined std 0.141)" in md
-    assert "held on held-out accuracy (+0.300 vs combined std 0.100)" in md
-    assert "held on held-out gain over SFT (+0.300 vs combined std 0.100)" in md
+    write_run(tmp_path, "coupled", 0, [0.5] * 10, table=False)        # trained, final table not written yet
+    md = Path(ablations.report(str(tmp_path))).read_text()
+    # metaagent: P(suited) 81.0% (mean of 80, 81, 82), RL - SFT +41.0 with the seeds' spread as its error
+    se = 100 * 0.01 / math.sqrt(3)
+    assert (f"| metaagent | `M=4 N=4 K=3` | 3 | 81.0% | +41.0 ± {se:.1f} | 35.0% | +5.0 ± 0.0 | 75.0% | "
+            "+50.0 ± 16.7 | 0.600 | +0.600 | ensemble 100% | 1.0 |") in md
+    assert "| single | `M=4 N=4 K=3 template=single mode=executor` | 1 | 50.0% | +10.0 ± 0.0 (1 seed) |" in md
+    sent = next(ln for ln in md.splitlines() if ln.startswith("- metaagent > flat8"))
+    assert sent == ("- metaagent > flat8 (3 paired seeds): P(suited template) +20.0 ± 0.0, held; P(oracle reply) "
+                    "+0.0 ± 0.0, within noise; held-out accuracy (sampled) +50.0 ± 16.7, held; training reward "
+                    "+0.400 ± 0.000, held.")
     sent16 = next(ln for ln in md.splitlines() if ln.startswith("- metaagent > flat16"))
-    assert "within noise on training reward" in sent16 and "within noise on held-out accuracy" in sent16
-    assert "| single | " in md and "0.200 (1 seed) | +0.000 (1 seed) | 20.0% (1 seed) | n/a | n/a |" in md
-    assert "undecided (fewer than 2 seeds) on training reward (+0.400" in md
-    assert "SFT cold start, held-out accuracy with its own designs: 5.0% ± 0.0%" in md
-    assert "Unfinished, left out: flat8-s3 (4/10 steps)." in md and "seeds 0, 1, 2." in md
-    assert "Paper: hierarchical M=4xN=4 > flat M=8xN=1" in md and "Not run" in md and "policy" in md
+    assert "P(suited template) +1.0 ± 6.1, within noise" in sent16
+    assert "- metaagent > single (1 paired seeds): " in md
+    # P(each template | kind): the cold start's row and each run's
+    assert "| SFT cold start | 10.0 | 40.0 | 0.0 | 40.0 | 10.0 | 40.0 | 0.0 | 40.0 |" in md
+    assert "Unfinished, left out: coupled-s0 (no final table), flat8-s3 (4/10 steps)." in md
+    assert "Not yet run" in md and "policy (needs separate)" in md and "schedule (needs coupled, designer, executor)" in md
     for name in ("hierarchy", "single_agent"):
         png = tmp_path / "plots" / f"{name}.png"
         assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and f"(plots/{name}.png)" in md
     assert not (tmp_path / "plots" / "policy.png").exists()
-    # no pairings yet: the section says how to make them
-    assert "--pairings sft=out/tiny-sft" in md
+    assert "No sampled pairings" in md and "--pairings sft=out/tiny-sft" in md
 
 
-def test_heldout_of_single_run_is_its_single_agent_row(tmp_path):
-    d = write_run(tmp_path, "single", 0, [0.1] * 5, heldout=0.4)
-    assert ablations.summarize(str(d), "single")["heldout_acc"] == pytest.approx(0.2)
-    assert ablations.summarize(str(d), "metaagent")["heldout_acc"] == pytest.approx(0.4)
-    # the gain is paired with the run's own SFT row: single agent vs single agent, designs vs designs
-    assert ablations.summarize(str(d), "single")["heldout_gain"] == pytest.approx(0.2 - 0.02)
-    assert ablations.summarize(str(d), "metaagent")["heldout_gain"] == pytest.approx(0.4 - 0.05)
-    rows = ablations.final_table(str(d / "train.log"))
-    assert set(rows) == {"RL: learned designs", "RL: single agent", "SFT: designs", "SFT: single agent"}
-    assert rows["RL: learned designs"]["structures"] == "ensemble 60%, single 40%"
+def test_runs_on_other_tasks_are_not_paired(tmp_path):
+    write_run(tmp_path, "metaagent", 0, [0.1] * 5, exact={"RL": (0.9, 0.3), "SFT": (0.4, 0.3)})
+    d = write_run(tmp_path, "flat8", 0, [0.1] * 5, exact={"RL": (0.1, 0.3), "SFT": (0.4, 0.3)})
+    t = json.loads((d / "final_table.json").read_text())
+    t["ids"] = [i + "x" for i in t["ids"]]                        # another seed's tasks, say
+    (d / "final_table.json").write_text(json.dumps(t))
+    results = ablations.collect(str(tmp_path))
+    assert ablations.measure(results, "metaagent", "flat8", "suited") == (None, None, 0)
+    assert ablations.measure(results, "metaagent", "flat8", "train_reward")[0] == 0.0   # the curves still pair
+    # single-agent GRPO is measured by its single-agent rows, the others by their learned designs
+    write_run(tmp_path, "single", 0, [0.1] * 5, correct={"RL: single agent": [1, 1, 1, 1], "SFT: single agent": [1, 0, 0, 0]})
+    results = ablations.collect(str(tmp_path))
+    assert ablations.measure(results, "single", "single", "accuracy", "RL", "SFT")[0] == pytest.approx(0.75)
 
 
 def test_report_pairings(tmp_path):
-    write_run(tmp_path, "metaagent", 0, [0.1] * 5)
-    write_run(tmp_path, "metaagent", 1, [0.1] * 5)
-    for seed, (ss, sr, rs, rr) in enumerate([(0.1, 0.3, 0.2, 0.4), (0.1, 0.3, 0.1, 0.5)]):
+    write_run(tmp_path, "metaagent", 0, [0.1] * 5, exact={"RL": (0.7, 0.32), "SFT": (0.5, 0.3)})
+    write_run(tmp_path, "metaagent", 1, [0.1] * 5, exact={"RL": (0.7, 0.34), "SFT": (0.5, 0.3)})
+    for seed, (ss, sr, rs, rr) in enumerate([([0, 0], [1, 0], [1, 0], [1, 1]), ([0, 0], [1, 0], [0, 0], [1, 1])]):
         d = tmp_path / f"pairings-s{seed}"
         d.mkdir()
-        (d / "results.json").write_text(json.dumps(
-            {"pairings": {"sft/sft": {"tiny": ss}, "sft/rl": {"tiny": sr}, "rl/sft": {"tiny": rs},
-                          "rl/rl": {"tiny": rr}}}))
+        res = {f"designer {k} x executor {e}": {"tiny": {"per_problem": v}}
+               for (k, e), v in zip([("sft", "sft"), ("sft", "rl"), ("rl", "sft"), ("rl", "rl")], (ss, sr, rs, rr))}
+        (d / "results.json").write_text(json.dumps({"results": res}))
+    (tmp_path / "pairings-s2").mkdir()
+    (tmp_path / "pairings-s2" / "results.json").write_text("{half")   # unreadable: skipped
     md = Path(ablations.report(str(tmp_path))).read_text()
-    assert "| SFT | 10.0% ± 0.0% | 30.0% ± 0.0% |" in md
-    assert "| RL | 15.0% ± 7.1% | 45.0% ± 7.1% |" in md
-    assert f"- executor improved (sft/rl > sft/sft in held-out pass@1): held (+0.200 vs combined std {0:.3f})." in md
-    s = math.sqrt(0.005)
-    assert f"- designer improved (rl/sft > sft/sft in held-out pass@1): within noise (+0.050 vs combined std {s:.3f})." in md
+    assert "| Designer: P(suited template) | 50.0% | 70.0% | +20.0 ± 0.0 | held |" in md
+    assert "| Executor: P(oracle reply) | 30.0% | 33.0% | +3.0 ± 1.0 | held |" in md
+    assert "| SFT | 0.0% | 50.0% |" in md and "| RL | 25.0% | 100.0% |" in md
+    assert "- Executor improved (sft/rl − sft/sft, pass@1): +50.0 ± 35.4, within noise." in md
+
+
+def test_readme_section_and_publish(tmp_path):
+    src = tmp_path / "out"
+    three_seeds(src)
+    (src / "metaagent-s0" / "step_000010" / "model").mkdir(parents=True)    # checkpoints stay behind
+    (src / "metaagent-s0" / "train.log").write_text("log")
+    readme = tmp_path / "README.md"
+    before, after = "# Title\n\n## Results\n\n", "\n\n## After\ntext\n"
+    readme.write_text(before + ablations.START + "\nold\n" + ablations.END + after)
+    dest = tmp_path / "results"
+    (dest / "stale-s0").mkdir(parents=True)                                 # what dest held is replaced
+    ablations.publish(str(src), str(dest), str(readme))
+    assert sorted(p.name for p in (dest / "metaagent-s0").iterdir()) == ["final_table.json", "metrics.jsonl"]
+    assert not (dest / "stale-s0").exists() and (dest / "RESULTS.md").exists()
+    text = readme.read_text()
+    assert text.startswith(before + ablations.START) and text.endswith(ablations.END + after) and "old" not in text
+    assert "- **Hierarchical 4x4 vs flat (paper Table 3)** (3 seeds). Paper: hierarchical M=4xN=4 > flat " in text
+    assert "metaagent − flat8: P(suited template) +20.0 ± 0.0 (held), P(oracle reply) +0.0 ± 0.0 (within noise)" in text
+    assert "Not yet run" in text
+    # a README without the markers is refused, not rewritten
+    readme.write_text("# no section\n")
+    with pytest.raises(SystemExit, match="no results section"):
+        ablations.report(str(dest), str(readme))
+    assert readme.read_text() == "# no section\n"
+
+
+def test_committed_results_are_current(tmp_path):
+    """results/ablations/RESULTS.md and the README's Results section are what `report` makes of the committed
+    numbers (run `python ablations.py report results/ablations --readme README.md` after changing either)."""
+    import shutil
+    src = ROOT / "results" / "ablations"
+    dest = tmp_path / "ablations"
+    shutil.copytree(src, dest, ignore=shutil.ignore_patterns("plots", "RESULTS.md"))
+    shutil.copy(ROOT / "README.md", tmp_path / "README.md")
+    ablations.report(str(dest), str(tmp_path / "README.md"))
+    assert (dest / "RESULTS.md").read_text() == (src / "RESULTS.md").read_text()
+    assert (tmp_path / "README.md").read_text() == (ROOT / "README.md").read_text()
 
 
 def test_pairings_command(tmp_path):
@@ -189,15 +251,7 @@ def test_pairings_command(tmp_path):
 
 
 def test_report_errors(tmp_path):
-    with pytest.raises(SystemExit, match="no <run>-s<seed>/metrics.jsonl"):
+    with pytest.raises(SystemExit, match="no finished"):
         ablations.report(str(tmp_path))
-
-
-def test_final_table_json_is_preferred_to_the_log(tmp_path):
-    d = write_run(tmp_path, "metaagent", 0, [0.1] * 5, heldout=0.4)
-    rows = {"RL: learned designs": {"reward": 0.5, "accuracy": 0.25, "structures": "tester 100%"}}
-    (d / "final_table.json").write_text(json.dumps({"tasks": 4, "rows": rows}))
-    assert ablations.final_table(str(d / "train.log")) == rows
-    assert ablations.summarize(str(d), "metaagent")["heldout_acc"] == pytest.approx(0.25)
-    (d / "final_table.json").write_text("{half")                   # unreadable: the log still counts
-    assert ablations.final_table(str(d / "train.log"))["RL: learned designs"]["accuracy"] == pytest.approx(0.4)
+    with pytest.raises(SystemExit, match="usage"):
+        ablations.main(["report", str(tmp_path), "--readmee", "x"])
