@@ -30,43 +30,48 @@ scaled as K(paper_K) = max(1, round(paper_K * steps / 90)): K30 = steps/3 (three
 designer; the tiny preset's K=10 in 30 steps), K10 = steps/9, K1 = 1. K = steps would be the designer-only run
 (the schedule comparison has it). Every other run uses K30, so `metaagent` is also the K=30 point.
 
-Run it (sequentially, one train.py at a time; a finished run is skipped, an unfinished one resumed from its
-last checkpoint, so the same command continues an interrupted set):
+Run it (one train.py at a time; a finished run is skipped, an unfinished one resumed from its last
+checkpoint, so the same command continues an interrupted set; runs are seed-major, so a partial set has every
+run of its first seeds):
 
-    python ablations.py                                   # every run, seeds 0,1,2, --steps 60, out/ablations
+    python ablations.py                                   # every run, seeds 0,1,2, --steps 30, out/ablations
     python ablations.py --seeds 0,1 --steps 90 --root out/abl90
     python ablations.py --only metaagent,flat8            # only these runs (names: see `runs()`)
     python ablations.py --cut policy,stage_length         # drop comparisons (and the runs only they need)
     python ablations.py -- --eval_tasks=50                # anything after `--` goes to every train.py
     python ablations.py report out/ablations              # ROOT/RESULTS.md + ROOT/plots/*.png
+    python ablations.py publish out/ablations             # the numbers -> results/ablations, report there,
+                                                          # and the README's Results section rewritten
+    python ablations.py report results/ablations --readme README.md    # the same from the committed numbers
 
-Budget, measured for 45 steps of RL plus the held-out table on a quiet 2-core machine at commit c909bfd
-(AdamW cold start, RL lr 1e-4, a 100-task table; the table is 200 tasks now, about a minute more a run): metaagent
-(4x4) 11-13 min, flat8 10-11 min, flat16 19-21 min (16 designs of ~400 tokens per query), single 5-7 min; so
-the hierarchy and single-agent comparisons cost about 50 minutes per seed, and all 10 runs more than two hours per
-seed. The issue's budget is about two hours: cut comparisons before steps, and say in the README which
-were cut (RESULTS.md lists the comparisons that have no runs). The README's results came from
+Two at once on a 2-core machine, each on its own core (train.py sizes its threads to the cores it may use):
 
-    python ablations.py --root out/ablations --seeds 0,1,2 --steps 45 --cut schedule,policy,stage_length
+    taskset -c 0 python ablations.py --only metaagent,flat8,coupled,designer,executor &
+    taskset -c 1 python ablations.py --only flat16,separate,k1,k10,single --cut pairings &
 
-with the third seed of flat8 and flat16 left out for time.
+Budget on this 2-core machine, one core a run, two runs at once, 30 steps and the 200-task final table (see
+results/ablations/RESULTS.md for each run's RL minutes): metaagent (4x4) about 6.5 min, flat16 about 11.
+The README's Results section is made from results/ablations/ (`publish`): each run's metrics.jsonl, run.json
+and final_table.json (no checkpoints), and the sampled pairings' results.json.
 
-The README's Results section is ROOT/RESULTS.md with its plots. The repository keeps a copy in results/ablations/:
-RESULTS.md, plots/, and each run's metrics.jsonl, final_table.json and run.json, without the checkpoints. So
-`python ablations.py report results/ablations` redraws it from the committed numbers.
-
-What the report computes:
-    train reward / accuracy   mean of metrics.jsonl's reward/mean / accuracy over the last 20% of steps
-    change                    that training reward minus the one over the first 20% of steps
-    held-out accuracy         from train.py's final table (final_table.json; for older runs the table printed
-                              in train.log): the "RL: learned designs" row (the "RL: single agent" row for
-                              the single-agent GRPO run)
-    gain over SFT             that row minus its SFT row in the same table ("SFT: designs", or "SFT: single
-                              agent"): the same tasks and sampling seed, a paired difference
-    structures                mean shares of structure/* over the last 20% of steps
-Every number is mean +- std over seeds (sample std). A paper direction "A > B" is "held" when mean(A) - mean(B)
-exceeds the combined std sqrt(std_A^2 + std_B^2), "reversed" when it is below minus that, "within noise"
-otherwise, and "undecided" with fewer than two seeds on either side.
+What the report computes (every number from the committed files; tests/test_ablations.py checks that the
+committed RESULTS.md and README section are what `report` makes of them):
+    P(suited template)        primary: train.py's final table, exact by teacher forcing, per held-out task: the
+    P(oracle reply)           Designer's probability of the template suited to the task's kind, and the single
+                              agent's probability of the oracle reply (final_table.json "per_task")
+    held-out accuracy         secondary: the "RL: learned designs" row, sampled 1 x 1 at T=1 (the "RL: single
+                              agent" row for single-agent GRPO), per task
+    training reward           secondary: metrics.jsonl's reward/mean over the last 20% of steps (change: minus
+                              the first 20%)
+    RL - SFT                  a run's RL model minus its own cold start on the same tasks
+    A - B                     paired: the same seed means the same training queries and the same held-out tasks
+                              (checked by task id), so per seed d_s = mean over tasks of A - B with its paired
+                              SE w_s; D = mean_s d_s, SE = max(std_s(d_s) / sqrt(S), sqrt(sum_s w_s^2) / S).
+                              One rule: beyond noise when |D| > 2 SE ("held" in the paper's direction,
+                              "reversed" against it), else "within noise".
+    pairings                  exact: P(suited template) depends on the Designer's model alone and P(oracle reply)
+                              on the Executor's alone, so {SFT, RL} x {SFT, RL} reduces to the metaagent runs'
+                              two RL - SFT differences; sampled: evaluate.py --pairings, paired per problem
 
 Needs: train.py, settings.py, rundir.py, plot.py, advantage.py, stagewise.py, grpo.py, speed.py, engine.py, decode.py, sft.py, evaluate.py, tiny.py, rollout.py, mas.py, sandbox.py, reward.py, data.py (it runs train.py and evaluate.py as programs)
 """
@@ -389,10 +394,13 @@ def paired(pairs):
     return D, max(seed_se, task_se), S
 
 
-def verdict(D, SE):
-    """The report's one rule: A - B is beyond noise when |D| > 2 SE."""
+def verdict(D, SE, S):
+    """The report's one rule: A - B is beyond noise when |D| > 2 SE. One seed says nothing about the run's own
+    randomness (SE holds the draw of tasks alone), so it gets no verdict."""
     if D is None:
         return "missing"
+    if S < 2:
+        return "undecided (1 seed)"
     return "held" if D > 2 * SE else "reversed" if D < -2 * SE else "within noise"
 
 
@@ -433,7 +441,7 @@ def claim_sentence(a, b, results):
         D, SE, S = measure(results, a, b, key)
         if D is not None:
             digits = 1 if scale == 100 else 3
-            parts.append(f"{label} {diff_text(D, SE, S, scale, digits)}, {verdict(D, SE)}")
+            parts.append(f"{label} {diff_text(D, SE, S, scale, digits)}, {verdict(D, SE, S)}")
     seeds = len(set(results.get(a, {})) & set(results.get(b, {})))
     return f"{a} > {b} ({seeds} paired seeds): " + ("; ".join(parts) if parts else "missing runs") + "."
 
@@ -480,7 +488,7 @@ def pairings_section(root, results):
     for role, key, label in (("Designer", "suited", "P(suited template)"), ("Executor", "oracle", "P(oracle reply)")):
         D, SE, S = measure(results, "metaagent", "metaagent", key, "RL", "SFT")
         lines.append(f"| {role}: {label} | {mean_of(results, 'metaagent', 'SFT', key):.1f}% | "
-                     f"{mean_of(results, 'metaagent', 'RL', key):.1f}% | {diff_text(D, SE, S, 100)} | {verdict(D, SE)} |")
+                     f"{mean_of(results, 'metaagent', 'RL', key):.1f}% | {diff_text(D, SE, S, 100)} | {verdict(D, SE, S)} |")
     found = {}
     for name in sorted(os.listdir(root)):
         p = os.path.join(root, name, "results.json")
@@ -503,7 +511,7 @@ def pairings_section(root, results):
     lines.append("")
     for a, b, role in (("rl/sft", "sft/sft", "Designer"), ("sft/rl", "sft/sft", "Executor")):
         D, SE, S = paired(list(zip(found.get(a, []), found.get(b, []))))
-        lines.append(f"- {role} improved ({a} − {b}, pass@1): {diff_text(D, SE, S, 100)}, {verdict(D, SE)}.")
+        lines.append(f"- {role} improved ({a} − {b}, pass@1): {diff_text(D, SE, S, 100)}, {verdict(D, SE, S)}.")
     return lines
 
 
@@ -594,11 +602,11 @@ def report(root, readme=None):
         if cname == "pairings":
             lines = pairings_section(root, results)
             md += lines + ["", f"Paper: {c['paper']}.", ""]
-            dd, sd, _ = measure(results, "metaagent", "metaagent", "suited", "RL", "SFT")
-            de, se, _ = measure(results, "metaagent", "metaagent", "oracle", "RL", "SFT")
+            dd, sd, nd = measure(results, "metaagent", "metaagent", "suited", "RL", "SFT")
+            de, se, ne = measure(results, "metaagent", "metaagent", "oracle", "RL", "SFT")
             summary.append(f"- **{c['title']}** ({n_seeds} seeds). Paper: {c['paper']}. Here: the Designer's "
-                           f"P(suited template) {diff_text(dd, sd, n_seeds, 100)} points ({verdict(dd, sd)}), the "
-                           f"Executor's P(oracle reply) {diff_text(de, se, n_seeds, 100)} ({verdict(de, se)}).")
+                           f"P(suited template) {diff_text(dd, sd, nd, 100)} points ({verdict(dd, sd, nd)}), the "
+                           f"Executor's P(oracle reply) {diff_text(de, se, ne, 100)} ({verdict(de, se, ne)}).")
             continue
         md += run_table(results, present)
         plot_comparison(os.path.join(root, "plots", f"{cname}.png"), c["title"], results, present)
@@ -609,7 +617,7 @@ def report(root, readme=None):
             cells = []
             for key, label, _ in MEASURES[:2]:
                 D, SE, S = measure(results, a, b, key)
-                cells.append(f"{label} {diff_text(D, SE, S, 100)} ({verdict(D, SE)})")
+                cells.append(f"{label} {diff_text(D, SE, S, 100)} ({verdict(D, SE, S)})")
             here.append(f"{a} − {b}: " + ", ".join(cells))
         summary.append(f"- **{c['title']}** ({n_seeds} seeds). Paper: {c['paper']}. Here: " + "; ".join(here) + ".")
     tail = []
@@ -659,13 +667,14 @@ RESULTS_DIR, README = os.path.join(REPO, "results", "ablations"), os.path.join(R
 
 
 def publish(src, dest=RESULTS_DIR, readme=README):
-    """Copy every finished run's numbers from src to dest (replacing what dest held), then report there and
-    rewrite the README's Results section."""
+    """Copy every finished run's numbers from src to dest (replacing what dest held; checkpoints and logs stay
+    behind), then report there and rewrite the README's Results section."""
     import shutil
     if not os.path.isdir(src):
         raise SystemExit(f"ablations.py publish: {src} is not a folder")
+    # finished runs only (train.py writes final_table.json last; evaluate.py its results.json)
     names = [n for n in sorted(os.listdir(src)) if re.fullmatch(r"(.+)-s(\d+)", n)
-             and any(os.path.exists(os.path.join(src, n, k)) for k in KEEP)]
+             and any(os.path.exists(os.path.join(src, n, k)) for k in ("final_table.json", "results.json"))]
     if not names:
         raise SystemExit(f"ablations.py publish: no runs under {src}")
     if os.path.abspath(src) != os.path.abspath(dest):
@@ -701,7 +710,7 @@ def parse_args(argv):
     p = argparse.ArgumentParser(description="the paper's ablations on the tiny world (see the docstring)")
     p.add_argument("--root", default="out/ablations", help="one folder for every run (default out/ablations)")
     p.add_argument("--seeds", default="0,1,2", help="comma list of seeds (default 0,1,2)")
-    p.add_argument("--steps", type=int, default=60, help="RL steps per run (default 60)")
+    p.add_argument("--steps", type=int, default=30, help="RL steps per run (default 30)")
     p.add_argument("--only", default="", help=f"comma list of runs to run: {', '.join(RUN_NAMES)}")
     p.add_argument("--cut", default="", help=f"comma list of comparisons to drop: {', '.join(COMPARISONS)}")
     p.add_argument("--pairings-tasks", type=int, default=100,

@@ -9,6 +9,7 @@ any machine.
     python bench.py grade      # answers graded per second; a step's grading, each distinct answer once vs every run
     python bench.py step       # an RL step's time split: design, execute, grade, update, weight sync, other
     python bench.py step:REV   # ... and the same run at git revision REV, side by side (the ratio of step times)
+    python bench.py ranks      # the same step as one process on every core vs one torchrun rank per core
     python bench.py engine     # the tiny default's rollout on each backend (lean, hf, vllm), from out/tiny-sft
     python bench.py rollout    # batched rollout tokens/s vs one plain engine.generate
     python bench.py train      # chunked GRPO update (each log-prob option) vs full-logits update: tokens/s, memory
@@ -517,15 +518,55 @@ def bench_rollout(B=4, max_tokens=64, backend="auto", naive=(1, 1, 2), reps=2):
               f"naive per-call rollout {nv:.0f} tok/s: batching buys {r / nv:.1f}x")
 
 
+STEP_PARTS = ["design", "execute", "grade", "update", "weight_sync"]
+
+
+def _step_split(label, tree, launcher, steps, model_dir):
+    """Run the tiny default (K=1) for `steps` steps in git tree `tree` with `launcher` (the command that starts
+    train.py: plain python, or torchrun); print and return {role: mean step seconds} over steps 2..N."""
+    import json
+    import os
+    import statistics
+    import subprocess
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as tmp:
+        out = os.path.join(tmp, "run")
+        cmd = [*launcher, "train.py", f"--out_dir={out}", f"--init_from={model_dir}", f"--steps={steps}",
+               "--K=1", "--eval_tasks=0", "--progress=False", "--save_every=100000"]
+        res = subprocess.run(cmd, cwd=tree, capture_output=True, text=True)
+        if res.returncode != 0:
+            sys.exit(f"bench step: {label}: train.py failed:\n{res.stderr[-2000:]}")
+        with open(os.path.join(out, "metrics.jsonl")) as f:
+            ms = [json.loads(line) for line in f][1:]   # step 1 pays for warm-up
+    print(f"{label}: steps 2..{steps}, mean per role (seconds, share of the step)")
+    means = {}
+    for role in ("designer", "executor"):
+        rs = [m for m in ms if m["active"] == role]
+        if not rs:
+            continue
+        step = statistics.mean(m["time/step"] for m in rs)
+        t = {p: statistics.mean(m.get(f"time/{p}", 0.0) for m in rs) for p in STEP_PARTS}
+        t["other"] = step - sum(t.values())
+        means[role] = step
+        print(f"  {role:8s} step {step:5.2f}s = " + "  ".join(f"{p} {v:.2f} ({v / step:.0%})" for p, v in t.items()))
+    return means
+
+
+def _print_ratios(before_label, before, after_label, after):
+    for role in ("designer", "executor"):
+        if role in before and role in after:
+            print(f"{role} step: {before_label} {before[role]:.2f}s / {after_label} {after[role]:.2f}s = "
+                  f"{before[role] / after[role]:.2f}x faster")
+
+
 def bench_step(revs=(), steps=12, model_dir="out/tiny-sft"):
     """Where an RL step's time goes: `python train.py` (the tiny default, K=1 so that both roles' steps appear) for
     `steps` steps from the saved cold start, and the mean of steps 2..N per role split into design, execute, grade,
     update, weight sync and other (step time minus the parts), each part's share of the step. With revisions
     (`python bench.py step:9768f35`), each is checked out into a temporary git worktree and run the same way right
     after the working tree, and the ratio of step times is printed: a side-by-side comparison of two commits."""
-    import json
     import os
-    import statistics
     import subprocess
     import tempfile
 
@@ -534,41 +575,39 @@ def bench_step(revs=(), steps=12, model_dir="out/tiny-sft"):
     if not os.path.isdir(model_dir):
         print(f"bench step: skipped, {model_dir} is missing (run `python sft.py` first)")
         return
-    parts = ["design", "execute", "grade", "update", "weight_sync"]
-    means = {}
-    for rev in ["working tree", *revs]:
-        with tempfile.TemporaryDirectory() as tmp:
-            tree = here
-            if rev != "working tree":
-                tree = os.path.join(tmp, "tree")
-                subprocess.run(["git", "-C", here, "worktree", "add", "--detach", "-q", tree, rev], check=True)
-            try:
-                out = os.path.join(tmp, "run")
-                cmd = [sys.executable, "train.py", f"--out_dir={out}", f"--init_from={model_dir}", f"--steps={steps}",
-                       "--K=1", "--eval_tasks=0", "--progress=False", "--save_every=100000"]
-                res = subprocess.run(cmd, cwd=tree, capture_output=True, text=True)
-                if res.returncode != 0:
-                    sys.exit(f"bench step: {rev}: train.py failed:\n{res.stderr[-2000:]}")
-                with open(os.path.join(out, "metrics.jsonl")) as f:
-                    ms = [json.loads(line) for line in f][1:]   # step 1 pays for warm-up
-            finally:
-                if rev != "working tree":
-                    subprocess.run(["git", "-C", here, "worktree", "remove", "--force", tree], check=False)
-        print(f"{rev}: steps 2..{steps}, mean per role (seconds, share of the step)")
-        for role in ("designer", "executor"):
-            rs = [m for m in ms if m["active"] == role]
-            if not rs:
-                continue
-            step = statistics.mean(m["time/step"] for m in rs)
-            t = {p: statistics.mean(m.get(f"time/{p}", 0.0) for m in rs) for p in parts}
-            t["other"] = step - sum(t.values())
-            means[(rev, role)] = step
-            print(f"  {role:8s} step {step:5.2f}s = " + "  ".join(f"{p} {v:.2f} ({v / step:.0%})" for p, v in t.items()))
+    base = _step_split("working tree", here, [sys.executable], steps, model_dir)
     for rev in revs:
-        for role in ("designer", "executor"):
-            if (rev, role) in means and ("working tree", role) in means:
-                print(f"{role} step: {rev} {means[(rev, role)]:.2f}s / working tree {means[('working tree', role)]:.2f}s "
-                      f"= {means[(rev, role)] / means[('working tree', role)]:.2f}x faster now")
+        with tempfile.TemporaryDirectory() as tmp:
+            tree = os.path.join(tmp, "tree")
+            subprocess.run(["git", "-C", here, "worktree", "add", "--detach", "-q", tree, rev], check=True)
+            try:
+                means = _step_split(rev, tree, [sys.executable], steps, model_dir)
+            finally:
+                subprocess.run(["git", "-C", here, "worktree", "remove", "--force", tree], check=False)
+        _print_ratios(rev, means, "working tree", base)
+
+
+def bench_ranks(steps=12, model_dir="out/tiny-sft"):
+    """The same tiny step (as `bench.py step`) as one process on every core, then as one torchrun rank per core
+    (gloo; each rank rolls out B/ranks queries with its own engine on its own core, and the gradients are
+    all-reduced), side by side: on small models most of a step is single-threaded work (Python, the engine's
+    scheduling, the sandbox), so ranks, not threads, are what use a second core."""
+    import os
+
+    here = os.path.dirname(os.path.abspath(__file__))
+    model_dir = os.path.abspath(model_dir)
+    if not os.path.isdir(model_dir):
+        print(f"bench ranks: skipped, {model_dir} is missing (run `python sft.py` first)")
+        return
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    if cores < 2:
+        print("bench ranks: skipped, this process may use one core only")
+        return
+    one = _step_split(f"1 process, {cores} threads", here, [sys.executable], steps, model_dir)
+    ranks = _step_split(f"{cores} ranks, 1 thread each", here,
+                        [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={cores}"],
+                        steps, model_dir)
+    _print_ratios("1 process", one, f"{cores} ranks", ranks)
 
 
 def bench_engine(model_dir="out/tiny-sft", reps=3, B=8, M=4, N=2):
@@ -863,6 +902,7 @@ def _gpu_vllm(gen_prompts=64, gen_tokens=256):
 
 SECTIONS = {
     "step": bench_step,
+    "ranks": bench_ranks,
     "engine": bench_engine,
     "grade": bench_grade,
     "rollout": bench_rollout,

@@ -124,8 +124,9 @@ def test_paired_rule():
     D, SE, S = ablations.paired([([1, 0, 1, 0], [0, 0, 0, 0])] * 3)
     assert D == pytest.approx(0.5) and SE == pytest.approx(math.sqrt(3 * (1 / 12)) / 3)
     assert ablations.paired([]) == (None, None, 0)
-    assert ablations.verdict(0.5, 0.2) == "held" and ablations.verdict(-0.5, 0.2) == "reversed"
-    assert ablations.verdict(0.3, 0.2) == "within noise" and ablations.verdict(None, None) == "missing"
+    assert ablations.verdict(0.5, 0.2, 3) == "held" and ablations.verdict(-0.5, 0.2, 3) == "reversed"
+    assert ablations.verdict(0.3, 0.2, 2) == "within noise" and ablations.verdict(None, None, 0) == "missing"
+    assert ablations.verdict(0.5, 0.01, 1) == "undecided (1 seed)"    # the run's own randomness unmeasured
 
 
 def three_seeds(root):
@@ -158,7 +159,7 @@ def test_report_tables_sentences_plots(tmp_path):
                     "+0.400 ± 0.000, held.")
     sent16 = next(ln for ln in md.splitlines() if ln.startswith("- metaagent > flat16"))
     assert "P(suited template) +1.0 ± 6.1, within noise" in sent16
-    assert "- metaagent > single (1 paired seeds): " in md
+    assert "- metaagent > single (1 paired seeds): P(suited template) +30.0 ± 0.0 (1 seed), undecided (1 seed);" in md
     # P(each template | kind): the cold start's row and each run's
     assert "| SFT cold start | 10.0 | 40.0 | 0.0 | 40.0 | 10.0 | 40.0 | 0.0 | 40.0 |" in md
     assert "Unfinished, left out: coupled-s0 (no final table), flat8-s3 (4/10 steps)." in md
