@@ -198,18 +198,29 @@ def read_metrics(path):
 
 
 def is_finished(run_dir, steps):
+    """All steps logged and the final table written (train.py's last act; a run resumed at its last step only
+    writes the table)."""
     rows = read_metrics(os.path.join(run_dir, "metrics.jsonl"))
-    return len(rows) >= steps and rows[-1].get("step") == steps
+    return (len(rows) >= steps and rows[-1].get("step") == steps
+            and os.path.exists(os.path.join(run_dir, "final_table.json")))
 
 
-def launch(cmd, log_path):
-    """Run cmd in the repo root; its output goes to the console and is appended to log_path. Returns rc."""
+# the trampoline that pins a program to some cores before it starts: python -c PIN 0,1 train.py ...
+PIN = ("import os, sys; os.sched_setaffinity(0, {int(c) for c in sys.argv[1].split(',')}); "
+       "os.execv(sys.executable, [sys.executable] + sys.argv[2:])")
+
+
+def launch(cmd, log_path, cpus=None, echo=True):
+    """Run cmd (a Python program: cmd[0] is sys.executable) in the repo root, on the cores `cpus` when given;
+    its output is appended to log_path and, with echo, printed too. Returns rc."""
     with open(log_path, "a") as log:
         log.write(f"$ {' '.join(cmd)}\n")
-        p = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1)
+        argv = [cmd[0], "-c", PIN, ",".join(map(str, cpus)), *cmd[1:]] if cpus else cmd
+        p = subprocess.Popen(argv, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1)
         try:
             for line in p.stdout:
-                sys.stdout.write(line)
+                if echo:
+                    sys.stdout.write(line)
                 log.write(line)
             return p.wait()
         except BaseException:
@@ -218,7 +229,7 @@ def launch(cmd, log_path):
             raise
 
 
-def run_one(run, seed, steps, root, extra):
+def run_one(run, seed, steps, root, extra, cpus=None, echo=True):
     """'skipped' | 'ok' | 'failed (rc N)'. run.json records the command; a different one in the same
     out_dir is an error (resuming with other settings would mix two runs)."""
     d = out_dir(root, run, seed)
@@ -236,10 +247,12 @@ def run_one(run, seed, steps, root, extra):
     os.makedirs(d, exist_ok=True)
     with open(stamp, "w") as f:
         json.dump({"cmd": cmd}, f)
-    print(f"== {run} seed {seed}: {' '.join(cmd[1:])}", flush=True)
+    print(f"== {run} seed {seed}: {' '.join(cmd[1:])}" + (f" (cores {cpus})" if cpus else ""), flush=True)
     # an interrupted run: from its last checkpoint (train.py refuses a fresh run into a folder with metrics)
     resume = ["--resume"] if rundir.checkpoints(d) or os.path.exists(os.path.join(d, "metrics.jsonl")) else []
-    rc = launch(cmd + resume, os.path.join(d, "train.log"))
+    rc = launch(cmd + resume, os.path.join(d, "train.log"), cpus, echo)
+    if not echo:
+        print(f"== {run} seed {seed}: {'ok' if rc == 0 else f'failed (rc {rc})'}", flush=True)
     return "ok" if rc == 0 else f"failed (rc {rc})"
 
 
@@ -258,31 +271,81 @@ def pairings_command(root, seed, n_tasks=100):
             "--designer-max-tokens", "400", "--seed", str(seed), "--out", os.path.join(root, f"pairings-s{seed}")]
 
 
+def pairings_one(root, seed, steps, n_tasks, cpus=None, echo=True):
+    d = os.path.join(root, f"pairings-s{seed}")
+    if os.path.exists(os.path.join(d, "results.json")):
+        return "skipped"
+    if not is_finished(out_dir(root, "metaagent", seed), steps):
+        return "no finished metaagent run"
+    os.makedirs(d, exist_ok=True)
+    cmd = pairings_command(root, seed, n_tasks)
+    print(f"== pairings seed {seed}: {' '.join(cmd[1:])}", flush=True)
+    rc = launch(cmd, os.path.join(d, "evaluate.log"), cpus, echo)
+    return "ok" if rc == 0 else f"failed (rc {rc})"
+
+
+def in_parallel(work, jobs):
+    """Run work = [(key, fn)] with `jobs` at a time, in order; fn(cpus, echo) -> status. jobs = 1: one after
+    the other on every core, output printed. jobs > 1: worker k owns the cores usable[k::jobs] and its runs go
+    there (on small models one core per run beats one run on every core: bench.py ranks), output to the logs."""
+    if jobs == 1:
+        return {key: fn(None, True) for key, fn in work}
+    import queue
+    import threading
+    usable = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
+    if usable and jobs > len(usable):
+        raise SystemExit(f"ablations.py: --jobs {jobs} is more than the {len(usable)} cores this process may use")
+    todo, status = queue.Queue(), {}
+    for item in work:
+        todo.put(item)
+
+    def worker(k):
+        cpus = usable[k::jobs] or None
+        while True:
+            try:
+                key, fn = todo.get_nowait()
+            except queue.Empty:
+                return
+            try:
+                status[key] = fn(cpus, False)
+            except SystemExit as e:   # a refused folder: the others go on, the summary names it
+                status[key] = f"failed ({e})"
+    threads = [threading.Thread(target=worker, args=(k,)) for k in range(jobs)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return {key: status[key] for key, _ in work}
+
+
 def run_all(a):
+    import functools
+    import threading
     wanted = [c for c in COMPARISONS if c not in a.cut]
     names = [r for r in RUN_NAMES if any(r in COMPARISONS[c]["runs"] for c in wanted)]
     if a.only:
         names = [r for r in names if r in a.only]
     if not names:
         raise SystemExit("ablations.py: --only/--cut leave no run")
-    print(f"ablations.py: runs {', '.join(names)}; seeds {a.seeds}; {a.steps} steps; root {a.root}", flush=True)
-    status = {}
-    for seed in a.seeds:            # seed-major: a partial set still has every run once
-        for run in names:
-            status[f"{run}-s{seed}"] = run_one(run, seed, a.steps, a.root, a.extra)
+    print(f"ablations.py: runs {', '.join(names)}; seeds {a.seeds}; {a.steps} steps; root {a.root}; "
+          f"{a.jobs} at a time", flush=True)
+    # a run whose cold start is missing builds it (train.py's sft_if_missing): the runs that need the same one
+    # wait for it instead of building it twice at once
+    building = {}
+
+    def train(run, seed, cpus, echo):
+        init = os.path.join(REPO, runs(a.steps)[run].get("init_from", SFT_DIR))
+        if not os.path.isdir(init):
+            with building.setdefault(init, threading.Lock()):
+                if not os.path.isdir(init):     # the first run here builds it
+                    return run_one(run, seed, a.steps, a.root, a.extra, cpus, echo)
+        return run_one(run, seed, a.steps, a.root, a.extra, cpus, echo)
+    # seed-major: a partial set still has every run of its first seeds
+    status = in_parallel([(f"{run}-s{seed}", functools.partial(train, run, seed)) for seed in a.seeds
+                          for run in names], a.jobs)
     if "pairings" in wanted and "metaagent" in names:
-        for seed in a.seeds:
-            d = os.path.join(a.root, f"pairings-s{seed}")
-            if os.path.exists(os.path.join(d, "results.json")):
-                status[f"pairings-s{seed}"] = "skipped"
-            elif not is_finished(out_dir(a.root, "metaagent", seed), a.steps):
-                status[f"pairings-s{seed}"] = "no finished metaagent run"
-            else:
-                os.makedirs(d, exist_ok=True)
-                cmd = pairings_command(a.root, seed, a.pairings_tasks)
-                print(f"== pairings seed {seed}: {' '.join(cmd[1:])}", flush=True)
-                rc = launch(cmd, os.path.join(d, "evaluate.log"))
-                status[f"pairings-s{seed}"] = "ok" if rc == 0 else f"failed (rc {rc})"
+        status.update(in_parallel([(f"pairings-s{seed}", functools.partial(pairings_one, a.root, seed, a.steps,
+                                                                           a.pairings_tasks)) for seed in a.seeds], a.jobs))
     print("\n".join(f"  {k}: {v}" for k, v in status.items()))
     print(f"then: python ablations.py report {a.root}")
     return 1 if any(v.startswith("failed") for v in status.values()) else 0
@@ -713,9 +776,12 @@ def parse_args(argv):
     p.add_argument("--steps", type=int, default=30, help="RL steps per run (default 30)")
     p.add_argument("--only", default="", help=f"comma list of runs to run: {', '.join(RUN_NAMES)}")
     p.add_argument("--cut", default="", help=f"comma list of comparisons to drop: {', '.join(COMPARISONS)}")
+    p.add_argument("--jobs", type=int, default=1, help="runs at a time, each on its own cores (default 1)")
     p.add_argument("--pairings-tasks", type=int, default=100,
                    help="held-out tiny tasks for the pairings (4 pairings x this many; default 100)")
     a = p.parse_args(argv)
+    if a.jobs < 1:
+        raise SystemExit(f"ablations.py: --jobs must be >= 1, got {a.jobs}")
     if a.pairings_tasks < 1:
         raise SystemExit(f"ablations.py: --pairings-tasks must be >= 1, got {a.pairings_tasks}")
     try:

@@ -11,7 +11,9 @@
 
 import json
 import math
+import os
 import sys
+import threading
 from pathlib import Path
 
 import pytest
@@ -75,7 +77,7 @@ def test_train_command_lines(tmp_path):
 
 def test_finished_runs_skipped_unfinished_resumed(tmp_path, monkeypatch):
     calls = []
-    monkeypatch.setattr(ablations, "launch", lambda cmd, log: calls.append(cmd) or 0)
+    monkeypatch.setattr(ablations, "launch", lambda cmd, log, *rest: calls.append(cmd) or 0)
     write_run(tmp_path, "metaagent", 0, [0.1, 0.2, 0.3])        # finished (3 of 3 steps)
     write_run(tmp_path, "flat8", 0, [0.1])                      # unfinished: resumed from its checkpoint
     (tmp_path / "flat8-s0" / "step_000001").mkdir()
@@ -93,7 +95,7 @@ def test_finished_runs_skipped_unfinished_resumed(tmp_path, monkeypatch):
 
 
 def test_failed_run_reported(tmp_path, monkeypatch, capsys):
-    monkeypatch.setattr(ablations, "launch", lambda cmd, log: 3)
+    monkeypatch.setattr(ablations, "launch", lambda cmd, log, *rest: 3)
     rc = ablations.main(["--only", "single", "--seeds", "0", "--steps", "2", "--root", str(tmp_path)])
     assert rc == 1 and "single-s0: failed (rc 3)" in capsys.readouterr().out
 
@@ -256,3 +258,40 @@ def test_report_errors(tmp_path):
         ablations.report(str(tmp_path))
     with pytest.raises(SystemExit, match="usage"):
         ablations.main(["report", str(tmp_path), "--readmee", "x"])
+
+
+def test_launch_pins_cores(tmp_path):
+    log = tmp_path / "log"
+    rc = ablations.launch([sys.executable, "-c", "import os; print(sorted(os.sched_getaffinity(0)))"], str(log),
+                          cpus=[0], echo=False)
+    assert rc == 0 and log.read_text().splitlines()[-1] == "[0]"
+    assert log.read_text().startswith(f"$ {sys.executable} -c")          # the log records the command itself
+
+
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs two cores to give each job its own")
+def test_jobs_own_cores_and_wait_for_a_missing_cold_start(tmp_path, monkeypatch):
+    sft = tmp_path / "tiny-sft"                                       # missing: the first run builds it
+    monkeypatch.setattr(ablations, "SFT_DIR", str(sft))
+    seen, lock, calls = [], threading.Lock(), []
+    meet = threading.Barrier(2, timeout=60)   # the two runs after the cold start meet, so both workers ran one
+
+    def fake_run_one(run, seed, steps, root, extra, cpus, echo):
+        existed = sft.exists()
+        with lock:
+            calls.append(run)
+            k = len(calls)
+        if k in (2, 3):
+            meet.wait()
+        sft.mkdir(exist_ok=True)                                      # what train.py's sft_if_missing does
+        with lock:
+            seen.append((run, seed, tuple(cpus), existed, echo))
+        return "ok"
+    monkeypatch.setattr(ablations, "run_one", fake_run_one)
+    rc = ablations.main(["--only", "metaagent,flat8,flat16", "--seeds", "0,1", "--steps", "3", "--jobs", "2",
+                         "--root", str(tmp_path), "--cut", "pairings"])
+    assert rc == 0 and len(seen) == 6 and not any(echo for *_, echo in seen)
+    assert sum(not existed for *_, existed, _ in seen) == 1          # built once, never twice at once
+    cores = {c for *_, c, _, _ in seen}
+    assert len(cores) == 2 and all(len(c) == 1 for c in cores) and len({c[0] for c in cores}) == 2
+    with pytest.raises(SystemExit, match="--jobs must be >= 1"):
+        ablations.main(["--jobs", "0", "--root", str(tmp_path)])
