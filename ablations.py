@@ -650,7 +650,7 @@ def report(root, readme=None):
           f"{TAIL:.0%} of steps (change: minus the first {TAIL:.0%}). RL − SFT: the run's RL model minus its own "
           "cold start on the same tasks. All differences in points (reward units for the training reward), "
           "± one SE.", "", RULE, "",
-          "Regenerate:", "", f"    python ablations.py --seeds {','.join(map(str, seeds))} --steps {steps[-1]}",
+          "Regenerate:", "", f"    python ablations.py --seeds {','.join(map(str, seeds))} --steps {steps[-1]} --jobs 2",
           "    python ablations.py publish out/ablations     # copies the numbers here and runs report", "",
           "## All runs", ""] + run_table(results, names) + [
           "", "P(each template | kind), %, mean over seeds and held-out tasks:", ""] + template_table(results, names) + [""]
@@ -714,8 +714,8 @@ def write_readme_section(readme, summary, tail, steps, seeds):
             "|D| > 2 SE). Every table, the sampled accuracy and the training reward: "
             "[results/ablations/RESULTS.md](results/ablations/RESULTS.md).", ""] + summary + [""] + \
            [t + "\n" for t in tail] + [
-            "    python ablations.py --seeds 0,1,2 --steps 30     # the runs, into out/ablations (resumable)",
-            "    python ablations.py publish out/ablations       # the numbers into results/ablations, this section",
+            "    python ablations.py --jobs 2                 # every run, seeds 0-2, two at a time, into out/ablations",
+            "    python ablations.py publish out/ablations    # the numbers into results/ablations, and this section",
             END]
     a, b = text.index(START), text.index(END) + len(END)
     with open(readme, "w") as f:
