@@ -470,14 +470,18 @@ def verdict(D, SE, S):
 def measure(results, a, b, key, who_a="RL", who_b="RL"):
     """(D, SE, seeds) of run a's `who_a` model minus run b's `who_b` on per-task measure `key` ("suited",
     "oracle", "accuracy"), or of the training reward ("train_reward"), over the seeds both runs have and on
-    which they saw the same held-out tasks."""
+    which they saw the same held-out tasks. who = "gain": the RL model minus the run's own cold start, task by
+    task, so that runs from different cold starts (separate policies) compare what RL added."""
+    def per_task(s, who):
+        t = s["tasks"]
+        return [r - c for r, c in zip(t["RL"][key], t["SFT"][key])] if who == "gain" else t[who][key]
     pairs = []
     for seed in sorted(set(results.get(a, {})) & set(results.get(b, {}))):
         sa, sb = results[a][seed], results[b][seed]
         if key == "train_reward":
             pairs.append(([sa[key]], [sb[key]]))
         elif sa["ids"] == sb["ids"]:
-            pairs.append((sa["tasks"][who_a][key], sb["tasks"][who_b][key]))
+            pairs.append((per_task(sa, who_a), per_task(sb, who_b)))
     return paired(pairs)
 
 
@@ -498,15 +502,16 @@ def mean_of(results, run, who, key):
 
 
 def claim_sentence(a, b, results):
-    """One line per claim: A - B on each measure, with its SE and verdict (exact rows first: they decide)."""
+    """One line per claim: A - B in RL's gain over the cold start on each measure (the same as RL - RL where
+    both runs start from one cold start), with its SE and verdict (exact rows first: they decide)."""
     parts = []
     for key, label, scale in MEASURES:
-        D, SE, S = measure(results, a, b, key)
+        D, SE, S = measure(results, a, b, key, "gain", "gain")
         if D is not None:
             digits = 1 if scale == 100 else 3
             parts.append(f"{label} {diff_text(D, SE, S, scale, digits)}, {verdict(D, SE, S)}")
     seeds = len(set(results.get(a, {})) & set(results.get(b, {})))
-    return f"{a} > {b} ({seeds} paired seeds): " + ("; ".join(parts) if parts else "missing runs") + "."
+    return f"{a} > {b} (seeds: {seeds}): " + ("; ".join(parts) if parts else "missing runs") + "."
 
 
 def structure_text(summaries):
@@ -648,8 +653,9 @@ def report(root, readme=None):
           "writes the oracle's worked reply. Secondary: held-out accuracy sampled with 1 design x 1 execution "
           "at T=1 (the single agent for single-agent GRPO), and the training reward over the last "
           f"{TAIL:.0%} of steps (change: minus the first {TAIL:.0%}). RL − SFT: the run's RL model minus its own "
-          "cold start on the same tasks. All differences in points (reward units for the training reward), "
-          "± one SE.", "", RULE, "",
+          "cold start on the same tasks. A claim \"A > B\" compares the two runs' RL − SFT gains task by task "
+          "(with one cold start, the same as comparing the RL models; separate policies start from their own). "
+          "All differences in points (reward units for the training reward), ± one SE.", "", RULE, "",
           "Regenerate:", "", f"    python ablations.py --seeds {','.join(map(str, seeds))} --steps {steps[-1]} --jobs 2",
           "    python ablations.py publish out/ablations     # copies the numbers here and runs report", "",
           "## All runs", ""] + run_table(results, names) + [
@@ -660,14 +666,13 @@ def report(root, readme=None):
         if len(present) < (1 if cname == "pairings" else 2):
             missing.append(f"{cname} (needs {', '.join(r for r in c['runs'] if r not in results)})")
             continue
-        n_seeds = min(len(results[r]) for r in present)
         md += [f"## {c['title']}", "", c["note"], ""]
         if cname == "pairings":
             lines = pairings_section(root, results)
             md += lines + ["", f"Paper: {c['paper']}.", ""]
             dd, sd, nd = measure(results, "metaagent", "metaagent", "suited", "RL", "SFT")
             de, se, ne = measure(results, "metaagent", "metaagent", "oracle", "RL", "SFT")
-            summary.append(f"- **{c['title']}** ({n_seeds} seeds). Paper: {c['paper']}. Here: the Designer's "
+            summary.append(f"- **{c['title']}** (seeds: {nd}). Paper: {c['paper']}. Here: the Designer's "
                            f"P(suited template) {diff_text(dd, sd, nd, 100)} points ({verdict(dd, sd, nd)}), the "
                            f"Executor's P(oracle reply) {diff_text(de, se, ne, 100)} ({verdict(de, se, ne)}).")
             continue
@@ -679,10 +684,10 @@ def report(root, readme=None):
         for a, b in c["claims"]:
             cells = []
             for key, label, _ in MEASURES[:2]:
-                D, SE, S = measure(results, a, b, key)
+                D, SE, S = measure(results, a, b, key, "gain", "gain")
                 cells.append(f"{label} {diff_text(D, SE, S, 100)} ({verdict(D, SE, S)})")
-            here.append(f"{a} − {b}: " + ", ".join(cells))
-        summary.append(f"- **{c['title']}** ({n_seeds} seeds). Paper: {c['paper']}. Here: " + "; ".join(here) + ".")
+            here.append(f"{a} − {b} (seeds: {S}): " + ", ".join(cells))
+        summary.append(f"- **{c['title']}**. Paper: {c['paper']}. Here: " + "; ".join(here) + ".")
     tail = []
     if missing:
         tail.append(f"Not yet run (or fewer than the runs they compare): {'; '.join(missing)}.")

@@ -138,7 +138,7 @@ def three_seeds(root):
         write_run(root, "metaagent", seed, [0.0] * 8 + [0.6, 0.6], exact={"RL": (0.8 + 0.01 * seed, 0.35),
                   "SFT": (0.4, 0.3)}, correct={"RL: learned designs": [1, 1, 1, 0], "SFT: designs": [1, 0, 0, 0]})
         write_run(root, "flat8", seed, [0.0] * 8 + [0.2, 0.2], exact={"RL": (0.6 + 0.01 * seed, 0.35),
-                  "SFT": (0.4, 0.3)}, correct={"RL: learned designs": [1, 0, 0, 0]})
+                  "SFT": (0.4, 0.3)}, correct={"RL: learned designs": [1, 0, 0, 0], "SFT: designs": [1, 0, 0, 0]})
         write_run(root, "flat16", seed, [0.0] * 10, structure="single",
                   exact={"RL": (0.8 + (0.1, -0.1, 0.0)[seed], 0.35), "SFT": (0.4, 0.3)})
     write_run(root, "single", 0, [0.2] * 10, correct={"RL: single agent": [1, 1, 0, 0]})
@@ -156,12 +156,12 @@ def test_report_tables_sentences_plots(tmp_path):
             "+50.0 ± 16.7 | 0.600 | +0.600 | ensemble 100% | 1.0 |") in md
     assert "| single | `M=4 N=4 K=3 template=single mode=executor` | 1 | 50.0% | +10.0 ± 0.0 (1 seed) |" in md
     sent = next(ln for ln in md.splitlines() if ln.startswith("- metaagent > flat8"))
-    assert sent == ("- metaagent > flat8 (3 paired seeds): P(suited template) +20.0 ± 0.0, held; P(oracle reply) "
+    assert sent == ("- metaagent > flat8 (seeds: 3): P(suited template) +20.0 ± 0.0, held; P(oracle reply) "
                     "+0.0 ± 0.0, within noise; held-out accuracy (sampled) +50.0 ± 16.7, held; training reward "
                     "+0.400 ± 0.000, held.")
     sent16 = next(ln for ln in md.splitlines() if ln.startswith("- metaagent > flat16"))
     assert "P(suited template) +1.0 ± 6.1, within noise" in sent16
-    assert "- metaagent > single (1 paired seeds): P(suited template) +30.0 ± 0.0 (1 seed), undecided (1 seed);" in md
+    assert "- metaagent > single (seeds: 1): P(suited template) +30.0 ± 0.0 (1 seed), undecided (1 seed);" in md
     # P(each template | kind): the cold start's row and each run's
     assert "| SFT cold start | 10.0 | 40.0 | 0.0 | 40.0 | 10.0 | 40.0 | 0.0 | 40.0 |" in md
     assert "Unfinished, left out: coupled-s0 (no final table), flat8-s3 (4/10 steps)." in md
@@ -221,8 +221,8 @@ def test_readme_section_and_publish(tmp_path):
     assert not (dest / "stale-s0").exists() and (dest / "RESULTS.md").exists()
     text = readme.read_text()
     assert text.startswith(before + ablations.START) and text.endswith(ablations.END + after) and "old" not in text
-    assert "- **Hierarchical 4x4 vs flat (paper Table 3)** (3 seeds). Paper: hierarchical M=4xN=4 > flat " in text
-    assert "metaagent − flat8: P(suited template) +20.0 ± 0.0 (held), P(oracle reply) +0.0 ± 0.0 (within noise)" in text
+    assert "- **Hierarchical 4x4 vs flat (paper Table 3)**. Paper: hierarchical M=4xN=4 > flat " in text
+    assert "metaagent − flat8 (seeds: 3): P(suited template) +20.0 ± 0.0 (held), P(oracle reply) +0.0 ± 0.0 (within noise)" in text
     assert "Not yet run" in text
     # a README without the markers is refused, not rewritten
     readme.write_text("# no section\n")
@@ -295,3 +295,14 @@ def test_jobs_own_cores_and_wait_for_a_missing_cold_start(tmp_path, monkeypatch)
     assert len(cores) == 2 and all(len(c) == 1 for c in cores) and len({c[0] for c in cores}) == 2
     with pytest.raises(SystemExit, match="--jobs must be >= 1"):
         ablations.main(["--jobs", "0", "--root", str(tmp_path)])
+
+
+def test_claims_compare_gains_over_each_runs_own_cold_start(tmp_path):
+    # separate policies start from a stronger executor cold start: RL - RL would blame the method for it
+    write_run(tmp_path, "metaagent", 0, [0.1] * 5, exact={"RL": (0.8, 0.32), "SFT": (0.4, 0.30)})
+    write_run(tmp_path, "separate", 0, [0.1] * 5, exact={"RL": (0.9, 0.61), "SFT": (0.7, 0.60)})
+    results = ablations.collect(str(tmp_path))
+    assert ablations.measure(results, "metaagent", "separate", "oracle")[0] == pytest.approx(-0.29)
+    assert ablations.measure(results, "metaagent", "separate", "oracle", "gain", "gain")[0] == pytest.approx(0.01)
+    assert "- metaagent > separate (seeds: 1): P(suited template) +20.0 ± 0.0 (1 seed)" in \
+        ablations.claim_sentence("metaagent", "separate", results)
