@@ -304,5 +304,5 @@ def test_claims_compare_gains_over_each_runs_own_cold_start(tmp_path):
     results = ablations.collect(str(tmp_path))
     assert ablations.measure(results, "metaagent", "separate", "oracle")[0] == pytest.approx(-0.29)
     assert ablations.measure(results, "metaagent", "separate", "oracle", "gain", "gain")[0] == pytest.approx(0.01)
-    assert "- metaagent > separate (seeds: 1): P(suited template) +20.0 ± 0.0 (1 seed)" in \
+    assert "metaagent > separate (seeds: 1): P(suited template) +20.0 ± 0.0 (1 seed)" in \
         ablations.claim_sentence("metaagent", "separate", results)
