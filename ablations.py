@@ -142,8 +142,7 @@ COMPARISONS = {
         "title": "Shared vs separate policies (paper Table 5)",
         "runs": ["metaagent", "separate"],
         "claims": [("metaagent", "separate")],
-        "paper": "shared >= separate (the paper's default is one shared policy; check the direction against "
-                 "its Table 5)",
+        "paper": "shared >= separate (one shared policy is the paper's default)",
         "note": "separate starts from two role-specific SFT models (out/tiny-sft-separate), the others from "
                 "the shared out/tiny-sft.",
     },
@@ -672,9 +671,9 @@ def report(root, readme=None):
             md += lines + ["", f"Paper: {c['paper']}.", ""]
             dd, sd, nd = measure(results, "metaagent", "metaagent", "suited", "RL", "SFT")
             de, se, ne = measure(results, "metaagent", "metaagent", "oracle", "RL", "SFT")
-            summary.append(f"- **{c['title']}** (seeds: {nd}). Paper: {c['paper']}. Here: the Designer's "
-                           f"P(suited template) {diff_text(dd, sd, nd, 100)} points ({verdict(dd, sd, nd)}), the "
-                           f"Executor's P(oracle reply) {diff_text(de, se, ne, 100)} ({verdict(de, se, ne)}).")
+            summary.append(f"- **{c['title']}**. Paper: {c['paper']}. Here, RL − SFT (seeds: {nd}): the Designer's "
+                           f"suited {diff_text(dd, sd, nd, 100)} ({verdict(dd, sd, nd)}), the Executor's oracle "
+                           f"{diff_text(de, se, ne, 100)} ({verdict(de, se, ne)}).")
             continue
         md += run_table(results, present)
         plot_comparison(os.path.join(root, "plots", f"{cname}.png"), c["title"], results, present)
@@ -683,9 +682,9 @@ def report(root, readme=None):
         here = []
         for a, b in c["claims"]:
             cells = []
-            for key, label, _ in MEASURES[:2]:
+            for key in ("suited", "oracle"):
                 D, SE, S = measure(results, a, b, key, "gain", "gain")
-                cells.append(f"{label} {diff_text(D, SE, S, 100)} ({verdict(D, SE, S)})")
+                cells.append(f"{key} {diff_text(D, SE, S, 100)} ({verdict(D, SE, S)})")
             here.append(f"{a} − {b} (seeds: {S}): " + ", ".join(cells))
         summary.append(f"- **{c['title']}**. Paper: {c['paper']}. Here: " + "; ".join(here) + ".")
     tail = []
@@ -714,9 +713,10 @@ def write_readme_section(readme, summary, tail, steps, seeds):
         raise SystemExit(f"ablations.py report: {readme} has no results section ({START} ... {END})")
     body = [START,
             f"The paper's ablations in miniature, on the tiny world: {steps} RL steps a run, seeds "
-            f"{', '.join(map(str, seeds))}, judged by the exact rows of train.py's final table (P(suited template) "
-            "for the Designer, P(oracle reply) for the Executor; points ± one paired SE; beyond noise when "
-            "|D| > 2 SE). Every table, the sampled accuracy and the training reward: "
+            f"{', '.join(map(str, seeds))}, judged by the exact rows of train.py's final table: *suited* = "
+            "P(suited template), the Designer; *oracle* = P(oracle reply), the Executor. A − B is the difference "
+            "of the two runs' RL − SFT gains in points ± one paired SE; beyond noise when |D| > 2 SE. Every "
+            "table, the sampled accuracy and the training reward: "
             "[results/ablations/RESULTS.md](results/ablations/RESULTS.md).", ""] + summary + [""] + \
            [t + "\n" for t in tail] + [
             "    python ablations.py --jobs 2                 # every run, seeds 0-2, two at a time, into out/ablations",

@@ -222,7 +222,7 @@ def test_readme_section_and_publish(tmp_path):
     text = readme.read_text()
     assert text.startswith(before + ablations.START) and text.endswith(ablations.END + after) and "old" not in text
     assert "- **Hierarchical 4x4 vs flat (paper Table 3)**. Paper: hierarchical M=4xN=4 > flat " in text
-    assert "metaagent − flat8 (seeds: 3): P(suited template) +20.0 ± 0.0 (held), P(oracle reply) +0.0 ± 0.0 (within noise)" in text
+    assert "metaagent − flat8 (seeds: 3): suited +20.0 ± 0.0 (held), oracle +0.0 ± 0.0 (within noise)" in text
     assert "Not yet run" in text
     # a README without the markers is refused, not rewritten
     readme.write_text("# no section\n")
