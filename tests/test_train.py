@@ -110,6 +110,12 @@ def test_executor_batch_size_applies_to_executor_only_steps():
     assert settings.step_batch(settings.parse_config(["--batch_size=8"]), {"executor"}) == 8   # 0 = batch_size
     with pytest.raises(settings.ConfigError, match="executor_batch_size=6 must be divisible by the number of ranks"):
         settings.validate(settings.parse_config(["--executor_batch_size=6"]), world=4)
+    # config/both_roles.py: the Executor's 30 steps of 32 queries first, then the Designer's 15 of 8
+    both = settings.parse_config(["config/tiny.py", "config/both_roles.py"])
+    settings.validate(both)
+    plan = [(sorted(r), settings.step_batch(both, r)) for r in
+            (stagewise.active_roles(t, both.mode, both.K, both.first_role) for t in range(both.steps))]
+    assert plan == [(["executor"], 32)] * 30 + [(["designer"], 8)] * 15
 
 
 def test_bad_config_from_the_command_line(tmp_path):
