@@ -10,7 +10,8 @@ The Designer's updates leave the Executor where it was (designer-only: P(oracle)
 the Designer goes second. Measured from the default's cold start, seed 0, RL - SFT on the 200 held-out tasks:
 P(suited template) +7.8 +- 0.6, P(oracle reply) +2.0 +- 0.6 points (paired SE; on one core, whose rounding draws
 other samples: +8.0 +- 0.6, +2.2 +- 0.7), both beyond two standard errors, where the default's 40 steps give
-+12.3 +- 0.9 and -0.7 +- 0.5. It costs about 8 min of RL on 2 CPU cores (30
++12.3 +- 0.9 and -0.7 +- 0.5. Seeds 1 and 2: P(suited) +7.7 +- 0.4 and +2.5 +- 0.2, P(oracle) +2.7 +- 0.9 and
++3.4 +- 0.8, both rows beyond two standard errors on every seed. It costs about 8 min of RL on 2 CPU cores (30
 Executor steps at ~14 s, 15 Designer steps at ~4.7 s; the default's 40 steps: about 3 min), 9 min 45 s with the
 table from a saved cold start.
 """
