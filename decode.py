@@ -156,7 +156,10 @@ class Decoder:
             bias = torch.cat([p.bias for p in qkv]) if a.q_proj.bias is not None else None
             self.layers.append(dict(
                 ln1=layer.input_layernorm.weight, ln2=layer.post_attention_layernorm.weight,
-                qn=a.q_norm.weight, kn=a.k_norm.weight,
+                # q's and k's RMSNorm weights as one [H + KV, head_dim] table, q's times 1/sqrt(d) (the
+                # attention scale, applied before RoPE: both are linear)
+                qkn=torch.cat([a.q_norm.weight.expand(self.H, -1) * self.hd ** -0.5,
+                               a.k_norm.weight.expand(self.KV, -1)]),
                 qkv=torch.cat([p.weight for p in qkv]).t().contiguous(), qkv_b=bias,
                 o=a.o_proj.weight.t().contiguous(), o_b=a.o_proj.bias,
                 gu=torch.cat([mlp.gate_proj.weight, mlp.up_proj.weight]).t().contiguous(),
@@ -169,10 +172,12 @@ class Decoder:
         return F.rms_norm(x, (x.shape[-1],), w, self.eps)
 
     def _rope_table(self, n, device, dtype):
-        """cos, sin [n, head_dim] for positions 0..n-1, from the model's own rotary module (its scaling too)."""
+        """cos, sin [n, head_dim] for positions 0..n-1, from the model's own rotary module (its scaling too); sin's
+        first half negated, so that RoPE(x) = x cos + roll(x, d/2) sin (= x cos + [-x2, x1] sin)."""
         x = torch.zeros(1, dtype=dtype, device=device)
         cos, sin = self.model.model.rotary_emb(x, torch.arange(n, device=device)[None])
-        return cos[0], sin[0]
+        half = self.hd // 2
+        return cos[0], torch.cat([-sin[0, :, :half], sin[0, :, half:]], -1)
 
     def _forward(self, x, pos, slot, K, V, pad, cos_t, sin_t):
         """W tokens a row, x [R, W], the first at position pos [R] and cache slot slot [R] (the rest follow):
@@ -191,18 +196,16 @@ class Decoder:
         h = self.embed[x].view(R * W, -1)
         p = (pos[:, None] + ar).view(-1)
         cos, sin = cos_t[p][:, None], sin_t[p][:, None]                    # [R*W, 1, hd]
-        half = hd // 2
         for i, w in enumerate(self.layers):
             a = self._rms(h, w["ln1"])
             a = torch.addmm(w["qkv_b"], a, w["qkv"]) if w["qkv_b"] is not None else a @ w["qkv"]
-            q = self._rms(a[:, :H * hd].view(R * W, H, hd), w["qn"])
-            k = self._rms(a[:, H * hd:(H + KV) * hd].view(R * W, KV, hd), w["kn"])
-            q = q * cos + torch.cat([-q[..., half:], q[..., :half]], -1) * sin          # RoPE
-            k = k * cos + torch.cat([-k[..., half:], k[..., :half]], -1) * sin
-            K[i][rows, :, :, slots] = k.view(R, W, KV, hd)                      # keys stored transposed
+            qk = F.rms_norm(a[:, :(H + KV) * hd].view(R * W, H + KV, hd), (hd,), eps=self.eps) * w["qkn"]
+            qk = qk * cos + qk.roll(hd // 2, -1) * sin                                 # RoPE, q and k at once
+            q, k = qk[:, :H], qk[:, H:]                                                 # (q already scaled)
+            K[i][rows, :, :, slots] = k.reshape(R, W, KV, hd)                   # keys stored transposed
             V[i][rows, :, slots] = a[:, (H + KV) * hd:].reshape(R, W, KV, hd)
-            q = q.view(R, W, KV, G, hd).permute(0, 2, 3, 1, 4).reshape(R, KV, G * W, hd)
-            s = torch.matmul(q, K[i][..., :S]).view(R, KV, G, W, S) * hd ** -0.5
+            q = q.reshape(R, W, KV, G, hd).permute(0, 2, 3, 1, 4).reshape(R, KV, G * W, hd)
+            s = torch.matmul(q, K[i][..., :S]).view(R, KV, G, W, S)
             pr = torch.softmax(s + mask, dim=-1).view(R, KV, G * W, S)
             o = torch.matmul(pr, V[i][:, :, :S]).view(R, KV, G, W, hd)
             o = o.permute(0, 3, 1, 2, 4).reshape(R * W, H * hd)
