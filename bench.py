@@ -614,8 +614,9 @@ def bench_ranks(steps=12, model_dir="out/tiny-sft"):
 def bench_engine(model_dir="out/tiny-sft", reps=3, B=8, M=4, N=2):
     """The tiny default's rollout (B=8 queries x M=4 designs x N=2 executions, its sampling settings) on each
     backend, from the saved cold start: the Designer phase (one generate of B*M prompts) and the Executor's
-    generate calls, wall and process CPU time, median of `reps` alternated repeats (seeded: every repeat of a
-    backend makes the same tokens), and each backend's ratio to vLLM. Needs `python sft.py` (out/tiny-sft)."""
+    generate calls, wall and process CPU time, median of `reps` alternated repeats (seeded, other queries at each),
+    and each backend's ratio to vLLM. lean drafts (decode.py); lean:0 is the same loop without drafts (the same
+    tokens). Needs `python sft.py` (out/tiny-sft)."""
     import os
     import statistics
     import time
@@ -628,17 +629,20 @@ def bench_engine(model_dir="out/tiny-sft", reps=3, B=8, M=4, N=2):
     if not os.path.isdir(model_dir):
         print(f"bench engine: skipped, {model_dir} is missing (run `python sft.py` first: it measures the cold start)")
         return
-    backends = ["lean", "hf"] + (["vllm"] if engine.vllm_available() else [])
-    engines = {b: engine.make_engine(model_dir, backend=b, dtype="float32") for b in backends}
-    tasks = tiny.make_tasks(B, seed=0, split="rl")
+    backends = ["lean", "lean:0", "hf"] + (["vllm"] if engine.vllm_available() else [])   # lean:0 = draft=0
+    engines = {b: engine.make_engine(model_dir, backend=b.split(":")[0], dtype="float32",
+                                     **({"draft": int(b.split(":")[1])} if ":" in b else {})) for b in backends}
+    # other queries at every repeat, as at every RL step (lean's drafts come from the earlier repeats' text)
+    all_tasks = tiny.make_tasks(B * (reps + 1), seed=0, split="rl")
     d = engine.Sampling(temperature=1.0, max_tokens=400)
     e = engine.Sampling(temperature=1.0, max_tokens=128)
     lim = mas.Limits(max_calls=8, timeout=30.0)
     got = {b: [] for b in backends}
     for rep in range(reps + 1):   # the first round warms every engine up
+        tasks = all_tasks[rep * B:(rep + 1) * B]
         for b, eng in engines.items():
             t0 = time.process_time()
-            batch = rollout(tasks, eng, eng, M, N, step=rep % 2, seed=0, designer_sampling=d, executor_sampling=e,
+            batch = rollout(tasks, eng, eng, M, N, step=rep, seed=0, designer_sampling=d, executor_sampling=e,
                             short=True, limits=lim)
             st = batch.stats
             if rep:
@@ -649,7 +653,7 @@ def bench_engine(model_dir="out/tiny-sft", reps=3, B=8, M=4, N=2):
     base = med.get("vllm", med["lean"])
     for b in backends:
         ds, gs, cpu, dt, et, ex = med[b]
-        print(f"{b:5s} design {ds:.2f}s ({dt:.0f} tokens)  executor generate {gs:.2f}s ({et:.0f} tokens, execute phase "
+        print(f"{b:6s} design {ds:.2f}s ({dt:.0f} tokens)  executor generate {gs:.2f}s ({et:.0f} tokens, execute phase "
               f"{ex:.2f}s)  trainer-process CPU {cpu:.2f}s | vs vllm: design {ds / base[0]:.2f}x, "
               f"executor generate {gs / base[1]:.2f}x")
 

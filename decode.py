@@ -245,8 +245,8 @@ class Decoder:
         R, n_new = len(rows), max(r.max_tokens for r in rows)
         k_max = drafter.k if drafter is not None else 0
         cap = Lp + n_new + k_max             # a last block of drafts may write past max_tokens
-        K, V = [], []
-        for layer in out.past_key_values.layers:
+        K, V = [], []   # zeros: a forward reads every row's slots up to the batch's furthest (masked), and unwritten
+        for layer in out.past_key_values.layers:   # memory may hold NaN, which a 0 attention weight does not cancel
             K.append(torch.zeros(R, self.KV, self.hd, cap, dtype=dtype, device=dev))   # [rows, kv, hd, slot]
             V.append(torch.zeros(R, self.KV, cap, self.hd, dtype=dtype, device=dev))   # [rows, kv, slot, hd]
             K[-1][:, :, :, :Lp] = layer.keys[src].transpose(-1, -2)
@@ -261,11 +261,11 @@ class Decoder:
         top_ps = torch.tensor([float(r.top_p) for r in rows], device=dev)
         seeds = torch.tensor([int(r.seed) & ((1 << 63) - 1) for r in rows], dtype=torch.int64, device=dev)
         live = list(range(R))                 # the Row each cache row holds; -1: finished, awaiting compaction
-        eos_set = set(eos.tolist() if isinstance(eos, torch.Tensor) else eos)
+        eos_set = {int(e) for e in eos}
         # 2. the first token of every row from the prefill's logits; then forwards of W tokens a row: the row's
-        #    last token and the W - 1 it is drafted to continue with. Token j + 1 of a row's draft is kept when it
-        #    is what sampling at j drew (the same noise G(seed, t) as one token a forward), and the first token
-        #    sampled after a rejected draft token is kept too: the tokens are those of one token a forward.
+        #    last token and the W - 1 it is drafted to continue with. Draft token j + 1 is kept when it is what
+        #    sampling at position j drew (the noise G(seed, t) of one token a forward), and so is the token sampled
+        #    at the first position whose draft was not: the tokens are those of one token a forward.
         g = torch.full((R,), -1, dtype=torch.long, device=dev)   # index of each row's last token (not in cache)
         tok, lp = sample(out.logits[:, -1][src], temps, top_ps, seeds, g + 1)
         toks, lps = [[t] for t in tok.tolist()], [[x] for x in lp.tolist()]
