@@ -5,7 +5,7 @@ One decode step, for every live row r at once (Qwen3: pre-norm, RMSNorm on q and
     h = E[x_r]                                                   x_r: the row's last token, at position p_r
     for each layer:   [q, k, v] = RMSNorm(h) W_qkv                (q, k and v projections fused: one matmul)
                       q, k = RoPE(RMSNorm(q), p_r), RoPE(RMSNorm(k), p_r);   K[r, p_r] = k,  V[r, p_r] = v
-                      h = h + softmax(q K[r]^T / sqrt(d) + mask_r) V[r] W_o      (mask_r: the row's left padding)
+                      h = h + softmax(q K[r]^T / sqrt(d) + mask_r) V[r] W_o      (mask_r: its left padding, later slots)
                       h = h + (silu(g) * u) W_down,   [g, u] = RMSNorm(h) W_gate_up
     logits_r = RMSNorm(h) W_head
     x_r = argmax_v (log softmax(logits_r / tau)_v + G[r, v]),   G[r, v] = -log(-log u(seed_r, t, v))
@@ -305,7 +305,7 @@ class Decoder:
                     K[i], V[i] = _compact(K[i], idx, n_slots, -1), _compact(V[i], idx, n_slots, -2)
                 pad, plen, temps, top_ps, seeds, g, last = (z[idx] for z in (pad, plen, temps, top_ps, seeds, g, last))
                 live = [live[c] for c in keep]
-            drafts = [drafter.propose(rows[k].prompt_ids, rows[k].token_ids, rows[k].max_tokens) if drafter and k >= 0
+            drafts = [drafter.propose(rows[k].prompt_ids, rows[k].token_ids, rows[k].max_tokens) if drafter is not None and k >= 0
                       else [] for k in live]
             # one width for the batch: the draft length that 90% of the live rows reach (a longer one would make
             # every row pay for positions that few of them fill; rows whose drafts fail stay short anyway)
