@@ -305,8 +305,8 @@ class Decoder:
                     K[i], V[i] = _compact(K[i], idx, n_slots, -1), _compact(V[i], idx, n_slots, -2)
                 pad, plen, temps, top_ps, seeds, g, last = (z[idx] for z in (pad, plen, temps, top_ps, seeds, g, last))
                 live = [live[c] for c in keep]
-            drafts = [drafter.propose(rows[k].prompt_ids, rows[k].token_ids, rows[k].max_tokens) if drafter is not None and k >= 0
-                      else [] for k in live]
+            drafts = [drafter.propose(rows[k].prompt_ids, rows[k].token_ids, rows[k].max_tokens)
+                      if drafter is not None and k >= 0 else [] for k in live]
             # one width for the batch: the draft length that 90% of the live rows reach (a longer one would make
             # every row pay for positions that few of them fill; rows whose drafts fail stay short anyway)
             lens = sorted(len(d) for d, k in zip(drafts, live) if k >= 0)
