@@ -159,6 +159,8 @@ def _fast_equal(pred, gold):
     a, b = _number(p), _number(g)
     if a is not None and b is not None:
         return _numbers_equal(a, b)
+    if p.startswith("def ") and g.startswith("def "):   # two programs (a vote over code): math-verify reads no
+        return False                                   # program as math, so they are equal only as text (above)
     wp, wg = _words(p), _words(g)
     if wp is not None or wg is not None:
         if wp is not None and wg is not None:

@@ -175,6 +175,20 @@ def sb():
     return sandbox
 
 
+def test_two_programs_are_decided_without_math_verify_as_math_verify_decides_them():
+    # A vote over code answers (ensemble-voting on a code task) compares programs. math-verify (reward._verify)
+    # reads no program as math: two programs that differ as text are never equal there, and the fast path says so
+    # without asking it (~25 ms a pair); programs equal up to whitespace are equal, as before.
+    bodies = ["x+3", "3+x", "(x+3)", "x*2", "2*x", "x**2", "x*x", "abs(x)", "x+3 if x>0 else x"]
+    programs = [f"def f(x): return {b}" for b in bodies] + ["def f(x):\n    y = x+3\n    return y", "def g(x): return x+3"]
+    pairs = [(a, b) for i, a in enumerate(programs) for b in programs[i + 1:]][::4]
+    assert len(pairs) == 14
+    assert not any(reward._verify(reward._clean(a), reward._clean(b)) for a, b in pairs)
+    assert all(reward._fast_equal(a, b) is False for a, b in pairs)
+    assert math_equal("def f(x): return x+3", "def f(x):\n    return x + 3")
+    assert reward._fast_equal("def f(x): return x+3", "x+3") is None   # a program against math: math-verify
+
+
 def test_a_scripts_vote_compares_by_math_equal(sb):
     runs = sb.run_workflows(["def workflow(task):\n    return vote(['3', '1/2', '0.5'])"], ["q"], lambda calls: [],
                             equal=math_equal)
