@@ -189,6 +189,19 @@ def test_token_logprobs_matches_naive(tie, temperature, chunk_size, options):
                                    want.detach(), rtol=1e-5, atol=1e-5)
 
 
+def test_token_logprobs_left_padding_keeps_its_mask():
+    # right padding runs without a mask (a real token's causal past holds no padding: the test above); left
+    # padding does not, and keeps it: without one, real tokens would attend to the padding before them
+    model = tiny_qwen3(True)
+    ids, _, _ = batch()
+    mask = torch.ones_like(ids)
+    mask[0, :6] = 0
+    mask[2, :2] = 0
+    got = token_logprobs(model, ids, mask)
+    torch.testing.assert_close(got, naive_token_logprobs(model, ids, mask, 1.0), rtol=1e-5, atol=1e-5)
+    assert (got - token_logprobs(model, ids, torch.ones_like(ids))).abs()[mask[:, 1:] == 1].max() > 1e-3
+
+
 @pytest.mark.parametrize("options", OPTIONS, ids=lambda o: "+".join(o) or "reference")
 def test_chunked_logprobs_gradcheck(options):
     g = torch.Generator().manual_seed(0)
@@ -346,6 +359,22 @@ def test_shared_prompts_match_unshared(tie, attn, temperature, options):
     got = shared_logprobs(model, rows, temperature, **options)
     want = unshared_logprobs(model, samples, temperature, **options)
     assert got.shape == want.shape == (sum(len(c) for _, c in samples),)
+    w = torch.randn(got.shape, generator=torch.Generator().manual_seed(0))
+    got_grads, want_grads = grads_of(model, got, w), grads_of(model, want, w)
+    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+    for name, g in want_grads.items():
+        torch.testing.assert_close(got_grads[name], g, rtol=1e-5, atol=1e-5 * g.abs().max().item(), msg=name)
+
+
+def test_shared_rows_of_one_completion_match_unshared():
+    # no row holds a second completion: the block mask is the causal one, and the forward runs without a mask
+    model = tiny_qwen3(False)
+    rows, _ = shared_batch()
+    rows = [(p, cs[:1]) for p, cs in rows]
+    samples = [(p, cs[0]) for p, cs in rows]
+    b = shared_prompt_rows(rows, pad_id=0)
+    assert int(b["segment"].max()) == 1 and (b["segment"] == -1).any()   # right padding in the batch too
+    got, want = shared_logprobs(model, rows, 0.7), unshared_logprobs(model, samples, 0.7)
     w = torch.randn(got.shape, generator=torch.Generator().manual_seed(0))
     got_grads, want_grads = grads_of(model, got, w), grads_of(model, want, w)
     torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
