@@ -560,13 +560,16 @@ def _print_ratios(before_label, before, after_label, after):
                   f"{before[role] / after[role]:.2f}x faster")
 
 
-def bench_step(revs=(), steps=12, model_dir="out/tiny-sft"):
+def bench_step(revs=(), steps=12, model_dir="out/tiny-sft", rounds=2):
     """Where an RL step's time goes: `python train.py` (the tiny default, K=1 so that both roles' steps appear) for
     `steps` steps from the saved cold start, and the mean of steps 2..N per role split into design, execute, grade,
     update, weight sync and other (step time minus the parts), each part's share of the step. With revisions
     (`python bench.py step:9768f35`), each is checked out into a temporary git worktree and run the same way right
-    after the working tree, and the ratio of step times is printed: a side-by-side comparison of two commits."""
+    after the working tree, and the ratio of step times is printed: a side-by-side comparison of two commits. They
+    take turns `rounds` times (working tree, revisions, working tree, revisions, ...) and the ratio is that of the
+    means over the rounds, so a machine that slows down or speeds up during the run weighs on both sides alike."""
     import os
+    import statistics
     import subprocess
     import tempfile
 
@@ -575,16 +578,23 @@ def bench_step(revs=(), steps=12, model_dir="out/tiny-sft"):
     if not os.path.isdir(model_dir):
         print(f"bench step: skipped, {model_dir} is missing (run `python sft.py` first)")
         return
-    base = _step_split("working tree", here, [sys.executable], steps, model_dir)
+    with tempfile.TemporaryDirectory() as tmp:
+        trees = {"working tree": here}
+        try:
+            for k, rev in enumerate(revs):
+                trees[rev] = os.path.join(tmp, f"tree{k}")
+                subprocess.run(["git", "-C", here, "worktree", "add", "--detach", "-q", trees[rev], rev], check=True)
+            got = {label: [] for label in trees}
+            for r in range(rounds if revs else 1):
+                for label, tree in trees.items():
+                    got[label].append(_step_split(f"{label} (round {r + 1})", tree, [sys.executable], steps, model_dir))
+        finally:
+            for rev in revs:
+                if os.path.isdir(trees.get(rev, "")):
+                    subprocess.run(["git", "-C", here, "worktree", "remove", "--force", trees[rev]], check=False)
+    mean = {label: {role: statistics.mean(m[role] for m in ms) for role in ms[0]} for label, ms in got.items()}
     for rev in revs:
-        with tempfile.TemporaryDirectory() as tmp:
-            tree = os.path.join(tmp, "tree")
-            subprocess.run(["git", "-C", here, "worktree", "add", "--detach", "-q", tree, rev], check=True)
-            try:
-                means = _step_split(rev, tree, [sys.executable], steps, model_dir)
-            finally:
-                subprocess.run(["git", "-C", here, "worktree", "remove", "--force", tree], check=False)
-        _print_ratios(rev, means, "working tree", base)
+        _print_ratios(rev, mean[rev], "working tree", mean["working tree"])
 
 
 def bench_ranks(steps=12, model_dir="out/tiny-sft"):
