@@ -8,7 +8,7 @@ any machine.
     python bench.py sandbox    # run_code overhead vs `python -c`, call tests in one process vs one each, workflows/s
     python bench.py grade      # answers graded per second; a step's grading, each distinct answer once vs every run
     python bench.py step       # an RL step's time split: design, execute, grade, update, weight sync, other
-    python bench.py step:REV   # ... and the same run at git revision REV, side by side (the ratio of step times)
+    python bench.py step:REV   # ... and the same run at git revision REV, taking turns twice (the ratio of step times)
     python bench.py ranks      # the same step as one process on every core vs one torchrun rank per core
     python bench.py engine     # the tiny default's rollout on each backend (lean, hf, vllm), from out/tiny-sft
     python bench.py rollout    # batched rollout tokens/s vs one plain engine.generate
