@@ -212,7 +212,7 @@ def token_logprobs(model, input_ids, attention_mask, temperature=1.0, chunk_size
     attention_mask = torch.ones_like(input_ids) if attention_mask is None else attention_mask
     targets_mask = attention_mask[:, 1:].bool()
     # Right padding only: a real token's causal past holds no padding, so the causal attention needs no mask
-    # (sdpa's is_causal kernel skips the blocks above the diagonal; a mask makes it compute all of them).
+    # (sdpa's is_causal kernels may skip the blocks above the diagonal; with a mask they compute all of them).
     right_padded = bool((attention_mask[:, 1:] <= attention_mask[:, :-1]).all())
     logp = _head_logprobs(model, lambda h: h[:, :-1][targets_mask], input_ids[:, 1:][targets_mask], temperature,
                           chunk_size, compile, keep_logits, input_ids=input_ids,
@@ -264,20 +264,21 @@ def shared_prompt_logprobs(model, input_ids, segment, position_ids, positions, t
                            chunk_size=1024, compile=False, keep_logits=False):
     """[N] log-probs of targets [N], each predicted at flat position positions[n] of [B * T], from one forward
     with the block mask of `segment` [B, T] and position ids [B, T] (shared_prompt_rows makes them)."""
-    if int(segment.max()) <= 1:   # no row holds a second completion: the block mask is the causal one
-        return _head_logprobs(model, lambda h: h.flatten(0, 1)[positions], targets, temperature, chunk_size, compile,
-                              keep_logits, input_ids=input_ids)
-    attention_mask = shared_prompt_mask(segment)
     impl = model.config._attn_implementation
-    if impl == "eager":   # eager attention adds its mask to the scores: True -> 0, False -> -inf (as transformers)
-        attention_mask = torch.zeros(attention_mask.shape, dtype=model.dtype, device=attention_mask.device) \
-            .masked_fill_(~attention_mask, torch.finfo(model.dtype).min)
-    elif impl != "sdpa":
+    if impl not in ("sdpa", "eager"):
         raise ValueError(f"shared prompts need attn_implementation sdpa or eager (a custom 4D mask), got {impl!r}")
     if set(getattr(model.config, "layer_types", None) or ["full_attention"]) != {"full_attention"}:
         raise ValueError("shared prompts need full attention in every layer (a 4D mask replaces sliding windows)")
-    return _head_logprobs(model, lambda h: h.flatten(0, 1)[positions], targets, temperature, chunk_size, compile,
-                          keep_logits, input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids)
+    select = lambda h: h.flatten(0, 1)[positions]
+    if int(segment.max()) <= 1:   # no row holds a second completion: the block mask is the causal one
+        return _head_logprobs(model, select, targets, temperature, chunk_size, compile, keep_logits,
+                              input_ids=input_ids)
+    attention_mask = shared_prompt_mask(segment)
+    if impl == "eager":   # eager attention adds its mask to the scores: True -> 0, False -> -inf (as transformers)
+        attention_mask = torch.zeros(attention_mask.shape, dtype=model.dtype, device=attention_mask.device) \
+            .masked_fill_(~attention_mask, torch.finfo(model.dtype).min)
+    return _head_logprobs(model, select, targets, temperature, chunk_size, compile, keep_logits, input_ids=input_ids,
+                          attention_mask=attention_mask, position_ids=position_ids)
 
 
 def grpo_loss(logprobs, old_logprobs, advantages, mask, clip_eps=0.2, clip_eps_high=None, kl_coef=0.0,
