@@ -578,6 +578,7 @@ def bench_step(revs=(), steps=12, model_dir="out/tiny-sft", rounds=2):
     if not os.path.isdir(model_dir):
         print(f"bench step: skipped, {model_dir} is missing (run `python sft.py` first)")
         return
+    revs, rounds = list(dict.fromkeys(revs)), max(1, int(rounds))   # each revision once, at least one round
     with tempfile.TemporaryDirectory() as tmp:
         trees = {"working tree": here}
         try:
@@ -585,7 +586,7 @@ def bench_step(revs=(), steps=12, model_dir="out/tiny-sft", rounds=2):
                 trees[rev] = os.path.join(tmp, f"tree{k}")
                 subprocess.run(["git", "-C", here, "worktree", "add", "--detach", "-q", trees[rev], rev], check=True)
             got = {label: [] for label in trees}
-            for r in range(rounds if revs else 1):
+            for r in range(rounds if revs else 1):   # (alone, the working tree runs once)
                 for label, tree in trees.items():
                     got[label].append(_step_split(f"{label} (round {r + 1})", tree, [sys.executable], steps, model_dir))
         finally:

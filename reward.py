@@ -159,8 +159,9 @@ def _fast_equal(pred, gold):
     a, b = _number(p), _number(g)
     if a is not None and b is not None:
         return _numbers_equal(a, b)
-    if p.startswith("def ") and g.startswith("def "):   # two programs (a vote over code): math-verify reads no
-        return False                                   # program as math, so they are equal only as text (above)
+    if p.startswith("def ") and g.startswith("def "):   # two programs (a vote over code) are the same answer
+        return False                                   # only as text (above): math-verify would call
+        # `def f(): return 3` and `def g(): return 3` equal (it reads the constant), and a test calls f, not g
     wp, wg = _words(p), _words(g)
     if wp is not None or wg is not None:
         if wp is not None and wg is not None:

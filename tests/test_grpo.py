@@ -374,7 +374,11 @@ def test_shared_rows_of_one_completion_match_unshared():
     samples = [(p, cs[0]) for p, cs in rows]
     b = shared_prompt_rows(rows, pad_id=0)
     assert int(b["segment"].max()) == 1 and (b["segment"] == -1).any()   # right padding in the batch too
+    masks = []   # what the model is called with: no mask, on both paths (right padding needs none either)
+    hook = model.register_forward_pre_hook(lambda m, args, kw: masks.append(kw.get("attention_mask")), with_kwargs=True)
     got, want = shared_logprobs(model, rows, 0.7), unshared_logprobs(model, samples, 0.7)
+    hook.remove()
+    assert masks == [None, None]
     w = torch.randn(got.shape, generator=torch.Generator().manual_seed(0))
     got_grads, want_grads = grads_of(model, got, w), grads_of(model, want, w)
     torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)

@@ -175,16 +175,20 @@ def sb():
     return sandbox
 
 
-def test_two_programs_are_decided_without_math_verify_as_math_verify_decides_them():
-    # A vote over code answers (ensemble-voting on a code task) compares programs. math-verify (reward._verify)
-    # reads no program as math: two programs that differ as text are never equal there, and the fast path says so
-    # without asking it (~25 ms a pair); programs equal up to whitespace are equal, as before.
+def test_two_programs_are_the_same_answer_only_as_text():
+    # A vote over code answers (ensemble-voting on a code task) compares programs: the same program up to
+    # whitespace, or not the same, decided without math-verify (~25 ms a pair in the grader). For programs of
+    # the tiny world's shape, math-verify (reward._equal without the rule) agrees: it says no for each of these.
     bodies = ["x+3", "3+x", "(x+3)", "x*2", "2*x", "x**2", "x*x", "abs(x)", "x+3 if x>0 else x"]
     programs = [f"def f(x): return {b}" for b in bodies] + ["def f(x):\n    y = x+3\n    return y", "def g(x): return x+3"]
     pairs = [(a, b) for i, a in enumerate(programs) for b in programs[i + 1:]][::4]
     assert len(pairs) == 14
     assert not any(reward._verify(reward._clean(a), reward._clean(b)) for a, b in pairs)
     assert all(reward._fast_equal(a, b) is False for a, b in pairs)
+    # where it would not: math-verify reads a returned constant as math; as programs these two differ (a test
+    # calls f), and the rule says so
+    assert reward._verify("def f(): return 3", "def g(): return 3")
+    assert math_equal("def f(): return 3", "def g(): return 3") is False
     assert math_equal("def f(x): return x+3", "def f(x):\n    return x + 3")
     assert reward._fast_equal("def f(x): return x+3", "x+3") is None   # a program against math: math-verify
 
