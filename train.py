@@ -16,6 +16,9 @@ Each step (the paper's Algorithm 1, with stagewise co-evolution):
           L = w_D * sum_{designer tokens} l_t / N_D  +  w_E * sum_{executor tokens} l_t / N_E
        where N_role is the role's GLOBAL token count (all-reduced over ranks), so that a few hundred designer
        tokens are not drowned by thousands of executor tokens, and micro-batches/ranks add up exactly.
+       A sample with A = 0 has l_t = 0 and no gradient: without KL it is never forwarded (skip_zero_adv), yet
+       its tokens count in N_role, so the update is the same (a step whose advantages are all 0 steps Adam on
+       a zero gradient, as before)
        share_prompts (the tiny default): the samples of one prompt go into one row [p, c_1, ..., c_k] (block
        attention, grpo.shared_prompt_rows), at most share_row_cap x the longest sequence long, so p is forwarded
        once a row instead of once a sample; l_t is the same, with every per-token quantity (A_t = A of c_i,
@@ -374,11 +377,21 @@ def _n_trained(s):
 def update(cfg, step, role_data, policy_of, pad_id, device, world):
     """role_data[role] = dict(samples, adv [S]). Returns (stats: per-role loss, clip fraction, ratio, KL,
     engine/trainer log-prob gap, grad norms, the lr used; the (policy, optimizer state) pairs that stepped).
+    Clip fraction, ratio, KL and the gap are means over the tokens forwarded (with skip_zero_adv: the samples
+    whose advantage is not 0).
 
     On-policy (ppo_epochs = minibatches = 1) the "old" log-probs are the training forward's own, detached
     (rho = 1): a separate no-grad forward would compute the same numbers, so it is skipped."""
     stats = {"lr": 0.0}   # the lr the step used (0: no optimizer stepped)
     on_policy = cfg.ppo_epochs == 1 and cfg.minibatches == 1
+    skip = cfg.skip_zero_adv and cfg.kl_coef == 0
+
+    def forwarded(rd, idx):
+        """The samples of idx that are forwarded. A sample with A = 0 has l_t = -min(rho 0, clip(rho) 0) = 0 on
+        every token, and no gradient: without KL it is left out (it still counts in the role's token count N_role,
+        so the loss and the gradient are those of the whole batch)."""
+        return [k for k in idx if not skip or rd["adv"][k] != 0]
+
     gaps = {role: [0.0, 0.0, 0] for role in role_data}   # sum |trainer - engine| log-prob, max, tokens
     # 5. old log-probs (and ref log-probs for KL) by the trainer, before any update (off-policy only)
     for role, rd in role_data.items():
@@ -386,7 +399,7 @@ def update(cfg, step, role_data, policy_of, pad_id, device, world):
         rd["old"], rd["ref"] = [None] * S, [None] * S
         if on_policy:
             continue
-        mbs = micro_batch_rows(rd["samples"], range(S), cfg)
+        mbs = micro_batch_rows(rd["samples"], forwarded(rd, range(S)), cfg)
         ref_model = policy_of[role]["ref"]
         model.eval()
         for m in range(int(_max(len(mbs), device))):   # the same number of forwards on every rank (FSDP)
@@ -419,6 +432,7 @@ def update(cfg, step, role_data, policy_of, pad_id, device, world):
         for mb in range(cfg.minibatches):
             for pol in pols:
                 pol["model"].zero_grad(set_to_none=True)
+            unforwarded = []   # policies with tokens to train on but nothing forwarded (every advantage 0)
             for role, rd in role_data.items():
                 model, samples, ref_model = policy_of[role]["model"], rd["samples"], policy_of[role]["ref"]
                 part = [int(k) for k in np.array_split(perms[role], cfg.minibatches)[mb]]
@@ -426,8 +440,10 @@ def update(cfg, step, role_data, policy_of, pad_id, device, world):
                 global_tok = all_sum([local_tok], device)[0]
                 if global_tok == 0:
                     continue
-                mbs = micro_batch_rows(samples, part, cfg)
+                mbs = micro_batch_rows(samples, forwarded(rd, part), cfg)
                 n_steps = _max(len(mbs), device)
+                if n_steps == 0:
+                    unforwarded.append(policy_of[role])
                 for m in range(int(n_steps)):
                     # FSDP forwards are collective: every rank runs ref, then model forward + backward, in order
                     if m >= len(mbs):
@@ -463,6 +479,10 @@ def update(cfg, step, role_data, policy_of, pad_id, device, world):
                     for k in ("clip_frac", "ratio_mean", "kl"):
                         acc[f"{role}/{k}"] += st[k] * n
                     acc[f"{role}/n"] += n
+            for pol in unforwarded:   # the zero gradient its forwards would have given: Adam steps on as before
+                for p in pol["model"].parameters():
+                    if p.grad is None:
+                        p.grad = torch.zeros_like(p)
             for pol in pols:
                 if any(p.grad is not None for p in pol["model"].parameters()):
                     gn = torch.nn.utils.clip_grad_norm_(pol["model"].parameters(), cfg.grad_clip)

@@ -485,6 +485,73 @@ def test_share_prompts_update_equals_unshared(tmp_path, kw):
     assert moved > 0 and diff <= 1e-3 * moved, (float(diff), float(moved))
 
 
+@pytest.mark.parametrize("kw", [dict(), dict(ppo_epochs=2, minibatches=2, share_prompts=True, tis_cap=1.5)],
+                         ids=["on-policy", "off-policy+shared+tis"])
+def test_zero_advantage_samples_are_not_forwarded(tmp_path, kw):
+    """skip_zero_adv (kl_coef = 0): the update forwards only the samples whose advantage is not 0 and gives the
+    loss, grad norm and weights of forwarding all of them; a step in which every advantage is 0 forwards nothing
+    and still steps Adam (its moments decay), as the zero gradient of forwarding them would have."""
+    import torch.distributed as dist
+
+    import tiny
+
+    if dist.is_initialized():   # an earlier test owns this process's group: run in a fresh interpreter
+        proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+                               f"{__file__}::test_zero_advantage_samples_are_not_forwarded"], cwd=ROOT,
+                              capture_output=True, text=True, timeout=600)
+        assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
+        return
+    tiny.save_tiny(str(tmp_path / "m"), seed=0, hidden_size=32, num_layers=2)
+    samples = repeated_prompt_samples(seed=1)
+    adv = torch.randn(len(samples), generator=torch.Generator().manual_seed(3))
+    adv[::3] = 0.0   # every third sample: a group whose rewards were all equal
+    zero = torch.zeros(len(samples))
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'pg'}", rank=0, world_size=1)
+    try:
+        out = {}
+        for skip in (False, True):
+            cfg = settings.Config(init_from=str(tmp_path / "m"), mode="executor", micro_batch=4, temperature=0.7,
+                                  lr=1e-3, skip_zero_adv=skip, **kw)
+            policies = train.make_policies(cfg, None, None, torch.device("cpu"), True)
+            model = policies["model"]["model"]
+            policy_of = {"executor": policies["model"]}
+            rows = []
+            hook = model.register_forward_pre_hook(lambda m, a, k: rows.append(k["input_ids"].shape[0]),
+                                                   with_kwargs=True)
+            stats, _ = train.update(cfg, 0, {"executor": {"samples": samples, "adv": adv}}, policy_of, 0,
+                                    torch.device("cpu"), 1)
+            n_rows = sum(rows)
+            rows.clear()
+            after_one = {k: v.clone() for k, v in model.state_dict().items()}
+            stats0, stepped = train.update(cfg, 1, {"executor": {"samples": samples, "adv": zero}}, policy_of, 0,
+                                           torch.device("cpu"), 1)
+            hook.remove()
+            out[skip] = stats, n_rows, sum(rows), after_one, stats0, stepped, model.state_dict()
+    finally:
+        dist.destroy_process_group()
+    (st_all, rows_all, rows0_all, w1_all, st0_all, stepped_all, w_all), \
+        (st_skip, rows_skip, rows0_skip, w1_skip, st0_skip, stepped_skip, w_skip) = out[False], out[True]
+    assert st_all["executor/loss"] != 0
+    # (clip fraction, ratio and engine/trainer gap are means over the forwarded tokens: equal only on-policy,
+    # where rho = 1 and nothing is clipped)
+    same = ("executor/loss", "model/grad_norm", "lr") + (("executor/clip_frac", "executor/ratio_mean") if not kw else ())
+    for k in same:
+        assert st_skip[k] == pytest.approx(st_all[k], rel=1e-5, abs=1e-7), k
+    assert 0 < rows_skip < rows_all and rows0_skip == 0 < rows0_all   # fewer forwards; none when every A is 0
+    # the weights against how far the update moved them (Adam: see test_share_prompts_update_equals_unshared)
+    from safetensors.torch import load_file
+    w0 = load_file(str(tmp_path / "m" / "model.safetensors"))
+    moved = sum((w1_all[k] - w0[k]).double().norm() ** 2 for k in w0) ** 0.5
+    diff = sum((w1_skip[k] - w1_all[k]).double().norm() ** 2 for k in w0) ** 0.5
+    assert moved > 0 and diff <= 1e-3 * moved, (float(diff), float(moved))
+    # the all-zero step: Adam stepped on both sides (with kw's two minibatches, twice), by the same amount
+    assert stepped_skip == stepped_all == {("model", "executor")} and st0_skip["lr"] == st0_all["lr"] > 0
+    assert st0_skip["model/grad_norm"] == st0_all["model/grad_norm"] == 0.0
+    step_all = sum((w_all[k] - w1_all[k]).double().norm() ** 2 for k in w0) ** 0.5
+    step_skip = sum((w_skip[k] - w1_skip[k]).double().norm() ** 2 for k in w0) ** 0.5
+    assert step_all > 0 and step_skip == pytest.approx(step_all, rel=1e-3)
+
+
 def test_share_prompts_run_equals_unshared(model_dir, uninterrupted, tmp_path):
     """A seeded train.py run with share_prompts off gives the metrics of the uninterrupted run (config/tiny.py:
     share_prompts on): the same rollouts, the update's numbers and the weights within float tolerance."""
