@@ -516,7 +516,7 @@ def test_zero_advantage_samples_are_not_forwarded(tmp_path, kw):
             model = policies["model"]["model"]
             policy_of = {"executor": policies["model"]}
             rows = []
-            hook = model.register_forward_pre_hook(lambda m, a, k: rows.append(k["input_ids"].shape[0]),
+            hook = model.register_forward_pre_hook(lambda m, a, k, rows=rows: rows.append(k["input_ids"].shape[0]),
                                                    with_kwargs=True)
             stats, _ = train.update(cfg, 0, {"executor": {"samples": samples, "adv": adv}}, policy_of, 0,
                                     torch.device("cpu"), 1)
