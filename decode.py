@@ -33,6 +33,8 @@ framework does around the arithmetic. What this file does differently (`python b
 - the cache is one static tensor per layer for keys and one for values, written in place (keys stored
   transposed, [rows, kv heads, head dim, slots], so the scores are one batched matrix-vector product)
   (a DynamicCache concatenates, copying every step); rows that finish are compacted away as the batch thins;
+  its memory is the decoder's workspace, kept from call to call (while at most keep_bytes): fresh memory costs a
+  page fault every 4 KB, on a CPU about ten times the time of writing the cache into it;
 - identical prompts are prefilled once: the transformers forward (the reference) runs over the distinct prompts
   only, and each prompt's keys and values are copied to every row that shares it (the M designs of a query, the
   n calls of an ensemble, the N executions of a script all share theirs);
@@ -47,6 +49,7 @@ string ends it at the token that completes it. The result equals transformers' f
 (tests/test_engine.py checks greedy tokens and log-probs against it).
 
     dec = Decoder(model)                     # a transformers Qwen3ForCausalLM (its weights, read in place)
+                                             # keep_bytes=1 << 30: the workspace a call may leave for the next
     rows = dec.generate([Row(prompt_ids, temperature=1.0, top_p=1.0, seed=7, max_tokens=64)], eos={2})
     rows = dec.generate(rows2, eos={2}, drafter=Drafter(k=8))   # the same tokens, fewer forwards (keep the Drafter)
     rows[0].token_ids, rows[0].logprobs, rows[0].finish_reason
@@ -55,6 +58,7 @@ string ends it at the token that completes it. The result equals transformers' f
 Needs: no other file of this project (torch; transformers for the prefill).
 """
 
+import math
 from dataclasses import dataclass, field
 
 import torch
@@ -133,7 +137,7 @@ def sample(logits, temps, top_ps, seeds, t):
 
 
 class Decoder:
-    def __init__(self, model):
+    def __init__(self, model, keep_bytes=1 << 30):
         cfg = model.config
         if getattr(cfg, "model_type", None) != "qwen3":
             raise ValueError(f"decode.Decoder is written for Qwen3 models, not {getattr(cfg, 'model_type', None)!r}")
@@ -143,6 +147,8 @@ class Decoder:
         self.H, self.KV, self.hd = cfg.num_attention_heads, cfg.num_key_value_heads, cfg.head_dim
         self.eps = cfg.rms_norm_eps
         self.forwards = 0       # forwards run so far (the prefill counts one)
+        self.workspace = {}     # the caches' memory, kept across calls while it is at most keep_bytes
+        self.keep_bytes = keep_bytes
         self.refresh()
 
     @torch.no_grad()
@@ -167,6 +173,14 @@ class Decoder:
         self.embed, self.norm = m.embed_tokens.weight, m.norm.weight
         self.head = self.model.lm_head.weight.t().contiguous()
         self.head_b = getattr(self.model.lm_head, "bias", None)
+
+    def _buffer(self, key, shape):
+        """A [shape] tensor of the workspace (contents: whatever an earlier call left), grown when too small."""
+        n = math.prod(shape)
+        buf = self.workspace.get(key)
+        if buf is None or buf.numel() < n or buf.dtype != self.embed.dtype:
+            buf = self.workspace[key] = torch.empty(n, dtype=self.embed.dtype, device=self.embed.device)
+        return buf[:n].view(shape)
 
     def _rms(self, x, w):
         return F.rms_norm(x, (x.shape[-1],), w, self.eps)
@@ -245,17 +259,21 @@ class Decoder:
         R, n_new = len(rows), max(r.max_tokens for r in rows)
         k_max = drafter.k if drafter is not None else 0
         cap = Lp + n_new + k_max             # a last block of drafts may write past max_tokens
-        K, V = [], []   # zeros: a forward reads every row's slots up to the batch's furthest (masked), and unwritten
-        for layer in out.past_key_values.layers:   # memory may hold NaN, which a 0 attention weight does not cancel
-            K.append(torch.zeros(R, self.KV, self.hd, cap, dtype=dtype, device=dev))   # [rows, kv, hd, slot]
-            V.append(torch.zeros(R, self.KV, cap, self.hd, dtype=dtype, device=dev))   # [rows, kv, slot, hd]
-            K[-1][:, :, :, :Lp] = layer.keys[src].transpose(-1, -2)
-            V[-1][:, :, :Lp] = layer.values[src]
-        plen = torch.tensor([len(r.prompt_ids) for r in rows], device=dev)
-        pad = torch.arange(cap, device=dev)[None] < (Lp - plen)[:, None]          # left padding: never attended
-        for i in range(len(K)):   # (and zeroed: whatever the forward left there must not meet a 0 weight as NaN)
-            K[i][:, :, :, :Lp].masked_fill_(pad[:, None, None, :Lp], 0.0)
-            V[i][:, :, :Lp].masked_fill_(pad[:, None, :Lp, None], 0.0)
+        # each distinct prompt's cache ([distinct, kv, hd, slot] for keys, [distinct, kv, slot, hd] for values), copied
+        # to every row that shares it. Every slot holds a finite value, zeros past the prompt and in its left padding:
+        # a forward reads each row's slots up to the batch's furthest (masked), and a 0 weight does not cancel NaN
+        plen_u = torch.tensor([len(p) for p in prompts], device=dev)
+        pad_u = torch.arange(Lp, device=dev)[None] < (Lp - plen_u)[:, None]    # left padding: never attended
+        K, V, side = [], [], 0   # side: which of the two workspace buffers a layer's cache is in (compaction swaps)
+        for i, layer in enumerate(out.past_key_values.layers):
+            k_u = torch.zeros(len(prompts), self.KV, self.hd, cap, dtype=dtype, device=dev)
+            v_u = torch.zeros(len(prompts), self.KV, cap, self.hd, dtype=dtype, device=dev)
+            k_u[..., :Lp] = layer.keys.transpose(-1, -2).masked_fill(pad_u[:, None, None], 0.0)
+            v_u[:, :, :Lp] = layer.values.masked_fill(pad_u[:, None, :, None], 0.0)
+            K.append(torch.index_select(k_u, 0, src, out=self._buffer(("K", i, side), (R, *k_u.shape[1:]))))
+            V.append(torch.index_select(v_u, 0, src, out=self._buffer(("V", i, side), (R, *v_u.shape[1:]))))
+        plen = plen_u[src]
+        pad = torch.arange(cap, device=dev)[None] < (Lp - plen)[:, None]
         cos_t, sin_t = self._rope_table(int(plen.max()) + n_new + k_max, dev, dtype)
         temps = torch.tensor([float(r.temperature) for r in rows], device=dev)
         top_ps = torch.tensor([float(r.top_p) for r in rows], device=dev)
@@ -300,9 +318,10 @@ class Decoder:
                                 device=dev)
             if len(keep) <= 0.75 * len(live):   # compact when a quarter of the rows are finished
                 idx = torch.tensor(keep, device=dev)
-                n_slots = Lp + int(g[idx].max())
+                side = 1 - side   # the live rows into the other buffer (every slot: each holds a finite value)
                 for i in range(len(K)):
-                    K[i], V[i] = _compact(K[i], idx, n_slots, -1), _compact(V[i], idx, n_slots, -2)
+                    K[i] = torch.index_select(K[i], 0, idx, out=self._buffer(("K", i, side), (len(keep), *K[i].shape[1:])))
+                    V[i] = torch.index_select(V[i], 0, idx, out=self._buffer(("V", i, side), (len(keep), *V[i].shape[1:])))
                 pad, plen, temps, top_ps, seeds, g, last = (z[idx] for z in (pad, plen, temps, top_ps, seeds, g, last))
                 live = [live[c] for c in keep]
             drafts = [drafter.propose(rows[k].prompt_ids, rows[k].token_ids, rows[k].max_tokens)
@@ -329,6 +348,8 @@ class Decoder:
             tl, ll = tok.tolist(), lp.tolist()
             toks = [tl[c][:n_ok[c]] for c in range(Rl)]
             lps = [ll[c][:n_ok[c]] for c in range(Rl)]
+        if sum(b.numel() * b.element_size() for b in self.workspace.values()) > self.keep_bytes:
+            self.workspace.clear()   # a call this large keeps no memory for the next
         return rows
 
 
@@ -365,9 +386,3 @@ class Drafter:
                 return self.seqs[s][p:p + room]
         return []
 
-
-def _compact(cache, idx, n, dim):
-    """Rows idx of a cache, slots [0, n) along dim: a fresh tensor of the same capacity."""
-    out = torch.zeros((len(idx), *cache.shape[1:]), dtype=cache.dtype, device=cache.device)
-    out.narrow(dim, 0, n).copy_(cache.narrow(dim, 0, n)[idx])
-    return out

@@ -282,6 +282,32 @@ def test_lean_drafting_keeps_the_tokens_of_one_token_a_forward(tiny_dir):
     assert 1 + math.ceil(40 / 9) < drafted.decoder.forwards - f < 40   # drafted, and drafts were rejected
 
 
+def test_lean_workspace_kept_across_calls_changes_nothing(tiny_dir):
+    """decode.Decoder keeps its caches' memory from call to call: whatever a larger earlier call left there, NaN
+    included, a call gives the tokens and log-probs of a decoder that never ran (float64, bit for bit); and a call
+    whose workspace would pass keep_bytes leaves none behind."""
+    import copy
+
+    import decode
+    used, fresh = (make_engine(tiny_dir, backend="lean", dtype=torch.float64, draft=8) for _ in range(2))
+    prompts = [CHAT_PROMPT, [5, 6, 7], used.tokenizer("a longer plain prompt", add_special_tokens=False)["input_ids"]]
+    seen = [Sampling(n=8, temperature=1.0, max_tokens=48, seed=1), Sampling(temperature=0, max_tokens=40)]
+    used.generate(prompts, seen + [Sampling(n=8, max_tokens=48, seed=2)])   # 17 rows: compaction fills both buffers
+    fresh.drafter = copy.deepcopy(used.drafter)   # the same drafts: rows seen before are drafted whole and run ahead,
+                                                   # the others lag and read slots past their own tokens
+    assert {k[0] for k in used.decoder.workspace} == {"K", "V"} and {k[2] for k in used.decoder.workspace} == {0, 1}
+    with torch.inference_mode():   # (generate runs in it, so the workspace's tensors are inference tensors)
+        for buf in used.decoder.workspace.values():
+            buf.fill_(float("nan"))
+    small = seen + [Sampling(n=3, temperature=1.0, top_p=0.9, max_tokens=40, seed=3)]
+    for a, b in zip(fresh.generate(prompts, small), used.generate(prompts, small), strict=True):
+        for ca, cb in zip(a, b, strict=True):
+            assert ca.token_ids == cb.token_ids and ca.logprobs == cb.logprobs and ca.finish_reason == cb.finish_reason
+    dec = decode.Decoder(used.model, keep_bytes=0)
+    dec.generate([decode.Row([5, 6, 7], seed=0, max_tokens=8)], eos={used.tokenizer.eos_token_id})
+    assert dec.workspace == {}
+
+
 def test_drafter_proposes_what_followed_the_longest_match():
     import decode
     d = decode.Drafter(k=4, ns=(4, 2))
