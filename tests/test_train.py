@@ -487,7 +487,7 @@ def test_share_prompts_update_equals_unshared(tmp_path, kw):
 
 @pytest.mark.parametrize("kw", [dict(), dict(ppo_epochs=2, minibatches=2, share_prompts=True, tis_cap=1.5)],
                          ids=["on-policy", "off-policy+shared+tis"])
-def test_zero_advantage_samples_are_not_forwarded(tmp_path, kw):
+def test_zero_advantage_samples_are_not_forwarded(tmp_path, kw, request):
     """skip_zero_adv (kl_coef = 0): the update forwards only the samples whose advantage is not 0 and gives the
     loss, grad norm and weights of forwarding all of them; a step in which every advantage is 0 forwards nothing
     and still steps Adam (its moments decay), as the zero gradient of forwarding them would have."""
@@ -497,7 +497,7 @@ def test_zero_advantage_samples_are_not_forwarded(tmp_path, kw):
 
     if dist.is_initialized():   # an earlier test owns this process's group: run in a fresh interpreter
         proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
-                               f"{__file__}::test_zero_advantage_samples_are_not_forwarded"], cwd=ROOT,
+                               f"{__file__}::{request.node.name}"], cwd=ROOT,
                               capture_output=True, text=True, timeout=600)
         assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
         return
