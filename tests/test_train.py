@@ -416,6 +416,13 @@ def repeated_prompt_samples(n_prompts=3, per_prompt=(5, 2, 4), seed=0, vocab=100
     return samples
 
 
+def rerun_alone(request):
+    """Run this test (its own parameters only) in a fresh interpreter, where it can own the gloo group."""
+    proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+                           f"{__file__}::{request.node.name}"], cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
+
+
 def test_share_rows_and_micro_batches():
     samples = repeated_prompt_samples()
     cfg = settings.Config(micro_batch=3, pad_cap=1.0, share_prompts=True, share_row_cap=1.5)
@@ -441,19 +448,15 @@ def test_share_rows_and_micro_batches():
 
 @pytest.mark.parametrize("kw", [dict(kl_coef=0.1), dict(ppo_epochs=2, minibatches=2, kl_coef=0.1, tis_cap=1.5)],
                          ids=["on-policy+ref", "off-policy+ref+tis"])
-def test_share_prompts_update_equals_unshared(tmp_path, kw):
+def test_share_prompts_update_equals_unshared(tmp_path, kw, request):
     """train.update with share_prompts on and off, from the same weights, on samples with repeated prompts: the
     same losses, clip fractions, ratios, KL, engine/trainer gaps and grad norms, and the same weights after."""
     import torch.distributed as dist
 
     import tiny
 
-    if dist.is_initialized():   # an earlier test owns this process's group: run in a fresh interpreter
-        proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
-                               f"{__file__}::test_share_prompts_update_equals_unshared"], cwd=ROOT,
-                              capture_output=True, text=True, timeout=600)
-        assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
-        return
+    if dist.is_initialized():   # an earlier test owns this process's group
+        return rerun_alone(request)
     tiny.save_tiny(str(tmp_path / "m"), seed=0, hidden_size=32, num_layers=2)
     samples = {"designer": repeated_prompt_samples(seed=1), "executor": repeated_prompt_samples(seed=2)}
     adv = {r: torch.randn(len(s), generator=torch.Generator().manual_seed(3)) for r, s in samples.items()}
@@ -495,12 +498,8 @@ def test_zero_advantage_samples_are_not_forwarded(tmp_path, kw, request):
 
     import tiny
 
-    if dist.is_initialized():   # an earlier test owns this process's group: run in a fresh interpreter
-        proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
-                               f"{__file__}::{request.node.name}"], cwd=ROOT,
-                              capture_output=True, text=True, timeout=600)
-        assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
-        return
+    if dist.is_initialized():   # an earlier test owns this process's group
+        return rerun_alone(request)
     tiny.save_tiny(str(tmp_path / "m"), seed=0, hidden_size=32, num_layers=2)
     samples = repeated_prompt_samples(seed=1)
     adv = torch.randn(len(samples), generator=torch.Generator().manual_seed(3))
