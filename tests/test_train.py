@@ -76,6 +76,11 @@ def same_weights(a, b):
     return a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
 
 
+def distance(a, b, keys):
+    """The L2 distance between two sets of weights, over the names in keys."""
+    return sum((a[k] - b[k]).double().norm() ** 2 for k in keys) ** 0.5
+
+
 def metrics(out_dir):
     return [json.loads(ln) for ln in (Path(out_dir) / "metrics.jsonl").read_text().splitlines()]
 
@@ -289,8 +294,8 @@ def test_torchrun_two_ranks_equal_one_rank(model_dir, tmp_path):
             assert a[k] == pytest.approx(b[k], rel=1e-4, abs=1e-7), k
     from safetensors.torch import load_file
     w1, w0 = weights(one / "step_000002"), load_file(str(Path(model_dir) / "model.safetensors"))
-    moved = sum((w1[k] - w0[k]).double().norm() ** 2 for k in w1) ** 0.5
-    diff = sum((w1[k] - w[k]).double().norm() ** 2 for k in w1) ** 0.5
+    moved = distance(w1, w0, w1)
+    diff = distance(w1, w, w1)
     assert moved > 0 and diff <= 1e-3 * moved, (float(diff), float(moved))
 
 
@@ -483,8 +488,8 @@ def test_share_prompts_update_equals_unshared(tmp_path, kw, request):
     # so the weights are compared as the two-rank test does, against how far the update moved them
     from safetensors.torch import load_file
     w0 = load_file(str(tmp_path / "m" / "model.safetensors"))
-    moved = sum((w_off[k] - w0[k]).double().norm() ** 2 for k in w0) ** 0.5
-    diff = sum((w_on[k] - w_off[k]).double().norm() ** 2 for k in w0) ** 0.5
+    moved = distance(w_off, w0, w0)
+    diff = distance(w_on, w_off, w0)
     assert moved > 0 and diff <= 1e-3 * moved, (float(diff), float(moved))
 
 
@@ -540,14 +545,14 @@ def test_zero_advantage_samples_are_not_forwarded(tmp_path, kw, request):
     # the weights against how far the update moved them (Adam: see test_share_prompts_update_equals_unshared)
     from safetensors.torch import load_file
     w0 = load_file(str(tmp_path / "m" / "model.safetensors"))
-    moved = sum((w1_all[k] - w0[k]).double().norm() ** 2 for k in w0) ** 0.5
-    diff = sum((w1_skip[k] - w1_all[k]).double().norm() ** 2 for k in w0) ** 0.5
+    moved = distance(w1_all, w0, w0)
+    diff = distance(w1_skip, w1_all, w0)
     assert moved > 0 and diff <= 1e-3 * moved, (float(diff), float(moved))
     # the all-zero step: Adam stepped on both sides (with kw's two minibatches, twice), by the same amount
     assert stepped_skip == stepped_all == {("model", "executor")} and st0_skip["lr"] == st0_all["lr"] > 0
     assert st0_skip["model/grad_norm"] == st0_all["model/grad_norm"] == 0.0
-    step_all = sum((w_all[k] - w1_all[k]).double().norm() ** 2 for k in w0) ** 0.5
-    step_skip = sum((w_skip[k] - w1_skip[k]).double().norm() ** 2 for k in w0) ** 0.5
+    step_all = distance(w_all, w1_all, w0)
+    step_skip = distance(w_skip, w1_skip, w0)
     assert step_all > 0 and step_skip == pytest.approx(step_all, rel=1e-3)
 
 
@@ -572,6 +577,6 @@ def test_share_prompts_run_equals_unshared(model_dir, uninterrupted, tmp_path):
     from safetensors.torch import load_file
     wa, wb = weights(uninterrupted / f"step_{STEPS:06d}"), weights(d / f"step_{STEPS:06d}")
     w0 = load_file(str(Path(model_dir) / "model.safetensors"))
-    moved = sum((wb[k] - w0[k]).double().norm() ** 2 for k in w0) ** 0.5
-    diff = sum((wa[k] - wb[k]).double().norm() ** 2 for k in w0) ** 0.5
+    moved = distance(wb, w0, w0)
+    diff = distance(wa, wb, w0)
     assert moved > 0 and diff <= 1e-3 * moved, (float(diff), float(moved))
