@@ -12,6 +12,7 @@ any machine.
     python bench.py ranks      # the same step as one process on every core vs one torchrun rank per core
     python bench.py engine     # the tiny default's rollout on each backend (lean, hf, vllm), from out/tiny-sft
     python bench.py rollout    # batched rollout tokens/s vs one plain engine.generate
+    python bench.py sft        # SFT tokens/s with the Newton-Schulz iteration in fp32 (CPU) and in bf16 (GPU)
     python bench.py train      # chunked GRPO update (each log-prob option) vs full-logits update: tokens/s, memory
     python bench.py padding    # share of each micro-batch that is padding: the tiny run, real-length replies
     python bench.py share      # the tiny update with share_prompts off and on (each prompt forwarded once)
@@ -117,6 +118,38 @@ def bench_train(variant=None, steps=3):
         print(f"{v:21s} {device} vocab={vocab} tokens/update={tokens}: {tokens / best[v]:7.0f} tokens/s, "
               f"peak memory {peak[v]:6.0f} MB{ratio}")
     return {v: {"tokens_per_s": tokens / best[v], "peak_mb": peak[v]} for v in best}
+
+
+def bench_sft(steps=20, rounds=2, seed=0):
+    """The tiny cold start's SFT (sft.TINY: Muon, batches of 8) with the Newton-Schulz iteration in fp32 (what
+    a CPU runs) and in bf16 (what a GPU runs), taking turns `rounds` times: tokens/s each way and the ratio. On
+    a CPU without native bf16 matmuls the bf16 iteration costs several times the whole step."""
+    import functools
+    import time
+
+    import torch
+
+    import sft
+    import tiny
+    tasks = tiny.make_tasks(400, seed=seed, split="sft")
+    designer, executor = tiny.sft_traces(tasks, seed=seed)
+    samples = designer[:80] + executor
+    plain, rates = sft.newton_schulz, {"fp32": [], "bf16": []}
+    try:
+        for _ in range(rounds):
+            for name, dtype in (("fp32", torch.float32), ("bf16", torch.bfloat16)):
+                sft.newton_schulz = functools.partial(plain, dtype=dtype)
+                model, tok = tiny.build_model(seed=seed)
+                t0 = time.perf_counter()
+                st = sft.train_sft(model, tok, samples, steps=steps, lr=sft.TINY["lr"],
+                                   batch_size=sft.TINY["batch_size"], optimizer="muon", seed=seed, log=None)
+                rates[name].append(st["trained_tokens"] / (time.perf_counter() - t0))
+                print(f"  {name} Newton-Schulz: {rates[name][-1]:7.0f} tokens/s ({steps} steps, loss {st['loss']:.4f})")
+    finally:
+        sft.newton_schulz = plain
+    fp32, bf16 = (sum(r) / len(r) for r in (rates["fp32"], rates["bf16"]))
+    print(f"SFT tokens/s, mean of {rounds} rounds: fp32 iteration {fp32:.0f}, bf16 iteration {bf16:.0f}: "
+          f"fp32 x{fp32 / bf16:.2f}")
 
 
 def bench_padding(seed=0):
@@ -924,6 +957,7 @@ SECTIONS = {
     "rollout": bench_rollout,
     "sandbox": bench_sandbox,
     "train": bench_train,
+    "sft": bench_sft,
     "padding": bench_padding,
     "share": bench_share,
     "gpu": bench_gpu,

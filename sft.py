@@ -197,15 +197,17 @@ def make_optimizer(model, name, lr, weight_decay):
 NS_COEFFICIENTS = (3.4445, -4.7750, 2.0315)   # Jordan et al.'s quintic: steepest slope at 0 that still converges
 
 
-def newton_schulz(G, steps=5, eps=1e-7):
-    """Approximately orthogonalise a stack of wide matrices G [k, m, n] (m <= n), in bf16:
+def newton_schulz(G, steps=5, eps=1e-7, dtype=None):
+    """Approximately orthogonalise a stack of wide matrices G [k, m, n] (m <= n):
 
         X_0 = G / ||G||_F,   X_{i+1} = a X_i + (b A + c A A) X_i,   A = X_i X_i^T
 
     which drives every singular value of X towards ~1 (to within about 0.7..1.2) and keeps the singular
-    vectors: roughly U V^T of G = U S V^T."""
+    vectors: roughly U V^T of G = U S V^T. In bf16 on a GPU (as Muon's authors and torch.optim.Muon run it),
+    in fp32 on a CPU: a CPU without native bf16 matmuls runs them many times slower than fp32, and fp32 gives
+    the same cold start for the same seed whatever the CPU. dtype overrides that choice (bench.py sft)."""
     a, b, c = NS_COEFFICIENTS
-    X = G.bfloat16()
+    X = G.to(dtype or (torch.bfloat16 if G.is_cuda else torch.float32))
     X = X / X.norm(dim=(-2, -1), keepdim=True).clamp(min=eps)
     for _ in range(steps):
         A = X @ X.mT
@@ -215,7 +217,8 @@ def newton_schulz(G, steps=5, eps=1e-7):
 
 class Muon(torch.optim.Optimizer):
     """Muon for 2-D weight matrices, written out; the update is torch.optim.Muon's with
-    adjust_lr_fn="match_rms_adamw" (Nesterov momentum mu, decoupled weight decay wd):
+    adjust_lr_fn="match_rms_adamw" (Nesterov momentum mu, decoupled weight decay wd), up to the rounding of
+    torch's bf16 Newton-Schulz iteration (ours runs in fp32 on a CPU: newton_schulz):
 
         B_t = mu B_{t-1} + (1 - mu) G_t
         W_t = (1 - lr wd) W_{t-1} - lr * 0.2 sqrt(max(rows, cols)) * NS((1 - mu) G_t + mu B_t)

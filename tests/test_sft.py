@@ -132,27 +132,81 @@ def test_muon_optimizer_splits_params_and_learns():
         sft.make_optimizer(model, "sgd", 1e-3, 0.0)
 
 
-def test_muon_is_torch_muon_with_batched_newton_schulz():
-    """sft.Muon's update is torch.optim.Muon's (adjust_lr_fn="match_rms_adamw"), same-shape matrices batched."""
+def _muon_against_torch(steps=4, lr=2e-3):
+    """Our Muon and torch.optim.Muon from the same weights on the same gradients: (the largest weight
+    difference of each matrix in units of its per-step update scale lr * 0.2 sqrt(max(rows, cols)), the weights'
+    largest magnitude in those units)."""
     mats = lambda m: [p for n, p in m.named_parameters() if p.ndim == 2 and "embed" not in n]
     a, b = tiny.build_model(seed=0, **SMALL)[0], tiny.build_model(seed=0, **SMALL)[0]
-    w0 = [p.clone() for p in mats(a)]
-    ref = torch.optim.Muon(mats(a), lr=2e-3, weight_decay=0.01, adjust_lr_fn="match_rms_adamw")
-    ours = sft.Muon(mats(b), lr=2e-3, weight_decay=0.01)
+    ref = torch.optim.Muon(mats(a), lr=lr, weight_decay=0.01, adjust_lr_fn="match_rms_adamw")
+    ours = sft.Muon(mats(b), lr=lr, weight_decay=0.01)
     g = torch.Generator().manual_seed(0)
-    for _ in range(4):
+    for _ in range(steps):
         for pa, pb in zip(mats(a), mats(b)):
             pa.grad = torch.randn(pa.shape, generator=g) * 1e-2
             pb.grad = pa.grad.clone()
         ref.step()
         ours.step()
-    moved = max((p - q).abs().max().item() for p, q in zip(mats(a), w0))
-    worst = max((p - q).abs().max().item() for p, q in zip(mats(a), mats(b)))
-    assert moved > 1e-3 and worst <= 1e-3 * moved     # bit-identical here; bf16 kernels may round apart elsewhere
+    scale = [lr * 0.2 * max(p.shape) ** 0.5 for p in mats(a)]
+    diff = max((p - q).abs().max().item() / s for p, q, s in zip(mats(a), mats(b), scale))
+    return diff, max(p.abs().max().item() / s for p, s in zip(mats(a), scale))
+
+
+def test_muon_is_torch_muon_up_to_the_rounding_of_its_bf16_iteration(monkeypatch):
+    """sft.Muon's update is torch.optim.Muon's (adjust_lr_fn="match_rms_adamw"), same-shape matrices batched,
+    up to the rounding of torch's Newton-Schulz iteration, which is bf16 (ours is fp32 on a CPU)."""
+    steps, u16, u32 = 4, 2.0 ** -8, 2.0 ** -24   # unit roundoff of bf16 (8-bit significand) and of fp32
+    # Newton-Schulz leaves the singular values in (0.5, 1.5) (torch's docstring), so an output entry is at most
+    # s = 1.5, and an error in the iterate grows at most by |f'(x)| = |a + 3b x^2 + 5c x^4| <= g = 1.6 an
+    # iteration on the band it converges to (x in [0.7, 1.15]).
+    s, g = 1.5, 1.6
+    # 1) torch's optimizer with its iteration run in fp32 by ours (one matrix at a time): the same arithmetic up
+    #    to summation order. A product of 128-wide matrices summed in another order differs by <= 128 u32
+    #    relative; the last iteration's output carries it and its inputs' error: <= (1 + g) 128 u32 s an entry,
+    #    a step; plus the weight's own rounding when the update is added, <= u32 |w|, a step.
+    def fp32_iteration(grad, coefficients, ns_steps, eps):
+        tall = grad.shape[0] > grad.shape[1]
+        x = sft.newton_schulz((grad.T if tall else grad)[None], ns_steps, eps, dtype=torch.float32)[0]
+        return x.T if tall else x
+    with monkeypatch.context() as m:
+        m.setattr(torch.optim._muon, "_zeropower_via_newtonschulz", fp32_iteration)
+        diff, w_max = _muon_against_torch(steps)
+    assert diff <= steps * ((1 + g) * 128 * u32 * s + u32 * w_max), diff
+    # 2) torch's own bf16 iteration: its output entry is rounded to bf16 (<= u16 s) after inheriting the rounding
+    #    of its bf16 inputs, carried with gain <= g: <= (1 + g) u16 s an entry, a step (~6e-2 over 4 steps).
+    diff, _ = _muon_against_torch(steps)
+    assert diff <= steps * (1 + g) * u16 * s, diff
     with pytest.raises(ValueError, match="2-D"):
         p = torch.nn.Parameter(torch.zeros(3))
         p.grad = torch.ones(3)
         sft.Muon([p]).step()
+
+
+def test_sft_on_a_cpu_computes_nothing_in_bf16():
+    """The cold start's CPU path (Muon's Newton-Schulz included) runs no op on bf16 tensors: a CPU without native
+    bf16 runs them many times slower, and another CPU would round them otherwise."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class Dtypes(TorchDispatchMode):
+        def __init__(self):
+            super().__init__()
+            self.seen = {}
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            out = func(*args, **(kwargs or {}))
+            for t in (out if isinstance(out, tuple | list) else (out,)):
+                if isinstance(t, torch.Tensor):
+                    self.seen.setdefault(t.dtype, str(func))
+            return out
+
+    tasks = tiny.make_tasks(20, seed=0, split="sft")
+    designer, executor = tiny.sft_traces(tasks, seed=0)
+    model, tok = tiny.build_model(seed=0, **SMALL)
+    with Dtypes() as mode:
+        sft.train_sft(model, tok, designer[:4] + executor[:12], steps=2, batch_size=8, optimizer="muon",
+                      log=None)
+    assert torch.float32 in mode.seen and torch.bfloat16 not in mode.seen, mode.seen
+    assert torch.float16 not in mode.seen, mode.seen
 
 
 FSDP_MUON = """

@@ -77,8 +77,9 @@ def same_weights(a, b):
 
 
 def distance(a, b, keys):
-    """The L2 distance between two sets of weights, over the names in keys."""
-    return sum((a[k] - b[k]).double().norm() ** 2 for k in keys) ** 0.5
+    """The L2 distance between two sets of weights, over the names in keys (a float: pytest.approx takes no
+    tensors)."""
+    return float(sum((a[k] - b[k]).double().norm() ** 2 for k in keys) ** 0.5)
 
 
 def metrics(out_dir):
