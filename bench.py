@@ -135,6 +135,9 @@ def bench_sft(steps=20, rounds=2, seed=0):
     designer, executor = tiny.sft_traces(tasks, seed=seed)
     samples = designer[:80] + executor
     plain, rates = sft.newton_schulz, {"fp32": [], "bf16": []}
+    model, tok = tiny.build_model(seed=seed)
+    sft.train_sft(model, tok, samples, steps=2, batch_size=sft.TINY["batch_size"], optimizer="muon", log=None)
+    # (the first steps of a process pay for its warm-up: not timed)
     try:
         for _ in range(rounds):
             for name, dtype in (("fp32", torch.float32), ("bf16", torch.bfloat16)):
