@@ -111,8 +111,7 @@ def runs(steps):
         "coupled": {**base, "mode": "coupled"},                      # both roles every step
         "designer": {**base, "mode": "designer"},                    # designer-only
         "executor": {**base, "mode": "executor"},                    # executor-only
-        "separate": {**base, "policy": "separate", "init_from": "out/tiny-sft-separate/designer",
-                     "executor_init": "out/tiny-sft-separate/executor"},
+        "separate": {**base, "policy": "separate", "init_from": "out/tiny-sft-separate"},
         "k1": {**base, "K": k_scaled(1, steps)},
         "k10": {**base, "K": k_scaled(10, steps)},
         "single": {**base, "template": "single", "mode": "executor"},   # single-agent GRPO
@@ -182,7 +181,7 @@ def train_command(run, seed, steps, root, extra=()):
         raise ValueError(f"unknown run {run!r}; runs: {', '.join(RUN_NAMES)}")
     flags = [f"--{k}={v}" for k, v in runs(steps)[run].items()]
     return [sys.executable, "train.py", "config/tiny.py", f"--out_dir={out_dir(root, run, seed)}",
-            f"--seed={seed}", f"--steps={steps}", *flags, *extra, "--progress=False"]
+            f"--seed={seed}", f"--steps={steps}", *flags, *extra]
 
 
 # ----------------------------------------------------------------------------------------------------------

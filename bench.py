@@ -569,7 +569,7 @@ def _step_split(label, tree, launcher, steps, model_dir):
     with tempfile.TemporaryDirectory() as tmp:
         out = os.path.join(tmp, "run")
         cmd = [*launcher, "train.py", f"--out_dir={out}", f"--init_from={model_dir}", f"--steps={steps}",
-               "--K=1", "--eval_tasks=0", "--progress=False", "--save_every=100000"]
+               "--K=1", "--eval_tasks=0", "--save_every=100000"]
         res = subprocess.run(cmd, cwd=tree, capture_output=True, text=True)
         if res.returncode != 0:
             sys.exit(f"bench step: {label}: train.py failed:\n{res.stderr[-2000:]}")

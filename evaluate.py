@@ -228,19 +228,11 @@ def paired_margin(a, b):
     return mean, math.sqrt(var / len(d))
 
 
-def run_records(batch, queries, lam, fail_penalty):
+def run_records(batch, queries):
     """Per-run facts of a rollout batch as plain values (small enough to gather over ranks); train.py logs them."""
-    import reward
-    out = []
-    for r in batch.runs:
-        fmt = reward.format_score(r.run) if r.run is not None else 0.0
-        failed = r.run is None or r.error is not None
-        correct = r.reward - lam * fmt + (fail_penalty if failed else 0.0)
-        out.append({"q": r.q, "i": r.i, "j": r.j, "reward": r.reward, "correct": correct >= 1 - 1e-6,
-                    "format": fmt, "structure": r.structure or "unparsed", "error": r.error is not None,
-                    "parsed": r.structure is not None, "calls": r.n_calls, "tokens": r.tokens,
-                    "kind": queries[r.q].get("kind", "?")})
-    return out
+    return [{"q": r.q, "i": r.i, "j": r.j, "reward": r.reward, "correct": r.correct >= 1 - 1e-6, "format": r.format,
+             "structure": r.structure or "unparsed", "error": r.error is not None, "parsed": r.structure is not None,
+             "calls": r.n_calls, "tokens": r.tokens, "kind": queries[r.q].get("kind", "?")} for r in batch.runs]
 
 
 def rollout_metrics(recs, R_all, adv_d, adv_e):
@@ -293,44 +285,26 @@ def exact_figures_of(tok, tasks, designer, executor):
     return d
 
 
-def exact_rows(cfg, tasks, policy_of, sft_designer, sft_executor):
-    """tiny.exact_figures of the RL policies (the trainer's models; every rank takes part, FSDP forwards are
-    collective) and of the SFT cold start (plain models): {"SFT"/"RL": {"choice": [...], "oracle": [...]}}."""
-    from transformers import AutoTokenizer
-    device = next(policy_of["designer"]["model"].parameters()).device
-    tok = AutoTokenizer.from_pretrained(cfg.init_from)
-    return {"SFT": exact_figures_of(tok, tasks, sft_designer.to(device), sft_executor.to(device)),
-            "RL": exact_figures_of(tok, tasks, policy_of["designer"]["model"], policy_of["executor"]["model"])}
-
-
-def heldout_row(cfg, eng, mine, rank, template, on_phase):
-    """One sampled row of the final table: this rank's tasks `mine`, 1 design x 1 execution each, gathered over
-    ranks -> (reward, accuracy, structure shares as text, per-task correct)."""
-    import torch.distributed as dist
-
+def heldout_row(cfg, eng, tasks, template, on_phase):
+    """One sampled row of the final table: 1 design x 1 execution a task -> (reward, accuracy, structure shares
+    as text, per-task correct)."""
     import engine as engine_lib
-    import mas
     import rollout as rollout_lib
-    samp = engine_lib.Sampling(temperature=cfg.temperature, max_tokens=cfg.max_tokens)
-    d_samp = engine_lib.Sampling(temperature=cfg.temperature, max_tokens=cfg.designer_max_tokens)
-    limits = mas.Limits(max_calls=cfg.max_calls, timeout=cfg.script_timeout)
-    b = rollout_lib.rollout(mine, eng, eng, 1, 1, 10**6, seed=cfg.seed + 31 + rank, template=template,
-                            designer_sampling=d_samp, executor_sampling=samp, short=cfg.short_prompt,
-                            lam=cfg.lam, limits=limits, on_phase=on_phase)
-    parts = [None] * dist.get_world_size()
-    dist.all_gather_object(parts, run_records(b, mine, cfg.lam, 0.0))
-    recs = [x for part in parts for x in part]
-    n = max(len(recs), 1)
-    shares = Counter(r["structure"] for r in recs)
+    import settings
+    b = rollout_lib.rollout(tasks, eng, eng, 1, 1, 10**6, seed=cfg.seed + 31, template=template,
+                            designer_sampling=engine_lib.Sampling(max_tokens=cfg.designer_max_tokens),
+                            executor_sampling=engine_lib.Sampling(max_tokens=cfg.max_tokens),
+                            short=settings.is_tiny(cfg), lam=cfg.lam, on_phase=on_phase)
+    recs = run_records(b, tasks)
+    n, shares = max(len(recs), 1), Counter(r["structure"] for r in recs)
     return (sum(r["reward"] for r in recs) / n, sum(r["correct"] for r in recs) / n,
             ", ".join(f"{k} {v / n:.0%}" for k, v in shares.most_common()), [float(r["correct"]) for r in recs])
 
 
-def final_table(cfg, eng, sources, rank, world, on_phase, put_weights, sync_weights, policy_of):
-    """train.py's last act (eval_tasks > 0, tiny data): the RL and SFT models on the same held-out tasks, sampled
-    and exact, printed by rank 0 and written to out_dir/final_table.json. Every rank takes part. The engine
-    hooks come from train.py: on_phase (rollout's weight-swap hook), put_weights({role: state dict}) puts the SFT
-    weights in the engine, sync_weights() the trainer's back.
+def final_table(cfg, eng, sources, ckpt):
+    """train.py's last act (eval_tasks > 0, tiny data, rank 0): the RL models of checkpoint `ckpt` and the SFT
+    cold start on the same held-out tasks, sampled and exact, printed and written to out_dir/final_table.json.
+    `eng` is the run's engine: each row loads the weights it needs into it.
 
     Rows: sampled accuracy of the learned designs and of the single agent, RL against SFT with paired standard
     errors, and exact rows by teacher forcing (tiny.exact_figures): P(the Designer writes each template | kind of
@@ -338,77 +312,78 @@ def final_table(cfg, eng, sources, rank, world, on_phase, put_weights, sync_weig
     noise; the exact rows show what the Designer learned even when the accuracy cannot resolve it."""
     import numpy as np
     import torch
-    from transformers import AutoModelForCausalLM
+    from transformers import AutoModelForCausalLM, AutoTokenizer
 
     import mas
+    import settings
     import tiny
     tasks = heldout_tasks(cfg, sources)
-    mine = tasks[rank::world]
-    rows = [("RL: learned designs", heldout_row(cfg, eng, mine, rank, None, on_phase)),
-            ("RL: single agent", heldout_row(cfg, eng, mine, rank, "single", on_phase))]
-    # the SFT model(s) back in the engine (the trainer's weights stay as they are)
-    sft_d = AutoModelForCausalLM.from_pretrained(cfg.init_from, dtype=torch.float32)
-    sft_e = AutoModelForCausalLM.from_pretrained(cfg.executor_init, dtype=torch.float32) if cfg.executor_init else sft_d
-    put_weights({"designer": sft_d.state_dict(), "executor": sft_e.state_dict()})
-    rows += [("SFT: designs", heldout_row(cfg, eng, mine, rank, None, on_phase)),
-             ("SFT: single agent", heldout_row(cfg, eng, mine, rank, "single", on_phase))]
-    sync_weights()
-    exact = exact_rows(cfg, tasks, policy_of, sft_d, sft_e)
-    if rank == 0:
-        with open(os.path.join(cfg.out_dir, "metrics.jsonl")) as f:
-            rs = [json.loads(ln)["reward/mean"] for ln in f if ln.strip()]
-        k = max(1, min(5, len(rs) // 2))
-        # every step draws other queries, so first vs last mixes learning with how hard the draws were
-        print(f"\ntraining reward (mean of {k} steps): first {np.mean(rs[:k]):.3f} -> last {np.mean(rs[-k:]):.3f} "
-              "(other queries at every step; the paired held-out rows below are the measure)")
-        print(f"held-out tiny tasks: {len(tasks)} (1 design x 1 execution each, T={cfg.temperature})")
-        print(f"{'':24s} {'reward':>7s} {'accuracy':>9s}  structures")
-        for name, (rw, acc, sh, _) in rows:
-            print(f"{name:24s} {rw:7.3f} {acc:9.1%}  {sh}")
-        # RL and SFT rows ran on the same tasks in the same order: the paired difference is the honest error bar
-        gains = {}
-        for what, a, b in (("learned designs", 0, 2), ("single agent", 1, 3)):
-            gains[what] = paired_margin(rows[a][1][3], rows[b][1][3])
-            print(f"RL - SFT, {what + ':':16s} {100 * gains[what][0]:+5.1f} points (paired standard error "
-                  f"{100 * gains[what][1]:.1f})")
-        # the same comparison without sampling noise: what each model would write, by teacher forcing
-        kinds = sorted({t["kind"] for t in tasks})
-        names = list(mas.TEMPLATES)
-        print("exact, teacher-forced on the same tasks (no sampling): P(the Designer writes each template's "
-              "script | kind), P(the single agent writes the oracle reply)")
-        print(f"{'':24s} " + "   ".join(f"{k}: " + " ".join(f"{n:>8s}" for n in names) for k in kinds)
-              + "   oracle reply")
-        summary = {}
-        for who, f in exact.items():
-            cells = []
-            for kind in kinds:
-                idx = [i for i, t in enumerate(tasks) if t["kind"] == kind]
-                cells.append(" " * (len(kind) + 2) + " ".join(
-                    f"{100 * sum(f['choice'][i][n] for i in idx) / len(idx):8.1f}" for n in names))
-            print(f"{who:24s} " + "   ".join(cells) + f"   {100 * np.mean(f['oracle']):12.1f}")
-            # the structure each kind profits from most (tiny.SUITED; sft.py's quality bar measures it)
-            summary[who] = {"suited": [f["choice"][i].get(tiny.SUITED.get(t["kind"]), 0.0) for i, t in enumerate(tasks)],
-                            "oracle": list(f["oracle"])}
-        for what, label in (("suited", "P(suited template)"), ("oracle", "P(oracle reply)")):
-            gains[what] = paired_margin(summary["RL"][what], summary["SFT"][what])
-            print(f"RL - SFT, {label + ':':19s} {100 * gains[what][0]:+5.1f} points (paired standard error "
-                  f"{100 * gains[what][1]:.1f})")
-        print(f"(suited: {', '.join(f'{v} on {k}' for k, v in tiny.SUITED.items())})")
-        # the gathered rows hold rank 0's tasks, then rank 1's, ...: at[i] is where task i's run is
-        at = {i: k for k, i in enumerate(i for r in range(world) for i in range(r, len(tasks), world))}
-        table = {"tasks": len(tasks), "reward_first": float(np.mean(rs[:k])), "reward_last": float(np.mean(rs[-k:])),
-                 "rows": {name: {"reward": rw, "accuracy": acc, "structures": sh} for name, (rw, acc, sh, _) in rows},
-                 "exact": {who: {"suited": float(np.mean(v["suited"])), "oracle": float(np.mean(v["oracle"]))}
-                           for who, v in summary.items()},
-                 "rl_minus_sft": {w: {"points": 100 * m, "stderr": 100 * se} for w, (m, se) in gains.items()},
-                 # per task, in the order of "ids", so that runs of one seed (the same tasks) can be paired task by
-                 # task (ablations.py): the sampled rows' correctness and the exact probabilities
-                 "ids": [str(t["id"]) for t in tasks], "kinds": [t["kind"] for t in tasks],
-                 "per_task": {"correct": {name: [r[3][at[i]] for i in range(len(tasks))] for name, r in rows},
-                              "exact": {who: {**summary[who], "choice": {n: [c[n] for c in f["choice"]] for n in names}}
-                                        for who, f in exact.items()}}}
-        with open(os.path.join(cfg.out_dir, "final_table.json"), "w") as f:   # for scripts (ablations.py)
-            json.dump(table, f, indent=1)
+    sft = settings.model_dirs(cfg)
+    dirs = {"RL": {r: os.path.join(ckpt, "model" if cfg.policy == "shared" else r) for r in ("designer", "executor")},
+            "SFT": {r: sft["model" if cfg.policy == "shared" else r] for r in ("designer", "executor")}}
+    rows, exact = [], {}
+    for who in ("RL", "SFT"):
+        loaded = {d: AutoModelForCausalLM.from_pretrained(d, dtype=torch.float32) for d in set(dirs[who].values())}
+        models = {r: loaded[d] for r, d in dirs[who].items()}   # shared: one model plays both roles
+        eng.load_weights(models["designer"].state_dict())
+        # separate policies: the engine holds the designer's weights in the design phase, the executor's after
+        on_phase = (lambda role, m=models: eng.load_weights(m[role].state_dict())) \
+            if cfg.policy == "separate" else None
+        rows += [("RL: learned designs" if who == "RL" else "SFT: designs", heldout_row(cfg, eng, tasks, None, on_phase)),
+                 (f"{who}: single agent", heldout_row(cfg, eng, tasks, "single", on_phase))]
+        tok = AutoTokenizer.from_pretrained(dirs[who]["designer"])
+        exact[who] = exact_figures_of(tok, tasks, models["designer"], models["executor"])
+    with open(os.path.join(cfg.out_dir, "metrics.jsonl")) as f:
+        rs = [json.loads(ln)["reward/mean"] for ln in f if ln.strip()]
+    k = max(1, min(5, len(rs) // 2))
+    # every step draws other queries, so first vs last mixes learning with how hard the draws were
+    print(f"\ntraining reward (mean of {k} steps): first {np.mean(rs[:k]):.3f} -> last {np.mean(rs[-k:]):.3f} "
+          "(other queries at every step; the paired held-out rows below are the measure)")
+    print(f"held-out tiny tasks: {len(tasks)} (1 design x 1 execution each, T=1)")
+    print(f"{'':24s} {'reward':>7s} {'accuracy':>9s}  structures")
+    for name, (rw, acc, sh, _) in rows:
+        print(f"{name:24s} {rw:7.3f} {acc:9.1%}  {sh}")
+    # RL and SFT rows ran on the same tasks in the same order: the paired difference is the honest error bar
+    gains = {}
+    for what, a, b in (("learned designs", 0, 2), ("single agent", 1, 3)):
+        gains[what] = paired_margin(rows[a][1][3], rows[b][1][3])
+        print(f"RL - SFT, {what + ':':16s} {100 * gains[what][0]:+5.1f} points (paired standard error "
+              f"{100 * gains[what][1]:.1f})")
+    # the same comparison without sampling noise: what each model would write, by teacher forcing
+    kinds, names = sorted({t["kind"] for t in tasks}), list(mas.TEMPLATES)
+    print("exact, teacher-forced on the same tasks (no sampling): P(the Designer writes each template's "
+          "script | kind), P(the single agent writes the oracle reply)")
+    print(f"{'':24s} " + "   ".join(f"{k}: " + " ".join(f"{n:>8s}" for n in names) for k in kinds)
+          + "   oracle reply")
+    summary = {}
+    for who, f in exact.items():
+        cells = []
+        for kind in kinds:
+            idx = [i for i, t in enumerate(tasks) if t["kind"] == kind]
+            cells.append(" " * (len(kind) + 2) + " ".join(
+                f"{100 * sum(f['choice'][i][n] for i in idx) / len(idx):8.1f}" for n in names))
+        print(f"{who:24s} " + "   ".join(cells) + f"   {100 * np.mean(f['oracle']):12.1f}")
+        # the structure each kind profits from most (tiny.SUITED; sft.py's quality bar measures it)
+        summary[who] = {"suited": [f["choice"][i].get(tiny.SUITED.get(t["kind"]), 0.0) for i, t in enumerate(tasks)],
+                        "oracle": list(f["oracle"])}
+    for what, label in (("suited", "P(suited template)"), ("oracle", "P(oracle reply)")):
+        gains[what] = paired_margin(summary["RL"][what], summary["SFT"][what])
+        print(f"RL - SFT, {label + ':':19s} {100 * gains[what][0]:+5.1f} points (paired standard error "
+              f"{100 * gains[what][1]:.1f})")
+    print(f"(suited: {', '.join(f'{v} on {k}' for k, v in tiny.SUITED.items())})")
+    table = {"tasks": len(tasks), "reward_first": float(np.mean(rs[:k])), "reward_last": float(np.mean(rs[-k:])),
+             "rows": {name: {"reward": rw, "accuracy": acc, "structures": sh} for name, (rw, acc, sh, _) in rows},
+             "exact": {who: {"suited": float(np.mean(v["suited"])), "oracle": float(np.mean(v["oracle"]))}
+                       for who, v in summary.items()},
+             "rl_minus_sft": {w: {"points": 100 * m, "stderr": 100 * se} for w, (m, se) in gains.items()},
+             # per task, in the order of "ids", so that runs of one seed (the same tasks) can be paired task by
+             # task (ablations.py): the sampled rows' correctness and the exact probabilities
+             "ids": [str(t["id"]) for t in tasks], "kinds": [t["kind"] for t in tasks],
+             "per_task": {"correct": {name: r[3] for name, r in rows},
+                          "exact": {who: {**summary[who], "choice": {n: [c[n] for c in f["choice"]] for n in names}}
+                                    for who, f in exact.items()}}}
+    with open(os.path.join(cfg.out_dir, "final_table.json"), "w") as f:   # for scripts (ablations.py)
+        json.dump(table, f, indent=1)
 
 
 # ----------------------------------------------------------------------------------------------- main

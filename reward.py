@@ -508,8 +508,7 @@ def format_score(run):
     """The paper's format reward (weighted by λ = 0.4 in R): the share of the execution's executor replies
     (run.calls[k].reply) that carry exactly one well-formed answer tag; 0 when there were no replies.
     Only the tag's content goes back to the script: a reply without one gives the script "" from
-    agent(message), so a badly formatted reply also starves the workflow. Whether the script itself ran
-    is not this score's business (see reward's fail_penalty)."""
+    agent(message), so a badly formatted reply also starves the workflow."""
     calls = list(getattr(run, "calls", None) or [])
     if not calls:
         return 0.0
@@ -544,16 +543,25 @@ def correctness(task, answer, code_timeout=4.0):
     raise ValueError(f"task {task.get('id')!r}: unknown kind {kind!r} (expected 'math' or 'code')")
 
 
-def reward(task, run, lam=LAM, fail_penalty=0.0, code_timeout=4.0, correct=None):
-    """R = correct + λ·format − fail_penalty·[the workflow failed to parse or run].
-
-    fail_penalty = 0 is the paper's setting (a failed run just earns no correctness); a positive value is
-    the improvement its discussion suggests, so that Designer samples that crash rank below ones that
-    merely answer wrong. Executability enters the reward only through this penalty.
-    correct: correctness(task, run.answer) when the caller already has it (a batch grades each distinct
-    answer of a task once: rollout._grade)."""
-    failed = getattr(run, "error", None) is not None
+def reward(task, run, lam=LAM, code_timeout=4.0, correct=None):
+    """R = correct + λ·format (the paper's; a run that failed to parse or run just earns no correctness).
+    correct: correctness(task, run.answer) when the caller already has it (grade_runs)."""
     if correct is None:
         correct = correctness(task, getattr(run, "answer", None), code_timeout)
-    r = correct + lam * format_score(run)
-    return r - (fail_penalty if failed else 0.0)
+    return correct + lam * format_score(run)
+
+
+def grade_runs(pairs, workers=4):
+    """[correctness(task, run.answer) for (task, run) in pairs], each distinct (task, graded part) graded once.
+    Many runs of a step return the same program or answer (the N executions of a script, designs with the same
+    template), and correctness depends on nothing else (graded_part), so each is graded once, keyed by the task
+    object itself (every run of a query holds the same dict). In threads: grading waits on sandbox children
+    (hidden tests) and grader processes (math_equal), both safe to drive from several threads."""
+    keys = [(id(task), graded_part(task.get("kind"), getattr(run, "answer", None))) for task, run in pairs]
+    first = {}   # key -> the first run that has it: that run's answer is graded
+    for k, key in enumerate(keys):
+        first.setdefault(key, k)
+    grade = lambda k: correctness(pairs[k][0], getattr(pairs[k][1], "answer", None))
+    with ThreadPoolExecutor(max(1, min(workers, len(first)))) as ex:
+        correct = dict(zip(first, ex.map(grade, first.values())))
+    return [correct[key] for key in keys]

@@ -1,13 +1,13 @@
 """rundir.py: what a train.py run keeps in its out_dir, and how a killed run finds its way back.
 
     out_dir/step_000010/      a checkpoint: {model | designer, executor}/ (HF format), optimizer.pt,
-                              trainer_state.pt (step, data position, schedulers, every rank's RNG, the config);
+                              trainer_state.pt (step, data position, every rank's RNG, the config);
                               written to .tmp_step_000010/ and renamed, so a checkpoint is complete or absent
     out_dir/metrics.jsonl     a line a step, fsync'ed before that step's checkpoint is written
-    out_dir/tb/, wandb/       TensorBoard events and the wandb run, when those are installed
 
     save_checkpoint(cfg, step, policies, tokenizer, trainer_state, rank)   # every rank calls it (collective)
     ckpt, ts = latest(out_dir)             # the newest checkpoint's folder and trainer state (None, None)
+    restore_optimizers(policies, ckpt, ts, master); restore_rng(ts, seed, rank)
     truncate_metrics(path, ts["step"])     # a resume drops the metrics lines of steps after its checkpoint
 
 fault(point, step) is the fault injection tests/test_train.py uses to SIGKILL a run at chosen points.
@@ -16,6 +16,7 @@ Needs: settings.py, stagewise.py, mas.py
 """
 
 import dataclasses
+import hashlib
 import json
 import os
 import random
@@ -68,6 +69,23 @@ def set_rng_state(st):
         torch.cuda.set_rng_state_all(st["cuda"])
 
 
+def restore_rng(ts, seed, rank):
+    """Every RNG as the checkpoint's trainer state left it on this rank, or seeded afresh (ts None)."""
+    if ts is not None:
+        return set_rng_state(ts["rng"][rank] if rank < len(ts["rng"]) else ts["rng"][0])
+    random.seed(seed + rank)
+    np.random.seed(seed + rank)
+    torch.manual_seed(seed)
+
+
+def prepare(cfg):
+    """out_dir made; with --overwrite, the run it holds deleted first (its files only: settings.run_files)."""
+    if cfg.overwrite and settings.run_files(cfg.out_dir):
+        print(f"--overwrite: deleting the run in {cfg.out_dir} ({', '.join(settings.run_files(cfg.out_dir))})")
+        settings.clear_run(cfg.out_dir)
+    os.makedirs(cfg.out_dir, exist_ok=True)
+
+
 def checkpoints(out_dir):
     """The step_N folders in out_dir, oldest first (by step number)."""
     if not os.path.isdir(out_dir):
@@ -83,13 +101,13 @@ def fault(point, step):
         os.kill(os.getpid(), signal.SIGKILL)
 
 
-def save_checkpoint(cfg, step, policies, tokenizer, trainer_state, rank):
+def save_checkpoint(cfg, step, policies, tokenizer, trainer_state, rank, keep=2):
     """out_dir/step_{step}/: {model | designer, executor}/ (HF format), optimizer.pt, trainer_state.pt, written
-    into a temp folder and renamed (atomic: a checkpoint folder is either complete or absent).
-    Only rank 0 holds full tensors in CPU memory: the weights are gathered one tensor at a time and kept on
-    rank 0 alone, the optimizer state is gathered with cpu_offload (rank 0 alone). An optimizer state that has
-    never stepped is not saved: torch's state-dict helpers would initialise it with a zero step, which shifts
-    Adam's bias correction of that state's first real step."""
+    into a temp folder and renamed (atomic: a checkpoint folder is either complete or absent); the `keep` newest
+    checkpoints stay. Only rank 0 holds full tensors in CPU memory: the weights are gathered one tensor at a time
+    and kept on rank 0 alone, the optimizer state is gathered with cpu_offload (rank 0 alone). An optimizer
+    state that has never stepped is not saved: torch's state-dict helpers would initialise it with a zero step,
+    which shifts Adam's bias correction of that state's first real step."""
     final = os.path.join(cfg.out_dir, f"step_{step:06d}")
     tmp = os.path.join(cfg.out_dir, f".tmp_step_{step:06d}")
     opts = dcp.StateDictOptions(full_state_dict=True, cpu_offload=True)
@@ -104,20 +122,18 @@ def save_checkpoint(cfg, step, policies, tokenizer, trainer_state, rank):
         if rank == 0:
             save_hf(os.path.join(tmp, name), state, pol["model"], tokenizer)
         del state
-        for sname, st in pol["states"].items():
-            if st["opt"].state:   # the same on every rank: they step together
-                optim[f"{name}/{sname}"] = dcp.get_optimizer_state_dict(pol["model"], st["opt"], options=opts)
+        for sname, opt in pol["opt"].items():
+            if opt.state:   # the same on every rank: they step together
+                optim[f"{name}/{sname}"] = dcp.get_optimizer_state_dict(pol["model"], opt, options=opts)
         fault("checkpoint", step)
     rngs = [None] * dist.get_world_size()
     dist.all_gather_object(rngs, rng_state())
     if rank == 0:
         torch.save(optim, os.path.join(tmp, "optimizer.pt"))   # loaded on rank 0 alone at resume
-        torch.save({**trainer_state, "optimizers": sorted(optim),
-                    "schedulers": {f"{n}/{sn}": st["sched"].state_dict()
-                                   for n, pol in policies.items() for sn, st in pol["states"].items()},
-                    "rng": rngs, "config": dataclasses.asdict(cfg)}, os.path.join(tmp, "trainer_state.pt"))
+        torch.save({**trainer_state, "optimizers": sorted(optim), "rng": rngs, "config": dataclasses.asdict(cfg)},
+                   os.path.join(tmp, "trainer_state.pt"))
         os.replace(tmp, final)
-        for old in checkpoints(cfg.out_dir)[:-cfg.keep_checkpoints]:
+        for old in checkpoints(cfg.out_dir)[:-keep]:
             shutil.rmtree(os.path.join(cfg.out_dir, old), ignore_errors=True)
     dist.barrier()
 
@@ -148,45 +164,6 @@ def truncate_metrics(path, step):
     os.replace(tmp, path)
 
 
-def progress(it, cfg, master):
-    """A tqdm bar over the steps on rank 0 (tqdm is optional: lazily imported, plain iteration without it)."""
-    if master and cfg.progress:
-        try:
-            from tqdm import tqdm
-            return tqdm(it, desc="rl", dynamic_ncols=True)
-        except ImportError:
-            pass
-    return it
-
-
-def loggers(cfg, start):
-    """wandb and TensorBoard, when installed (optional: imported here, lazily, and only when they are used). After a resume from step `start` neither gets a step twice:
-    TensorBoard purges its events from step start+1 on (purge_step); the wandb run is the same one (its id is
-    kept in out_dir) and steps it already holds are not sent again (a resume is exact, so they hold the same
-    values, timings aside)."""
-    out = []
-    if cfg.wandb_project:
-        try:
-            import wandb
-            id_path = os.path.join(cfg.out_dir, settings.WANDB_ID)
-            run_id = open(id_path).read().strip() if os.path.exists(id_path) else None
-            run = wandb.init(project=cfg.wandb_project, config=dataclasses.asdict(cfg), dir=cfg.out_dir,
-                             id=run_id, resume="allow")
-            with open(id_path, "w") as f:
-                f.write(run.id)
-            last = int(run.summary.get("_step", 0)) if run_id else 0
-            out.append(lambda m: run.log(m, step=m["step"]) if m["step"] > last else None)
-        except ImportError:
-            print("wandb_project is set but wandb is not installed: logging to metrics.jsonl only")
-    try:
-        from torch.utils.tensorboard import SummaryWriter
-        w = SummaryWriter(os.path.join(cfg.out_dir, "tb"), purge_step=start + 1 if start > 0 else None)
-        out.append(lambda m: [w.add_scalar(k, v, m["step"]) for k, v in m.items() if isinstance(v, int | float)])
-    except ImportError:
-        pass
-    return out
-
-
 def latest(out_dir):
     """(folder, trainer state) of the newest checkpoint in out_dir, or (None, None) when it holds none."""
     if not checkpoints(out_dir):
@@ -195,17 +172,29 @@ def latest(out_dir):
     return ckpt, torch.load(os.path.join(ckpt, "trainer_state.pt"), weights_only=False)
 
 
-def optimizer_states(ckpt, ts, layout, master):
-    """The checkpoint's optimizer states {"policy/state": full state dict}, read on rank 0 alone (the others get
-    {}: set_optimizer_state_dict broadcasts from rank 0), after checking that they fit this config's `layout`."""
-    if not all(isinstance(k, str) for k in ts["optimizers"]):
-        raise settings.ConfigError(f"{ckpt} was written by an older train.py (one optimizer state per policy); "
-                                   f"start over with --overwrite")
-    if not set(ts["optimizers"]) <= layout:
+def restore_optimizers(policies, ckpt, ts, master):
+    """The checkpoint's optimizer states into policies[name]["opt"][state]. Read on rank 0 alone;
+    set_optimizer_state_dict broadcasts them to the other ranks."""
+    have = sorted(f"{n}/{s}" for n, pol in policies.items() for s in pol["opt"])
+    if not set(ts["optimizers"]) <= set(have):
         raise settings.ConfigError(f"the checkpoint's optimizer states {ts['optimizers']} do not fit this config "
-                                   f"({sorted(layout)}): resume with the policy, mode and optim_per_role it was "
-                                   f"written with")
-    return torch.load(os.path.join(ckpt, "optimizer.pt"), weights_only=False, mmap=True) if master else {}
+                                   f"({have}): resume with the policy and mode it was written with")
+    saved = torch.load(os.path.join(ckpt, "optimizer.pt"), weights_only=False, mmap=True) if master else {}
+    for key in ts["optimizers"]:
+        name, sname = key.split("/")
+        dcp.set_optimizer_state_dict(policies[name]["model"], policies[name]["opt"][sname],
+                                     optim_state_dict=saved.get(key, {}),
+                                     options=dcp.StateDictOptions(full_state_dict=True, broadcast_from_rank0=True))
+
+
+def weights_digest(items, skip=("lm_head.weight",)):
+    """sha256 of (name, bytes) in name order; the tied lm_head copy is skipped (checkpoints do not store it)."""
+    h = hashlib.sha256()
+    for name, t in sorted(items, key=lambda kv: kv[0]):
+        if name not in skip:
+            h.update(name.encode())
+            h.update(t.detach().cpu().contiguous().view(torch.uint8).numpy().tobytes())
+    return h.hexdigest()
 
 
 def append_metrics(path, m):

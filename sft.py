@@ -10,7 +10,7 @@ Only the completion is trained on:
 
 where C is the set of completion tokens (plus the end-of-turn token, so the model learns to stop) of the
 whole batch on all ranks: a token-mean, with the token count all-reduced so every rank divides by the same
-number. Log-probs come from grpo.token_logprobs (chunked: never the full-vocabulary logits in fp32).
+number. Log-probs come from chunked.token_logprobs (never the full-vocabulary logits in fp32).
 Batches are length-bucketed (samples of similar length together, little padding); AdamW, or Muon on the
 hidden matrices (`--optimizer muon`, the tiny default: see make_optimizer), with linear warmup and cosine
 decay; gradient-norm clipping; Hugging Face checkpoints (model AND tokenizer).
@@ -33,7 +33,7 @@ From Python (train.py does this):
     stats = train_sft(model, tokenizer, samples, steps=300, lr=2e-3, batch_size=64, out_dir="out/x")
     figures = evaluate_sft("out/x", heldout_tasks)
 
-Needs: engine.py, decode.py, grpo.py, evaluate.py, tiny.py, rollout.py, mas.py, sandbox.py, reward.py, data.py
+Needs: engine.py, decode.py, chunked.py, evaluate.py, tiny.py, rollout.py, mas.py, sandbox.py, reward.py, data.py
 """
 
 import argparse
@@ -42,6 +42,7 @@ import math
 import os
 import random
 import shutil
+import subprocess
 import sys
 import threading
 import time
@@ -297,7 +298,7 @@ def train_sft(model, tokenizer, samples, steps=300, lr=2e-3, batch_size=64, out_
     accumulated). Under torchrun the model is sharded with FSDP2 (unless it already is), each rank trains on
     its own share of the length-bucketed batches, and FSDP reduces the gradients. Returns a stats dict.
     """
-    from grpo import token_logprobs
+    from chunked import token_logprobs
     rank, world = dist_info()
     torch.manual_seed(seed)
     device = next(model.parameters()).device
@@ -362,6 +363,17 @@ def train_sft(model, tokenizer, samples, steps=300, lr=2e-3, batch_size=64, out_
     model.eval()
     return {"steps": steps, "loss": losses[-1], "losses": losses, "trained_tokens": tokens, "wall_s": wall,
             "samples": len(encoded), "dropped": dropped}
+
+
+def cold_start(out, seed=0, separate=False):
+    """The tiny world's cold start, `python sft.py --no-eval` in a process of its own (not a rank of the
+    caller's torchrun job): out/ holds the model, or out/designer and out/executor with separate=True."""
+    print(f"{out} is missing: running the SFT cold start (python sft.py)", flush=True)
+    env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE",
+                                                            "MASTER_ADDR", "MASTER_PORT")}
+    roles = ["--roles", "separate"] if separate else []
+    subprocess.run([sys.executable, os.path.abspath(__file__), "--no-eval", "--seed", str(seed), "--out", out, *roles],
+                   check=True, env={k: v for k, v in env.items() if not k.startswith("TORCHELASTIC")})
 
 
 def load_jsonl(path):

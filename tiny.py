@@ -65,7 +65,7 @@ all in 200); difficulty 1 made easier (inputs 0..9, no x*K). What did not: AdamW
 spikes), Muon at lr 4e-3 (16 x 650: single 20.0%), 1200 designer samples instead of 800 (16 x 650: 17.5%),
 a one-operation math family (only ~120 distinct problems, so few distinct samples survive de-duplication).
 
-Needs: engine.py, decode.py, grpo.py, mas.py, rollout.py, sandbox.py, reward.py, data.py
+Needs: engine.py, decode.py, chunked.py, mas.py, rollout.py, sandbox.py, reward.py, data.py
 """
 
 import hashlib
@@ -357,7 +357,7 @@ def exact_figures(model, tokenizer, tasks, batch_size=32):
     template gets goes to other scripts (variants, or ones that do not parse). Under FSDP2 every rank must
     call this with the same tasks: each forward is collective."""
     import engine
-    import grpo
+    import chunked
     import mas
     import rollout
     import sandbox
@@ -383,7 +383,7 @@ def exact_figures(model, tokenizer, tasks, batch_size=32):
     with torch.no_grad():
         for s in range(0, len(seqs), batch_size):
             b = rollout.samples_to_tensors(seqs[s:s + batch_size], pad, device)
-            lp = grpo.token_logprobs(model, b["input_ids"], b["attention_mask"]).double()
+            lp = chunked.token_logprobs(model, b["input_ids"], b["attention_mask"]).double()
             seq_logp += (lp * b["completion_mask"]).sum(-1).tolist()
     model.train(was_training)
     k, n = len(names), len(tasks)

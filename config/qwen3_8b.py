@@ -1,8 +1,8 @@
 """Qwen3-8B, the paper's main setting: 8xH200, `torchrun --nproc_per_node=8 train.py config/qwen3_8b.py`.
 
-[paper] marks the values the paper gives; everything else is ours (the paper does not give it). init_from is an
-SFT cold start of Qwen3-8B (python sft.py --model Qwen3-8B --data DIR --out out/sft-qwen3-8b), data files in
-data.py's format (python data.py convert ...).
+[paper] marks the values the paper gives, [authors] those of the authors' released config where the paper is
+silent; everything else is ours. init_from is an SFT cold start of Qwen3-8B (python sft.py --model Qwen3-8B
+--data DIR --out out/sft-qwen3-8b), data files in data.py's format (python data.py convert ...).
 """
 
 out_dir = "out/qwen3-8b-rl"
@@ -18,32 +18,21 @@ policy = "shared"           # [paper] default: one model plays both roles
 lam = 0.4                   # [paper]
 
 batch_size = 8              # [paper] queries per step (1 per GPU on 8xH200)
-lr = 5e-6                   # [paper]
+designer_lr = 5e-6          # [paper]
+executor_lr = 5e-6          # [paper]
 steps = 300                 # ours
-warmup_steps = 0            # ours
-clip_eps = 0.2              # ours
-clip_eps_high = 0.28        # ours (DAPO's clip-higher)
-kl_coef = 0.0               # ours
-ppo_epochs = 1              # ours: on-policy
-minibatches = 1             # ours
+minibatches = 1             # [paper] on-policy (clip 0.2 both ways, no KL: [authors])
 micro_batch = 4             # ours
-share_prompts = False       # ours: shared-prompt rows (a custom 4D mask) are tested on CPU only (FSDP2, checkpointing,
-                            # compiled layers); bf16 with the GPU's sdpa kernels waits for a run on an H200
-temperature = 1.0           # ours
+logprobs = "chunked"        # ours: the lm head a chunk at a time (chunked.py); shared-prompt rows (a custom 4D
+                            # mask) are tested on CPU only, and the compiled/kept-logit variants wait for
+                            # `python bench.py gpu_logprob` on an H200
 max_tokens = 8192           # [paper] per completion
 designer_max_tokens = 8192  # [paper]
-max_calls = 16              # ours
-script_timeout = 600.0      # ours
 
 backend = "vllm"
 engine_kwargs = {"max_model_len": 16384, "gpu_memory_utilization": 0.45, "enable_thinking": False}  # ours: no thinking
 device = "cuda"
-bf16 = True
-activation_checkpointing = True
 ac_policy = "full"          # ours: "selective" keeps every matmul output (~3.4 MB a token at 8B, 2.7 at 4B), which
                             # micro-batches of up to 4-8 sequences of up to 16k tokens cannot hold; see bench.py gpu
-compile_layers = True       # ours: compiled decoder layers, 26% -> 35% MFU with full checkpointing (issue #21, H200)
-logprob_compile = False     # ours: the faster log-prob options wait for `python bench.py gpu_logprob` on an H200
-logprob_keep_logits = False
-sleep_engine = True         # vLLM frees its KV cache while the trainer runs
+compile_layers = True       # ours: compiled decoder layers (bench.py gpu)
 save_every = 20
