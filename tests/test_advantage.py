@@ -5,6 +5,26 @@ import torch
 
 from advantage import designer_advantages, executor_advantages
 
+EPS32 = 2.0 ** -23   # fp32 machine epsilon; the unit roundoff u is half of it
+
+
+def fp32_tol(values, z, n=None, m=None, normalize_std=True):
+    """How far advantage.py's fp32 (x - mean) / (std + eps) of `values` may be from naive_norm's fp64 one,
+    whatever order a CPU's kernels sum in. The values are fp32 numbers, exact on both sides. A sum of n terms of
+    size <= m in any order is off by <= n·u·n·m, so the mean by <= n·u·m; the centred values by that plus one
+    rounding; the std's relative error is <= (that)/std + n·u (a sum of squares, a division, a square root). So
+    |Δz| <= (n + 2)·u·(m/std)·(1 + |z|) + (n/2 + 3)·u·|z| <= n·eps·((m/std)·(1 + |z|) + |z|) for n >= 2, and
+    <= n·eps·m centred only. n, m: the rewards behind the group (the designer's means carry their own sums of N
+    rewards, which n = M·N and m = max|R| cover). A constant group is exactly 0 on both sides (advantage.py sets
+    it): tolerance 0."""
+    n = len(values) if n is None else n
+    m = max(abs(v) for v in values) if m is None else m
+    if not normalize_std:
+        return n * EPS32 * m
+    mean = sum(values) / len(values)
+    std = math.sqrt(sum((v - mean) ** 2 for v in values) / max(len(values) - 1, 1))
+    return 0.0 if std == 0 else n * EPS32 * ((m / std) * (1 + abs(z)) + abs(z))
+
 
 def naive_norm(values, eps=1e-6, normalize_std=True):
     n = len(values)
@@ -19,6 +39,8 @@ def naive_norm(values, eps=1e-6, normalize_std=True):
 
 def test_hand_computed():
     R = torch.tensor([[1.0, 0.0], [0.0, 0.0], [1.0, 1.0]])  # M=3 designs, N=2 executions
+    # Halves and their sums are exact in fp32; what rounds is the std (sqrt(0.3), sqrt(0.5); torch.std's running
+    # mean) and one division: a few ulps (eps = 1.2e-7), within assert_close's fp32 default rtol 1.3e-6 (~11 eps).
     # R̄ = [0.5, 0, 1], mean 0.5, unbiased std 0.5
     torch.testing.assert_close(designer_advantages(R, eps=0.0), torch.tensor([0.0, -1.0, 1.0]))
     # all six rewards: mean 0.5, unbiased std sqrt(1.5 / 5)
@@ -42,18 +64,24 @@ def test_random_against_naive_loops(normalize_std):
     eq = executor_advantages(R, normalize_std=normalize_std, group="query")
     ed = executor_advantages(R, normalize_std=normalize_std, group="design")
     assert d.shape == (2, 3, 4) and eq.shape == ed.shape == R.shape
+    # fp32 against fp64, each within fp32_tol (its derivation there)
     for a in range(2):
         for b in range(3):
             rows = R[a, b].tolist()
             means = [sum(r) / len(r) for r in rows]
+            mn = dict(n=len(rows) * len(rows[0]), m=R[a, b].abs().max().item(), normalize_std=normalize_std)
             for i, v in enumerate(naive_norm(means, normalize_std=normalize_std)):
-                assert d[a, b, i].item() == pytest.approx(v, abs=1e-5)
-            flat = naive_norm([x for r in rows for x in r], normalize_std=normalize_std)
+                assert d[a, b, i].item() == pytest.approx(v, rel=0, abs=fp32_tol(means, v, **mn))
+            every = [x for r in rows for x in r]
+            flat = naive_norm(every, normalize_std=normalize_std)
             for i, r in enumerate(rows):
                 per_design = naive_norm(r, normalize_std=normalize_std)
                 for j in range(len(r)):
-                    assert eq[a, b, i, j].item() == pytest.approx(flat[i * len(r) + j], abs=1e-5)
-                    assert ed[a, b, i, j].item() == pytest.approx(per_design[j], abs=1e-5)
+                    v, w = flat[i * len(r) + j], per_design[j]
+                    tq = fp32_tol(every, v, normalize_std=normalize_std)
+                    td = fp32_tol(r, w, normalize_std=normalize_std)
+                    assert eq[a, b, i, j].item() == pytest.approx(v, rel=0, abs=tq)
+                    assert ed[a, b, i, j].item() == pytest.approx(w, rel=0, abs=td)
 
 
 @pytest.mark.parametrize("shape", [(4, 3), (1, 3), (3, 1), (1, 1), (2, 1, 1)])
@@ -64,7 +92,7 @@ def test_degenerate_groups_give_zeros(shape, normalize_std):
         for out in (designer_advantages(R, normalize_std=normalize_std),
                     executor_advantages(R, normalize_std=normalize_std),
                     executor_advantages(R, normalize_std=normalize_std, group="design")):
-            assert torch.isfinite(out).all() and (out == 0).all()
+            assert torch.isfinite(out).all() and (out == 0).all()   # exact: set to 0, not computed
     # M = 1 with varied executions: the designer has nobody to compare with -> 0
     R = torch.tensor([[0.0, 1.0, 1.0]])
     assert (designer_advantages(R) == 0).all()
@@ -84,6 +112,8 @@ def test_query_grouping_credits_good_designs():
     # the same executor outcome (1.0) gets more credit under query grouping when its design is bad
     R = torch.tensor([[1.0, 0.0], [1.0, 1.0]])
     q, d = executor_advantages(R), executor_advantages(R, group="design")
+    # exact: equal inputs through the same element-wise ops (each IEEE-rounded) against the same mean and std give
+    # equal outputs on any CPU; d[1] is a constant group, set to 0
     assert q[1, 0] == q[0, 0] and d[1, 0] == 0 and d[0, 0] > 0
 
 
@@ -100,13 +130,17 @@ def test_runs_that_never_happened_are_left_out_of_the_executor_group():
     R = torch.tensor([[0.4, 0.4], [0.4, 0.4], [0.4, 0.4], [0.0, 0.0]])
     E = torch.tensor([[True, True]] * 3 + [[False, False]])
     before = executor_advantages(R)                       # the unparsed slots shift the mean: ~+0.54 each
-    assert before[0, 0].item() == pytest.approx(0.1 / math.sqrt((6 * 0.01 + 2 * 0.09) / 7), rel=1e-4)
+    want = 0.1 / (math.sqrt((6 * 0.01 + 2 * 0.09) / 7) + 1e-6)                # (x - mean) / (std + eps), fp64
+    assert before[0, 0].item() == pytest.approx(want, rel=0, abs=fp32_tol(R.view(-1).tolist(), want))   # 8 fp32 terms
+    # exact: the executed runs form a constant group, which advantage.py sets to 0 (no arithmetic)
     assert torch.equal(executor_advantages(R, executed=E), torch.zeros(4, 2))   # no run was better than another
     # the Designer keeps its failure: the unparsed design's advantage is negative
     assert designer_advantages(R)[3] < 0
     # group="design": a design with no executed run gives zeros, the others are as without the mask
     R2 = torch.tensor([[1.0, 0.0], [0.0, 0.0]])
     E2 = torch.tensor([[True, True], [False, False]])
+    # [1, 0]: mean and centred values exact; the two std formulas (masked sum of squares, torch.std) each round a
+    # square root and a division or two: a few ulps apart, within the fp32 default rtol 1.3e-6 (~11 eps)
     torch.testing.assert_close(executor_advantages(R2, group="design", executed=E2),
                                executor_advantages(R2, group="design") * E2)
 
@@ -121,6 +155,7 @@ def test_executed_mask_against_naive_loops(normalize_std, group):
     E[1] = False                                                        # none executed: zeros
     E[2, 0, 0], E[2].view(-1)[1:] = True, False                         # a single executed run: zero
     got = executor_advantages(R, normalize_std=normalize_std, group=group, executed=E)
+    tol = torch.zeros(R.shape, dtype=torch.float64)   # each entry's fp32_tol against fp64 (derivation there)
     for b in range(6):
         groups = [[(i, j) for i in range(3) for j in range(4)]] if group == "query" else \
             [[(i, j) for j in range(4)] for i in range(3)]
@@ -129,10 +164,13 @@ def test_executed_mask_against_naive_loops(normalize_std, group):
             vals = [R[b][c].item() for c in live]
             want = naive_norm(vals, normalize_std=normalize_std) if len(set(vals)) > 1 else [0.0] * len(vals)
             for c, w in zip(live, want):
-                assert got[b][c].item() == pytest.approx(w, abs=1e-5)
+                tol[b][c] = fp32_tol(vals, w, normalize_std=normalize_std) if len(set(vals)) > 1 else 0.0
+                assert got[b][c].item() == pytest.approx(w, rel=0, abs=tol[b][c].item())
             for c in cells:
                 if not E[b][c]:
-                    assert got[b][c].item() == 0.0
-    torch.testing.assert_close(got[0], executor_advantages(R[0], normalize_std=normalize_std, group=group))
+                    assert got[b][c].item() == 0.0   # exact: set to 0
+    # masked and unmasked formulas (all executed): two fp32 computations, each within tol of the fp64 values
+    unmasked = executor_advantages(R[0], normalize_std=normalize_std, group=group)
+    assert ((got[0] - unmasked).abs().double() <= 2 * tol[0]).all(), (got[0] - unmasked).abs().max()
     with pytest.raises(ValueError, match="shape"):
         executor_advantages(R, executed=E[:, :2])

@@ -15,6 +15,20 @@ from grpo import (
     token_logprobs,
 )
 
+EPS32 = 2.0 ** -23   # fp32 machine epsilon
+# Two fp32 computations of the same log-probs (another kernel, mask, batch layout, chunking or trace), on any CPU:
+# logp = z/T - logsumexp(z/T) is a difference of numbers up to S = max|z/T| + log V (<= ~8 + 5.5 for tiny_qwen3
+# on these batches), and an fp32 forward lands within ~8 ulps of S of the exact value (test_engine.logp_tol, which
+# checks that against fp64): two of them within 16·eps·S.
+LOGP = dict(rtol=0.0, atol=16 * EPS32 * 14)
+
+
+def grad_tol(g):
+    """A gradient entry sums the contributions of a batch's ~35-60 tokens and of the positions they attend to
+    (n <~ 80 terms); two computations give terms that differ as the log-probs do, summed in other orders: ~n·eps of
+    the largest (80·eps ~ 1e-5) apart, i.e. 1e-5 of max|g| (and of each entry)."""
+    return dict(rtol=1e-5, atol=1e-5 * g.abs().max().item())
+
 
 def naive_loss(logp, old, adv, mask, eps=0.2, eps_high=None, kl_coef=0.0, ref=None, engine=None, cap=2.0,
                num_tokens=None):
@@ -55,15 +69,18 @@ def test_hand_computed():
     adv = torch.tensor([1.0, -1.0])
     mask = torch.tensor([[1, 1, 1], [1, 1, 0]])
     loss, stats = grpo_loss(logp, old, adv, mask)
+    # fp32 against exact decimals: each rho = exp(log(x)) is within ~2 ulps of x (<= 1.5: 2.4e-7), clipped values
+    # are the exact bounds rounded once; 5 terms summed and divided: |error| <= 5·2.4e-7 / 5 + a few ulps ~ 5e-7
+    # (and alike for ratio_mean, the k3 and IS figures below): abs=1e-6
     # per token: -min(rho*A, clip(rho)*A) = -1.2 (clipped), -0.5, -1.1 | 0.9, 0.8 (clipped); last masked out
     assert loss.item() == pytest.approx((-1.2 - 0.5 - 1.1 + 0.9 + 0.8) / 5, abs=1e-6)
-    assert stats["clip_frac"] == pytest.approx(2 / 5)
+    assert stats["clip_frac"] == pytest.approx(2 / 5)   # a count (2) over 5: 0.4 rounded to fp32, 2^-24 relative
     assert stats["ratio_mean"] == pytest.approx((1.5 + 0.5 + 1.1 + 0.9 + 0.5) / 5, abs=1e-6)
     assert stats["kl"] == 0.0 and stats["tokens"] == 5
     loss.backward()
     # d/dlogp of -rho*A is -rho*A / 5 where unclipped, 0 where clipped or masked
     expected = torch.tensor([[0.0, -0.5, -1.1], [0.9, 0.0, 0.0]]) / 5
-    torch.testing.assert_close(logp.grad, expected)
+    torch.testing.assert_close(logp.grad, expected)   # rho·A/5: ~3 ulps, within the fp32 default rtol 1.3e-6
     # clip-higher (DAPO): with eps_high = 0.6, rho = 1.5 is no longer clipped
     loss, stats = grpo_loss(logp, old, adv, mask, clip_eps_high=0.6)
     assert loss.item() == pytest.approx((-1.5 - 0.5 - 1.1 + 0.9 + 0.8) / 5, abs=1e-6)
@@ -74,7 +91,7 @@ def test_hand_computed_kl_and_is():
     ref = torch.log(torch.tensor([[2.0, 0.5]]))
     mask = torch.ones(1, 2)
     loss, stats = grpo_loss(logp, logp, torch.zeros(1), mask, kl_coef=0.1, ref_logprobs=ref)
-    k3 = [2 - math.log(2) - 1, 0.5 - math.log(0.5) - 1]  # exp(r) - r - 1
+    k3 = [2 - math.log(2) - 1, 0.5 - math.log(0.5) - 1]  # exp(r) - r - 1; fp32: ulps of 2 (2.4e-7) each
     assert stats["kl"] == pytest.approx(sum(k3) / 2, abs=1e-6)
     assert loss.item() == pytest.approx(0.1 * sum(k3) / 2, abs=1e-6)
     # truncated IS: weights exp(old - engine) = [e^2 -> capped at 2, 0.5]; rho = 1, A = 1 -> -w per token
@@ -95,6 +112,7 @@ def test_random_against_naive_loop_and_gradients(seed, per_token_adv):
         want = naive_loss(logp, old, adv, mask, eps=0.15, eps_high=0.25, kl_coef=0.05, ref=extra.get("ref_logprobs"),
                           engine=extra.get("engine_logprobs"), cap=extra.get("is_cap", 2.0))
         (want_grad,) = torch.autograd.grad(want, logp)
+        # float64 both (eps 2.2e-16), ~20 terms of size <~ 3 summed in another order: ~1e-14; 1e-12 / 1e-10
         torch.testing.assert_close(loss, want, rtol=1e-10, atol=1e-12)
         torch.testing.assert_close(grad, want_grad, rtol=1e-10, atol=1e-12)
 
@@ -111,6 +129,7 @@ def test_micro_batches_sum_to_one_batch():
                             engine_logprobs=engine[sl])
         (g,) = torch.autograd.grad(part, logp)
         total, total_grad = total + part.detach(), total_grad + g
+    # float64: ~35 terms of size <~ 5 in three partial sums instead of one: ~35·5·eps64 ~ 4e-14
     torch.testing.assert_close(total, full.detach(), rtol=1e-12, atol=1e-12)
     torch.testing.assert_close(total_grad, full_grad, rtol=1e-12, atol=1e-12)
 
@@ -119,6 +138,7 @@ def test_degenerate_inputs_no_nan():
     logp = torch.zeros(2, 3, requires_grad=True)
     loss, stats = grpo_loss(logp, logp.detach(), torch.zeros(2), torch.zeros(2, 3))  # nothing to train on
     loss.backward()
+    # exact, on any IEEE arithmetic: a sum of masked zeros; below, exp(0) = 1 and the mean of ones is 1
     assert loss.item() == 0.0 and torch.isfinite(logp.grad).all() and stats["tokens"] == 0
     assert all(math.isfinite(v) for v in stats.values())
     loss, stats = grpo_loss(logp, None, torch.zeros(2), torch.ones(2, 3))  # old=None: on-policy, zero advantage
@@ -181,12 +201,12 @@ def test_token_logprobs_matches_naive(tie, temperature, chunk_size, options):
     got_grads = grads_of(model, got, w)
     want = naive_token_logprobs(model, ids, mask, temperature)
     want_grads = grads_of(model, want, w)
-    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(got, want, **LOGP)   # no mask against a mask, chunked head against full logits
     for name, g in want_grads.items():
-        torch.testing.assert_close(got_grads[name], g, rtol=1e-5, atol=1e-5 * g.abs().max().item(), msg=name)
+        torch.testing.assert_close(got_grads[name], g, **grad_tol(g), msg=name)
     with torch.no_grad():  # scoring old / reference log-probs
         torch.testing.assert_close(token_logprobs(model, ids, mask, temperature, chunk_size, **options),
-                                   want.detach(), rtol=1e-5, atol=1e-5)
+                                   want.detach(), **LOGP)
 
 
 def test_token_logprobs_left_padding_keeps_its_mask():
@@ -198,7 +218,7 @@ def test_token_logprobs_left_padding_keeps_its_mask():
     mask[0, :6] = 0
     mask[2, :2] = 0
     got = token_logprobs(model, ids, mask)
-    torch.testing.assert_close(got, naive_token_logprobs(model, ids, mask, 1.0), rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(got, naive_token_logprobs(model, ids, mask, 1.0), **LOGP)
     assert (got - token_logprobs(model, ids, torch.ones_like(ids))).abs()[mask[:, 1:] == 1].max() > 1e-3
 
 
@@ -222,10 +242,17 @@ def test_options_agree_with_the_reference_in_bf16():
     for options in OPTIONS:
         logp = chunked_logprobs(h, w, targets, 0.7, 16, **options)
         results.append((logp.detach(), *torch.autograd.grad((logp * g_out).sum(), (h, w))))
+    # logp: fp32 arithmetic after the same bf16 logits (|z/T| <= ~13, V = 300): LOGP's 16·eps·S bound, S ~ 19.
+    # Gradients: dL/dz is the same fp32 math in another op order (a few ulps), then rounded to bf16 (8 significant
+    # bits: one ulp is 2^-8 to 2^-7 of the value); an entry within those ulps of a rounding boundary can round the
+    # other way. Each bf16 result then differs by at most: its own rounding flipped (<= 2^-7), one flipped input
+    # term (<= 2^-7 of one product, <~ 2^-7·max), and grad_w's bf16 accumulator over the 3 chunks rounds 3 times:
+    # <= 3 ulps, 3·2^-7 ~ 0.023 of the entry or of max|g|.
+    bf16 = 3 * 2.0 ** -7
     for options, (logp, gh, gw) in zip(OPTIONS[1:], results[1:]):
-        torch.testing.assert_close(logp, results[0][0], rtol=1e-5, atol=1e-5, msg=str(options))
-        torch.testing.assert_close(gh, results[0][1], rtol=0.02, atol=0.02 * gh.abs().max().item(), msg=str(options))
-        torch.testing.assert_close(gw, results[0][2], rtol=0.02, atol=0.02 * gw.abs().max().item(), msg=str(options))
+        torch.testing.assert_close(logp, results[0][0], rtol=0.0, atol=16 * EPS32 * 19, msg=str(options))
+        torch.testing.assert_close(gh, results[0][1], rtol=bf16, atol=bf16 * gh.abs().max().item(), msg=str(options))
+        torch.testing.assert_close(gw, results[0][2], rtol=bf16, atol=bf16 * gw.abs().max().item(), msg=str(options))
 
 
 @pytest.mark.parametrize("options, keeps", [({}, 0), ({"compile": "aot_eager"}, 0), ({"keep_logits": True}, 1)],
@@ -275,9 +302,11 @@ def test_fsdp2_root_call(tmp_path):
         got_grads = {n: g.full_tensor() for n, g in grads_of(model, got, w).items()}
         want = token_logprobs(ref, ids, mask, temperature=0.7, chunk_size=5)
         want_grads = grads_of(ref, want, w)
-        torch.testing.assert_close(got, want)
+        # one rank: the same kernels on the same shapes (FSDP2 only all-gathers, i.e. copies, and reduce-scatters
+        # over one rank); in case its gradient reduction reorders a sum, the same tolerances as any two computations
+        torch.testing.assert_close(got, want, **LOGP)
         for name, g in want_grads.items():
-            torch.testing.assert_close(got_grads[name], g, msg=name)
+            torch.testing.assert_close(got_grads[name], g, **grad_tol(g), msg=name)
         with pytest.raises(RuntimeError, match="DTensor"):  # why we go through the root module
             model.model(input_ids=ids, attention_mask=mask)
         rows, _ = shared_batch()   # shared prompts: the same root call, with a 4D mask and position ids
@@ -287,9 +316,9 @@ def test_fsdp2_root_call(tmp_path):
         got_grads = {n: g.full_tensor() for n, g in grads_of(model, got, w).items()}
         want = shared_logprobs(ref, rows, 0.7, chunk_size=5)
         want_grads = grads_of(ref, want, w)
-        torch.testing.assert_close(got, want)
+        torch.testing.assert_close(got, want, **LOGP)
         for name, g in want_grads.items():
-            torch.testing.assert_close(got_grads[name], g, msg=name)
+            torch.testing.assert_close(got_grads[name], g, **grad_tol(g), msg=name)
     finally:
         dist.destroy_process_group()
 
@@ -361,9 +390,9 @@ def test_shared_prompts_match_unshared(tie, attn, temperature, options):
     assert got.shape == want.shape == (sum(len(c) for _, c in samples),)
     w = torch.randn(got.shape, generator=torch.Generator().manual_seed(0))
     got_grads, want_grads = grads_of(model, got, w), grads_of(model, want, w)
-    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(got, want, **LOGP)   # a block mask and other rows: two fp32 computations
     for name, g in want_grads.items():
-        torch.testing.assert_close(got_grads[name], g, rtol=1e-5, atol=1e-5 * g.abs().max().item(), msg=name)
+        torch.testing.assert_close(got_grads[name], g, **grad_tol(g), msg=name)
 
 
 def test_shared_rows_of_one_completion_match_unshared():
@@ -381,9 +410,9 @@ def test_shared_rows_of_one_completion_match_unshared():
     assert masks == [None, None]
     w = torch.randn(got.shape, generator=torch.Generator().manual_seed(0))
     got_grads, want_grads = grads_of(model, got, w), grads_of(model, want, w)
-    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(got, want, **LOGP)   # other rows and padding: two fp32 computations
     for name, g in want_grads.items():
-        torch.testing.assert_close(got_grads[name], g, rtol=1e-5, atol=1e-5 * g.abs().max().item(), msg=name)
+        torch.testing.assert_close(got_grads[name], g, **grad_tol(g), msg=name)
 
 
 def test_shared_prompts_grpo_loss_matches_unshared():
@@ -402,8 +431,10 @@ def test_shared_prompts_grpo_loss_matches_unshared():
     kw = dict(clip_eps=0.1, clip_eps_high=0.15, kl_coef=0.05, num_tokens=40.0, is_cap=1.5)
 
     packed = shared_logprobs(model, rows, 0.7)
-    loss, stats = grpo_loss(packed[None], old[None], adv.repeat_interleave(n)[None], torch.ones(1, len(packed)),
+    adv_t = adv.repeat_interleave(n)
+    loss, stats = grpo_loss(packed[None], old[None], adv_t[None], torch.ones(1, len(packed)),
                             ref_logprobs=ref[None], engine_logprobs=engine[None], **kw)
+    (dloss,) = torch.autograd.grad(loss, packed, retain_graph=True)   # dL/dlogp_t
     model.zero_grad()
     loss.backward()
     got = {k: p.grad.clone() for k, p in model.named_parameters()}
@@ -416,10 +447,27 @@ def test_shared_prompts_grpo_loss_matches_unshared():
     model.zero_grad()
     loss2.backward()
     assert stats["clip_frac"] > 0 and stats["kl"] > 0   # the clip, KL and IS terms are all in play
-    torch.testing.assert_close(loss, loss2, rtol=1e-5, atol=1e-7)
-    assert stats.keys() == stats2.keys() and all(stats[k] == pytest.approx(stats2[k], rel=1e-5) for k in stats)
+    # Both are sums of the same S per-token terms l_t, in two orders ([1, S] packed, [S, L] padded), of log-probs
+    # that differ by d_t (within LOGP): |loss - loss2| <= Σ|dL/dlogp_t|·d_t + (S + 2)·eps·Σ|l_t| / num_tokens (the
+    # sums, and an ulp of each exp), and a mean of S positive terms f_t by <= (S + 2)·eps + Σ|f_t'|·d_t / Σ f_t
+    # relative.
+    torch.testing.assert_close(packed, lp, **LOGP)
+    S, d = len(packed), (packed - lp).abs().detach()
+    with torch.no_grad():
+        rho, r = (packed - old).exp(), ref - packed
+        k3 = r.exp() - r - 1
+        l_abs = torch.maximum(rho, torch.tensor(1.15)) * adv_t.abs() * (old - engine).exp().clamp(max=1.5) + 0.05 * k3
+    tol = (dloss.abs() * d).sum().item() + (S + 2) * EPS32 * l_abs.sum().item() / kw["num_tokens"]
+    torch.testing.assert_close(loss, loss2, rtol=0.0, atol=tol)
+    # clip_frac and tokens are counts: equal while no rho is within its d_t of a clip bound (1 - 0.1, 1 + 0.15)
+    assert (torch.minimum((rho - 0.9).abs(), (rho - 1.15).abs()) > 2 * rho * d).all()
+    base = (S + 2) * EPS32
+    rel = {"tokens": 0.0, "clip_frac": 0.0, "is_weight_mean": base, "ratio_mean": base + d.max().item(),
+           "kl": base + ((r.exp() - 1).abs() * d).sum().item() / k3.sum().item()}
+    assert stats.keys() == stats2.keys() == rel.keys()
+    assert all(stats[k] == pytest.approx(stats2[k], rel=rel[k], abs=0) for k in stats), (stats, stats2)
     for name, p in model.named_parameters():
-        torch.testing.assert_close(got[name], p.grad, rtol=1e-5, atol=1e-5 * p.grad.abs().max().item(), msg=name)
+        torch.testing.assert_close(got[name], p.grad, **grad_tol(p.grad), msg=name)
 
 
 @pytest.mark.parametrize("mode, compile", [("full", False), ("selective", "aot_eager")])
@@ -434,9 +482,11 @@ def test_shared_prompts_with_checkpointing_and_compile(mode, compile):
     got, want = shared_logprobs(model, rows, 0.7), shared_logprobs(ref, rows, 0.7)
     w = torch.randn(got.shape, generator=torch.Generator().manual_seed(0))
     got_grads, want_grads = grads_of(model, got, w), grads_of(ref, want, w)
-    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6)
+    # the same aten ops on the same shapes (checkpointing replays them; aot_eager traces without fusing): in
+    # practice bit for bit; the tolerances of any two computations in case a trace reorders a sum (as test_speed.py)
+    torch.testing.assert_close(got, want, **LOGP)
     for name, g in want_grads.items():
-        torch.testing.assert_close(got_grads[name], g, rtol=1e-5, atol=1e-6 * g.abs().max().item(), msg=name)
+        torch.testing.assert_close(got_grads[name], g, **grad_tol(g), msg=name)
 
 
 def test_shared_prompts_refuse_other_attention():

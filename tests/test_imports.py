@@ -152,10 +152,11 @@ assert roles == [{"designer"}, {"designer"}, {"executor"}, {"executor"}], roles
 import torch
 h, w, t = torch.randn(3, 4, dtype=torch.float64), torch.randn(5, 4, dtype=torch.float64), torch.tensor([0, 4, 2])
 ref = torch.log_softmax(h @ w.T, -1).gather(1, t[:, None])[:, 0]
-assert torch.allclose(grpo.chunked_logprobs(h, w, t, chunk_size=2), ref)
+assert torch.allclose(grpo.chunked_logprobs(h, w, t, chunk_size=2), ref)   # float64: ~1e-15 apart, rtol 1e-5
 logp = torch.tensor([[-1.0, -2.0]], requires_grad=True)
 loss, stats = grpo.grpo_loss(logp, None, torch.tensor([2.0]), torch.ones(1, 2))
 loss.backward()
+# exact in any IEEE arithmetic: rho = exp(0) = 1, then sums and halves of small integers
 assert loss.item() == -2.0 and logp.grad.tolist() == [[-1.0, -1.0]] and stats["tokens"] == 2
 """,
     "mas": """
@@ -185,7 +186,7 @@ else:
 """,
     "reward": SANDBOX_START + """
 run = sandbox.WorkflowRun("25", None, [sandbox.CallRecord("solver", [], "<answer>25</answer>", None)])
-assert reward.reward({"id": "m", "kind": "math", "answer": "025"}, run) == 1.4
+assert reward.reward({"id": "m", "kind": "math", "answer": "025"}, run) == 1.4   # 1.0 + 0.4 * 1.0: the double 1.4 on any IEEE CPU
 assert reward.math_equal("\\\\frac{1}{2}", "\\\\sqrt{\\\\frac{1}{4}}")      # SymPy, in a grader process
 if isolated:
     assert reward.code_score("print(int(input()) * 2)", {"inputs": ["2\\n", "5\\n"], "outputs": ["4", "10"]}) == 1.0
