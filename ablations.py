@@ -73,7 +73,7 @@ committed RESULTS.md and README section are what `report` makes of them):
                               on the Executor's alone, so {SFT, RL} x {SFT, RL} reduces to the metaagent runs'
                               two RL - SFT differences; sampled: evaluate.py --pairings, paired per problem
 
-Needs: train.py, settings.py, rundir.py, plot.py, advantage.py, stagewise.py, grpo.py, speed.py, engine.py, decode.py, sft.py, evaluate.py, tiny.py, rollout.py, mas.py, sandbox.py, reward.py, data.py (it runs train.py and evaluate.py as programs)
+Needs: train.py, settings.py, rundir.py, plot.py, advantage.py, stagewise.py, grpo.py, chunked.py, shared_prompts.py, speed.py, engine.py, decode.py, sft.py, evaluate.py, tiny.py, rollout.py, mas.py, sandbox.py, reward.py, data.py (it runs train.py and evaluate.py as programs)
 """
 
 import argparse

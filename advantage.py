@@ -32,9 +32,9 @@ Runs that never happened are another matter. A script that does not parse is nev
 hold 0 - penalty, which is right for the Designer (the unparsed script is its failure, and designer_advantages
 keeps it), but those slots have no executor samples, so in the executor's group they would only shift the
 mean. Three parsed designs whose runs all score 0.4 and one unparsed design would give every real executor
-sample (0.4 - 0.3) / std ≈ +0.54 (N=2), although no execution was better than another. So executor_advantages takes
-`executed` [..., M, N] (bool): the slots where it is False are left out of their group's mean and std and get
-advantage 0 (mean, std and the constant-group test run over the executed slots only):
+sample (0.4 - 0.3) / std ≈ +0.54 (N=2), although no execution was better than another. So
+executor_advantages takes `executed` [..., M, N] (bool): the slots where it is False are left out of their
+group's mean and std and get advantage 0 (mean, std and the constant-group test run over the executed slots):
 
     Â_E,ij = (R_ij - mean_{executed kl} R_kl) / (std_{executed kl} R_kl + eps)   if e_ij was executed, else 0
 
@@ -60,7 +60,7 @@ def _group_normalize(x, eps, normalize_std):
         return centered
     if x.shape[-1] < 2:
         return torch.zeros_like(x)
-    return torch.where(constant, 0.0, centered / (x.std(dim=-1, keepdim=True) + eps))  # 0/0 when eps=0
+    return torch.where(constant, 0.0, centered / (x.std(dim=-1, keepdim=True) + eps))
 
 
 def _masked_group_normalize(x, valid, eps, normalize_std):
@@ -68,17 +68,18 @@ def _masked_group_normalize(x, valid, eps, normalize_std):
     n = valid.sum(dim=-1, keepdim=True)
     mean = torch.where(valid, x, 0.0).sum(dim=-1, keepdim=True) / n.clamp(min=1)
     big = torch.finfo(x.dtype).max
-    constant = torch.where(valid, x, big).amin(-1, keepdim=True) == torch.where(valid, x, -big).amax(-1, keepdim=True)
+    lo = torch.where(valid, x, big).amin(-1, keepdim=True)
+    constant = lo == torch.where(valid, x, -big).amax(-1, keepdim=True)
     constant |= n == 0
     centered = torch.where(valid & ~constant, x - mean, 0.0)
     if not normalize_std:
         return centered
-    std = (centered.square().sum(dim=-1, keepdim=True) / (n - 1).clamp(min=1)).sqrt()   # unbiased, as x.std()
+    std = (centered.square().sum(dim=-1, keepdim=True) / (n - 1).clamp(min=1)).sqrt()   # unbiased: x.std()
     return torch.where(valid & ~constant & (n > 1), centered / (std + eps), 0.0)
 
 
 def designer_advantages(rewards, eps=1e-6, normalize_std=True):
-    """rewards [..., M, N] -> designer advantages [..., M] (design i's mean reward, normalised across designs)."""
+    """rewards [..., M, N] -> designer advantages [..., M]: design i's mean reward, normalised over the M."""
     rewards = torch.as_tensor(rewards).float()
     if rewards.dim() < 2:
         raise ValueError(f"rewards must have shape [..., M, N], got {tuple(rewards.shape)}")

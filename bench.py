@@ -21,7 +21,7 @@ any machine.
     python bench.py gpu_update    # Qwen3-4B-shaped update: checkpointing full/selective/off x eager/compiled
     python bench.py gpu_update:0,5   # only those rows of GPU_UPDATE_ROWS (each row takes 1-2 minutes)
 
-Needs: train.py, settings.py, rundir.py, plot.py, advantage.py, stagewise.py, grpo.py, speed.py, engine.py, decode.py, sft.py, evaluate.py, tiny.py, rollout.py, mas.py, sandbox.py, reward.py, data.py
+Needs: train.py, settings.py, rundir.py, plot.py, advantage.py, stagewise.py, grpo.py, chunked.py, shared_prompts.py, speed.py, engine.py, decode.py, sft.py, evaluate.py, tiny.py, rollout.py, mas.py, sandbox.py, reward.py, data.py
 """
 
 import sys

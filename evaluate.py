@@ -25,10 +25,9 @@ OUT/results.md (Tables 1-2 and 6 of the paper, as Markdown) and OUT/results.json
 what was evaluated: problem ids, data-file hashes, models, K, sampling settings).
 
 train.py's final table is here too (final_table: the RL and SFT models on held-out tiny tasks, sampled and
-exact by teacher forcing, with paired standard errors from paired_margin), and run_records, the per-run facts
-train.py logs.
+exact by teacher forcing, with paired standard errors from paired_margin).
 
-Needs: engine.py, decode.py, grpo.py, tiny.py, rollout.py, mas.py, sandbox.py, reward.py, data.py
+Needs: settings.py, stagewise.py, engine.py, decode.py, chunked.py, tiny.py, rollout.py, mas.py, sandbox.py, reward.py, data.py
 """
 
 import argparse
@@ -228,37 +227,6 @@ def paired_margin(a, b):
     return mean, math.sqrt(var / len(d))
 
 
-def run_records(batch, queries):
-    """Per-run facts of a rollout batch as plain values (small enough to gather over ranks); train.py logs them."""
-    return [{"q": r.q, "i": r.i, "j": r.j, "reward": r.reward, "correct": r.correct >= 1 - 1e-6, "format": r.format,
-             "structure": r.structure or "unparsed", "error": r.error is not None, "parsed": r.structure is not None,
-             "calls": r.n_calls, "tokens": r.tokens, "kind": queries[r.q].get("kind", "?")} for r in batch.runs]
-
-
-def rollout_metrics(recs, R_all, adv_d, adv_e):
-    """The rollout part of train.py's metrics line: rewards, accuracy (per kind), parse/error rates, structure
-    shares, advantage statistics, from the gathered run_records and the reward tensor R [B, M, N] of all ranks."""
-    n = max(len(recs), 1)
-    m = {"reward/mean": sum(r["reward"] for r in recs) / n,
-         "reward/designer": R_all.mean(-1).mean().item() if R_all.numel() else 0.0,
-         "reward/best_design": R_all.mean(-1).amax(-1).mean().item() if R_all.numel() else 0.0,
-         "accuracy": sum(r["correct"] for r in recs) / n,
-         "format_rate": sum(r["format"] for r in recs) / n,
-         "parse_rate": sum(r["parsed"] for r in recs) / n,
-         "script_error_rate": sum(r["error"] and r["parsed"] for r in recs) / max(sum(r["parsed"] for r in recs), 1),
-         "calls_per_run": sum(r["calls"] for r in recs) / n}
-    for kind in sorted({r["kind"] for r in recs}):
-        sub = [r for r in recs if r["kind"] == kind]
-        m[f"accuracy/{kind}"] = sum(r["correct"] for r in sub) / len(sub)
-    for s, c in Counter(r["structure"] for r in recs).items():
-        m[f"structure/{s}"] = c / n
-    for name, a in (("designer", adv_d), ("executor", adv_e)):
-        if a.numel():
-            m[f"{name}/adv_mean"], m[f"{name}/adv_std"] = a.mean().item(), a.std().item() if a.numel() > 1 else 0.0
-            m[f"{name}/adv_zero_frac"] = (a == 0).float().mean().item()
-    return m
-
-
 # ----------------------------------------------------------------------------------------------- train.py's final table
 # the tiny default ends with it: held-out tasks, learned designs vs SFT designs vs a single agent
 
@@ -295,7 +263,7 @@ def heldout_row(cfg, eng, tasks, template, on_phase):
                             designer_sampling=engine_lib.Sampling(max_tokens=cfg.designer_max_tokens),
                             executor_sampling=engine_lib.Sampling(max_tokens=cfg.max_tokens),
                             short=settings.is_tiny(cfg), lam=cfg.lam, on_phase=on_phase)
-    recs = run_records(b, tasks)
+    recs = b.records(tasks)
     n, shares = max(len(recs), 1), Counter(r["structure"] for r in recs)
     return (sum(r["reward"] for r in recs) / n, sum(r["correct"] for r in recs) / n,
             ", ".join(f"{k} {v / n:.0%}" for k, v in shares.most_common()), [float(r["correct"]) for r in recs])

@@ -6,8 +6,8 @@
 
    It holds the full-vocabulary logits of the batch at once, which is fine for a small vocabulary and not for
    Qwen3's ~151k (16k tokens x 151k x 4 bytes is ~10 GB, kept again for the backward). chunked.py computes the
-   same numbers a chunk of tokens at a time (the presets for large models use it); shared_prompts.py forwards a
-   prompt once for all the samples that share it (the tiny preset). Both are tested equal to this one.
+   same numbers a chunk of tokens at a time (the presets for large models use it); shared_prompts.py forwards
+   a prompt once for all the samples that share it (the tiny preset). Both are tested equal to this one.
 
 2) grpo_loss: the clipped surrogate, a token-mean over the trained tokens of the (global) batch
 
@@ -19,9 +19,9 @@
 
    (log rho is clamped to +-20 before exp, as verl does, so a stale log-prob cannot give inf.) On-policy (one
    optimizer step per rollout, the paper's setting) the old log-probs are the current ones, detached: rho = 1
-   and the gradient is A_t * grad logp_t; with several minibatches the clip acts. num_tokens is the token count
-   of the whole batch, so the micro-batch losses (and gradients) add up to the one-batch loss; under FSDP, which
-   averages gradients over ranks, pass the global count / world size.
+   and the gradient is A_t * grad logp_t; with several minibatches the clip acts. num_tokens is the token
+   count of the whole batch, so the micro-batch losses (and gradients) add up to the one-batch loss; under
+   FSDP, which averages gradients over ranks, pass the global count / world size.
 
 Usage:
     logp = token_logprobs(model, ids, attn)                                   # [B, T-1]
@@ -45,9 +45,9 @@ def grpo_loss(logprobs, old_logprobs, advantages, mask, num_tokens=None, engine_
               clip_eps=0.2):
     """The clipped GRPO surrogate, token-mean. Returns (loss, stats).
 
-    logprobs, old_logprobs (None: on-policy), mask and engine_logprobs: [B, T]; advantages [B] (one a sequence)
-    or [B, T]. Masked positions must hold finite values: 0 * inf is NaN. stats: tokens, ratio_mean, clip_frac
-    and, with engine log-probs, logprob_gap(_max) = |logp_old - logp_engine|, the engine/trainer difference."""
+    logprobs, old_logprobs (None: on-policy), mask and engine_logprobs: [B, T]; advantages [B] (one a
+    sequence) or [B, T]. Masked positions must hold finite values: 0 * inf is NaN. stats: tokens, ratio_mean,
+    clip_frac and, with engine log-probs, logprob_gap(_max) = |logp_old - logp_engine| (engine vs trainer)."""
     mask = mask.to(logprobs.dtype)
     old = logprobs.detach() if old_logprobs is None else old_logprobs
     adv = advantages[:, None] if advantages.dim() == 1 else advantages
@@ -61,7 +61,8 @@ def grpo_loss(logprobs, old_logprobs, advantages, mask, num_tokens=None, engine_
     loss = (per_token * mask).sum() / (n.clamp(min=1) if num_tokens is None else num_tokens)
     with torch.no_grad():
         mean = lambda x: ((x * mask).sum() / n.clamp(min=1)).item()
-        stats = {"tokens": int(n.item()), "ratio_mean": mean(ratio), "clip_frac": mean((surr_clipped < surr).float())}
+        clip_frac = mean((surr_clipped < surr).float())
+        stats = {"tokens": int(n.item()), "ratio_mean": mean(ratio), "clip_frac": clip_frac}
         if engine_logprobs is not None:
             gap = (old - engine_logprobs).abs() * mask
             stats.update(logprob_gap=mean(gap), logprob_gap_max=gap.max().item() if gap.numel() else 0.0)

@@ -86,7 +86,7 @@ that returns the final answer (for code tasks: the program). You may call:
 - agent.sample(message, n): n answers at once (a list).
 - vote(answers): the majority answer.
 - run_python(code, input=""): runs a program, returns its output.
-- run_tests(code): runs a program on the task's examples, returns "PASS ..." or "FAIL ..." with a failing case.
+- run_tests(code): runs a program on the task's examples, returns "PASS ..." or "FAIL ..." and a failing case.
 No imports, files or other I/O. Reply with one ```python code block.
 
 Example:
@@ -107,7 +107,7 @@ def designer_messages(task_text, short=False):
 
 
 def script_completion(script):
-    """A script written the way the Designer is asked to reply: one ```python block (parse_script's inverse)."""
+    """A script as the Designer is asked to reply: one ```python block (parse_script's inverse)."""
     return f"```python\n{script.strip()}\n```"
 
 

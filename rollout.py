@@ -6,10 +6,10 @@ parses is executed N times e_i1..e_iN by the Executor. Every run gets a reward
     R[q, i, j] = correct(e_ij) + lam * format(e_ij)       (reward.py; a script that does not parse is never
                                                            run and scores 0)
 
-so R is a [B, M, N] tensor: advantage.py turns it into the Designer's advantage (per script, over the M scripts
-of a query) and the Executor's (per run, over the runs of a query). Unparseable scripts stay in the Designer's
-group: they are its failures and must pull its advantage down. Their runs never happened, so batch.executed
-[B, M, N] marks the runs that did: the Executor's advantage leaves the others out of its group.
+so R is a [B, M, N] tensor: advantage.py turns it into the Designer's advantage (per script, over the M
+scripts of a query) and the Executor's (per run, over the runs of a query). Unparseable scripts stay in the
+Designer's group: they are its failures and must pull its advantage down. Their runs never happened, so
+batch.executed [B, M, N] marks the runs that did: the Executor's advantage leaves the others out of its group.
 
 Batching is what makes this fast. The design phase is one engine.generate call for all B*M prompts. The
 execution phase is ONE sandbox.run_workflows call for all B*M*N runs; each tick, every agent call pending
@@ -73,17 +73,24 @@ class RunInfo:
 @dataclass
 class Batch:
     R: torch.Tensor                    # [B, M, N] rewards
-    executed: torch.Tensor             # [B, M, N] bool: the run happened (False: its script did not parse)
+    executed: torch.Tensor             # [B, M, N] bool: the run happened (its script parsed)
     designer: list[Sample]             # one per designer completion (none in fixed-structure mode)
     executor: list[Sample]             # one per agent call, in (q, i, j, call) order
     runs: list[RunInfo]                # B*M*N, in (q, i, j) order
     scripts: list[list[str | None]]    # [B][M] parsed scripts (None: unparseable)
-    designer_texts: list[list[str]]    # [B][M] raw designer completions ("" in fixed-structure mode)
+    designer_texts: list[list[str]]    # [B][M] raw designer completions ("" with a template)
     stats: dict = field(default_factory=dict)   # timings, generate calls, token counts
 
     def run(self, q, i, j) -> RunInfo:
         M, N = self.R.shape[1], self.R.shape[2]
         return self.runs[(q * M + i) * N + j]
+
+    def records(self, queries):
+        """Per-run facts as plain values (small enough to gather over ranks): what train.py logs of a run."""
+        return [{"reward": r.reward, "correct": r.correct >= 1 - 1e-6, "format": r.format, "calls": r.n_calls,
+                 "structure": r.structure or "unparsed", "error": r.error is not None,
+                 "parsed": r.structure is not None, "tokens": r.tokens, "kind": queries[r.q]["kind"]}
+                for r in self.runs]
 
 
 def _sample(comp, index, call=-1):
@@ -91,14 +98,15 @@ def _sample(comp, index, call=-1):
 
 
 def executor_generate(eng, sampling, seed_of, records, stats):
-    """The `generate` callback for sandbox.run_workflows: one engine.generate call per tick. seed_of(call) gives
-    each call's seed; every completion is stored in records[(run, index)]."""
+    """The `generate` callback for sandbox.run_workflows: one engine.generate call per tick. seed_of(call)
+    gives each call's seed; every completion is stored in records[(run, index)]."""
     def generate(calls):
         if not calls:
             return []
         t0 = time.perf_counter()
         try:
-            outs = eng.generate([c.messages for c in calls], [replace(sampling, seed=seed_of(c)) for c in calls])
+            samplings = [replace(sampling, seed=seed_of(c)) for c in calls]
+            outs = eng.generate([c.messages for c in calls], samplings)
         except Exception as e:
             # the sandbox would turn this into failed runs (reward 0); an engine failure is ours, not the
             # model's, so rollout re-raises it after the sandbox has cleaned up
@@ -117,8 +125,8 @@ def rollout(queries, designer_engine, executor_engine, M, N, step=0, *, seed=0, 
             q_offset=0) -> Batch:
     """The bi-level rollout of a batch of tasks (data.py dicts).
 
-    template: None (the Designer writes the scripts) or a key of mas.TEMPLATES (a fixed structure: every one of
-      the M designs is that template; designer_engine is not used and may be None).
+    template: None (the Designer writes the scripts) or a key of mas.TEMPLATES (a fixed structure: every one
+      of the M designs is that template; designer_engine is not used and may be None).
     on_phase: called with "designer" before the design phase (not with a template) and "executor" before the
       execution phase, so that separate policies sharing one engine can swap weights.
     q_offset: the global index of queries[0] in the step's batch (seeds follow global indices)."""
@@ -153,14 +161,16 @@ def rollout(queries, designer_engine, executor_engine, M, N, step=0, *, seed=0, 
     records, wf_runs = {}, []
     on_phase("executor")   # always, so that after a rollout the engine holds the Executor's weights
     if keys:
-        seed_of = lambda call: engine_lib.derive_seed(seed, step, q_offset + keys[call.run][0], *keys[call.run][1:],
-                                                      call.index)
-        gen = executor_generate(executor_engine, executor_sampling or engine_lib.Sampling(), seed_of, records, stats)
-        wf_runs = sandbox.run_workflows([scripts[q][i] for q, i, _ in keys], [queries[q] for q, _, _ in keys], gen,
-                                        equal=reward_lib.math_equal, limits=limits, short=short)
+        def seed_of(call):
+            q, i, j = keys[call.run]
+            return engine_lib.derive_seed(seed, step, q_offset + q, i, j, call.index)
+        sampling = executor_sampling or engine_lib.Sampling()
+        gen = executor_generate(executor_engine, sampling, seed_of, records, stats)
+        wf_runs = sandbox.run_workflows([scripts[q][i] for q, i, _ in keys], [queries[q] for q, _, _ in keys],
+                                        gen, equal=reward_lib.math_equal, limits=limits, short=short)
         if "engine_error" in stats:
             e = stats.pop("engine_error")
-            raise RuntimeError(f"the executor engine failed during the rollout: {type(e).__name__}: {e}") from e
+            raise RuntimeError(f"the executor engine failed in the rollout: {type(e).__name__}: {e}") from e
     stats["execute_s"] = time.perf_counter() - t0
 
     # ---- rewards: R = correct + lam * format (reward.py grades each distinct answer of a query once)
@@ -179,13 +189,15 @@ def rollout(queries, designer_engine, executor_engine, M, N, step=0, *, seed=0, 
     for q, i, j in ((q, i, j) for q in range(B) for i in range(M) for j in range(N)):
         k = done.get((q, i, j))
         if k is None:   # an unparsed script: not run, reward 0, still in the Designer's group
-            runs.append(RunInfo(q, i, j, None, f"unparseable script: {errors[q][i]}", 0, 0, None, 0.0, 0.0, 0.0))
+            why = f"unparseable script: {errors[q][i]}"
+            runs.append(RunInfo(q, i, j, None, why, 0, 0, None, 0.0, 0.0, 0.0))
             continue
         wr, fmt = wf_runs[k], reward_lib.format_score(wf_runs[k])
-        R[q, i, j], executed[q, i, j] = correct[k] + lam * fmt, True
-        runs.append(RunInfo(q, i, j, mas.structure_of(scripts[q][i]), wr.error, len(wr.calls),
-                            sum(len(c.token_ids) for c in by_run.get(k, [])), wr.answer, correct[k], fmt,
-                            float(R[q, i, j]), wr))
+        R[q, i, j] = r = correct[k] + lam * fmt
+        executed[q, i, j] = True
+        tokens = sum(len(c.token_ids) for c in by_run.get(k, []))
+        runs.append(RunInfo(q, i, j, mas.structure_of(scripts[q][i]), wr.error, len(wr.calls), tokens,
+                            wr.answer, correct[k], fmt, r, wr))
     stats["executor_tokens"] = sum(len(s.completion_ids) for s in executor)
     stats["designer_tokens"] = sum(len(s.completion_ids) for s in designer)
     return Batch(R, executed, designer, executor, runs, scripts, texts, stats)
@@ -203,7 +215,7 @@ def samples_to_tensors(samples, pad_id, device=None):
     for k, s in enumerate(samples):
         P, L = len(s.prompt_ids), len(s.completion_ids)
         if P == 0:
-            raise ValueError("samples_to_tensors: a sample without a prompt has no predictor for its first token")
+            raise ValueError("samples_to_tensors: without a prompt, a sample's first token has no predictor")
         input_ids[k, :P + L] = torch.tensor(s.prompt_ids + s.completion_ids, dtype=torch.long)
         attention_mask[k, :P + L] = 1
         # completion token c sits at position P + c and is predicted at position P + c - 1

@@ -3,7 +3,8 @@
     out_dir/step_000010/      a checkpoint: {model | designer, executor}/ (HF format), optimizer.pt,
                               trainer_state.pt (step, data position, every rank's RNG, the config);
                               written to .tmp_step_000010/ and renamed, so a checkpoint is complete or absent
-    out_dir/metrics.jsonl     a line a step, fsync'ed before that step's checkpoint is written
+    out_dir/metrics.jsonl     a line a step (step_metrics: what the step's rollout did, the update's
+                              numbers, times), fsync'ed before that step's checkpoint is written
 
     save_checkpoint(cfg, step, policies, tokenizer, trainer_state, rank)   # every rank calls it (collective)
     ckpt, ts = latest(out_dir)             # the newest checkpoint's folder and trainer state (None, None)
@@ -12,7 +13,7 @@
 
 fault(point, step) is the fault injection tests/test_train.py uses to SIGKILL a run at chosen points.
 
-Needs: settings.py, stagewise.py, mas.py
+Needs: settings.py, advantage.py, stagewise.py, mas.py
 """
 
 import dataclasses
@@ -23,6 +24,7 @@ import random
 import re
 import shutil
 import signal
+from collections import Counter
 
 import numpy as np
 import torch
@@ -31,6 +33,7 @@ from safetensors.torch import save_file
 from torch.distributed.checkpoint import state_dict as dcp
 from torch.distributed.tensor import DTensor
 
+import advantage
 import settings
 
 
@@ -195,6 +198,42 @@ def weights_digest(items, skip=("lm_head.weight",)):
             h.update(name.encode())
             h.update(t.detach().cpu().contiguous().view(torch.uint8).numpy().tobytes())
     return h.hexdigest()
+
+
+def step_metrics(batch, queries, device):
+    """The rollout part of a step's metrics line, over every rank's runs: rewards, accuracy (per kind), parse and
+    error rates, structure shares, token and sample counts, advantage statistics, phase times."""
+    recs = [r for part in gather(batch.records(queries)) for r in part]
+    R, E = torch.cat(gather(batch.R)), torch.cat(gather(batch.executed))
+    t = torch.tensor([batch.stats["designer_tokens"], batch.stats["executor_tokens"], len(batch.designer),
+                      len(batch.executor)], dtype=torch.float64, device=device)
+    dist.all_reduce(t)
+    n, parsed = max(len(recs), 1), [r for r in recs if r["parsed"]]
+    m = {"reward/mean": sum(r["reward"] for r in recs) / n, "reward/designer": R.mean(-1).mean().item(),
+         "reward/best_design": R.mean(-1).amax(-1).mean().item(), "accuracy": sum(r["correct"] for r in recs) / n,
+         "format_rate": sum(r["format"] for r in recs) / n, "parse_rate": len(parsed) / n,
+         "script_error_rate": sum(r["error"] for r in parsed) / max(len(parsed), 1),
+         "calls_per_run": sum(r["calls"] for r in recs) / n,
+         **dict(zip(("tokens/designer", "tokens/executor", "samples/designer", "samples/executor"), t.tolist())),
+         **{f"time/{k}": batch.stats[f"{k}_s"] for k in ("design", "execute", "grade")}}
+    for kind in sorted({r["kind"] for r in recs}):
+        sub = [r for r in recs if r["kind"] == kind]
+        m[f"accuracy/{kind}"] = sum(r["correct"] for r in sub) / len(sub)
+    for s, c in Counter(r["structure"] for r in recs).items():
+        m[f"structure/{s}"] = c / n
+    for name, a in (("designer", advantage.designer_advantages(R)),
+                    ("executor", advantage.executor_advantages(R, executed=E))):
+        if a.numel():
+            m[f"{name}/adv_mean"], m[f"{name}/adv_std"] = a.mean().item(), a.std().item() if a.numel() > 1 else 0.0
+            m[f"{name}/adv_zero_frac"] = (a == 0).float().mean().item()
+    return m
+
+
+def gather(obj):
+    """[obj of every rank], on every rank."""
+    out = [None] * dist.get_world_size()
+    dist.all_gather_object(out, obj)
+    return out
 
 
 def append_metrics(path, m):

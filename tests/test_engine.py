@@ -13,7 +13,7 @@ import torch
 import torch.nn.functional as F
 
 from engine import Completion, HFEngine, Sampling, derive_seed, make_engine
-from grpo import token_logprobs
+from chunked import token_logprobs
 
 CHAT = ("{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
         "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
@@ -76,11 +76,11 @@ def direct_logprobs(model, c: Completion, temperature):
     return lp.gather(-1, torch.tensor(c.token_ids)[:, None])[:, 0]
 
 
-def trainer_logprobs(model, c: Completion, temperature):
-    """grpo.token_logprobs on the same ids (what the trainer computes)."""
+def trainer_logprobs(model, c: Completion):
+    """chunked.token_logprobs on the same ids: what the trainer computes (it samples at T = 1)."""
     ids = torch.tensor([c.prompt_ids + c.token_ids])
     with torch.no_grad():
-        lp = token_logprobs(model, ids, torch.ones_like(ids), temperature=temperature)
+        lp = token_logprobs(model, ids, torch.ones_like(ids))
     return lp[0, len(c.prompt_ids) - 1:].float()
 
 
@@ -184,8 +184,9 @@ def test_hf_logprobs_match_direct_forward(tiny_dir):
             # logp_tol's premise: one fp32 forward is within half of it (8·eps·S) of the fp64 one
             torch.testing.assert_close(ref.double(), direct_logprobs(exact, c, T), rtol=0, atol=tol / 2)
             torch.testing.assert_close(torch.tensor(c.logprobs), ref, rtol=0, atol=tol)
-            tr = trainer_logprobs(eng.model, c, T)
-            torch.testing.assert_close(torch.tensor(c.logprobs), tr, rtol=0, atol=tol)
+    for c in eng.generate([CHAT_PROMPT], Sampling(n=2, temperature=1.0, max_tokens=16, seed=3))[0]:   # training
+        tol = logp_tol(eng.model, c, 1.0)
+        torch.testing.assert_close(torch.tensor(c.logprobs), trainer_logprobs(eng.model, c), rtol=0, atol=tol)
     # greedy reports T = 1 log-probs
     g = eng.generate([[5, 6, 7]], Sampling(temperature=0, max_tokens=8))[0][0]
     torch.testing.assert_close(torch.tensor(g.logprobs), direct_logprobs(eng.model, g, 1.0), rtol=0,
@@ -234,7 +235,9 @@ def test_lean_logprobs_match_direct_forward(tiny_dir):
         for c in o:
             tol = logp_tol(eng.model, c, T)   # two fp32 computations (its docstring)
             torch.testing.assert_close(torch.tensor(c.logprobs), direct_logprobs(eng.model, c, T), rtol=0, atol=tol)
-            torch.testing.assert_close(torch.tensor(c.logprobs), trainer_logprobs(eng.model, c, T), rtol=0, atol=tol)
+    for c in eng.generate([CHAT_PROMPT], Sampling(n=2, temperature=1.0, max_tokens=16, seed=3))[0]:   # training
+        tol = logp_tol(eng.model, c, 1.0)
+        torch.testing.assert_close(torch.tensor(c.logprobs), trainer_logprobs(eng.model, c), rtol=0, atol=tol)
     assert outs[1][0].token_ids == outs[2][0].token_ids and outs[1][0].token_ids != outs[1][1].token_ids
     fresh = HFEngine(tiny_dir, dtype=torch.float32)
     fresh.load_weights(perturbed(fresh.model, seed=7))
@@ -446,8 +449,9 @@ def test_vllm_sampled_logprobs_match_trainer(vllm_pair):
             tol = 3 * logp_tol(ref.model, c, T)
             direct = direct_logprobs(ref.model, c, T)
             worst = max(worst, (torch.tensor(c.logprobs) - direct).abs().max().item() / tol)
-            tr = trainer_logprobs(ref.model, c, T)
-            worst = max(worst, (torch.tensor(c.logprobs) - tr).abs().max().item() / tol)
+    for c in eng.generate([CHAT_PROMPT], Sampling(n=2, temperature=1.0, max_tokens=20, seed=5))[0]:   # training
+        tol = 3 * logp_tol(ref.model, c, 1.0)
+        worst = max(worst, (torch.tensor(c.logprobs) - trainer_logprobs(ref.model, c)).abs().max().item() / tol)
     assert worst < 1, worst   # vLLM's own fp32 kernels: as in test_vllm_greedy_matches_hf_after_reload
     # same seeds, same batch: same samples
     again = eng.generate([CHAT_PROMPT, [5, 6, 7, 8]], Sampling(n=3, temperature=T, max_tokens=20, seed=5))

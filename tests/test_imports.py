@@ -102,11 +102,12 @@ def test_no_import_cycles():
 
 
 def needs(name):
-    """The project files named by the module docstring's one `Needs:` line, as module names."""
+    """The project files named by the module docstring's one `Needs:` paragraph (the line and those that continue
+    it, up to a blank line), as module names."""
     doc = importlib.import_module(name).__doc__ or ""
-    lines = re.findall(r"^Needs:(.*)$", doc, re.M)
-    assert len(lines) == 1, f"{name}.py: its docstring needs one line 'Needs: a.py, b.py' (or 'no other file')"
-    return set(re.findall(r"\b(\w+)\.py\b", lines[0]))
+    paragraphs = re.findall(r"^Needs:(.*?)(?:\n\s*\n|\Z)", doc, re.M | re.S)
+    assert len(paragraphs) == 1, f"{name}.py: its docstring needs one 'Needs: a.py, b.py' (or 'no other file')"
+    return set(re.findall(r"\b(\w+)\.py\b", paragraphs[0]))
 
 
 @pytest.mark.parametrize("name", [m for m in MODULES if m not in NEEDS_LINE_PENDING])
@@ -150,14 +151,22 @@ assert roles == [{"designer"}, {"designer"}, {"executor"}, {"executor"}], roles
 """,
     "grpo": """
 import torch
-h, w, t = torch.randn(3, 4, dtype=torch.float64), torch.randn(5, 4, dtype=torch.float64), torch.tensor([0, 4, 2])
-ref = torch.log_softmax(h @ w.T, -1).gather(1, t[:, None])[:, 0]
-assert torch.allclose(grpo.chunked_logprobs(h, w, t, chunk_size=2), ref)   # float64: ~1e-15 apart, rtol 1e-5
 logp = torch.tensor([[-1.0, -2.0]], requires_grad=True)
 loss, stats = grpo.grpo_loss(logp, None, torch.tensor([2.0]), torch.ones(1, 2))
 loss.backward()
 # exact in any IEEE arithmetic: rho = exp(0) = 1, then sums and halves of small integers
 assert loss.item() == -2.0 and logp.grad.tolist() == [[-1.0, -1.0]] and stats["tokens"] == 2
+""",
+    "chunked": """
+import torch
+h, w, t = torch.randn(3, 4, dtype=torch.float64), torch.randn(5, 4, dtype=torch.float64), torch.tensor([0, 4, 2])
+ref = torch.log_softmax(h @ w.T, -1).gather(1, t[:, None])[:, 0]
+assert torch.allclose(chunked.chunked_logprobs(h, w, t, chunk_size=2), ref)   # float64: ~1e-15 apart, rtol 1e-5
+""",
+    "shared_prompts": """
+b = shared_prompts.shared_prompt_rows([([5, 6, 7], [[8, 9], [10]])], pad_id=0)
+assert b["input_ids"].tolist() == [[5, 6, 7, 8, 9, 10]] and b["targets"].tolist() == [8, 9, 10]
+assert b["positions"].tolist() == [2, 3, 2] and b["position_ids"].tolist() == [[0, 1, 2, 3, 4, 3]]
 """,
     "mas": """
 script, why = mas.parse_script(mas.script_completion(mas.TEMPLATES["critic"]))

@@ -258,7 +258,6 @@ def test_reward_math_and_code(sb):
     assert reward.reward(math_task, _run(["<answer>25</answer>"], answer="25"), lam=0.0) == 1.0
     crashed = _run(["<answer>25</answer>"], answer=None, error="NameError: name 'x' is not defined")
     assert reward.reward(math_task, crashed) == pytest.approx(0.4)          # paper: no correctness, that's all
-    assert reward.reward(math_task, crashed, fail_penalty=0.5) == pytest.approx(-0.1)
     code_task = {"id": "c", "kind": "code", "question": "?", "tests": ADD}
     prog = "```python\na, b = map(int, input().split())\nprint(a + b)\n```"
     assert reward.reward(code_task, _run(["<answer>ok</answer>"], answer=prog)) == pytest.approx(1.4)

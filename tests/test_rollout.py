@@ -14,7 +14,6 @@ import engine
 import grpo
 import mas
 import reward
-import rollout as rollout_lib
 import tiny
 from rollout import rollout, samples_to_tensors
 
@@ -148,9 +147,6 @@ def test_unparseable_scripts_score_zero_and_stay_in_group(hf):
     for s in b.designer:
         assert hf.tokenizer.decode(s.completion_ids, skip_special_tokens=True) == b.designer_texts[s.index[0]][
             s.index[1]]
-    pen = rollout(TASKS, hf, hf, M=3, N=2, designer_sampling=ds, executor_sampling=EXEC, short=True,
-                  fail_penalty=0.5)
-    assert torch.equal(pen.R, torch.full((2, 3, 2), -0.5))
 
 
 @pytest.mark.parametrize("policies", ["shared", "separate"])
@@ -197,8 +193,7 @@ def test_reproducible(hf):
 
 
 def test_samples_to_tensors_aligned_with_token_logprobs(hf):
-    b = rollout(TASKS, None, hf, M=1, N=2, template="critic",
-                executor_sampling=engine.Sampling(temperature=0.7, max_tokens=12))
+    b = rollout(TASKS, None, hf, M=1, N=2, template="critic", executor_sampling=engine.Sampling(max_tokens=12))
     t = samples_to_tensors(b.executor, pad_id=hf.pad_id)
     S = len(b.executor)
     T = max(len(s.prompt_ids) + len(s.completion_ids) for s in b.executor)
@@ -206,8 +201,8 @@ def test_samples_to_tensors_aligned_with_token_logprobs(hf):
     assert t["completion_mask"].shape == t["logprobs"].shape == (S, T - 1)
     assert t["completion_mask"].sum().item() == sum(len(s.completion_ids) for s in b.executor)
     with torch.no_grad():
-        lp = grpo.token_logprobs(hf.model, t["input_ids"], t["attention_mask"], temperature=0.7)
-        z = hf.model(input_ids=t["input_ids"], attention_mask=t["attention_mask"]).logits[:, :-1] / 0.7
+        lp = grpo.token_logprobs(hf.model, t["input_ids"], t["attention_mask"])
+        z = hf.model(input_ids=t["input_ids"], attention_mask=t["attention_mask"]).logits[:, :-1]
     m = t["completion_mask"].bool()
     # the engine's KV-cache steps (left padding) and the trainer's one forward (right padding): two fp32
     # computations of logp = z/T - logsumexp(z/T), numbers up to S = max|z/T| + log V, each within ~8 ulps of S
@@ -272,17 +267,20 @@ def test_grade_each_distinct_answer_once_same_rewards(monkeypatch):
     code = TASKS[1]["metadata"]["solution"]
     replies = [f"<answer>{code}</answer>", "<answer>3</answer>", f"<answer>{code}</answer> <answer>",
                "<answer>def f(x): return x</answer>", f"<answer>```python\n{code}\n```</answer>"]
-    b = rollout(TASKS, None, Canned(replies), M=2, N=3, template="single", fail_penalty=0.25)
+    b = rollout(TASKS, None, Canned(replies), M=2, N=3, template="single")
     pairs = [(TASKS[r.q], r.run) for r in b.runs]
     graded = _counting_correctness(monkeypatch)
-    every = rollout_lib._grade(pairs, 0.4, 0.25, 4, dedupe=False)
+    every = [reward.correctness(t, r.answer) for t, r in pairs]   # each run on its own
     assert len(graded) == 12
     graded.clear()
-    assert rollout_lib._grade(pairs, 0.4, 0.25, 4) == every == [r.reward for r in b.runs]
+    assert reward.grade_runs(pairs) == every == [r.correct for r in b.runs]
     assert len(graded) == len({(t["id"], reward.graded_part(t["kind"], r.answer)) for t, r in pairs}) < 12
-    assert len(set(every)) >= 3                                                  # rewards do differ
-    # a hand-made list: the same answer in several runs, with different replies (format) and errors (penalty),
-    # a None answer, equal tasks in two dicts (graded apart: the key is the task object)
+    # R = correct + 0.4 format, exactly as rollout computes it from them
+    assert [r.reward for r in b.runs] == [c + 0.4 * reward.format_score(r.run) for c, r in zip(every, b.runs)]
+    assert b.R.flatten().tolist() == pytest.approx([r.reward for r in b.runs], abs=1e-7)   # stored in fp32
+    assert len({r.reward for r in b.runs}) >= 3                                   # rewards do differ
+    # a hand-made list: the same answer in several runs, with different replies (format) and errors, a None
+    # answer, equal tasks in two dicts (graded apart: the key is the task object)
     from sandbox import CallRecord, WorkflowRun
     run = lambda answer, replies, error=None: WorkflowRun(answer, error, [CallRecord("a", [], r, None)
                                                                           for r in replies])
@@ -294,9 +292,11 @@ def test_grade_each_distinct_answer_once_same_rewards(monkeypatch):
              (fn, run(f"```python\n{code}\n```", [])), (fn, run(code, ["z"], "late error")),
              (fn2, run(code, ["<answer>1</answer>"])), (dict(fn), run("def f(x): return x", []))]
     graded.clear()
-    every = [reward.reward(t, r, lam=0.4, fail_penalty=0.25) for t, r in pairs]
+    every = [reward.reward(t, r, lam=0.4) for t, r in pairs]
     graded.clear()
-    assert rollout_lib._grade(pairs, 0.4, 0.25, 3) == every
-    assert rollout_lib._grade(pairs, 0.4, 0.25, 1) == every
-    assert every == pytest.approx([1.4, 1.0, 1.2, 0.4, 0.15, 1.4, 1.0, 0.75, 0.4, 0.0])
+    for workers in (3, 1):
+        correct = reward.grade_runs(pairs, workers=workers)
+        assert [c + 0.4 * reward.format_score(r) for c, (_, r) in zip(correct, pairs)] == every
+    # fp64 sums of 1, 0.4 x (0, 1/2, 1): exact up to one rounding of 0.4 * x
+    assert every == pytest.approx([1.4, 1.0, 1.2, 0.4, 0.4, 1.4, 1.0, 1.0, 0.4, 0.0])
     assert len(graded) == 2 * 6      # per call: 3, 4, None; code, fn2's code, the wrong program

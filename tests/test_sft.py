@@ -83,7 +83,7 @@ def test_length_batches_and_schedule():
 def test_train_sft_learns_and_writes_loadable_checkpoint(tmp_path):
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from grpo import token_logprobs
+    from chunked import token_logprobs
     model, tok = tiny.build_model(seed=0, **SMALL)
     samples = add_samples(300)
     stats = sft.train_sft(model, tok, samples, steps=60, lr=3e-3, batch_size=32, out_dir=str(tmp_path / "ck"),

@@ -1,5 +1,5 @@
 """speed.prepare: every activation-checkpointing mode, eager and compiled, alone and under FSDP2, gives the plain
-model's log-probs and gradients (through grpo.token_logprobs, the training loop's own path), keeps parameter and
+model's log-probs and gradients (through chunked.token_logprobs, the large presets' path), keeps parameter and
 state-dict names, and `selective` really keeps the matmul outputs (no matmul replayed) while `full` replays them.
 
 compile uses torch.compile's "aot_eager" backend: dynamo traces the checkpointed layer (and AOT autograd
@@ -17,7 +17,7 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 import speed
-from grpo import token_logprobs
+from chunked import token_logprobs
 
 
 def tiny_qwen3(seed=0, layers=3):
@@ -42,7 +42,7 @@ def batch(T=21, seed=1):
 
 def logprobs_and_grads(model, ids, mask, w):
     model.zero_grad(set_to_none=True)
-    logp = token_logprobs(model, ids, mask, temperature=0.7, chunk_size=8)
+    logp = token_logprobs(model, ids, mask, chunk_size=8)
     (logp * w).sum().backward()
     grads = {n: p.grad for n, p in model.named_parameters()}
     return logp.detach(), {n: g.full_tensor() if hasattr(g, "full_tensor") else g for n, g in grads.items()}
