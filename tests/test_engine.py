@@ -12,8 +12,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from engine import Completion, HFEngine, Sampling, derive_seed, make_engine
 from chunked import token_logprobs
+from engine import Completion, HFEngine, Sampling, derive_seed, make_engine
 
 CHAT = ("{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
         "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
