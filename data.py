@@ -100,19 +100,29 @@ def load_tasks(path):
     return tasks
 
 
-def save_tasks(tasks, path):
-    """Write tasks as JSONL, atomically (a crash leaves the old file or the new one, never half)."""
-    lines = []
-    for k, t in enumerate(tasks):
-        try:
-            lines.append(json.dumps(validate_task(t), ensure_ascii=False))
-        except ValueError as e:
-            raise ValueError(f"task {k} ({t.get('id') if isinstance(t, dict) else t!r}): {e}") from None
+def read_jsonl(path):
+    """Every object of a JSONL file (SFT samples, results)."""
+    return [obj for _, obj in _read_jsonl(path)]
+
+
+def write_jsonl(rows, path):
+    """Write rows as JSONL, atomically (a crash leaves the old file or the new one, never half)."""
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
     tmp = f"{path}.tmp{os.getpid()}"
     with open(tmp, "w", encoding="utf-8") as f:
-        f.write("".join(line + "\n" for line in lines))
+        f.write("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows))
     os.replace(tmp, path)
+
+
+def save_tasks(tasks, path):
+    """Write tasks as JSONL (write_jsonl), each validated first."""
+    rows = []
+    for k, t in enumerate(tasks):
+        try:
+            rows.append(validate_task(t))
+        except ValueError as e:
+            raise ValueError(f"task {k} ({t.get('id') if isinstance(t, dict) else t!r}): {e}") from None
+    write_jsonl(rows, path)
 
 
 def _clip(text):

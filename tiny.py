@@ -36,34 +36,7 @@ Five pieces, each usable on its own:
    reply | task). train.py's final table compares SFT and RL with it; sampled accuracy on 200 tasks carries
    ~3.5 points of noise, these carry none.
 
-Calibration (`python sft.py`: lr 2e-3 with warmup and cosine decay, Muon on the hidden matrices, batches of 8,
-designer samples from 600 tasks; 200 held-out tasks of the "eval" split, one execution each at T=1, through the
-real rollout, sandbox and grader; a 2-core machine whose speed varied by ~15% between runs; seed 0). The table
-of optimizers and step counts that chose these settings was measured before the splits (its held-out tasks
-overlapped the SFT targets, so its absolute values read high) and lives in git history now; what it found is in the paragraph
-below. On the splits:
-
-    optimizer  batch x steps, tasks     training  parses  single  ensemble  critic  tester  learned designs
-    Muon        8 x 1300, 2400 tasks     222 s    95.0%   45.5%    51.0%    48.5%   49.0%   55.0%
-    Muon        8 x 1300, 3000 tasks     232 s    97.5%   36.0%    42.5%    38.0%   46.0%   55.0%  (default)
-
-With 2400 tasks (638 distinct math problems; 718 in 3000) the best template, the vote, beat the single agent
-by 5.5 points with a paired standard error of 2.8, and the Designer parsed 95.0%: both on the line. With 3000
-tasks the tester beats the single agent by 10.0 +- 3.0; per kind, the tester does on code by 21.0 +- 4.6
-(44% -> 65%) and the vote on math by 9.0 +- 3.8 (28% -> 37%); the learned designs beat the single agent by
-19 points. (The eval split served both to choose this and to report it; no split is kept apart for choosing.)
-
-Muon (sft.make_optimizer) reached in 900 steps what AdamW had not in 1800; small batches then bought more
-updates for the same time. Learning is abrupt: between 1000 and 1300 steps of 8 the single agent goes from
-24% to 38-54%, so rows one step apart can differ more than their settings suggest. Which structure pays
-depends on the kind of task, which is what the Designer's choice has to learn. The critic rarely helps:
-trained on half-wrong proposals, a weak critic rewrites right answers.
-Greedy beats sampling (at 800 AdamW steps, math 22% vs 9%), so errors are sampling slips that a vote or a
-retry can fix. What moved the numbers before (each measured): prompts cut to a third (`short=True`); 8
-heads of 32 instead of 2 of 64 (copying digits out of the prompt is learned in ~80 steps instead of not at
-all in 200); difficulty 1 made easier (inputs 0..9, no x*K). What did not: AdamW at lr 3e-3 or 6e-3 (loss
-spikes), Muon at lr 4e-3 (16 x 650: single 20.0%), 1200 designer samples instead of 800 (16 x 650: 17.5%),
-a one-operation math family (only ~120 distinct problems, so few distinct samples survive de-duplication).
+How these settings were chosen (the calibration runs and what moved the numbers): docs/NOTES.md.
 
 Needs: engine.py, decode.py, chunked.py, mas.py, rollout.py, sandbox.py, reward.py, data.py
 """
@@ -195,9 +168,8 @@ def _fn_task(rng, level, n_visible=3, n_hidden=5):
 
 
 # The world is small (about 1,750 distinct math problems at difficulty 1), so independent draws for SFT, RL
-# and evaluation share many problems: with one shared draw, 56% of the "held-out" math tasks had been SFT
-# targets, and the cold start solved 69% of those against 44% of the others. So every task belongs to one
-# split, fixed by a hash of what the model is shown; each phase draws from its own.
+# and evaluation would share many problems, and held-out figures would count memorised ones. So every task
+# belongs to one split, fixed by a hash of what the model is shown; each phase draws from its own.
 SPLITS = {"sft": range(0, 6), "rl": range(6, 8), "eval": range(8, 10)}   # tenths of the world
 
 

@@ -37,11 +37,11 @@ settings.Config holds every setting (the paper's values marked); a config file a
 Distributed: each rank rolls out its share of the B queries with its own engine, the trainer is FSDP2 (gloo on
 CPU, NCCL + bf16 on GPU), and every rank gathers the full weights into its engine after each update.
 Separate policies: two models, one optimizer each; the one engine holds whichever role is generating.
-The tiny default ends with a table on held-out tasks (evaluate.final_table): RL against SFT, sampled, exact.
+The tiny default ends with a table on held-out tasks (final_table.py): RL against SFT, sampled, exact.
 
 Needs: settings.py, rundir.py, plot.py, advantage.py, stagewise.py, grpo.py, chunked.py, shared_prompts.py,
-speed.py, engine.py, decode.py, evaluate.py, tiny.py, rollout.py, mas.py, sandbox.py, reward.py, data.py,
-sft.py (run as a program for the cold start)
+speed.py, engine.py, decode.py, final_table.py, evaluate.py, tiny.py, rollout.py, mas.py, sandbox.py, reward.py,
+data.py, sft.py (the cold start, run as a program), muon.py
 """
 
 import datetime
@@ -60,7 +60,7 @@ import advantage
 import chunked
 import data
 import engine as engine_lib
-import evaluate
+import final_table
 import grpo
 import plot
 import rollout as rollout_lib
@@ -395,7 +395,7 @@ def main(argv):
     # the tiny world's final table, of the last checkpoint
     if cfg.eval_tasks > 0 and settings.is_tiny(cfg) and rank == 0:
         last = os.path.join(cfg.out_dir, rundir.checkpoints(cfg.out_dir)[-1])
-        evaluate.final_table(cfg, eng, sources, last)
+        final_table.final_table(cfg, eng, sources, last)
     dist.barrier()
     if not isinstance(eng, engine_lib.VLLMEngine):
         dist.destroy_process_group()   # (vLLM tears down its groups at exit, with ours alive)

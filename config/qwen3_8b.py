@@ -32,7 +32,7 @@ designer_max_tokens = 8192  # [paper]
 backend = "vllm"
 engine_kwargs = {"max_model_len": 16384, "gpu_memory_utilization": 0.45, "enable_thinking": False}  # ours: no thinking
 device = "cuda"
-ac_policy = "full"          # ours: "selective" keeps every matmul output (~3.4 MB a token at 8B, 2.7 at 4B), which
-                            # micro-batches of up to 4-8 sequences of up to 16k tokens cannot hold; see bench.py gpu
+ac_policy = "full"          # ours: "selective" keeps every matmul output, which micro-batches of 4-8 sequences
+                            # of up to 16k tokens cannot hold (the figures: docs/NOTES.md, bench.py gpu)
 compile_layers = True       # ours: compiled decoder layers (bench.py gpu)
 save_every = 20

@@ -1,5 +1,6 @@
-"""Tests for sft.py: masking, batching, training that learns, HF checkpoints, torchrun + FSDP2 (gloo, 2 ranks),
-the roles, and distillation from a real OpenAI-compatible server (vLLM's own, serving the tiny model)."""
+"""Tests for sft.py, muon.py and distill.py: masking, batching, training that learns, HF checkpoints, torchrun +
+FSDP2 (gloo, 2 ranks), Muon, the roles, and distillation from a real OpenAI-compatible server (vLLM's own,
+serving the tiny model)."""
 
 import json
 import os
@@ -20,9 +21,11 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
 import data  # noqa: E402
+import distill  # noqa: E402
 import engine  # noqa: E402
 import evaluate  # noqa: E402
 import mas  # noqa: E402
+import muon  # noqa: E402
 import sft  # noqa: E402
 import tiny  # noqa: E402
 
@@ -47,8 +50,8 @@ def base(tmp_path_factory):
     d = tmp_path_factory.mktemp("sft")
     tiny.save_tiny(str(d / "base"), seed=0, **SMALL)
     os.makedirs(d / "data")
-    sft.write_jsonl(add_samples(40, 1, "design"), str(d / "data" / "designer.jsonl"))
-    sft.write_jsonl(add_samples(40, 2, "execute"), str(d / "data" / "executor.jsonl"))
+    data.write_jsonl(add_samples(40, 1, "design"), str(d / "data" / "designer.jsonl"))
+    data.write_jsonl(add_samples(40, 2, "execute"), str(d / "data" / "executor.jsonl"))
     return d
 
 
@@ -105,9 +108,9 @@ def test_train_sft_learns_and_writes_loadable_checkpoint(tmp_path):
 
 def test_muon_optimizer_splits_params_and_learns():
     model, tok = tiny.build_model(seed=0, **SMALL)
-    opt = sft.make_optimizer(model, "muon", 1e-3, 0.01)
-    muon, adamw = opt.optimizers
-    in_muon = {id(p) for g in muon.param_groups for p in g["params"]}
+    opt = muon.make_optimizer(model, "muon", 1e-3, 0.01)
+    mu, adamw = opt.optimizers
+    in_muon = {id(p) for g in mu.param_groups for p in g["params"]}
     in_adamw = {id(p) for g in adamw.param_groups for p in g["params"]}
     params = list(model.parameters())
     # every parameter in exactly one of them; the tied embedding and the 1-D norm gains on AdamW
@@ -116,20 +119,20 @@ def test_muon_optimizer_splits_params_and_learns():
     assert all(p.ndim == 2 for p in params if id(p) in in_muon) and len(in_muon) == 7 * SMALL["num_layers"]
     # one schedule drives both: the scheduler sees the groups of both optimizers
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: 0.5)
-    assert sched.get_last_lr() == [5e-4, 5e-4] and muon.param_groups[0]["lr"] == adamw.param_groups[0]["lr"] == 5e-4
+    assert sched.get_last_lr() == [5e-4, 5e-4] and mu.param_groups[0]["lr"] == adamw.param_groups[0]["lr"] == 5e-4
     stats = sft.train_sft(model, tok, add_samples(300), steps=60, lr=3e-3, batch_size=32, log=None,
                           optimizer="muon")
     assert stats["losses"][0] > 4.0 and stats["loss"] < 0.6
     # the state of both optimizers round-trips (Muon's momentum buffers included)
-    opt2 = sft.make_optimizer(model, "muon", 1e-3, 0.01)
+    opt2 = muon.make_optimizer(model, "muon", 1e-3, 0.01)
     model(input_ids=torch.tensor([[5, 6, 7]]), labels=torch.tensor([[5, 6, 7]])).loss.backward()
     opt2.step()
-    opt3 = sft.make_optimizer(model, "muon", 1e-3, 0.01)
+    opt3 = muon.make_optimizer(model, "muon", 1e-3, 0.01)
     opt3.load_state_dict(opt2.state_dict())
     buf2 = next(iter(opt2.optimizers[0].state.values()))["momentum_buffer"]
     assert torch.equal(next(iter(opt3.optimizers[0].state.values()))["momentum_buffer"], buf2)
     with pytest.raises(ValueError, match="adamw"):
-        sft.make_optimizer(model, "sgd", 1e-3, 0.0)
+        muon.make_optimizer(model, "sgd", 1e-3, 0.0)
 
 
 def _muon_against_torch(steps=4, lr=2e-3):
@@ -139,7 +142,7 @@ def _muon_against_torch(steps=4, lr=2e-3):
     mats = lambda m: [p for n, p in m.named_parameters() if p.ndim == 2 and "embed" not in n]
     a, b = tiny.build_model(seed=0, **SMALL)[0], tiny.build_model(seed=0, **SMALL)[0]
     ref = torch.optim.Muon(mats(a), lr=lr, weight_decay=0.01, adjust_lr_fn="match_rms_adamw")
-    ours = sft.Muon(mats(b), lr=lr, weight_decay=0.01)
+    ours = muon.Muon(mats(b), lr=lr, weight_decay=0.01)
     g = torch.Generator().manual_seed(0)
     for _ in range(steps):
         for pa, pb in zip(mats(a), mats(b)):
@@ -166,7 +169,7 @@ def test_muon_is_torch_muon_up_to_the_rounding_of_its_bf16_iteration(monkeypatch
     #    a step; plus the weight's own rounding when the update is added, <= u32 |w|, a step.
     def fp32_iteration(grad, coefficients, ns_steps, eps):
         tall = grad.shape[0] > grad.shape[1]
-        x = sft.newton_schulz((grad.T if tall else grad)[None], ns_steps, eps, dtype=torch.float32)[0]
+        x = muon.newton_schulz((grad.T if tall else grad)[None], ns_steps, eps, dtype=torch.float32)[0]
         return x.T if tall else x
     with monkeypatch.context() as m:
         m.setattr(torch.optim._muon, "_zeropower_via_newtonschulz", fp32_iteration)
@@ -179,7 +182,7 @@ def test_muon_is_torch_muon_up_to_the_rounding_of_its_bf16_iteration(monkeypatch
     with pytest.raises(ValueError, match="2-D"):
         p = torch.nn.Parameter(torch.zeros(3))
         p.grad = torch.ones(3)
-        sft.Muon([p]).step()
+        muon.Muon([p]).step()
 
 
 def test_sft_on_a_cpu_computes_nothing_in_bf16():
@@ -212,15 +215,15 @@ def test_sft_on_a_cpu_computes_nothing_in_bf16():
 FSDP_MUON = """
 import sys, torch, torch.distributed as dist
 sys.path.insert(0, sys.argv[1])
-import tiny, sft
+import tiny, muon, speed
 from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
 dist.init_process_group("gloo")
 ids = torch.randint(6, 100, (4, 24), generator=torch.Generator().manual_seed(0))
 def run(shard):
     m = tiny.build_model(seed=0, hidden_size=64, num_layers=2)[0]
     if shard:
-        sft.shard_model(m)
-    opt = sft.make_optimizer(m, "muon", 1e-2, 0.01)
+        speed.prepare(m, shard=True)
+    opt = muon.make_optimizer(m, "muon", 1e-2, 0.01)
     for _ in range(3):                      # the same batch on every rank: FSDP must change nothing
         m(input_ids=ids, labels=ids).loss.backward()
         opt.step()
@@ -248,6 +251,8 @@ def test_muon_under_fsdp2_equals_one_process(tmp_path):
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     worst = float(r.stdout.split("WORST")[1].split()[0])
     moved = float(r.stdout.split("MOVED")[1].split()[0])
+    # exact: every rank computes on the same shapes with the same kernels as the one process (FSDP2 gathers by
+    # copying, and averages two equal gradients: (g + g) / 2 = g in floating point), in one machine's arithmetic
     assert moved > 1e-2 and worst == 0.0
 
 
@@ -268,11 +273,11 @@ def test_quality_bar_figures_paired_margin_and_kinds():
 
 def test_roles_single_process(base, tmp_path):
     out = tmp_path / "both"
-    sft.main_train(["--model", str(base / "base"), "--data", str(base / "data"), "--out", str(out),
+    sft.main(["--model", str(base / "base"), "--data", str(base / "data"), "--out", str(out),
                     "--steps", "3", "--batch-size", "8", "--lr", "1e-3"])
     assert os.path.isfile(out / "model.safetensors") and os.path.isfile(out / "tokenizer.json")
     out = tmp_path / "exe"
-    sft.main_train(["--model", str(base / "base"), "--data", str(base / "data"), "--out", str(out),
+    sft.main(["--model", str(base / "base"), "--data", str(base / "data"), "--out", str(out),
                     "--roles", "executor", "--steps", "2", "--batch-size", "8"])
     assert os.path.isfile(out / "executor" / "model.safetensors") and not os.path.exists(out / "designer")
 
@@ -335,9 +340,7 @@ class OracleTeacher(BaseHTTPRequestHandler):
         msgs = body["messages"]
         text = msgs[-1]["content"]
         task = next(t for t in self.tasks if data.task_text(t, short=True) in text or data.task_text(t) in text)
-        if text.startswith(sft.PICK_PROMPT):
-            reply = tiny.SUITED[task["kind"]]
-        elif "workflow" in msgs[0]["content"]:
+        if "workflow" in msgs[0]["content"]:
             reply = f"Here is my design.\n```python\n{mas.TEMPLATES[tiny.SUITED[task['kind']]]}```"
         elif self.wrong:
             reply = "<answer>def f(x): return -1</answer>" if task["kind"] == "code" else "<answer>-1</answer>"
@@ -362,10 +365,10 @@ def test_distill_keeps_only_correct_runs(tmp_path):
     url = f"http://127.0.0.1:{srv.server_address[1]}"
     try:
         OracleTeacher.wrong = False
-        c = sft.distill(url, "oracle", tasks, str(tmp_path / "good"), short=True, executions=2, log=None)
+        c = distill.distill(url, "oracle", tasks, str(tmp_path / "good"), short=True, executions=2, log=None)
         assert c["parsed"] == 6 and c["runs"] == 12 and c["correct_runs"] == 12 and c["teacher_errors"] == 0
-        d = sft.load_jsonl(str(tmp_path / "good" / "designer.jsonl"))
-        e = sft.load_jsonl(str(tmp_path / "good" / "executor.jsonl"))
+        d = data.read_jsonl(str(tmp_path / "good" / "designer.jsonl"))
+        e = data.read_jsonl(str(tmp_path / "good" / "executor.jsonl"))
         assert len(d) == 6 and {r["structure"] for r in d} == {"ensemble", "tester"}
         assert all(set(r) >= {"messages", "completion"} and r["messages"][-1]["role"] == "user" for r in d + e)
         assert len(e) == 6   # one distinct (prompt, reply) per task: identical voting samples kept once
@@ -375,15 +378,15 @@ def test_distill_keeps_only_correct_runs(tmp_path):
         assert sft.train_sft(model, tok, d + e, steps=2, batch_size=4, log=None)["samples"] == 12
         # a teacher that designs well but answers wrongly: nothing is kept
         OracleTeacher.wrong = True
-        c = sft.distill(url, "oracle", tasks, str(tmp_path / "bad"), short=True, designer="pick", log=None)
+        c = distill.distill(url, "oracle", tasks, str(tmp_path / "bad"), short=True, log=None)
         assert c["runs"] == 0 or c["correct_runs"] == 0
-        assert sft.load_jsonl(str(tmp_path / "bad" / "designer.jsonl")) == []
-        assert sft.load_jsonl(str(tmp_path / "bad" / "executor.jsonl")) == []
+        assert data.read_jsonl(str(tmp_path / "bad" / "designer.jsonl")) == []
+        assert data.read_jsonl(str(tmp_path / "bad" / "executor.jsonl")) == []
     finally:
         srv.shutdown()
         srv.server_close()
     # a dead endpoint: every call fails cleanly, the pipeline still writes (empty) files
-    c = sft.distill(url, "oracle", tasks[:2], str(tmp_path / "dead"), template="single", log=None)
+    c = distill.distill(url, "oracle", tasks[:2], str(tmp_path / "dead"), template="single", log=None)
     assert c["teacher_errors"] >= 2 and c["correct_runs"] == 0
     assert os.path.isfile(tmp_path / "dead" / "executor.jsonl")
 
@@ -414,7 +417,7 @@ def test_distill_against_vllm_server(base, tmp_path):
                 assert time.time() < deadline, "vLLM server did not come up"
                 time.sleep(3)
         tasks = _tasks_file(tmp_path, 4)
-        r = subprocess.run([sys.executable, os.path.join(ROOT, "sft.py"), "distill", "--teacher", url,
+        r = subprocess.run([sys.executable, os.path.join(ROOT, "distill.py"), "--teacher", url,
                             "--model", "tiny", "--tasks", tasks, "--out", str(tmp_path / "d"), "--template",
                             "critic", "--short", "--max-tokens", "48", "--workers", "4"],
                            cwd=ROOT, capture_output=True, text=True, timeout=300)
@@ -422,11 +425,11 @@ def test_distill_against_vllm_server(base, tmp_path):
         stats = json.load(open(tmp_path / "d" / "distill_stats.json"))
         assert stats["runs"] == 4 and stats["teacher_errors"] == 0   # 8 agent calls answered by vLLM
         for name in ("designer.jsonl", "executor.jsonl"):
-            for row in sft.load_jsonl(str(tmp_path / "d" / name)):
+            for row in data.read_jsonl(str(tmp_path / "d" / name)):
                 assert isinstance(row["completion"], str) and row["messages"][-1]["role"] == "user"
         # the Designer path too: the untrained model's scripts do not parse, and that is counted, not fatal
-        c = sft.distill(url, "tiny", tiny.make_tasks(2, seed=3), str(tmp_path / "s"), short=True,
-                        max_tokens=32, log=None)
+        c = distill.distill(url, "tiny", tiny.make_tasks(2, seed=3), str(tmp_path / "s"), short=True,
+                            max_tokens=32, log=None)
         assert c["designs"] == 2 and c["teacher_errors"] == 0 and c["parsed"] + sum(c["unusable"].values()) == 2
     finally:
         os.killpg(server.pid, signal.SIGTERM)

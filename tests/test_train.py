@@ -27,7 +27,7 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-import evaluate  # noqa: E402
+import final_table  # noqa: E402
 import rundir  # noqa: E402
 import settings  # noqa: E402
 import stagewise  # noqa: E402
@@ -354,7 +354,7 @@ def test_heldout_tasks_share_no_text_with_training_and_cover_both_kinds():
     cfg = settings.Config(eval_tasks=40, seed=0)
     training = train.load_mix(cfg)[0]                      # the tiny RL pool: the "rl" split
     assert {tiny.split_of(t) for t in training} == {"rl"}
-    held = evaluate.heldout_tasks(cfg, [training, tiny.make_tasks(300, seed=0)])   # + a file that holds tiny tasks
+    held = final_table.heldout_tasks(cfg, [training, tiny.make_tasks(300, seed=0)])   # + a file that holds tiny tasks
     assert len(held) == 40 and {t["kind"] for t in held} == {"math", "code"}
     assert {tiny.split_of(t) for t in held} == {"eval"}
     assert not {data.task_text(t) for t in held} & {data.task_text(t) for t in training}

@@ -1,0 +1,170 @@
+"""distill.py: SFT data for the cold start, distilled from a teacher (the paper's cold start at scale).
+
+An OpenAI-compatible chat endpoint plays the Designer (it writes a workflow script from mas.designer_messages, or
+one of mas.TEMPLATES is given) and the Executor (every agent call of the script, run in the sandbox). Only what a
+correct run produced is kept:
+
+    designer sample = (Designer prompt, script)         if at least one of the design's runs is correct
+    executor sample = (agent-call prompt, reply)        for the calls of correct runs whose own answer is correct
+
+written as OUT/designer.jsonl and OUT/executor.jsonl, the input of `python sft.py --data OUT`.
+
+    python distill.py --teacher http://127.0.0.1:8000 --model NAME --tasks tasks.jsonl --out DIR
+    counts = distill(url, "NAME", tasks, "DIR", executions=2)
+
+Needs: reward.py, sandbox.py, mas.py, data.py
+"""
+
+import argparse
+import json
+import os
+import sys
+import threading
+import time
+import urllib.error
+import urllib.request
+from concurrent.futures import ThreadPoolExecutor
+
+import data
+import mas
+import reward as reward_lib
+import sandbox
+
+
+def chat(url, model, messages, *, max_tokens=1024, temperature=0.7, api_key=None, timeout=120.0, retries=2,
+         seed=None):
+    """One POST {url}/v1/chat/completions; returns the reply text ("" after failed retries, with the error).
+
+    url may end in /v1 or not. Errors never raise: a teacher that fails loses that one call."""
+    base = url.rstrip("/")
+    endpoint = base + ("/chat/completions" if base.endswith("/v1") else "/v1/chat/completions")
+    body = {"model": model, "messages": messages, "max_tokens": max_tokens, "temperature": temperature}
+    if seed is not None:
+        body["seed"] = seed
+    headers = {"Content-Type": "application/json"}
+    if api_key:
+        headers["Authorization"] = f"Bearer {api_key}"
+    err = None
+    for attempt in range(retries + 1):
+        try:
+            req = urllib.request.Request(endpoint, data=json.dumps(body).encode(), headers=headers)
+            with urllib.request.urlopen(req, timeout=timeout) as r:
+                reply = json.loads(r.read().decode())
+            return reply["choices"][0]["message"].get("content") or "", None
+        except (urllib.error.URLError, OSError, ValueError, KeyError, IndexError, TypeError) as e:
+            err = f"{type(e).__name__}: {e}"
+            if isinstance(e, urllib.error.HTTPError) and e.code < 500 and e.code != 429:
+                break   # a 4xx other than rate limiting will not get better by retrying
+            time.sleep(min(8.0, 0.5 * 2 ** attempt))
+    return "", err
+
+
+def distill(teacher, model, tasks, out_dir, *, template=None, designs=1, executions=1, short=False,
+            temperature=0.7, max_tokens=1024, workers=8, api_key=None, log=print):
+    """Distill SFT data from a teacher endpoint. Returns counts; writes designer.jsonl and executor.jsonl.
+
+    The teacher writes `designs` workflow scripts a task (kept if they parse); template=NAME uses that template
+    instead (a teacher that cannot design still teaches the Executor). Every kept design runs `executions` times
+    in the sandbox with the teacher answering each agent call (the module docstring says what is kept)."""
+    os.makedirs(out_dir, exist_ok=True)
+    pool, lock = ThreadPoolExecutor(max_workers=workers), threading.Lock()
+    counts = {"tasks": len(tasks), "designs": 0, "parsed": 0, "runs": 0, "correct_runs": 0,
+              "teacher_errors": 0, "designer_samples": 0, "executor_samples": 0, "unusable": {}}
+
+    def ask(messages, seed=None):
+        text, err = chat(teacher, model, messages, max_tokens=max_tokens, temperature=temperature,
+                         api_key=api_key, seed=seed)
+        if err:
+            with lock:
+                counts["teacher_errors"] += 1
+        return text
+
+    # design phase: designs per task, all requests in parallel
+    dmsgs = [mas.designer_messages(data.task_text(t, short=short), short=short) for t in tasks]
+    jobs = [(q, i) for q in range(len(tasks)) for i in range(designs)]
+    if template is not None:
+        replies = [mas.script_completion(mas.TEMPLATES[template]) for _ in jobs]
+    else:
+        replies = list(pool.map(lambda job: ask(dmsgs[job[0]], seed=job[1]), jobs))
+    kept_designs = []   # (q, script, designer completion)
+    for (q, _), reply in zip(jobs, replies):
+        counts["designs"] += 1
+        script, why = mas.parse_script(reply)
+        completion = reply
+        if script is None:
+            reason = why.split(":")[0]
+            counts["unusable"][reason] = counts["unusable"].get(reason, 0) + 1
+            continue
+        counts["parsed"] += 1
+        kept_designs.append((q, script, completion))
+    if log is not None:
+        log(f"distill: {counts['parsed']}/{counts['designs']} designs usable")
+
+    # execution phase: every kept design `executions` times, one sandbox call; each tick's agent calls are
+    # sent to the teacher in parallel
+    def generate(calls):
+        return list(pool.map(lambda c: ask(c.messages), calls))
+
+    scripts = [s for (_, s, _) in kept_designs for _ in range(executions)]
+    run_tasks = [tasks[q] for (q, _, _) in kept_designs for _ in range(executions)]
+    runs = sandbox.run_workflows(scripts, run_tasks, generate, equal=reward_lib.math_equal, short=short) \
+        if scripts else []
+    counts["runs"] = len(runs)
+    # correct(e) only (lam = 0): math_equal on the answer, or the share of hidden tests its program passes
+    scores = list(pool.map(lambda tr: reward_lib.reward(tr[0], tr[1], lam=0.0), zip(run_tasks, runs)))
+    designer_rows, candidates, seen = [], [], set()
+    for k, (q, script, completion) in enumerate(kept_designs):
+        good = [runs[k * executions + j] for j in range(executions) if scores[k * executions + j] >= 1 - 1e-6]
+        counts["correct_runs"] += len(good)
+        if not good:
+            continue
+        designer_rows.append({"messages": dmsgs[q], "completion": completion, "task_id": tasks[q].get("id"),
+                              "structure": mas.structure_of(script)})
+        for run in good:
+            for c in run.calls:
+                key = json.dumps([c.messages, c.reply])
+                if key not in seen:   # voting repeats identical calls; keep each (prompt, reply) once
+                    seen.add(key)
+                    candidates.append((tasks[q], c))
+    # within a correct run, a reply whose own answer is wrong (an outvoted sample, a draft the critic fixed)
+    # is context for the later calls, never a target
+    call_ok = list(pool.map(lambda tc: reward_lib.correctness(tc[0], mas.answer_of(tc[1].reply)) >= 1 - 1e-6,
+                            candidates))
+    executor_rows = [{"messages": c.messages, "completion": c.reply, "task_id": t.get("id"), "role": c.role}
+                     for (t, c), ok in zip(candidates, call_ok) if ok]
+    counts["wrong_replies_dropped"] = len(candidates) - len(executor_rows)
+    pool.shutdown()
+    data.write_jsonl(designer_rows, os.path.join(out_dir, "designer.jsonl"))
+    data.write_jsonl(executor_rows, os.path.join(out_dir, "executor.jsonl"))
+    counts["designer_samples"], counts["executor_samples"] = len(designer_rows), len(executor_rows)
+    with open(os.path.join(out_dir, "distill_stats.json"), "w") as f:
+        json.dump(counts, f, indent=1)
+    if log is not None:
+        log("distill: " + json.dumps(counts))
+    return counts
+
+
+def main(argv):
+    p = argparse.ArgumentParser(description="distill SFT data from a teacher endpoint")
+    p.add_argument("--teacher", required=True, help="base URL of an OpenAI-compatible server")
+    p.add_argument("--model", required=True, help="model name the server serves")
+    p.add_argument("--tasks", required=True, help="tasks JSONL (data.py format)")
+    p.add_argument("--out", default="out/distill")
+    p.add_argument("--template", default=None, help="skip the Designer: use this mas.TEMPLATES entry")
+    p.add_argument("--designs", type=int, default=1, help="designs per task")
+    p.add_argument("--executions", type=int, default=1, help="executions per design")
+    p.add_argument("--short", action="store_true", help="the tiny world's compact Designer and agent prompts")
+    p.add_argument("--temperature", type=float, default=0.7)
+    p.add_argument("--max-tokens", type=int, default=1024)
+    p.add_argument("--workers", type=int, default=8, help="concurrent requests to the teacher")
+    p.add_argument("--limit", type=int, default=None, help="use only the first N tasks")
+    p.add_argument("--api-key-env", default="OPENAI_API_KEY", help="environment variable holding the key")
+    a = p.parse_args(argv)
+    tasks = data.load_tasks(a.tasks)[:a.limit]
+    distill(a.teacher, a.model, tasks, a.out, template=a.template, designs=a.designs, executions=a.executions,
+            short=a.short, temperature=a.temperature, max_tokens=a.max_tokens, workers=a.workers,
+            api_key=os.environ.get(a.api_key_env))
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
