@@ -17,6 +17,7 @@ import pytest
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 os.environ["METAAGENT_TEST_SECRET"] = "s3cr3t-token-42"   # must never reach a child
 
+import isolation  # noqa: E402
 import mas  # noqa: E402
 import sandbox  # noqa: E402
 
@@ -57,7 +58,7 @@ def _descendants(pid):
 def _no_leftovers():
     """Only the fork-server itself (under `unshare`) remains: every job and everything it started is gone."""
     for _ in range(50):   # the server reaps a job just after the trainer saw its end
-        if all(len(_descendants(s.proc.pid)) <= 1 for s in sandbox._servers.values()):
+        if len(_descendants(isolation._server.proc.pid)) <= 1:
             return True
         time.sleep(0.05)
     return False
@@ -148,7 +149,7 @@ def test_hostile_programs_concurrently(world):
     """Every hostile program at once, next to a well-behaved one that must be unaffected."""
     fmt = {"dir": world["dir"], "keep": world["keep"], "repo": REPO, "port": world["port"]}
     good = "import sys\nprint(sum(map(int, sys.stdin.read().split())))"
-    server_pid = sandbox._servers[False].proc.pid
+    server_pid = isolation._server.proc.pid
     with ThreadPoolExecutor(len(PROGRAMS) + 1) as ex:
         futs = {name: ex.submit(sandbox.run_code, code.format(**fmt), "", T, memory=128 << 20)
                 for name, code, _, _ in PROGRAMS}
@@ -171,7 +172,7 @@ def test_hostile_programs_concurrently(world):
     assert _snapshot([world["dir"], REPO]) == world["before"]
     with pytest.raises(BlockingIOError):
         world["sock"].accept()                  # nobody ever connected
-    assert sandbox._servers[False].proc.pid == server_pid and sandbox._servers[False].alive()
+    assert isolation._server.proc.pid == server_pid and isolation._server.proc.poll() is None
     assert _no_leftovers()
     assert sandbox.run_code("print(1)").stdout == "1\n"
 
@@ -297,6 +298,12 @@ WORKFLOWS = [
      "    return Agent('s', 'x')(task)", "s:0", None),
     ("garbage_on_channel", "import os\ndef workflow(task):\n    os.write(3, b'\\x00\\x00\\x00\\x05{{{{{')\n"
      "    return Agent('s', 'x')(task)", None, "protocol violation"),
+    ("forged_done_then_call", "import os\ndef workflow(task):\n"
+     "    os.write(3, b'{\"op\": \"done\", \"answer\": \"forged\"}\\n')\n    return Agent('s', 'x')(task)",
+     None, "protocol violation"),
+    ("two_requests_at_once", "import os\ndef workflow(task):\n    line = b'{\"op\": \"agent\", \"role\": \"s\", "
+     "\"instructions\": \"x\", \"message\": \"m\", \"n\": 1}\\n'\n    os.write(3, line + line)\n    return 'x'",
+     None, "protocol violation"),
     ("sys_exit", "import sys\ndef workflow(task):\n    sys.exit(0)", None, "sys.exit"),
     ("os_exit", "import os\ndef workflow(task):\n    os._exit(0)", None, "without returning"),
     ("kill_everyone", "import os\ndef workflow(task):\n    for pid in (os.getppid(), 0, -1, 1):\n"
@@ -451,7 +458,7 @@ def test_trainer_exit_takes_the_server_down():
             f"sandbox.start(unsafe={ISOLATION is None!r}); import threading; "
             "threading.Thread(target=sandbox.run_code, args=('import time; time.sleep(100)',),"
             " kwargs={'timeout': 100}, daemon=True).start(); time.sleep(1.5); "
-            "print(sandbox._servers[False].proc.pid, sandbox._servers[True].proc.pid, flush=True); "
+            "import isolation; print(isolation._server.proc.pid, flush=True); "
             "import os; os._exit(0)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     for pid in map(int, out.stdout.split()):
