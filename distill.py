@@ -12,7 +12,7 @@ written as OUT/designer.jsonl and OUT/executor.jsonl, the input of `python sft.p
     python distill.py --teacher http://127.0.0.1:8000 --model NAME --tasks tasks.jsonl --out DIR
     counts = distill(url, "NAME", tasks, "DIR", executions=2)
 
-Needs: reward.py, sandbox.py, mas.py, data.py
+Needs: reward.py, sandbox.py, isolation.py, mas.py, data.py
 """
 
 import argparse

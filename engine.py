@@ -58,6 +58,7 @@ from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
+from transformers import AutoModelForCausalLM, AutoTokenizer, GenerationConfig
 
 import decode
 
@@ -203,8 +204,6 @@ class HFEngine(_Base):
 
     def __init__(self, model, tokenizer=None, *, dtype="auto", device=None, max_model_len=None,
                  enable_thinking=None, max_batch=64):
-        from transformers import AutoModelForCausalLM, AutoTokenizer
-
         self.device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
         if dtype == "auto" and self.device.type == "cpu":
             dtype = "float32"   # no bf16 compute on a CPU (without native bf16 it is many times slower)
@@ -423,7 +422,6 @@ class VLLMEngine(_Base):
         self.vocab_size = mc.get_vocab_size()
         self.enable_thinking = enable_thinking
         try:
-            from transformers import GenerationConfig
             gen_cfg = GenerationConfig.from_pretrained(str(model_path))
         except Exception:  # no generation_config.json: the tokenizer's EOS is enough
             gen_cfg = None

@@ -27,7 +27,7 @@ what was evaluated: problem ids, data-file hashes, models, K, sampling settings)
 paired_margin gives the honest error bar of a difference on the same problems (final_table.py, sft.py's quality
 bar).
 
-Needs: engine.py, decode.py, chunked.py, tiny.py, rollout.py, mas.py, sandbox.py, reward.py, data.py
+Needs: engine.py, decode.py, chunked.py, tiny.py, rollout.py, mas.py, sandbox.py, isolation.py, reward.py, data.py
 """
 
 import argparse

@@ -26,7 +26,7 @@ with a tolerance).
     grade_many([("0.5", "\\frac12"), ("x = 3", "3")])       # [True, True], in parallel grader processes
     reward(task, run)                                       # R for one WorkflowRun of sandbox.run_workflows
 
-Needs: sandbox.py (code_score runs programs; outputs_match), mas.py (the answer tag), data.py (for sandbox.py)
+Needs: sandbox.py, isolation.py (code_score runs programs; outputs_match), mas.py (the answer tag), data.py (for sandbox.py)
 """
 
 import atexit
@@ -35,11 +35,13 @@ import json
 import logging
 import os
 import re
+import resource
 import select
 import signal
 import subprocess
 import sys
 import threading
+import time
 from concurrent.futures import ThreadPoolExecutor
 from decimal import Decimal
 from fractions import Fraction
@@ -220,7 +222,8 @@ def _to_radians(s):
 
 
 def _mv():
-    """math-verify, imported once per process, its threaded-mode warning silenced (we enforce deadlines)."""
+    """math-verify, imported once per process, its threaded-mode warning silenced (we enforce deadlines).
+    Imported here, not at the top: it pulls in SymPy, which a grader process needs and the trainer does not."""
     import math_verify
     logging.getLogger("math_verify").setLevel(logging.ERROR)
     return math_verify
@@ -312,7 +315,6 @@ def _local_equal(pred, gold, timeout):
 
 def _serve_grader():
     """Grader process main loop: one JSON [pred, gold] per line in, one JSON bool per line out."""
-    import resource
     out = os.fdopen(os.dup(1), "w")
     os.dup2(2, 1)                     # stray prints must not corrupt the protocol
     with contextlib.suppress(ValueError, OSError):
@@ -375,7 +377,6 @@ class _Grader:
 
 
 def _now():
-    import time
     return time.monotonic()
 
 

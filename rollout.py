@@ -28,7 +28,7 @@ designer sample is (designer prompt, script completion) for (q, i); an executor 
     batch.R, batch.executed      # [B, M, N] rewards; True where the run happened (its script parsed)
     t = samples_to_tensors(batch.executor, pad_id)   # input_ids, attention_mask, completion_mask, logprobs
 
-Needs: engine.py, decode.py, mas.py, sandbox.py, reward.py, data.py
+Needs: engine.py, decode.py, mas.py, sandbox.py, isolation.py, reward.py, data.py
 """
 
 import time

@@ -30,7 +30,7 @@ From Python:
     figures = evaluate_sft("out/x", heldout_tasks)     # the quality bar: parse rate, template accuracies
 
 Needs: muon.py, speed.py, engine.py, decode.py, chunked.py, evaluate.py, tiny.py, rollout.py, mas.py,
-sandbox.py, reward.py, data.py
+sandbox.py, isolation.py, reward.py, data.py
 """
 
 import argparse
@@ -45,6 +45,8 @@ import time
 import torch
 import torch.distributed as dist
 from safetensors.torch import load_file
+from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
+from torch.distributed.fsdp import FSDPModule
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 import data
@@ -122,7 +124,6 @@ def init_distributed():
 
 
 def is_sharded(model):
-    from torch.distributed.fsdp import FSDPModule
     return isinstance(model, FSDPModule)
 
 
@@ -132,7 +133,6 @@ def save_checkpoint(model, tokenizer, out_dir):
     rank, world = dist_info()
     state = None
     if is_sharded(model):
-        from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
         state = get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
         if getattr(model.config, "tie_word_embeddings", False):
             # the gathered copies no longer share storage, so save_pretrained would write tied weights twice
@@ -272,7 +272,6 @@ def evaluate_sft(model_path, tasks, *, designer_path=None, n=1, seed=0):
 
 
 def format_figures(fig):
-    import evaluate as evaluate_lib
     t = fig["templates"]
     best = max((k for k in t if k != "single"), key=t.get, default=None)
     lines = [f"held-out tasks: {fig['tasks']}",

@@ -36,6 +36,7 @@ Needs: no other file of this project (torch, and a Hugging Face-style model with
 import functools
 
 import torch
+from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 from torch.utils.checkpoint import CheckpointPolicy, checkpoint, create_selective_checkpoint_contexts
 
 MODES = ("off", "full", "selective")
@@ -80,7 +81,6 @@ def prepare(model, checkpointing="off", compile=False, shard=False, bf16=False, 
         for layer in model.model.layers:
             layer.forward = layer_forward(layer.forward, checkpointing, compile, backend)
     if shard:
-        from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
         mp = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32) if bf16 \
             else MixedPrecisionPolicy()
         for layer in model.model.layers:

@@ -38,7 +38,7 @@ Five pieces, each usable on its own:
 
 How these settings were chosen (the calibration runs and what moved the numbers): docs/NOTES.md.
 
-Needs: engine.py, decode.py, chunked.py, mas.py, rollout.py, sandbox.py, reward.py, data.py
+Needs: engine.py, decode.py, chunked.py, mas.py, rollout.py, sandbox.py, isolation.py, reward.py, data.py
 """
 
 import hashlib
@@ -49,6 +49,13 @@ import random
 import torch
 from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
 from transformers import PreTrainedTokenizerFast, Qwen3Config, Qwen3ForCausalLM
+
+import chunked
+import engine
+import mas
+import reward
+import rollout
+import sandbox
 
 PAD, UNK, END = "<|pad|>", "<|unk|>", "<|end|>"
 ROLES = ("system", "user", "assistant")
@@ -267,7 +274,6 @@ def oracle_generate(tasks, wrong_first=()):
 
 def _task_text(task):
     """The text the sandbox itself hands a script."""
-    import sandbox
     return sandbox._task_parts(task, short=True)[0]
 
 
@@ -278,10 +284,6 @@ def sft_traces(tasks, seed, other_share=OTHER_SHARE, wrong_share=WRONG_SHARE):
     (SUITED), or with probability other_share one of the other templates, so that the choice carries
     signal but RL still sees every structure. Executor: every agent call the chosen template makes when
     run in the sandbox with oracle replies (identical (prompt, reply) pairs kept once)."""
-    import mas
-    import reward
-    import sandbox
-
     rng = random.Random(f"tiny-sft-{seed}")
     names = list(mas.TEMPLATES)
     chosen, wrong_first = [], []
@@ -328,12 +330,6 @@ def exact_figures(model, tokenizer, tasks, batch_size=32):
     choice of structure and in the Executor, with only the draw of tasks left as error. The mass that no
     template gets goes to other scripts (variants, or ones that do not parse). Under FSDP2 every rank must
     call this with the same tasks: each forward is collective."""
-    import chunked
-    import engine
-    import mas
-    import rollout
-    import sandbox
-
     names = list(mas.TEMPLATES)
     samples = [{"messages": mas.designer_messages(_task_text(t), short=True),
                 "completion": mas.script_completion(mas.TEMPLATES[n])} for t in tasks for n in names]

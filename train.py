@@ -40,8 +40,8 @@ Separate policies: two models, one optimizer each; the one engine holds whicheve
 The tiny default ends with a table on held-out tasks (final_table.py): RL against SFT, sampled, exact.
 
 Needs: settings.py, rundir.py, plot.py, advantage.py, stagewise.py, grpo.py, chunked.py, shared_prompts.py,
-speed.py, engine.py, decode.py, final_table.py, evaluate.py, tiny.py, rollout.py, mas.py, sandbox.py, reward.py,
-data.py, sft.py (the cold start, run as a program), muon.py
+speed.py, engine.py, decode.py, final_table.py, evaluate.py, tiny.py, rollout.py, mas.py, sandbox.py,
+isolation.py, reward.py, data.py, sft.py (the cold start, run as a program), muon.py
 """
 
 import datetime
