@@ -3,10 +3,10 @@
 - the run table builds the right train.py command lines, K scaled to the run length;
 - finished runs are skipped, unfinished ones launched with --resume; a different command in an existing
   out_dir stops with a clear message; bad arguments stop with clear messages;
+- runs needing a missing cold start wait for the one that builds it; --jobs pins each run to its own cores;
 - the report: the one rule for differences (paired by seed and task, beyond noise past 2 SE), the run table
-  and the template table from final_table.json's per-task vectors, the claim sentences, a PNG per comparison,
-  the pairings (exact and sampled), publish and the README's Results section, and that the committed
-  results/ablations and README are what the report makes of the committed numbers.
+  from final_table.json's per-task vectors, the claim sentences, the exact pairings, publish, and that the
+  committed results/ablations/RESULTS.md is what the report makes of the committed numbers.
 """
 
 import json
@@ -54,35 +54,34 @@ def test_k_scaled_to_run_length():
     assert table["metaagent"] == {"M": 4, "N": 4, "K": 20}
     assert table["k1"]["K"] == 1 and table["k10"]["K"] == 7
     assert set(table) == set(ablations.RUN_NAMES)
-    for c in ablations.COMPARISONS.values():   # every comparison names real runs
-        assert set(c["runs"]) <= set(table) and all(a in table and b in table for a, b in c["claims"])
+    for _, claims, _, _ in ablations.COMPARISONS.values():   # every comparison names real runs
+        assert claims and all(a in table and b in table for a, b in claims)
 
 
 def test_train_command_lines(tmp_path):
-    cmd = ablations.train_command("flat16", 1, 60, str(tmp_path), ["--eval_tasks=50"])
+    cmd = ablations.train_command("flat16", 1, 60, str(tmp_path))
     assert cmd[1:3] == ["train.py", "config/tiny.py"]
     args = cmd[3:]
     assert f"--out_dir={tmp_path}/flat16-s1" in args and "--seed=1" in args and "--steps=60" in args
     assert args.index("--M=16") > 0 and "--N=1" in args and "--K=20" in args
-    assert args[-1:] == ["--eval_tasks=50"]
     single = ablations.train_command("single", 0, 30, str(tmp_path))
     assert "--template=single" in single and "--mode=executor" in single
     sep = ablations.train_command("separate", 0, 30, str(tmp_path))
     assert "--policy=separate" in sep and "--init_from=out/tiny-sft-separate" in sep
     for run in ("coupled", "designer", "executor"):
         assert f"--mode={run}" in ablations.train_command(run, 0, 30, str(tmp_path))
-    with pytest.raises(ValueError, match="unknown run"):
+    with pytest.raises(KeyError):
         ablations.train_command("nope", 0, 30, str(tmp_path))
 
 
-def test_finished_runs_skipped_unfinished_resumed(tmp_path, monkeypatch):
+def test_finished_runs_skipped_unfinished_resumed(tmp_path, monkeypatch, capsys):
     calls = []
     monkeypatch.setattr(ablations, "launch", lambda cmd, log, *rest: calls.append(cmd) or 0)
     write_run(tmp_path, "metaagent", 0, [0.1, 0.2, 0.3])        # finished (3 of 3 steps)
     write_run(tmp_path, "flat8", 0, [0.1])                      # unfinished: resumed from its checkpoint
     (tmp_path / "flat8-s0" / "step_000001").mkdir()
     rc = ablations.main(["--only", "metaagent,flat8,flat16", "--seeds", "0", "--steps", "3",
-                         "--root", str(tmp_path), "--cut", "pairings"])
+                         "--root", str(tmp_path)])
     assert rc == 0
     launched = [next(a for a in c if a.startswith("--out_dir=")) for c in calls]
     assert launched == [f"--out_dir={tmp_path}/flat8-s0", f"--out_dir={tmp_path}/flat16-s0"]
@@ -90,8 +89,9 @@ def test_finished_runs_skipped_unfinished_resumed(tmp_path, monkeypatch):
     stamp = json.loads((tmp_path / "flat8-s0" / "run.json").read_text())
     assert stamp["cmd"] == calls[0][:-1]
     # the same folder with other settings is refused, not mixed
-    with pytest.raises(SystemExit, match="different command"):
-        ablations.main(["--only", "flat8", "--seeds", "0", "--steps", "5", "--root", str(tmp_path)])
+    capsys.readouterr()
+    assert ablations.main(["--only", "flat8", "--seeds", "0", "--steps", "5", "--root", str(tmp_path)]) == 1
+    assert "flat8-s0: failed (ablations.py:" in capsys.readouterr().out and len(calls) == 2
 
 
 def test_failed_run_reported(tmp_path, monkeypatch, capsys):
@@ -103,17 +103,15 @@ def test_failed_run_reported(tmp_path, monkeypatch, capsys):
 @pytest.mark.parametrize("argv, msg", [
     (["--seeds", "0,x"], "--seeds must be a comma list"),
     (["--seeds", "1,1"], "distinct"),
-    (["--steps", "0"], "--steps must be >= 1"),
+    (["--steps", "0"], "--steps and --jobs must be >= 1"),
+    (["--jobs", "0"], "--steps and --jobs must be >= 1"),
     (["--only", "metaagent,bogus"], "unknown run bogus"),
-    (["--cut", "hierarchy,nope"], "unknown comparison nope"),
-    (["--only", "flat8", "--cut", "hierarchy"], "leave no run"),
-    (["--", "eval_tasks=5"], "train.py overrides"),
     (["report"], "usage"),
-    (["--pairings-tasks", "0"], "--pairings-tasks must be >= 1"),
+    (["publish", "a", "b"], "usage"),
 ])
 def test_bad_arguments(argv, msg, tmp_path):
     with pytest.raises(SystemExit, match=msg):
-        ablations.main(argv + (["--root", str(tmp_path)] if argv[0] != "report" and "--" not in argv else []))
+        ablations.main(argv + (["--root", str(tmp_path)] if argv[0] not in ("report", "publish") else []))
 
 
 def test_paired_rule():
@@ -144,16 +142,15 @@ def three_seeds(root):
     write_run(root, "single", 0, [0.2] * 10, correct={"RL: single agent": [1, 1, 0, 0]})
 
 
-def test_report_tables_sentences_plots(tmp_path):
+def test_report_tables_sentences(tmp_path):
     three_seeds(tmp_path)
-    part = write_run(tmp_path, "flat8", 3, [0.9] * 4)                 # still running: 4 of its 10 steps
-    (part / "run.json").write_text(json.dumps({"cmd": ["python", "train.py", "--steps=10"]}))
+    write_run(tmp_path, "flat8", 3, [0.9] * 4, table=False)           # still running: 4 steps so far
     write_run(tmp_path, "coupled", 0, [0.5] * 10, table=False)        # trained, final table not written yet
     md = Path(ablations.report(str(tmp_path))).read_text()
     # metaagent: P(suited) 81.0% (mean of 80, 81, 82), RL - SFT +41.0 with the seeds' spread as its error
     se = 100 * 0.01 / math.sqrt(3)
     assert (f"| metaagent | `M=4 N=4 K=3` | 3 | 81.0% | +41.0 ± {se:.1f} | 35.0% | +5.0 ± 0.0 | 75.0% | "
-            "+50.0 ± 16.7 | 0.600 | +0.600 | ensemble 100% | 1.0 |") in md
+            "+50.0 ± 16.7 | 0.600 | +0.600 | ensemble 100% |") in md
     assert "| single | `M=4 N=4 K=3 template=single mode=executor` | 1 | 50.0% | +10.0 ± 0.0 (1 seed) |" in md
     sent = next(ln for ln in md.splitlines() if ln.startswith("- metaagent > flat8"))
     assert sent == ("- metaagent > flat8 (seeds: 3): P(suited template) +20.0 ± 0.0, held; P(oracle reply) "
@@ -162,15 +159,9 @@ def test_report_tables_sentences_plots(tmp_path):
     sent16 = next(ln for ln in md.splitlines() if ln.startswith("- metaagent > flat16"))
     assert "P(suited template) +1.0 ± 6.1, within noise" in sent16
     assert "- metaagent > single (seeds: 1): P(suited template) +30.0 ± 0.0 (1 seed), undecided (1 seed);" in md
-    # P(each template | kind): the cold start's row and each run's
-    assert "| SFT cold start | 10.0 | 40.0 | 0.0 | 40.0 | 10.0 | 40.0 | 0.0 | 40.0 |" in md
-    assert "Unfinished, left out: coupled-s0 (no final table), flat8-s3 (4/10 steps)." in md
+    assert "Unfinished, left out: coupled-s0 (10 steps, no final table), flat8-s3 (4 steps, no final table)." in md
     assert "Not yet run" in md and "policy (needs separate)" in md and "schedule (needs coupled, designer, executor)" in md
-    for name in ("hierarchy", "single_agent"):
-        png = tmp_path / "plots" / f"{name}.png"
-        assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and f"(plots/{name}.png)" in md
-    assert not (tmp_path / "plots" / "policy.png").exists()
-    assert "No sampled pairings" in md and "--pairings sft=out/tiny-sft" in md
+    assert "## Hierarchical 4x4 vs flat (paper Table 3)" in md and "## Shared vs separate" not in md
 
 
 def test_runs_on_other_tasks_are_not_paired(tmp_path):
@@ -191,66 +182,40 @@ def test_runs_on_other_tasks_are_not_paired(tmp_path):
 def test_report_pairings(tmp_path):
     write_run(tmp_path, "metaagent", 0, [0.1] * 5, exact={"RL": (0.7, 0.32), "SFT": (0.5, 0.3)})
     write_run(tmp_path, "metaagent", 1, [0.1] * 5, exact={"RL": (0.7, 0.34), "SFT": (0.5, 0.3)})
-    for seed, (ss, sr, rs, rr) in enumerate([([0, 0], [1, 0], [1, 0], [1, 1]), ([0, 0], [1, 0], [0, 0], [1, 1])]):
-        d = tmp_path / f"pairings-s{seed}"
-        d.mkdir()
-        res = {f"designer {k} x executor {e}": {"tiny": {"per_problem": v}}
-               for (k, e), v in zip([("sft", "sft"), ("sft", "rl"), ("rl", "sft"), ("rl", "rl")], (ss, sr, rs, rr))}
-        (d / "results.json").write_text(json.dumps({"results": res}))
-    (tmp_path / "pairings-s2").mkdir()
-    (tmp_path / "pairings-s2" / "results.json").write_text("{half")   # unreadable: skipped
     md = Path(ablations.report(str(tmp_path))).read_text()
-    assert "| Designer: P(suited template) | 50.0% | 70.0% | +20.0 ± 0.0 | held |" in md
-    assert "| Executor: P(oracle reply) | 30.0% | 33.0% | +3.0 ± 1.0 | held |" in md
-    assert "| SFT | 0.0% | 50.0% |" in md and "| RL | 25.0% | 100.0% |" in md
-    assert "- Executor improved (sft/rl − sft/sft, pass@1): +50.0 ± 35.4, within noise." in md
+    # P(suited) depends on the Designer alone, P(oracle) on the Executor alone: two paired RL - SFT differences
+    assert "- the Designer (P(suited template)): SFT 50.0%, RL 70.0%, RL − SFT +20.0 ± 0.0, held." in md
+    assert "- the Executor (P(oracle reply)): SFT 30.0%, RL 33.0%, RL − SFT +3.0 ± 1.0, held." in md
 
 
-def test_readme_section_and_publish(tmp_path):
+def test_publish(tmp_path):
     src = tmp_path / "out"
     three_seeds(src)
     (src / "metaagent-s0" / "step_000010" / "model").mkdir(parents=True)    # checkpoints stay behind
     (src / "metaagent-s0" / "train.log").write_text("log")
-    readme = tmp_path / "README.md"
-    before, after = "# Title\n\n## Results\n\n", "\n\n## After\ntext\n"
-    readme.write_text(before + ablations.START + "\nold\n" + ablations.END + after)
+    (src / "metaagent-s0" / "run.json").write_text(json.dumps({"cmd": ["python", "train.py"]}))
+    write_run(src, "flat8", 3, [0.9] * 4, table=False)                      # unfinished: not published
     dest = tmp_path / "results"
     (dest / "stale-s0").mkdir(parents=True)                                 # what dest held is replaced
-    ablations.publish(str(src), str(dest), str(readme))
-    assert sorted(p.name for p in (dest / "metaagent-s0").iterdir()) == ["final_table.json", "metrics.jsonl"]
-    assert not (dest / "stale-s0").exists() and (dest / "RESULTS.md").exists()
-    text = readme.read_text()
-    assert text.startswith(before + ablations.START) and text.endswith(ablations.END + after) and "old" not in text
-    assert "- **Hierarchical 4x4 vs flat (paper Table 3)**. Paper: hierarchical M=4xN=4 > flat " in text
-    assert "metaagent − flat8 (seeds: 3): suited +20.0 ± 0.0 (held), oracle +0.0 ± 0.0 (within noise)" in text
-    assert "Not yet run" in text
-    # a README without the markers is refused, not rewritten
-    readme.write_text("# no section\n")
-    with pytest.raises(SystemExit, match="no results section"):
-        ablations.report(str(dest), str(readme))
-    assert readme.read_text() == "# no section\n"
+    ablations.publish(str(src), str(dest))
+    assert sorted(p.name for p in (dest / "metaagent-s0").iterdir()) == ["final_table.json", "metrics.jsonl",
+                                                                          "run.json"]
+    assert not (dest / "stale-s0").exists() and not (dest / "flat8-s3").exists()
+    assert "metaagent > flat8 (seeds: 3): P(suited template) +20.0 ± 0.0, held" in (dest / "RESULTS.md").read_text()
+    with pytest.raises(SystemExit, match="no finished runs"):
+        ablations.publish(str(tmp_path / "nothing"), str(dest))
 
 
 def test_committed_results_are_current(tmp_path):
-    """results/ablations/RESULTS.md and the README's Results section are what `report` makes of the committed
-    numbers (run `python ablations.py report results/ablations --readme README.md` after changing either)."""
+    """results/ablations/RESULTS.md is what `report` makes of the committed numbers (run `python ablations.py
+    report results/ablations` after changing either)."""
     import shutil
     src = ROOT / "results" / "ablations"
     dest = tmp_path / "ablations"
-    shutil.copytree(src, dest, ignore=shutil.ignore_patterns("plots", "RESULTS.md"))
-    shutil.copy(ROOT / "README.md", tmp_path / "README.md")
-    ablations.report(str(dest), str(tmp_path / "README.md"))
+    shutil.copytree(src, dest, ignore=shutil.ignore_patterns("RESULTS.md"))
+    assert len(ablations.collect(str(dest))) == len(ablations.RUN_NAMES)   # every run has its numbers
+    ablations.report(str(dest))
     assert (dest / "RESULTS.md").read_text() == (src / "RESULTS.md").read_text()
-    assert (tmp_path / "README.md").read_text() == (ROOT / "README.md").read_text()
-
-
-def test_pairings_command(tmp_path):
-    (tmp_path / "metaagent-s2" / "step_000010" / "model").mkdir(parents=True)
-    (tmp_path / "metaagent-s2" / "step_000020" / "model").mkdir(parents=True)
-    cmd = ablations.pairings_command(str(tmp_path), 2, n_tasks=7)
-    assert cmd[1] == "evaluate.py" and cmd[3:5] == ["sft=out/tiny-sft", f"rl={tmp_path}/metaagent-s2/step_000020/model"]
-    assert " --tasks tiny --n-tiny 7 --mode auto --short-prompt " in " ".join(cmd)
-    assert cmd[-2:] == ["--out", f"{tmp_path}/pairings-s2"] and "--seed 2" in " ".join(cmd)
 
 
 def test_report_errors(tmp_path):
@@ -275,26 +240,26 @@ def test_jobs_own_cores_and_wait_for_a_missing_cold_start(tmp_path, monkeypatch)
     seen, lock, calls = [], threading.Lock(), []
     meet = threading.Barrier(2, timeout=60)   # the two runs after the cold start meet, so both workers ran one
 
-    def fake_run_one(run, seed, steps, root, extra, cpus, echo):
+    def fake_run_one(run, seed, steps, root, cpus, echo):
         existed = sft.exists()
         with lock:
             calls.append(run)
             k = len(calls)
         if k in (2, 3):
             meet.wait()
-        sft.mkdir(exist_ok=True)                                      # what train.py's sft_if_missing does
+        sft.mkdir(exist_ok=True)                                      # what train.py does
         with lock:
             seen.append((run, seed, tuple(cpus), existed, echo))
         return "ok"
     monkeypatch.setattr(ablations, "run_one", fake_run_one)
     rc = ablations.main(["--only", "metaagent,flat8,flat16", "--seeds", "0,1", "--steps", "3", "--jobs", "2",
-                         "--root", str(tmp_path), "--cut", "pairings"])
+                         "--root", str(tmp_path)])
     assert rc == 0 and len(seen) == 6 and not any(echo for *_, echo in seen)
     assert sum(not existed for *_, existed, _ in seen) == 1          # built once, never twice at once
     cores = {c for *_, c, _, _ in seen}
     assert len(cores) == 2 and all(len(c) == 1 for c in cores) and len({c[0] for c in cores}) == 2
-    with pytest.raises(SystemExit, match="--jobs must be >= 1"):
-        ablations.main(["--jobs", "0", "--root", str(tmp_path)])
+    with pytest.raises(SystemExit, match="this process has"):
+        ablations.main(["--jobs", str(len(os.sched_getaffinity(0)) + 1), "--root", str(tmp_path)])
 
 
 def test_claims_compare_gains_over_each_runs_own_cold_start(tmp_path):
