@@ -25,7 +25,7 @@ minibatches = 1             # [paper] on-policy (clip 0.2 both ways, no KL: [aut
 micro_batch = 4             # ours
 logprobs = "chunked"        # ours: the lm head a chunk at a time (chunked.py); shared-prompt rows (a custom 4D
                             # mask) are tested on CPU only, and the compiled/kept-logit variants wait for
-                            # `python bench.py gpu_logprob` on an H200
+                            # `python bench.py train` on an H200
 max_tokens = 8192           # [paper] per completion
 designer_max_tokens = 8192  # [paper]
 
