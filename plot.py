@@ -74,7 +74,7 @@ def plot(dirs):
     fig.savefig(os.path.join(out, "structures.png"), dpi=130)
 
     fig, axes = plt.subplots(1, 3, figsize=(12.6, 3.2))
-    for ax, suffix in zip(axes, ("clip_frac", "logprob_gap", "kl")):
+    for ax, suffix in zip(axes, ("clip_frac", "logprob_gap", "ratio_mean")):
         for name, rows in runs.items():
             for role in ("designer", "executor"):
                 pts = [(r["step"], r[f"{role}/{suffix}"]) for r in rows if f"{role}/{suffix}" in r]
