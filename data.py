@@ -29,6 +29,7 @@ import json
 import os
 import pickle
 import sys
+import tempfile
 import zlib
 
 MAX_EXAMPLES = 3            # visible examples shown in task_text
@@ -138,29 +139,23 @@ def task_text(task, short=False):
     text = task["question"].strip()
     if task.get("kind") != "code":
         return text
-    meta = task.get("metadata") or {}
     pub = task.get("public_tests") or {}
     fn = pub.get("fn_name") or (task.get("tests") or {}).get("fn_name")
-    if short:
-        ex = list(zip(pub.get("inputs") or [], pub.get("outputs") or []))[:MAX_EXAMPLES]
-        if fn:
-            return "\n".join([text] + [f"{fn}({_clip(', '.join(json.dumps(a) for a in i))})=={_clip(json.dumps(o))}"
-                                       for i, o in ex])
-        return "\n".join([text] + [f"in: {_clip(i).rstrip()}\nout: {_clip(o).rstrip()}" for i, o in ex])
-    if meta.get("starter_code"):
-        text += f"\n\nStarter code:\n```python\n{meta['starter_code'].rstrip()}\n```"
+    shown = list(zip(pub.get("inputs") or [], pub.get("outputs") or []))[:MAX_EXAMPLES]
     if fn:
-        text += f"\n\nWrite a Python function `{fn}` (a method of `class Solution` is fine)."
+        eq = "==" if short else " == "
+        ex = [f"{fn}({_clip(', '.join(map(json.dumps, i)))}){eq}{_clip(json.dumps(o))}" for i, o in shown]
     else:
-        text += "\n\nWrite a Python program that reads standard input and writes standard output."
-    ins, outs = pub.get("inputs") or [], pub.get("outputs") or []
-    for k, (i, o) in enumerate(list(zip(ins, outs))[:MAX_EXAMPLES], 1):
-        if fn:
-            args = ", ".join(json.dumps(a) for a in i)
-            text += f"\n\nExample {k}:\n{fn}({_clip(args)}) == {_clip(json.dumps(o))}"
-        else:
-            text += f"\n\nExample {k}:\nInput:\n{_clip(i).rstrip()}\nOutput:\n{_clip(o).rstrip()}"
-    return text
+        form = "in: {}\nout: {}" if short else "Input:\n{}\nOutput:\n{}"
+        ex = [form.format(_clip(i).rstrip(), _clip(o).rstrip()) for i, o in shown]
+    if short:
+        return "\n".join([text] + ex)
+    starter = (task.get("metadata") or {}).get("starter_code")
+    if starter:
+        text += f"\n\nStarter code:\n```python\n{starter.rstrip()}\n```"
+    text += (f"\n\nWrite a Python function `{fn}` (a method of `class Solution` is fine)." if fn else
+             "\n\nWrite a Python program that reads standard input and writes standard output.")
+    return text + "".join(f"\n\nExample {k}:\n{e}" for k, e in enumerate(ex, 1))
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -187,25 +182,20 @@ def from_aime25(row, index=0):
     return _math("aime25", row.get("id", index), row["problem"], _aime_answer(row["answer"]))
 
 
-def olympiad_answers(final_answer):
-    """OlympiadBench's final_answer (a list, or a Python-list literal as a string) -> list of strings.
-    Parsed with ast.literal_eval: a dataset row never gets to run code."""
-    if isinstance(final_answer, str):
-        try:
-            final_answer = ast.literal_eval(final_answer)
-        except (ValueError, SyntaxError) as e:
-            raise ValueError(f"final_answer is not a list literal: {final_answer[:80]!r} ({e})") from None
-    if not isinstance(final_answer, list | tuple) or not all(isinstance(a, str) for a in final_answer):
-        raise ValueError(f"final_answer must be a list of strings, got {final_answer!r:.80}")
-    return [a.strip() for a in final_answer]
-
-
 def from_olympiadbench(row, index=0):
-    """Qwen2.5-Math evaluation/data/olympiadbench: question, final_answer, is_multiple_answer, unit, ...
-
-    Multiple answers are joined with ", " (math_equal compares such lists as sets); `$` delimiters go."""
-    items = [a.replace("$", "").strip() for a in olympiad_answers(row["final_answer"])]
-    answer = ", ".join(items)
+    """Qwen2.5-Math evaluation/data/olympiadbench: question, final_answer (a list, or a Python-list literal
+    as a string), is_multiple_answer, unit, ... A literal is read by ast.literal_eval: a dataset row never
+    gets to run code. Multiple answers are joined with ", " (math_equal compares such lists as sets);
+    `$` delimiters go."""
+    answers = row["final_answer"]
+    if isinstance(answers, str):
+        try:
+            answers = ast.literal_eval(answers)
+        except (ValueError, SyntaxError) as e:
+            raise ValueError(f"final_answer is not a list literal: {answers[:80]!r} ({e})") from None
+    if not isinstance(answers, list | tuple) or not all(isinstance(a, str) for a in answers):
+        raise ValueError(f"final_answer must be a list of strings, got {answers!r:.80}")
+    answer = ", ".join(a.replace("$", "").strip() for a in answers)
     question = row["question"]
     if row.get("context"):
         question = f"{row['context'].strip()}\n\n{question}"
@@ -229,10 +219,8 @@ def _stdin_text(x):
     return "\n".join(map(str, x)) + "\n" if isinstance(x, list) else str(x)
 
 
-def _apps_tests(io_json, fn_name):
-    ins, outs = list(io_json.get("inputs") or []), list(io_json.get("outputs") or [])
-    if len(ins) != len(outs):
-        raise ValueError(f"input_output has {len(ins)} inputs but {len(outs)} outputs")
+def _apps_tests(io_json):
+    ins, outs, fn_name = io_json["inputs"], io_json.get("outputs") or [], io_json.get("fn_name")
     if fn_name:
         # APPS wraps each call-based return value in a one-element list ([[1, 2]] means "returns [1, 2]")
         ins = [a if isinstance(a, list) else [a] for a in ins]
@@ -242,34 +230,20 @@ def _apps_tests(io_json, fn_name):
             "fn_name": None}
 
 
-def _first(tests, n):
-    return {"inputs": tests["inputs"][:n], "outputs": tests["outputs"][:n], "fn_name": tests["fn_name"]}
-
-
 def from_apps(row, index=0):
     """codeparrot/apps: question, input_output (JSON string: inputs, outputs, optional fn_name),
     starter_code, difficulty. APPS has no separate visible tests; the first two double as examples."""
-    raw = row.get("input_output") or ""
     try:
-        io_json = json.loads(raw) if isinstance(raw, str) else raw
+        io_json = json.loads(row.get("input_output") or "{}")
     except json.JSONDecodeError as e:
         raise ValueError(f"input_output is not JSON ({e.msg})") from None
     if not isinstance(io_json, dict) or not io_json.get("inputs"):
         raise ValueError("row has no tests in input_output")
-    tests = _apps_tests(io_json, io_json.get("fn_name"))
-    return _code("apps", row.get("problem_id", index), row["question"], tests, _first(tests, 2),
+    tests = _apps_tests(io_json)
+    public = {**tests, "inputs": tests["inputs"][:2], "outputs": tests["outputs"][:2]}
+    return _code("apps", row.get("problem_id", index), row["question"], tests, public,
                  difficulty=row.get("difficulty"), url=row.get("url"),
                  starter_code=row.get("starter_code") or "")
-
-
-APPS_SPLITS = ("introductory", "interview", "competition")
-
-
-def apps_keep(row, difficulty="introductory"):
-    """The APPS split filter ("introductory" | "interview" | "competition" | None for all)."""
-    if row.get("difficulty") not in APPS_SPLITS:
-        raise ValueError(f"APPS difficulty must be one of {APPS_SPLITS}, got {row.get('difficulty')!r}")
-    return difficulty is None or row["difficulty"] == difficulty
 
 
 class _PlainUnpickler(pickle.Unpickler):
@@ -290,13 +264,8 @@ _PLAIN = (str, list, dict, int, float, bool, type(None))
 def _check_plain(obj, depth=0):
     if depth > 100 or not isinstance(obj, _PLAIN):
         raise pickle.UnpicklingError(f"refused: the pickle holds a {type(obj).__name__}, not plain data")
-    if isinstance(obj, list):
-        for x in obj:
-            _check_plain(x, depth + 1)
-    elif isinstance(obj, dict):
-        for k, v in obj.items():
-            _check_plain(k, depth + 1)
-            _check_plain(v, depth + 1)
+    for x in obj if isinstance(obj, list) else [*obj, *obj.values()] if isinstance(obj, dict) else []:
+        _check_plain(x, depth + 1)
 
 
 def safe_unpickle(blob):
@@ -308,8 +277,6 @@ def safe_unpickle(blob):
 
 def decode_lcb_tests(text):
     """LiveCodeBench test cases: a JSON string, or base64 -> zlib -> pickle -> JSON string."""
-    if isinstance(text, list):
-        return text
     try:
         return json.loads(text)
     except json.JSONDecodeError:
@@ -331,57 +298,43 @@ def decode_lcb_tests(text):
 
 
 def _lcb_tests(cases, fn_name):
-    ins, outs = [], []
-    for c in cases:
-        if fn_name:   # one JSON value per line for the arguments, JSON for the return value
-            ins.append([json.loads(line) for line in c["input"].split("\n") if line.strip()])
-            outs.append(json.loads(c["output"]))
-        else:
-            ins.append(c["input"])
-            outs.append(c["output"])
-    return {"inputs": ins, "outputs": outs, "fn_name": fn_name}
+    if fn_name:   # one JSON value per line for the arguments, JSON for the return value
+        ins = [[json.loads(line) for line in c["input"].split("\n") if line.strip()] for c in cases]
+        return {"inputs": ins, "outputs": [json.loads(c["output"]) for c in cases], "fn_name": fn_name}
+    return {"inputs": [c["input"] for c in cases], "outputs": [c["output"] for c in cases], "fn_name": None}
 
 
 def from_livecodebench(row, index=0):
     """livecodebench/code_generation_lite: question_content, starter_code, public_test_cases (JSON),
     private_test_cases (JSON or base64/zlib/pickle), metadata (JSON; func_name for functional problems).
     Hidden tests are public + private, as LiveCodeBench grades."""
-    meta = row.get("metadata") or "{}"
-    meta = json.loads(meta) if isinstance(meta, str) else meta
-    fn_name = meta.get("func_name")
+    fn_name = json.loads(row.get("metadata") or "{}").get("func_name")
     public = _lcb_tests(decode_lcb_tests(row.get("public_test_cases") or "[]"), fn_name)
     private = _lcb_tests(decode_lcb_tests(row.get("private_test_cases") or "[]"), fn_name)
-    tests = {"inputs": public["inputs"] + private["inputs"], "outputs": public["outputs"] + private["outputs"],
-             "fn_name": fn_name}
+    tests = {k: public[k] + private[k] for k in ("inputs", "outputs")} | {"fn_name": fn_name}
     return _code("livecodebench", row.get("question_id", index), row["question_content"], tests, public,
                  title=row.get("question_title"), platform=row.get("platform"),
                  contest_date=row.get("contest_date"), difficulty=row.get("difficulty"),
                  starter_code=row.get("starter_code") or "")
 
 
-def _cc_tests(t):
-    t = t or {}
-    ins, outs = list(t.get("input") or []), list(t.get("output") or [])
-    if len(ins) != len(outs):
-        raise ValueError(f"tests have {len(ins)} inputs but {len(outs)} outputs")
-    return ins, outs
+def _cc_tests(row, *parts):
+    """CodeContests' test parts of a row ({input: [...], output: [...]} each), one after the other."""
+    ins, outs = [], []
+    for part in parts:
+        ins += (row.get(part) or {}).get("input") or []
+        outs += (row.get(part) or {}).get("output") or []
+    return {"inputs": ins, "outputs": outs, "fn_name": None}
 
 
 def from_codecontests(row, index=0):
     """deepmind/code_contests: description, public_tests / private_tests / generated_tests, each
     {input: [...], output: [...]}. Hidden tests are all three, as the paper's AlphaCode evaluation."""
-    ins, outs = [], []
-    for part in ("public_tests", "private_tests", "generated_tests"):
-        i, o = _cc_tests(row.get(part))
-        ins += i
-        outs += o
-    pi, po = _cc_tests(row.get("public_tests"))
     tl = row.get("time_limit") or {}
-    seconds = (tl.get("seconds") or 0) + (tl.get("nanos") or 0) / 1e9 if isinstance(tl, dict) else None
-    return _code("codecontests", row.get("name", index), row["description"],
-                 {"inputs": ins, "outputs": outs, "fn_name": None},
-                 {"inputs": pi, "outputs": po, "fn_name": None},
-                 difficulty=row.get("difficulty"), time_limit=seconds or None,
+    seconds = (tl.get("seconds") or 0) + (tl.get("nanos") or 0) / 1e9
+    tests = _cc_tests(row, "public_tests", "private_tests", "generated_tests")
+    return _code("codecontests", row.get("name", index), row["description"], tests,
+                 _cc_tests(row, "public_tests"), difficulty=row.get("difficulty"), time_limit=seconds or None,
                  cf_rating=row.get("cf_rating"))
 
 
@@ -393,16 +346,14 @@ CONVERTERS = {"aime24": from_aime24, "aime25": from_aime25, "olympiadbench": fro
 def convert(source, in_path, out_path, difficulty="introductory"):
     """Convert a JSONL file of published rows to our format; returns (written, filtered out).
     `difficulty` filters APPS only (None keeps every split)."""
-    fn = CONVERTERS.get(source)
-    if fn is None:
-        raise ValueError(f"unknown source {source!r}; choose from {sorted(CONVERTERS)}")
-    tasks, skipped = [], 0
+    fn, tasks, skipped = CONVERTERS[source], [], 0
     for k, (n, row) in enumerate(_read_jsonl(in_path)):
         try:
-            if source == "apps" and not apps_keep(row, difficulty):
-                skipped += 1
+            task = validate_task(fn(row, k))   # converted first: a row of another shape is an error
+            if source == "apps" and difficulty and task["metadata"]["difficulty"] != difficulty:
+                skipped += 1                     # another APPS split
                 continue
-            tasks.append(validate_task(fn(row, k)))
+            tasks.append(task)
         except (ValueError, KeyError, TypeError, AttributeError) as e:
             why = f"missing field {e}" if isinstance(e, KeyError) else str(e)
             raise ValueError(f"{in_path}:{n}: cannot convert this {source} row: {why}") from None
@@ -430,17 +381,14 @@ def prepare(name, out_path, difficulty="introductory"):
                            "network access to the Hugging Face hub; or download the rows yourself and use "
                            "`python data.py convert`") from None
     repo, config, split, kw = HUB[name]
-    ds = datasets.load_dataset(repo, config, split=split, **kw) if config else \
-        datasets.load_dataset(repo, split=split, **kw)
-    tmp = f"{out_path}.rows{os.getpid()}.jsonl"
-    try:
-        with open(tmp, "w", encoding="utf-8") as f:
-            for row in ds:
-                f.write(json.dumps(row, ensure_ascii=False, default=str) + "\n")
-        return convert(name, tmp, out_path, difficulty)
-    finally:
-        if os.path.exists(tmp):
-            os.remove(tmp)
+    ds = datasets.load_dataset(repo, config, split=split, **kw)
+    out_dir = os.path.dirname(os.path.abspath(out_path))    # beside the output: a benchmark can be GBs
+    os.makedirs(out_dir, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=out_dir) as tmp:   # the rows as JSONL, then the tested converters
+        rows = os.path.join(tmp, "rows.jsonl")
+        with open(rows, "w", encoding="utf-8") as f:
+            f.writelines(json.dumps(row, ensure_ascii=False, default=str) + "\n" for row in ds)
+        return convert(name, rows, out_path, difficulty)
 
 
 def main(argv=None):

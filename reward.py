@@ -12,21 +12,21 @@ misses (text answers, degrees vs radians, multiple answers as sets, plain number
 timeouts use SIGALRM, which only works on the main thread; so we call it with its timeouts disabled and
 enforce a hard deadline ourselves: each comparison that needs SymPy runs in a long-lived grader process
 (SymPy imported once), and a comparison that outlives its deadline gets that process killed (answer: not
-equal). Plain numbers never leave the caller. Where processes cannot be started (inside a sandbox job,
-whose seccomp filter forbids it), grading runs in-process with a SIGALRM deadline on the main thread; that
-one interrupts Python-level SymPy work only (not one C-level bignum power such as 10^{10^{10^{10}}}), so
-there the sandbox's own wall-clock limit is the backstop.
+equal). Plain numbers never leave the caller. Grading happens in the trainer, never inside a sandbox job
+(whose seccomp filter forbids starting a grader): a script's vote() is counted there too, by
+sandbox.run_workflows(..., equal=math_equal).
 
 Programs run in the sandbox (all tests of one program in one sandbox child); their raw outputs are
 compared in the trainer as LiveCodeBench does (sandbox.outputs_match: whitespace-stripped lines, numbers
 with a tolerance).
 
-    from reward import math_equal, grade_many, code_score, reward
+    from reward import math_equal, code_score, reward
     math_equal("\\boxed{025}", "25")                        # True
-    grade_many([("0.5", "\\frac12"), ("x = 3", "3")])       # [True, True], in parallel grader processes
+    math_equal("x = \\frac12", "0.5")                       # True, in a grader process (safe from threads)
     reward(task, run)                                       # R for one WorkflowRun of sandbox.run_workflows
 
-Needs: sandbox.py, isolation.py (code_score runs programs; outputs_match), mas.py (the answer tag), data.py (for sandbox.py)
+Needs: sandbox.py, isolation.py (code_score runs programs; outputs_match), mas.py (the answer tag),
+data.py (for sandbox.py)
 """
 
 import atexit
@@ -37,11 +37,9 @@ import os
 import re
 import resource
 import select
-import signal
 import subprocess
 import sys
 import threading
-import time
 from concurrent.futures import ThreadPoolExecutor
 from decimal import Decimal
 from fractions import Fraction
@@ -99,7 +97,9 @@ _NUM_RE = re.compile(r"[+-]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d{1,3})?")
 _FRAC_RE = re.compile(r"([+-]?\d{1,50})\s*/\s*(\d{1,50})")
 _WORDS_RE = re.compile(r"[A-Za-z]+(?: [A-Za-z]+)*")
 _DEGREE_RE = re.compile(r"(\d+(?:\.\d+)?)\s*(?:\^\s*\{?\s*\\circ\s*\}?|\\degree)")
-_ASSIGN_RE = re.compile(r"^\s*(?:[A-Za-z](?:_\{?[\w\\ ]+\}?)?|\\[A-Za-z]+|[A-Za-z]\([A-Za-z]\))\s*=\s*(?P<rhs>[^=]+)$")
+# "x = 3", "x_1 = 3", "\alpha = 3", "f(x) = 3": the right-hand side is the answer
+_ASSIGN_RE = re.compile(r"^\s*(?:[A-Za-z](?:_\{?[\w\\ ]+\}?)?|\\[A-Za-z]+|[A-Za-z]\([A-Za-z]\))"
+                        r"\s*=\s*(?P<rhs>[^=]+)$")
 _TEXT_RE = re.compile(r"\\(?:text|textbf|textit|mathrm|mbox|operatorname)\s*\{([^{}]*)\}")
 
 
@@ -137,12 +137,6 @@ def _number(s):
     return None
 
 
-def _numbers_equal(a, b):
-    if a.denominator == 1 and b.denominator == 1:
-        return a == b
-    return abs(a - b) <= FLOAT_TOL * max(1, abs(b))
-
-
 def _words(s):
     """Lower-cased text of a text answer ("Yes", "\\text{no solution}"); None for anything mathematical."""
     t = _TEXT_RE.sub(r"\1", s).strip()
@@ -152,7 +146,9 @@ def _words(s):
 
 
 def _fast_equal(pred, gold):
-    """Decide without SymPy where that is safe: True/False, or None (needs math-verify)."""
+    """Decide without SymPy where that is safe: True/False, or None (needs math-verify).
+
+    Integers compare exactly, other numbers within FLOAT_TOL; a text answer equals only the same text."""
     p, g = _clean(pred), _clean(gold)
     if not p or not g:
         return False
@@ -160,15 +156,13 @@ def _fast_equal(pred, gold):
         return True
     a, b = _number(p), _number(g)
     if a is not None and b is not None:
-        return _numbers_equal(a, b)
+        return a == b if a.denominator == b.denominator == 1 else abs(a - b) <= FLOAT_TOL * max(1, abs(b))
     if p.startswith("def ") and g.startswith("def "):   # two programs (a vote over code) are the same answer
         return False                                   # only as text (above): math-verify would call
         # `def f(): return 3` and `def g(): return 3` equal (it reads the constant), and a test calls f, not g
     wp, wg = _words(p), _words(g)
     if wp is not None or wg is not None:
-        if wp is not None and wg is not None:
-            return wp == wg
-        return None
+        return wp == wg
     return None
 
 
@@ -196,43 +190,26 @@ def _split_top(s):
     return [x for x in items if x]
 
 
-def _unset(s):
-    """"\\{1, 2\\}" -> "1, 2" (a set written as a set compares like a list of answers)."""
+def _items(s):
+    """The answers of a multiple answer: "\\{1, 2\\}" -> ["1", "2"] (a set written as a set compares like
+    a list); "1 \\pm \\sqrt 2" -> ["1+(\\sqrt 2)", "1-(\\sqrt 2)"] (one \\pm only; more: math-verify's)."""
     if s.startswith("\\{") and s.endswith("\\}") and len(_split_top(s)) == 1:
-        return s[2:-2].strip()
-    return s
-
-
-def _expand_pm(s):
-    """"1 \\pm \\sqrt 2" -> "1 + \\sqrt 2, 1 - \\sqrt 2" (one \\pm only; more is left to math-verify)."""
+        s = s[2:-2].strip()
     if s.count("\\pm") == 1 and "," not in s:
-        a, b = s.replace("\\mp", "\\pm").split("\\pm")
-        a, b = a.strip(), b.strip()
-        return f"{a}+({b}), {a}-({b})" if a else f"{b}, -({b})"
-    return s
-
-
-def _strip_assignment(s):
-    m = _ASSIGN_RE.match(s)
-    return m.group("rhs").strip() if m else s
+        a, b = (x.strip() for x in s.split("\\pm"))
+        s = f"{a}+({b}), {a}-({b})" if a else f"{b}, -({b})"
+    return _split_top(s)
 
 
 def _to_radians(s):
     return _DEGREE_RE.sub(lambda m: f"\\frac{{{m.group(1)}\\pi}}{{180}}", s)
 
 
-def _mv():
-    """math-verify, imported once per process, its threaded-mode warning silenced (we enforce deadlines).
-    Imported here, not at the top: it pulls in SymPy, which a grader process needs and the trainer does not."""
-    import math_verify
-    logging.getLogger("math_verify").setLevel(logging.ERROR)
-    return math_verify
-
-
 def _verify(p, g):
-    mv = _mv()
-    gp = mv.parse(f"${g}$", parsing_timeout=None)
-    pp = mv.parse(f"${p}$", parsing_timeout=None)
+    """math-verify with its own (SIGALRM) timeouts off. Imported here, not at the top: it pulls in SymPy,
+    which a grader process needs and the trainer does not."""
+    import math_verify as mv
+    gp, pp = mv.parse(f"${g}$", parsing_timeout=None), mv.parse(f"${p}$", parsing_timeout=None)
     return bool(gp and pp and mv.verify(gp, pp, timeout_seconds=None))
 
 
@@ -240,16 +217,10 @@ def _equal_one(p, g):
     fast = _fast_equal(p, g)
     if fast is not None:
         return fast
-    if (_words(p) is None) != (_words(g) is None):
-        return False
-    if "=" in p and "=" not in g:
-        p = _strip_assignment(p)
-    elif "=" in g and "=" not in p:
-        g = _strip_assignment(g)
-    if "\\pi" in p and _DEGREE_RE.search(g):
-        g = _to_radians(g)
-    elif "\\pi" in g and _DEGREE_RE.search(p):
-        p = _to_radians(p)
+    if ("=" in p) != ("=" in g):      # "x = 3" vs "3"
+        p, g = (_ASSIGN_RE.sub(r"\g<rhs>", s).strip() for s in (p, g))
+    if "\\pi" in p + g:               # "90^\circ" vs "\frac{\pi}{2}"
+        p, g = _to_radians(p), _to_radians(g)
     return _verify(p, g)
 
 
@@ -261,7 +232,7 @@ def _equal(pred, gold):
     if _equal_one(p, g):
         return True
     # several answers: compare as multisets, item by item (math-verify's own set parsing misses many)
-    ps, gs = _split_top(_expand_pm(_unset(p))), _split_top(_expand_pm(_unset(g)))
+    ps, gs = _items(p), _items(g)
     if len(ps) != len(gs) or len(gs) < 2:
         return False
     left = list(gs)
@@ -273,53 +244,15 @@ def _equal(pred, gold):
     return True
 
 
-_WARM = []
-
-
-def _warm():
-    """First use builds math-verify's parsers lazily; an interrupt in the middle would leave them broken
-    for good, so build them once, with no deadline, before any comparison that has one."""
-    if not _WARM:
-        for p, g in (("1", "1"), ("\\frac12", "0.5"), ("x+1", "1+x"), ("[1,2)", "[1,2)"), ("x=1", "1")):
-            _equal(p, g)
-        _WARM.append(True)
-
-
-class _Deadline(BaseException):   # not Exception: math-verify swallows those
-    pass
-
-
-def _local_equal(pred, gold, timeout):
-    """In-process grading, for where no grader process can be started (a sandbox job forbids it)."""
-    _warm()
-    main = threading.current_thread() is threading.main_thread() and hasattr(signal, "SIGALRM")
-    if not main or not timeout:
-        try:
-            return _equal(pred, gold)
-        except Exception:  # noqa: BLE001 - an answer SymPy chokes on is not equal
-            return False
-
-    def on_alarm(signum, frame):
-        raise _Deadline
-
-    old = signal.signal(signal.SIGALRM, on_alarm)
-    signal.setitimer(signal.ITIMER_REAL, timeout)
-    try:
-        return _equal(pred, gold)
-    except (_Deadline, Exception):  # noqa: BLE001 - out of time, or SymPy failing on odd input
-        return False
-    finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, old)
-
-
 def _serve_grader():
     """Grader process main loop: one JSON [pred, gold] per line in, one JSON bool per line out."""
     out = os.fdopen(os.dup(1), "w")
     os.dup2(2, 1)                     # stray prints must not corrupt the protocol
     with contextlib.suppress(ValueError, OSError):
         resource.setrlimit(resource.RLIMIT_AS, (GRADER_MEMORY, GRADER_MEMORY))
-    _warm()
+    logging.getLogger("math_verify").setLevel(logging.ERROR)   # its threaded-mode warning: deadlines are ours
+    for p, g in (("\\frac12", "0.5"), ("x+1", "1+x"), ("[1,2)", "[1,2)"), ("x=1", "1")):
+        _equal(p, g)                  # math-verify builds its parsers on first use: before any deadline
     out.write("ready\n")
     out.flush()
     for line in sys.stdin:
@@ -333,30 +266,22 @@ def _serve_grader():
 
 
 class _Grader:
-    """One grader process (SymPy pre-imported), spoken to over pipes."""
+    """One grader process (SymPy pre-imported), spoken to over pipes, one short line each way."""
 
     def __init__(self):
         boot = "import sys; sys.path.insert(0, sys.argv[1]); import reward; reward._serve_grader()"
         self.proc = subprocess.Popen([sys.executable, "-c", boot, HERE], stdin=subprocess.PIPE,
                                      stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, bufsize=0)
-        self.buf = b""
         if self._readline(GRADER_STARTUP) != b"ready":
             self.kill()
             raise OSError("grader process failed to start")
 
     def _readline(self, timeout):
-        fd = self.proc.stdout.fileno()
-        deadline = _now() + timeout
-        while b"\n" not in self.buf:
-            left = deadline - _now()
-            if left <= 0 or not select.select([fd], [], [], left)[0]:
-                return None
-            chunk = os.read(fd, 4096)
-            if not chunk:
-                return None
-            self.buf += chunk
-        line, self.buf = self.buf.split(b"\n", 1)
-        return line
+        """The next line, or None after `timeout` seconds or at the process's end. Each line is written
+        at once (shorter than PIPE_BUF), so once the pipe is readable the whole line is there."""
+        if not select.select([self.proc.stdout], [], [], timeout)[0]:
+            return None
+        return self.proc.stdout.readline().rstrip(b"\n") or None
 
     def ask(self, pred, gold, timeout):
         """True/False, or None when the deadline passed or the process died."""
@@ -368,39 +293,22 @@ class _Grader:
         return None if line is None else line == b"true"
 
     def kill(self):
-        with contextlib.suppress(OSError):
-            self.proc.kill()
+        self.proc.kill()
         self.proc.wait()
-        for f in (self.proc.stdin, self.proc.stdout):
-            with contextlib.suppress(OSError):
-                f.close()
-
-
-def _now():
-    return time.monotonic()
+        self.proc.stdin.close()
+        self.proc.stdout.close()
 
 
 class _Pool:
     """Idle grader processes; a thread takes one per comparison, so concurrent callers grade in parallel."""
 
     def __init__(self):
-        self.lock = threading.Lock()
-        self.idle = []
-        self.spawn_failed = False
-        self.started = 0              # grader processes started, for tests and the bench
+        self.lock, self.idle = threading.Lock(), []
 
     def equal(self, pred, gold, timeout):
-        if self.spawn_failed:
-            return _local_equal(pred, gold, timeout)
         with self.lock:
             g = self.idle.pop() if self.idle else None
-        if g is None:
-            try:
-                g = _Grader()
-                self.started += 1
-            except OSError:           # no new processes allowed here (sandbox job): grade in-process
-                self.spawn_failed = True
-                return _local_equal(pred, gold, timeout)
+        g = g or _Grader()
         ok = g.ask(pred, gold, timeout)
         if ok is None:                # stuck on a pathological expression (or died): kill, answer "no"
             g.kill()
@@ -415,20 +323,15 @@ class _Pool:
         for g in idle:
             g.kill()
 
-    def forget(self):
-        """After fork: the parent's graders are not ours to talk to."""
-        self.idle = []
-        self.lock = threading.Lock()
-
 
 _POOL = _Pool()
 atexit.register(_POOL.close)
-os.register_at_fork(after_in_child=_POOL.forget)
+os.register_at_fork(after_in_child=_POOL.__init__)   # a forked child: the parent's graders are not its own
 
 
 def math_equal(pred, gold, timeout=5.0):
-    """Is the answer `pred` equivalent to the reference `gold`? Safe from any thread or process; a
-    comparison that needs more than `timeout` seconds of SymPy is killed and counts as not equal."""
+    """Is the answer `pred` equivalent to the reference `gold`? Safe from any thread; a comparison that
+    needs more than `timeout` seconds of SymPy is killed and counts as not equal."""
     if pred is None or gold is None:
         return False
     pred, gold = str(pred), str(gold)
@@ -438,16 +341,6 @@ def math_equal(pred, gold, timeout=5.0):
     if fast is not None:
         return fast
     return _POOL.equal(pred, gold, timeout)
-
-
-def grade_many(pairs, workers=None, timeout=5.0):
-    """math_equal over [(pred, gold), ...] on `workers` grader processes at once; a list of bools."""
-    pairs = list(pairs)
-    workers = workers or min(len(pairs), os.cpu_count() or 1)
-    if workers <= 1 or len(pairs) <= 1:
-        return [math_equal(p, g, timeout) for p, g in pairs]
-    with ThreadPoolExecutor(workers) as ex:
-        return list(ex.map(lambda pg: math_equal(pg[0], pg[1], timeout), pairs))
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -474,21 +367,13 @@ def extract_code(text):
 def code_score(code, tests, timeout=4.0):
     """Fraction of `tests` ({"inputs", "outputs", "fn_name"}) the program passes: all tests in one sandbox
     child with `timeout` seconds each; outputs compared as sandbox.outputs_match / call_output_match do."""
-    inputs = list((tests or {}).get("inputs") or [])
-    expected = list((tests or {}).get("outputs") or [])
-    if not inputs or not isinstance(code, str) or not code.strip():
+    if not tests["inputs"] or not code.strip():
         return 0.0
-    fn_name = (tests or {}).get("fn_name")
-    outcomes = sandbox.run_tests(sandbox.CALL_HEADER + code if fn_name else code, tests, timeout_per_test=timeout)
-    passed = 0
-    for o, exp in zip(outcomes, expected):
-        if o.status != "ok":
-            continue
-        if fn_name:
-            passed += sandbox.call_output_match(o.output, exp)
-        else:
-            passed += sandbox.outputs_match(o.output, exp if isinstance(exp, str) else json.dumps(exp))
-    return passed / len(inputs)
+    fn = tests.get("fn_name")
+    match = sandbox.call_output_match if fn else sandbox.outputs_match
+    outcomes = sandbox.run_tests(sandbox.CALL_HEADER + code if fn else code, tests, timeout_per_test=timeout)
+    return sum(o.status == "ok" and match(o.output, exp) for o, exp in zip(outcomes, tests["outputs"])) \
+        / len(tests["inputs"])
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -510,11 +395,7 @@ def format_score(run):
     (run.calls[k].reply) that carry exactly one well-formed answer tag; 0 when there were no replies.
     Only the tag's content goes back to the script: a reply without one gives the script "" from
     agent(message), so a badly formatted reply also starves the workflow."""
-    calls = list(getattr(run, "calls", None) or [])
-    if not calls:
-        return 0.0
-    replies = [c.get("reply") if isinstance(c, dict) else getattr(c, "reply", None) for c in calls]
-    return sum(well_formed(r) for r in replies) / len(replies)
+    return sum(well_formed(c.reply) for c in run.calls) / len(run.calls) if run.calls else 0.0
 
 
 def graded_part(kind, answer):
@@ -531,7 +412,7 @@ def graded_part(kind, answer):
     return answer
 
 
-def correctness(task, answer, code_timeout=4.0):
+def correctness(task, answer):
     """correct(e): math_equal on the returned answer, or the share of hidden tests its program passes."""
     if answer is None:
         return 0.0
@@ -540,29 +421,26 @@ def correctness(task, answer, code_timeout=4.0):
     if kind == "math":
         return float(math_equal(graded, task.get("answer")))
     if kind == "code":
-        return code_score(graded, task.get("tests"), timeout=code_timeout)
+        return code_score(graded, task["tests"])
     raise ValueError(f"task {task.get('id')!r}: unknown kind {kind!r} (expected 'math' or 'code')")
 
 
-def reward(task, run, lam=LAM, code_timeout=4.0, correct=None):
-    """R = correct + λ·format (the paper's; a run that failed to parse or run just earns no correctness).
-    correct: correctness(task, run.answer) when the caller already has it (grade_runs)."""
-    if correct is None:
-        correct = correctness(task, getattr(run, "answer", None), code_timeout)
-    return correct + lam * format_score(run)
+def reward(task, run, lam=LAM):
+    """R = correct + λ·format (the paper's; a run that failed to parse or run just earns no correctness)."""
+    return correctness(task, run.answer) + lam * format_score(run)
 
 
 def grade_runs(pairs, workers=4):
-    """[correctness(task, run.answer) for (task, run) in pairs], each distinct (task, graded part) graded once.
-    Many runs of a step return the same program or answer (the N executions of a script, designs with the same
-    template), and correctness depends on nothing else (graded_part), so each is graded once, keyed by the task
-    object itself (every run of a query holds the same dict). In threads: grading waits on sandbox children
-    (hidden tests) and grader processes (math_equal), both safe to drive from several threads."""
-    keys = [(id(task), graded_part(task.get("kind"), getattr(run, "answer", None))) for task, run in pairs]
+    """[correctness(task, run.answer) for (task, run) in pairs], each distinct (task, graded part) graded
+    once. Many runs of a step return the same program or answer (the N executions of a script, designs with
+    the same template), and correctness depends on nothing else (graded_part), so each is graded once, keyed
+    by the task object itself (every run of a query holds the same dict). In threads: grading waits on
+    sandbox children (hidden tests) and grader processes (math_equal), both safe to drive from threads."""
+    keys = [(id(task), graded_part(task.get("kind"), run.answer)) for task, run in pairs]
     first = {}   # key -> the first run that has it: that run's answer is graded
     for k, key in enumerate(keys):
         first.setdefault(key, k)
-    grade = lambda k: correctness(pairs[k][0], getattr(pairs[k][1], "answer", None))
+    grade = lambda k: correctness(pairs[k][0], pairs[k][1].answer)
     with ThreadPoolExecutor(max(1, min(workers, len(first)))) as ex:
         correct = dict(zip(first, ex.map(grade, first.values())))
     return [correct[key] for key in keys]

@@ -12,29 +12,15 @@ needs_shared = pytest.mark.skipif(not SHARED.exists(), reason=f"{SHARED} not pre
 
 
 @needs_shared
-@pytest.mark.parametrize("name", ["aime24", "aime25"])
-def test_answers_mode_grades_gold_right_and_neighbours_wrong(name):
-    _, tasks, _ = evaluate.load_benchmark(name)
-    assert len(tasks) == 30
-    gold = [{"id": t["id"], "output": f"so the answer is \\boxed{{{t['answer']}}}"} for t in tasks]
-    assert evaluate.grade_answers(tasks, gold)["pass@1"] == 1.0
-    wrong = [{"id": t["id"], "output": f"<answer>{int(t['answer']) + 1}</answer>"} for t in tasks]
-    assert evaluate.grade_answers(tasks, wrong)["pass@1"] == 0.0
-    # two samples per problem, one right: avg@2 = 0.5; problems with no output count as wrong
-    half = evaluate.grade_answers(tasks, gold + wrong)
-    assert half["pass@1"] == pytest.approx(0.5)
-    assert evaluate.grade_answers(tasks, gold[:15])["pass@1"] == pytest.approx(0.5)
-
-
-@needs_shared
-def test_answers_cli_writes_results(tmp_path):
-    _, tasks, _ = evaluate.load_benchmark("aime24")
-    f = tmp_path / "answers.jsonl"
-    f.write_text("".join(json.dumps({"id": t["id"], "output": t["answer"]}) + "\n" for t in tasks[:10]))
-    r = evaluate.main(["answers", "--tasks", "aime24", "--answers", str(f), "--out", str(tmp_path / "o")])
-    assert r["pass@1"] == pytest.approx(10 / 30)
-    rec = json.loads((tmp_path / "o" / "results.json").read_text())
-    assert rec["tasks"]["aime24"]["sha256"] and len(rec["tasks"]["aime24"]["sha256"]) == 64
+@pytest.mark.parametrize("name,n", [("aime24", 30), ("aime25", 30), ("olympiadbench", 675)])
+def test_named_benchmarks_load_through_the_converters(name, n):
+    bench, tasks, src = evaluate.load_benchmark(name)
+    assert (bench, src) == (name, SHARED / f"{name}.jsonl") and len(tasks) == n
+    assert len({t["id"] for t in tasks}) == n and all(t["kind"] == "math" for t in tasks)
+    if name.startswith("aime"):   # graded as training grades: the gold right, its neighbour wrong
+        import reward
+        assert all(reward.correctness(t, f"so \\boxed{{{t['answer']}}}") == 1.0 for t in tasks)
+        assert all(reward.correctness(t, f"<answer>{int(t['answer']) + 1}</answer>") == 0.0 for t in tasks)
 
 
 def test_clear_errors(tmp_path):
@@ -44,6 +30,8 @@ def test_clear_errors(tmp_path):
         evaluate.main(["--model", str(tmp_path / "nope"), "--tasks", "tiny"])
     with pytest.raises(SystemExit, match="unknown mode"):
         evaluate.main(["--model", "x", "--tasks", "tiny", "--mode", "bogus"])
+    with pytest.raises(SystemExit, match="--designer and --executor"):
+        evaluate.main(["--designer", "x", "--tasks", "tiny"])
 
 
 def test_tables_shape():
@@ -84,6 +72,9 @@ def test_end_to_end_on_tiny_tasks_and_real_format(tiny_model, tmp_path):
             # fp64 shares k/n of 6 categories (Python floats): their sum is within ~6·2^-53 ~ 1e-15 of 1
             assert abs(sum(bench["structures"].values()) - 1.0) < 1e-12
     assert len(rec["tasks"]["tiny"]["ids"]) == 2 and rec["samples"] == 2
+    assert rec["models"] == {"shared": str(tiny_model)} and rec["tasks"]["tiny"]["sha256"] is None
+    if SHARED.exists():   # a task file is recorded with its hash
+        assert len(rec["tasks"]["aime25_head"]["sha256"]) == 64
     # an untrained designer writes garbage: every one of its designs is unparseable, and it is scored, not raised
     assert res["auto"]["tiny"]["structures"]["unparseable"] == 1.0
     assert res["single"]["tiny"]["structures"]["single"] == 1.0

@@ -13,7 +13,6 @@ from reward import (
     extract_answer,
     extract_code,
     format_score,
-    grade_many,
     math_equal,
 )
 
@@ -76,13 +75,19 @@ CORPUS = [
 ]
 
 
+def _grade(pairs):
+    """math_equal over many pairs from two threads at once: two grader processes, as grade_runs uses them."""
+    with ThreadPoolExecutor(2) as ex:
+        return list(ex.map(lambda pg: math_equal(*pg), pairs))
+
+
 def test_corpus_size_and_categories():
     assert len(CORPUS) >= 80
     assert sum(e for _, _, e in CORPUS) >= 30 and sum(not e for _, _, e in CORPUS) >= 30
 
 
 def test_math_equal_corpus():
-    got = grade_many([(p, g) for p, g, _ in CORPUS], workers=2)
+    got = _grade([(p, g) for p, g, _ in CORPUS])
     wrong = [(p, g, e) for (p, g, e), r in zip(CORPUS, got) if r != e]
     assert not wrong, f"{len(wrong)} graded wrong (pred, gold, expected): {wrong}"
 
@@ -105,7 +110,7 @@ def test_every_aime_gold():
         for pred in (str(n), f"\\boxed{{{gold}}}", f"0{n}", f"{n}.0", gold):
             cases.append((pred, gold, True))
         cases += [(str(n + 1), gold, False), (f"\\boxed{{{n - 1}}}", gold, False)]
-    got = grade_many([(p, g) for p, g, _ in cases], workers=2)
+    got = _grade([(p, g) for p, g, _ in cases])
     wrong = [c for c, r in zip(cases, got) if r != c[2]]
     assert not wrong, wrong
 
@@ -124,25 +129,6 @@ def test_pathological_expression_hits_deadline_then_grading_goes_on():
         assert ex.submit(math_equal, "10^{10^{10^{10}}}", "1", 1.0).result() is False
     assert time.monotonic() - t < 1.0 + 60.0     # deadline + generous margin (a fresh grader may start)
     assert math_equal("\\frac{2}{4}", "0.5") is True
-
-
-def test_in_process_fallback_has_a_deadline_on_the_main_thread():
-    # SIGALRM interrupts Python-level SymPy work (a huge expansion), not one C-level bignum power: that is
-    # why the default path grades in a process it can kill
-    t = time.monotonic()
-    assert reward._local_equal("(x+y+z+w)^{40}", "(x+y+z+w)^{41}", 1.0) is False
-    assert time.monotonic() - t < 1.0 + 30.0
-    assert reward._local_equal("\\frac{1}{2}", "0.5", 5.0) is True
-
-
-def test_math_equal_inside_a_sandbox_job():
-    # where seccomp forbids starting a grader process, grading runs in-process
-    import sandbox
-    code = ("import reward\n"
-            "print(reward.math_equal('\\\\frac{1}{2}', '0.5'), reward.math_equal('\\\\sqrt{2}', '2'))\n")
-    res = sandbox.run_code(code, timeout=60)
-    assert res.status == "ok", res.stderr
-    assert res.stdout.split() == ["True", "False"]
 
 
 def test_extract_answer():
