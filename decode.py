@@ -45,8 +45,8 @@ framework does around the arithmetic. What this file does differently (`python b
   position, so rows that kept more tokens move ahead.
 
 Same contract as the other backends (engine.py): logprobs[t] = log_softmax(logits_t / tau)[token_t] (tau = 1 for
-greedy); nucleus truncation renormalises over the kept tokens; EOS ends a row and is kept in its tokens; a stop
-string ends it at the token that completes it. The result equals transformers' forward up to float rounding
+greedy); nucleus truncation renormalises over the kept tokens; EOS ends a row and is kept in its tokens. The
+result equals transformers' forward up to float rounding
 (tests/test_engine.py checks greedy tokens and log-probs against it).
 
     dec = Decoder(model)                     # a transformers Qwen3ForCausalLM (its weights, read in place)
@@ -74,11 +74,9 @@ class Row:
     top_p: float = 1.0
     seed: int = 0
     max_tokens: int = 16
-    stop_hit: object = None           # stop_hit(token_ids) -> text cut at a stop string, or None (stop strings)
     token_ids: list[int] = field(default_factory=list)
     logprobs: list[float] = field(default_factory=list)
-    finish_reason: str | None = None  # "stop" | "length"
-    text: str | None = None           # set where a stop string ended the row (the text before it)
+    finish_reason: str | None = None  # "stop" (EOS) | "length"
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -137,6 +135,19 @@ def sample(logits, temps, top_ps, seeds, t):
 # the decoder
 
 
+def left_padded(seqs, pad_id, device):
+    """Token lists as one left-padded batch, the transformers forward's input (here and in engine.HFEngine):
+    input_ids, attention_mask (0 on the padding), position_ids (from 0 in each row), [len(seqs), longest]."""
+    L = max(len(s) for s in seqs)
+    ids = torch.full((len(seqs), L), pad_id, dtype=torch.long)
+    mask = torch.zeros((len(seqs), L), dtype=torch.long)
+    for b, s in enumerate(seqs):
+        ids[b, L - len(s):] = torch.tensor(s)
+        mask[b, L - len(s):] = 1
+    ids, mask = ids.to(device), mask.to(device)
+    return ids, mask, (mask.cumsum(-1) - 1).clamp(min=0)
+
+
 class Decoder:
     def __init__(self, model, keep_bytes=1 << 30):
         cfg = model.config
@@ -172,8 +183,7 @@ class Decoder:
                 gu=torch.cat([mlp.gate_proj.weight, mlp.up_proj.weight]).t().contiguous(),
                 down=mlp.down_proj.weight.t().contiguous()))
         self.embed, self.norm = m.embed_tokens.weight, m.norm.weight
-        self.head = self.model.lm_head.weight.t().contiguous()
-        self.head_b = getattr(self.model.lm_head, "bias", None)
+        self.head = self.model.lm_head.weight.t().contiguous()   # (Qwen3's lm_head has no bias)
 
     def _buffer(self, key, shape):
         """A [shape] tensor of the workspace (contents: whatever an earlier call left), grown when too small."""
@@ -228,33 +238,24 @@ class Decoder:
             gu = self._rms(h, w["ln2"]) @ w["gu"]
             g, u = gu.chunk(2, dim=-1)
             h = h + (F.silu(g) * u) @ w["down"]
-        logits = self._rms(h, self.norm) @ self.head
-        logits = logits + self.head_b if self.head_b is not None else logits
-        return logits.view(R, W, -1)
+        return (self._rms(h, self.norm) @ self.head).view(R, W, -1)
 
     @torch.inference_mode()
     def generate(self, rows, eos, drafter=None):
-        """Sample every Row in place (token_ids, logprobs, finish_reason, text); returns rows.
+        """Sample every Row (one or more) in place: token_ids, logprobs, finish_reason; returns rows.
 
         drafter: a Drafter, or None (one token a row per forward). With one, each forward also verifies the
         tokens it proposes for every row, and every row's finished tokens are added to it."""
-        if not rows:
-            return rows
         dev, dtype = self.embed.device, self.embed.dtype
         # 1. prefill the distinct prompts once (left-padded), with the transformers forward
         distinct = {}
         for r in rows:
             distinct.setdefault(tuple(r.prompt_ids), len(distinct))
         prompts = list(distinct)
-        Lp = max(len(p) for p in prompts)
-        ids = torch.zeros(len(prompts), Lp, dtype=torch.long)
-        attn = torch.zeros(len(prompts), Lp, dtype=torch.long)
-        for u, p in enumerate(prompts):
-            ids[u, Lp - len(p):] = torch.tensor(p)
-            attn[u, Lp - len(p):] = 1
-        ids, attn = ids.to(dev), attn.to(dev)
-        out = self.model(input_ids=ids, attention_mask=attn, position_ids=(attn.cumsum(-1) - 1).clamp(min=0),
-                         use_cache=True, logits_to_keep=1)
+        ids, attn, pos = left_padded(prompts, 0, dev)
+        Lp = ids.shape[1]
+        out = self.model(input_ids=ids, attention_mask=attn, position_ids=pos, use_cache=True,
+                         logits_to_keep=1)
         self.forwards += 1
         src = torch.tensor([distinct[tuple(r.prompt_ids)] for r in rows], device=dev)
         R, n_new = len(rows), max(r.max_tokens for r in rows)
@@ -289,8 +290,8 @@ class Decoder:
         tok, lp = sample(out.logits[:, -1][src], temps, top_ps, seeds, g + 1)
         toks, lps = [[t] for t in tok.tolist()], [[x] for x in lp.tolist()]
         while True:
-            # append each live row's new tokens up to its first rejected draft token, EOS, stop string or
-            # max_tokens; count[c] = how many it took (its cache then holds its tokens up to the last of them)
+            # append each live row's new tokens up to its first rejected draft token, EOS or max_tokens;
+            # count[c] = how many it took (its cache then holds its tokens up to the last of them)
             count = [0] * len(live)
             for c, k in enumerate(live):
                 if k < 0:
@@ -302,8 +303,6 @@ class Decoder:
                     count[c] += 1
                     if t in eos_set:
                         row.finish_reason = "stop"
-                    elif row.stop_hit is not None and (cut := row.stop_hit(row.token_ids)) is not None:
-                        row.finish_reason, row.text = "stop", cut
                     elif len(row.token_ids) >= row.max_tokens:
                         row.finish_reason = "length"
                     if row.finish_reason is not None:
@@ -315,15 +314,13 @@ class Decoder:
             if not keep:
                 break
             g = g + torch.tensor(count, device=dev)
-            last = torch.tensor([toks[c][count[c] - 1] if live[c] >= 0 else 0 for c in range(len(live))],
-                                device=dev)
             if len(keep) <= 0.75 * len(live):   # compact when a quarter of the rows are finished
                 idx = torch.tensor(keep, device=dev)
                 side = 1 - side   # the live rows into the other buffer (every slot: each holds a finite value)
                 for i in range(len(K)):
                     K[i] = torch.index_select(K[i], 0, idx, out=self._buffer(("K", i, side), (len(keep), *K[i].shape[1:])))
                     V[i] = torch.index_select(V[i], 0, idx, out=self._buffer(("V", i, side), (len(keep), *V[i].shape[1:])))
-                pad, plen, temps, top_ps, seeds, g, last = (z[idx] for z in (pad, plen, temps, top_ps, seeds, g, last))
+                pad, plen, temps, top_ps, seeds, g = (z[idx] for z in (pad, plen, temps, top_ps, seeds, g))
                 live = [live[c] for c in keep]
             drafts = [drafter.propose(rows[k].prompt_ids, rows[k].token_ids, rows[k].max_tokens)
                       if drafter is not None and k >= 0 else [] for k in live]
@@ -332,11 +329,11 @@ class Decoder:
             lens = sorted(len(d) for d, k in zip(drafts, live) if k >= 0)
             W = 1 + lens[len(lens) // 10]
             drafts = [d[:W - 1] for d in drafts]
-            x = torch.zeros(len(live), W, dtype=torch.long)
-            for c, d in enumerate(drafts):
-                x[c, 1:1 + len(d)] = torch.tensor(d, dtype=torch.long)
+            x = torch.zeros(len(live), W, dtype=torch.long)   # a live row: its last token, then its draft
+            for c, (k, d) in enumerate(zip(live, drafts)):
+                if k >= 0:
+                    x[c, :1 + len(d)] = torch.tensor(rows[k].token_ids[-1:] + d, dtype=torch.long)
             x = x.to(dev)
-            x[:, 0] = last
             logits = self._forward(x, plen + g, Lp + g, K, V, pad, cos_t, sin_t)
             self.forwards += 1
             Rl = len(live)

