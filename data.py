@@ -13,7 +13,15 @@ each input is the list of positional arguments, each output the expected return 
 
     python data.py convert olympiadbench ../shared/data/benchmarks/olympiadbench.jsonl out/olympiad.jsonl
     python data.py convert apps apps_test.jsonl out/apps.jsonl --difficulty introductory
-    python data.py prepare livecodebench            # needs `datasets` and the network (users' machines)
+
+The hub-hosted benchmarks' rows come as JSONL from the `datasets` package (on a machine with the network):
+
+    ds = datasets.load_dataset(...)   # polaris: "POLARIS-Project/Polaris-Dataset-53K", split="train"
+                                      # apps: "codeparrot/apps", "all", split="test", trust_remote_code=True
+                                      # codecontests: "deepmind/code_contests", split="test"
+                                      # livecodebench: "livecodebench/code_generation_lite", split="test",
+                                      #   version_tag="release_v5", trust_remote_code=True
+    ds.to_json("rows.jsonl")          # then: python data.py convert NAME rows.jsonl data/NAME.jsonl
 
 Dataset rows are untrusted: a malformed row is an error naming the file and line, never silently dropped,
 and LiveCodeBench's pickled tests go through a restricted unpickler that can build nothing but plain data.
@@ -29,7 +37,6 @@ import json
 import os
 import pickle
 import sys
-import tempfile
 import zlib
 
 MAX_EXAMPLES = 3            # visible examples shown in task_text
@@ -361,36 +368,6 @@ def convert(source, in_path, out_path, difficulty="introductory"):
     return len(tasks), skipped
 
 
-# Where `prepare` fetches each benchmark (Hugging Face hub id, config, split, extra load_dataset args).
-HUB = {"polaris": ("POLARIS-Project/Polaris-Dataset-53K", None, "train", {}),
-       "apps": ("codeparrot/apps", "all", "test", {"trust_remote_code": True}),
-       "codecontests": ("deepmind/code_contests", None, "test", {}),
-       "livecodebench": ("livecodebench/code_generation_lite", None, "test",
-                         {"version_tag": "release_v5", "trust_remote_code": True})}
-
-
-def prepare(name, out_path, difficulty="introductory"):
-    """Download a benchmark with `datasets` and write our JSONL through the tested converters."""
-    if name not in HUB:
-        raise ValueError(f"prepare knows {sorted(HUB)}; aime24/aime25/olympiadbench are plain JSONL files "
-                         "(see shared/data/SOURCES.md): use `python data.py convert` on them")
-    try:
-        import datasets
-    except ImportError:
-        raise RuntimeError("`python data.py prepare` needs the `datasets` package (pip install datasets) and "
-                           "network access to the Hugging Face hub; or download the rows yourself and use "
-                           "`python data.py convert`") from None
-    repo, config, split, kw = HUB[name]
-    ds = datasets.load_dataset(repo, config, split=split, **kw)
-    out_dir = os.path.dirname(os.path.abspath(out_path))    # beside the output: a benchmark can be GBs
-    os.makedirs(out_dir, exist_ok=True)
-    with tempfile.TemporaryDirectory(dir=out_dir) as tmp:   # the rows as JSONL, then the tested converters
-        rows = os.path.join(tmp, "rows.jsonl")
-        with open(rows, "w", encoding="utf-8") as f:
-            f.writelines(json.dumps(row, ensure_ascii=False, default=str) + "\n" for row in ds)
-        return convert(name, rows, out_path, difficulty)
-
-
 def main(argv=None):
     ap = argparse.ArgumentParser(description="Convert published benchmark rows to MetaAgent-X tasks.")
     sub = ap.add_subparsers(dest="cmd", required=True)
@@ -399,22 +376,12 @@ def main(argv=None):
     c.add_argument("inp")
     c.add_argument("out")
     c.add_argument("--difficulty", default="introductory", help="APPS split to keep ('all' keeps every one)")
-    p = sub.add_parser("prepare", help="download with `datasets` and convert")
-    p.add_argument("name", choices=sorted(HUB) + ["aime24", "aime25", "olympiadbench"])
-    p.add_argument("out", nargs="?", help="default: data/NAME.jsonl")
-    p.add_argument("--difficulty", default="introductory")
     a = ap.parse_args(argv)
-    difficulty = None if a.difficulty == "all" else a.difficulty
     try:
-        if a.cmd == "convert":
-            n, skipped = convert(a.source, a.inp, a.out, difficulty)
-            out = a.out
-        else:
-            out = a.out or os.path.join("data", f"{a.name}.jsonl")
-            n, skipped = prepare(a.name, out, difficulty)
-    except (ValueError, RuntimeError, OSError) as e:
+        n, skipped = convert(a.source, a.inp, a.out, None if a.difficulty == "all" else a.difficulty)
+    except (ValueError, OSError) as e:
         sys.exit(f"error: {e}")
-    print(f"wrote {n} tasks to {out}" + (f" ({skipped} rows filtered out)" if skipped else ""))
+    print(f"wrote {n} tasks to {a.out}" + (f" ({skipped} rows filtered out)" if skipped else ""))
 
 
 if __name__ == "__main__":

@@ -31,9 +31,9 @@ import reward as reward_lib
 import sandbox
 
 
-def chat(url, model, messages, *, max_tokens=1024, temperature=0.7, api_key=None, timeout=120.0, retries=2,
-         seed=None):
-    """One POST {url}/v1/chat/completions; returns the reply text ("" after failed retries, with the error).
+def chat(url, model, messages, *, max_tokens=1024, temperature=0.7, api_key=None, seed=None):
+    """One POST {url}/v1/chat/completions; returns (the reply text, None), or ("", the error) when it failed
+    three times (a request times out after 120 s; a 4xx other than 429 is not retried).
 
     url may end in /v1 or not. Errors never raise: a teacher that fails loses that one call."""
     base = url.rstrip("/")
@@ -45,10 +45,10 @@ def chat(url, model, messages, *, max_tokens=1024, temperature=0.7, api_key=None
     if api_key:
         headers["Authorization"] = f"Bearer {api_key}"
     err = None
-    for attempt in range(retries + 1):
+    for attempt in range(3):
         try:
             req = urllib.request.Request(endpoint, data=json.dumps(body).encode(), headers=headers)
-            with urllib.request.urlopen(req, timeout=timeout) as r:
+            with urllib.request.urlopen(req, timeout=120.0) as r:
                 reply = json.loads(r.read().decode())
             return reply["choices"][0]["message"].get("content") or "", None
         except (urllib.error.URLError, OSError, ValueError, KeyError, IndexError, TypeError) as e:
@@ -90,13 +90,12 @@ def distill(teacher, model, tasks, out_dir, *, template=None, designs=1, executi
     for (q, _), reply in zip(jobs, replies):
         counts["designs"] += 1
         script, why = mas.parse_script(reply)
-        completion = reply
         if script is None:
             reason = why.split(":")[0]
             counts["unusable"][reason] = counts["unusable"].get(reason, 0) + 1
             continue
         counts["parsed"] += 1
-        kept_designs.append((q, script, completion))
+        kept_designs.append((q, script, reply))
     if log is not None:
         log(f"distill: {counts['parsed']}/{counts['designs']} designs usable")
 
@@ -157,13 +156,11 @@ def main(argv):
     p.add_argument("--temperature", type=float, default=0.7)
     p.add_argument("--max-tokens", type=int, default=1024)
     p.add_argument("--workers", type=int, default=8, help="concurrent requests to the teacher")
-    p.add_argument("--limit", type=int, default=None, help="use only the first N tasks")
     p.add_argument("--api-key-env", default="OPENAI_API_KEY", help="environment variable holding the key")
     a = p.parse_args(argv)
-    tasks = data.load_tasks(a.tasks)[:a.limit]
-    distill(a.teacher, a.model, tasks, a.out, template=a.template, designs=a.designs, executions=a.executions,
-            short=a.short, temperature=a.temperature, max_tokens=a.max_tokens, workers=a.workers,
-            api_key=os.environ.get(a.api_key_env))
+    distill(a.teacher, a.model, data.load_tasks(a.tasks), a.out, template=a.template, designs=a.designs,
+            executions=a.executions, short=a.short, temperature=a.temperature, max_tokens=a.max_tokens,
+            workers=a.workers, api_key=os.environ.get(a.api_key_env))
 
 
 if __name__ == "__main__":

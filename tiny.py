@@ -73,8 +73,8 @@ CHAT_TEMPLATE = (
 )
 
 
-def build_tokenizer(model_max_length=2048):
-    """Character-level tokenizer: specials are ids 0..5, then one id per character."""
+def build_tokenizer():
+    """Character-level tokenizer: specials are ids 0..5, then one id per character (103 tokens)."""
     vocab = {t: i for i, t in enumerate(SPECIALS + CHARS)}
     tok = Tokenizer(models.WordLevel(vocab=vocab, unk_token=UNK))
     # every single character (newlines included) is its own pre-token; WordLevel then looks it up
@@ -83,35 +83,32 @@ def build_tokenizer(model_max_length=2048):
     tok.add_special_tokens(SPECIALS)
     return PreTrainedTokenizerFast(
         tokenizer_object=tok, pad_token=PAD, unk_token=UNK, eos_token=END,
-        chat_template=CHAT_TEMPLATE, model_max_length=model_max_length,
+        chat_template=CHAT_TEMPLATE, model_max_length=2048,
         clean_up_tokenization_spaces=False, padding_side="left",
     )
 
 
-def tiny_config(vocab_size=128, hidden_size=128, num_layers=4, max_len=2048, heads=8, head_dim=32, **kw):
-    """Qwen3 architecture, tiny. Many narrow heads: 8 heads of 32 (attention 256 wide over a 128-wide
-    residual stream) learned to copy digits out of a chat prompt in ~80 SFT steps where 2 heads of 64 had
-    not after 200 (and the tiny world is mostly copying). head_dim 32 is the smallest vLLM's CPU attention
-    supports."""
+def tiny_config(hidden_size=128, num_layers=4):
+    """Qwen3 architecture, tiny (tests shrink hidden_size and num_layers). Many narrow heads: 8 heads of
+    32 (attention 256 wide over a 128-wide residual stream) learned to copy digits out of a chat prompt in
+    ~80 SFT steps where 2 heads of 64 had not after 200 (and the tiny world is mostly copying). head_dim 32
+    is the smallest vLLM's CPU attention supports. Vocabulary: the tokenizer's 103 tokens, padded to 128."""
     pad_id, end_id = SPECIALS.index(PAD), SPECIALS.index(END)
-    base = dict(
-        vocab_size=vocab_size, hidden_size=hidden_size, intermediate_size=3 * hidden_size,
-        num_hidden_layers=num_layers, num_attention_heads=heads, num_key_value_heads=heads, head_dim=head_dim,
-        max_position_embeddings=max_len, tie_word_embeddings=True, rope_parameters={"rope_type": "default", "rope_theta": 10000.0},
+    return Qwen3Config(
+        vocab_size=128, hidden_size=hidden_size, intermediate_size=3 * hidden_size,
+        num_hidden_layers=num_layers, num_attention_heads=8, num_key_value_heads=8, head_dim=32,
+        max_position_embeddings=2048, tie_word_embeddings=True,
+        rope_parameters={"rope_type": "default", "rope_theta": 10000.0},
         pad_token_id=pad_id, eos_token_id=end_id, bos_token_id=end_id, max_window_layers=num_layers,
     )
-    base.update(kw)
-    return Qwen3Config(**base)
 
 
 def build_model(seed=0, **config_kw):
-    """A freshly initialised tiny model and its tokenizer (same seed -> same weights)."""
+    """A freshly initialised tiny model and its tokenizer (same seed -> same weights). Its generation config
+    takes pad and eos from the model config (transformers copies them), so engine.eos_ids finds <|end|>."""
     tokenizer = build_tokenizer()
     torch.manual_seed(seed)
-    model = Qwen3ForCausalLM(tiny_config(**config_kw))
-    model.generation_config.pad_token_id = model.config.pad_token_id
-    model.generation_config.eos_token_id = model.config.eos_token_id
-    return model, tokenizer
+    return Qwen3ForCausalLM(tiny_config(**config_kw)), tokenizer
 
 
 def save_tiny(path, seed=0, **config_kw):
@@ -238,10 +235,9 @@ WRONG_SHARE = 0.5     # critic/tester runs whose first reply is wrong, so the se
 
 
 def oracle_reply(task):
-    """The correct reply of any agent call on `task`: worked steps (math) and the answer in the tag."""
+    """The correct reply of any agent call on a tiny task: the worked steps (math), the answer in the tag."""
     if task["kind"] == "math":
-        steps = task.get("metadata", {}).get("steps") or []
-        return "".join(s + "\n" for s in steps) + f"<answer>{task['answer']}</answer>"
+        return "".join(s + "\n" for s in task["metadata"]["steps"]) + f"<answer>{task['answer']}</answer>"
     return f"<answer>{task['metadata']['solution']}</answer>"
 
 
@@ -249,13 +245,12 @@ def wrong_reply(task, rng):
     """A plausible but wrong reply: the last step off by a little (math), or another catalogue function
     that fails the visible tests (code). Used to show critic and repair calls something to correct."""
     if task["kind"] == "math":
-        steps = list(task.get("metadata", {}).get("steps") or [f"={task['answer']}"])
+        steps = task["metadata"]["steps"]
         lhs, rhs = steps[-1].rsplit("=", 1)
         bad = str(int(rhs) + rng.choice([d for d in (-2, -1, 1, 2) if int(rhs) + d >= 0]))
         return "".join(s + "\n" for s in steps[:-1] + [f"{lhs}={bad}"]) + f"<answer>{bad}</answer>"
     pub = task["public_tests"]
-    level = min(int(task.get("metadata", {}).get("difficulty", 1)), 4)
-    wrong = [e for e in _catalogue(level)
+    wrong = [e for e in _catalogue(min(task["metadata"]["difficulty"], 4))
              if any(_apply(e, *i) != o for i, o in zip(pub["inputs"], pub["outputs"]))]
     return f"<answer>def f(x): return {rng.choice(wrong)}</answer>"
 

@@ -213,7 +213,7 @@ def test_save_load_roundtrip_and_task_text(tmp_path):
     assert data.load_tasks(str(p)) == tasks                                 # the old file is intact
 
 
-def test_cli_convert_and_prepare(tmp_path):
+def test_cli_convert(tmp_path):
     out = tmp_path / "p.jsonl"
     proc = subprocess.run([sys.executable, "data.py", "convert", "polaris", str(FIX / "polaris.jsonl"), str(out)],
                           cwd=ROOT, capture_output=True, text=True)
@@ -222,13 +222,3 @@ def test_cli_convert_and_prepare(tmp_path):
     proc = subprocess.run([sys.executable, "data.py", "convert", "apps", str(FIX / "polaris.jsonl"), str(out)],
                           cwd=ROOT, capture_output=True, text=True)
     assert proc.returncode != 0 and "polaris.jsonl:1:" in proc.stderr
-    proc = subprocess.run([sys.executable, "data.py", "prepare", "aime24"], cwd=ROOT, capture_output=True,
-                          text=True)
-    assert proc.returncode != 0 and "convert" in proc.stderr
-
-
-@pytest.mark.skipif("datasets" in sys.modules or __import__("importlib").util.find_spec("datasets"),
-                    reason="`datasets` is installed here; prepare would try the network")
-def test_prepare_without_datasets_says_what_to_install(tmp_path):
-    with pytest.raises(RuntimeError, match="pip install datasets"):
-        data.prepare("livecodebench", str(tmp_path / "x.jsonl"))
