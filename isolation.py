@@ -111,20 +111,19 @@ def _mount(src, target, fstype, flags, data=None):
 def _mounts():
     """{mount point: its flags} of this mount namespace (the last mount at a path is the visible one), the
     points' octal escapes decoded (\\040: a space)."""
-    with open("/proc/self/mountinfo") as f:
-        fields = [line.split()[4:6] for line in f]
+    fields = [line.split()[4:6] for line in open("/proc/self/mountinfo")]
     unescape = lambda point: re.sub(r"\\([0-7]{3})", lambda m: chr(int(m[1], 8)), point)
     return {unescape(point): sum(_MOUNT_FLAGS.get(o, 0) for o in opts.split(",")) for point, opts in fields}
 
 
-def _readonly_everything(keep):
-    """Remount every mount read-only but `keep`. The flags the kernel has locked (nosuid, nodev, noexec,
-    atime) must be repeated, or it says EPERM."""
+def _readonly_everything():
+    """Remount every mount read-only. The flags the kernel has locked (nosuid, nodev, noexec, atime) must be
+    repeated, or it says EPERM."""
     for point, flags in _mounts().items():
-        if point != keep and not flags & MS_RDONLY:
+        if not flags & MS_RDONLY:
             with contextlib.suppress(OSError):   # checked below
                 _mount(None, point, None, MS_REMOUNT | MS_BIND | MS_RDONLY | flags)
-    writable = [p for p, f in _mounts().items() if p != keep and not f & MS_RDONLY]
+    writable = [p for p, f in _mounts().items() if not f & MS_RDONLY]
     if writable:
         raise OSError(f"could not make these mounts read-only: {writable}")
 
@@ -236,12 +235,10 @@ def _run_program(code, name="__main__"):
 
 
 def _program_job(payload, chan, cpu, memory):
-    """A program on its stdin: the exit code."""
+    """A program on its stdin: the exit code (its output is flushed as the process exits)."""
     os.close(3)   # the program does not get the channel
     _enter(payload["stdin"], cpu, memory)
-    rc, _ = _run_program(payload["code"])
-    _flush()
-    return rc
+    return _run_program(payload["code"])[0]
 
 
 def _call_args(inp):
@@ -259,8 +256,8 @@ def _calls(payload, inputs, cpu, memory):
 
     def own_cpu_seconds():   # the soft RLIMIT_CPU: each test its own seconds, as in a process of its own
         t, hard = resource.getrusage(resource.RUSAGE_SELF), resource.getrlimit(resource.RLIMIT_CPU)[1]
-        with contextlib.suppress(ValueError, OSError):
-            resource.setrlimit(resource.RLIMIT_CPU, (min(int(t.ru_utime + t.ru_stime) + cpu, hard), hard))
+        # (a soft limit at or below the hard one: lowering or raising it is always allowed)
+        resource.setrlimit(resource.RLIMIT_CPU, (min(int(t.ru_utime + t.ru_stime) + cpu, hard), hard))
 
     own_cpu_seconds()        # the first test's seconds include running the program
     rc, g = _run_program(payload["code"], "solution")
@@ -278,21 +275,18 @@ def _calls(payload, inputs, cpu, memory):
             rc = _failed(e)
             break
         own_cpu_seconds()
-    _flush()
     return rc
 
 
 def _tests_job(payload, chan, cpu, memory):
     """PID 1 of a tests job, the harness: runs the tests in grandchildren, sends each outcome as it completes.
-    Call tests share a grandchild until one does not return (unless payload["isolate_calls"]); the tests after
-    it get a fresh one, so that no test can sink another. Expected outputs never enter the job."""
+    A stdin test gets a grandchild of its own; call tests share one until one does not return, and the tests
+    after it get a fresh one, so that no test can sink another. Expected outputs never enter the job."""
     inputs, k = payload["inputs"], 0
-    shared = payload["fn_name"] and not payload["isolate_calls"]
     while k < len(inputs):
-        for outcome in _grandchild(payload, inputs[k:] if shared else inputs[k:k + 1], memory):
+        for outcome in _grandchild(payload, inputs[k:] if payload["fn_name"] else inputs[k:k + 1], memory):
             chan.send(outcome)
             k += 1
-    return 0
 
 
 def _grandchild(payload, inputs, memory):
@@ -302,16 +296,18 @@ def _grandchild(payload, inputs, memory):
     (out_r, out_w), (err_r, err_w), (res_r, res_w) = os.pipe(), os.pipe(), os.pipe()
     pid = os.fork()
     if pid == 0:
+        code = 120
         try:
             _libc.prctl(1, signal.SIGKILL, 0, 0, 0)   # PR_SET_PDEATHSIG: it dies with the harness
             for fd, to in ((out_w, 1), (err_w, 2), (res_w, 4)):
                 os.dup2(fd, to)
             os.closerange(5, 1 << 16)
             cpu = math.ceil(per) + 1
-            os._exit(_calls(payload, inputs, cpu, memory) if fn else
-                     _program_job({"code": payload["code"], "stdin": str(inputs[0])}, None, cpu, memory))
-        finally:
-            os._exit(120)
+            code = _calls(payload, inputs, cpu, memory) if fn else \
+                _program_job({"code": payload["code"], "stdin": str(inputs[0])}, None, cpu, memory)
+        finally:   # whatever happened: it never returns into the harness's loop
+            _flush()
+            os._exit(code)
     for fd in (out_w, err_w, res_w):
         os.close(fd)
     out, err, res = b"", b"", b""   # stdout, the current test's stderr, the current line of results
@@ -362,7 +358,6 @@ def _workflow_job(payload, chan, cpu, memory):
         msg = {"error": _describe(e)}
     with contextlib.suppress(OSError):
         chan.send(dict(msg, op="done"))
-    return 0
 
 
 def _describe(exc):
@@ -395,7 +390,8 @@ def _job(spec, fds, base, isolated):
         _drop_capabilities()
         chan = Channel(3)
         run = {"code": _program_job, "tests": _tests_job, "workflow": _workflow_job}[spec["kind"]]
-        code = run(chan.receive(), chan, math.ceil(spec["timeout"]) + 1, spec["memory"])
+        # its exit code: a program's; 0 for a harness or a script that ran to its end (they return None)
+        code = run(chan.receive(), chan, math.ceil(spec["timeout"]) + 1, spec["memory"]) or 0
     except BaseException:  # noqa: BLE001 - our own set-up failed: say so on stderr
         traceback.print_exc()
     finally:   # whatever happened: this process never returns into the fork-server's loop
@@ -409,10 +405,9 @@ def _job(spec, fds, base, isolated):
 def _serve(sock_fd, base, isolated):
     sock = socket.socket(fileno=sock_fd)
     if isolated:   # (a failure ends this process; its traceback is in the trainer's SandboxUnavailable)
-        _mount("tmpfs", base, "tmpfs", MS_NOSUID | MS_NODEV, "size=1m,mode=0755")
         if os.path.isdir("/run"):   # hide the host's unix sockets
             _mount("tmpfs", "/run", "tmpfs", MS_NOSUID | MS_NODEV | MS_RDONLY, "size=4k")
-        _readonly_everything(keep=base)
+        _readonly_everything()   # base too: each job mounts its own tmpfs there, in its own mount namespace
         pidns = os.open("/proc/self/ns/pid", os.O_RDONLY)
     sock.send(b'{"ready": true}')
     gc.freeze()   # the forked jobs share these pages; the collector must not dirty them
@@ -430,12 +425,9 @@ def _serve(sock_fd, base, isolated):
                 os.close(sfd)
                 shutil.rmtree(os.path.join(base, str(key.data)), ignore_errors=True)   # (unsafe mode's)
                 continue
-            try:
-                data, fds, _, _ = socket.recv_fds(sock, 65536, 8)
-            except OSError:
-                data, fds = b"", []
+            data, fds, _, _ = socket.recv_fds(sock, 65536, 8)
             if not data:   # the trainer is gone: so are its jobs (with this process, their PID 1 or parent)
-                return
+                return     # (an error here, ECONNRESET, ends this process just the same)
             spec = json.loads(data)
             if spec["op"] == "kill":   # (the harness's grandchildren die with it)
                 with contextlib.suppress(KeyError, OSError):
@@ -448,14 +440,13 @@ def _serve(sock_fd, base, isolated):
                 if pid == 0:
                     _job(spec, fds, base, isolated)
             except OSError:   # no fork (memory, pids): this job fails (no exit status), the server goes on
-                for fd in fds:
-                    os.close(fd)
+                os.close(fds[3])
                 continue
-            finally:
+            finally:   # (only the fork-server gets here: a child never returns from _job)
                 if isolated:   # later children (and this one's retry) in a fresh namespace again
                     _check(_libc.setns(pidns, CLONE_NEWPID), "setns(pid)")
-            for fd in fds[:3]:
-                os.close(fd)
+                for fd in fds[:3]:   # the child's copies are its own
+                    os.close(fd)
             jobs[spec["id"]] = (pid, os.pidfd_open(pid), fds[3])
             sel.register(jobs[spec["id"]][1], selectors.EVENT_READ, spec["id"])
 
@@ -475,7 +466,7 @@ def remove_stale_bases(tmp=None):
 
 
 class Server:
-    """The fork-server process, seen from the trainer: start it, submit a job, kill a job, close it."""
+    """The fork-server process, seen from the trainer: start it, submit a job, close it."""
 
     def __init__(self, unsafe):
         self.unsafe, self.ids = unsafe, itertools.count(1)   # (next() on a count is atomic: no lock)
@@ -523,18 +514,15 @@ class Server:
                 os.close(fd)
         return spec["id"], chan, out, err, st
 
-    def kill(self, jid):
-        with contextlib.suppress(OSError):
-            self.sock.send(json.dumps({"op": "kill", "id": jid}).encode())
-
     def close(self):
-        self.sock.close()   # the fork-server reads its end closing, and exits
+        """End the fork-server and every job at once: it has nothing to clean up (it would exit by itself
+        too on its socket's end, as when the trainer dies). Killing `unshare` kills it (--kill-child), and its
+        jobs die with it: it is PID 1 of the namespace they live in (unsafe: their parent, by
+        PR_SET_PDEATHSIG)."""
+        self.sock.close()
         if hasattr(self, "proc"):
-            try:
-                self.proc.wait(timeout=5)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+            self.proc.kill()
+            self.proc.wait()
         shutil.rmtree(self.base, ignore_errors=True)
 
 
@@ -602,10 +590,11 @@ class Job:
     def finished(self):
         return not self.open
 
-    def kill(self, reason):
+    def kill(self, reason):   # the fork-server SIGKILLs it
         if self.kill_reason is None:
             self.kill_reason = reason
-            self.server.kill(self.id)
+            with contextlib.suppress(OSError):   # (a fork-server that is gone took it along)
+                self.server.sock.send(json.dumps({"op": "kill", "id": self.id}).encode())
 
     def reply(self, obj):   # its clock, stopped while it waited on the trainer, runs again
         self.sendbuf += _line(obj)
@@ -664,8 +653,8 @@ class Job:
 
 
 def last_line(text):
-    lines = [ln for ln in text.strip().splitlines() if ln.strip()]
-    return lines[-1].strip()[:500] if lines else ""
+    """The last non-blank line of `text` (that of the stripped text), at most 500 characters: "" if none."""
+    return (text.strip().splitlines() or [""])[-1].strip()[:500]
 
 
 def _status(rc, stderr, timed_out):

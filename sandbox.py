@@ -100,7 +100,6 @@ class WorkflowRun:
     error: str | None
     calls: list = field(default_factory=list)
     duration: float = 0.0
-    stdout: str = ""
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -113,11 +112,10 @@ def run_code(code, stdin="", timeout=10.0, *, memory=MEMORY):
     return RunResult(*iso.outcome(job))
 
 
-def _tests_job(code, tests, per_test, max_output, isolate_calls=False, **callbacks):
-    inputs = list(tests.get("inputs") or [])
-    payload = {"code": str(code), "inputs": inputs, "fn_name": tests.get("fn_name"), "max_output": max_output,
-               "timeout_per_test": per_test, "isolate_calls": isolate_calls}
-    return iso.Job("tests", payload, len(inputs) * (per_test + 0.5) + 5.0, max_output, **callbacks)
+def _tests_job(code, tests, per_test, max_output, **callbacks):   # tests["inputs"]: never empty
+    payload = {"code": str(code), "inputs": tests["inputs"], "fn_name": tests.get("fn_name"),
+               "max_output": max_output, "timeout_per_test": per_test}
+    return iso.Job("tests", payload, len(tests["inputs"]) * (per_test + 0.5) + 5.0, max_output, **callbacks)
 
 
 def _outcomes(job, n):
@@ -129,16 +127,16 @@ def _outcomes(job, n):
     return outs
 
 
-def run_tests(code, tests, timeout_per_test=4.0, *, max_output=1 << 20, isolate_calls=False):
+def run_tests(code, tests, timeout_per_test=4.0, *, max_output=1 << 20):
     """Run one program on every test, all in ONE sandbox job; raw outputs back, compared elsewhere.
 
     tests: {"inputs": [...], "outputs": [...], "fn_name": str|None}. A stdin test's input is the stdin text
     and its output stdout; a call test's input is the list of positional arguments (or their JSON lines) and
-    its output the JSON of the return value. isolate_calls=True: a fresh process for each call test too."""
+    its output the JSON of the return value."""
     n = len((tests or {}).get("inputs") or [])
     if not n:
         return []
-    job = _tests_job(code, tests, timeout_per_test, max_output, isolate_calls)
+    job = _tests_job(code, tests, timeout_per_test, max_output)
     iso.drive([job], until=lambda: len(job.messages) >= n)   # every outcome is in: not its exit too
     return _outcomes(job, n)
 
@@ -336,7 +334,7 @@ def run_workflows(scripts, tasks, generate, *, equal=None, limits=None, width=No
 
     def ended(job):
         r = runs[live.pop(job).k]
-        r.duration, r.stdout = time.monotonic() - job.t0, job.out.decode("utf-8", "replace")
+        r.duration = time.monotonic() - job.t0
         if job.kill_reason:
             r.answer, r.error = None, r.error or job.kill_reason
         elif r.answer is None and r.error is None:

@@ -238,9 +238,13 @@ CALL_PROGRAMS = [
 @needs_isolation
 def test_call_tests_share_a_process_with_the_outcomes_of_one_each():
     tests = {"inputs": [[1], [2], [3], [4]], "outputs": [0] * 4, "fn_name": "f"}
-    run = lambda code, isolate: [(o.status, o.output, o.error) for o in
-                                 sandbox.run_tests(code, tests, timeout_per_test=1.0, max_output=1 << 16,
-                                                   isolate_calls=isolate)]
+
+    def run(code, isolate):   # isolate: each test in a sandbox job of its own, so in a process of its own
+        batches = [[x] for x in tests["inputs"]] if isolate else [tests["inputs"]]
+        return [(o.status, o.output, o.error) for inputs in batches
+                for o in sandbox.run_tests(code, dict(tests, inputs=inputs), timeout_per_test=1.0,
+                                           max_output=1 << 16)]
+
     with ThreadPoolExecutor(4) as ex:
         shared = list(ex.map(lambda p: run(p[1], False), CALL_PROGRAMS))
         alone = list(ex.map(lambda p: run(p[1], True), CALL_PROGRAMS))
