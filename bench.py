@@ -11,7 +11,7 @@ alike and the printed ratio means something on any machine. What was measured wh
     python bench.py engine       # the tiny rollout on each backend: lean, hf, vllm (when importable)
     python bench.py share        # the tiny update (train.update) with logprobs plain vs shared vs chunked
     python bench.py grade        # a tiny step's grading: reward.grade_runs vs every run graded on its own
-    python bench.py sandbox      # sandbox.run_code vs `python -c pass`; workflows a second
+    python bench.py sandbox      # sandbox.run_code vs `python -c pass`
     python bench.py sft          # SFT tokens/s with the Newton-Schulz iteration in fp32 vs bf16
     python bench.py train        # chunked.token_logprobs (each option) vs the full-logits log-softmax
     python bench.py gpu          # CUDA: the Qwen3-4B-shaped update (GPU_ROWS), vLLM reload and generation
@@ -42,7 +42,6 @@ from transformers import Qwen3Config, Qwen3ForCausalLM
 import advantage
 import engine as engine_lib
 import grpo
-import mas
 import muon
 import reward
 import rollout as rollout_lib
@@ -213,23 +212,15 @@ def bench_grade(reps=5):
           f"ratio {med['once'] / med['every run']:.3f}")
 
 
-def bench_sandbox(reps=15, runs=24):
-    """sandbox.run_code on a trivial program vs a fresh `python -c pass` (isolation's cost against a bare
-    interpreter's start), taking turns, medians; then the solver-tester template on `runs` code tasks with an
-    instant generate at concurrency 2: workflows a second."""
+def bench_sandbox(reps=15):
+    """sandbox.run_code on a trivial program vs a fresh `python -c pass`: isolation's cost against a bare
+    interpreter's start, taking turns, medians. (What workflows cost in a real step: bench.py step's execute
+    part.)"""
     sandbox.start()
     med, _ = alternate({"python -c": lambda rep: subprocess.run([sys.executable, "-c", "pass"], check=True),
                         "run_code": lambda rep: sandbox.run_code("pass")}, reps)
     print(f"trivial program: python -c {med['python -c'] * 1e3:.1f} ms, run_code {med['run_code'] * 1e3:.1f} "
           f"ms, ratio {med['run_code'] / med['python -c']:.3f}")
-    prog = "print(sum(map(int, input().split())))"
-    tests = {"inputs": ["1 2\n", "3 4\n"], "outputs": ["3\n", "7\n"], "fn_name": None}
-    task = {"id": "b", "kind": "code", "question": "Print a+b.", "public_tests": tests, "tests": tests}
-    instant = lambda calls: [f"<answer>{prog}</answer>"] * len(calls)
-    res, dt = timed(lambda: sandbox.run_workflows([mas.TEMPLATES["tester"]] * runs, [task] * runs, instant,
-                                                  width=2))
-    assert all(r.answer == prog for r in res), res[0]
-    print(f"solver-tester, concurrency 2, instant generate: {runs / dt:.1f} workflows/s")
 
 
 def bench_sft(steps=20, rounds=2, seed=0):

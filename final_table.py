@@ -45,15 +45,6 @@ def heldout_tasks(cfg, sources):
     return tasks[:cfg.eval_tasks]
 
 
-def exact_figures_of(tok, tasks, designer, executor):
-    """tiny.exact_figures of a (designer, executor) pair: the Designer's choice from the designer's model, the
-    oracle reply's probability from the executor's (separate policies: another model)."""
-    d = tiny.exact_figures(designer, tok, tasks)
-    if executor is not designer:
-        d["oracle"] = tiny.exact_figures(executor, tok, tasks)["oracle"]
-    return d
-
-
 def heldout_row(cfg, eng, tasks, template, on_phase):
     """One sampled row of the final table: 1 design x 1 execution a task -> (reward, accuracy, structure shares
     as text, per-task correct)."""
@@ -91,7 +82,9 @@ def final_table(cfg, eng, sources, ckpt):
         rows += [("RL: learned designs" if who == "RL" else "SFT: designs", heldout_row(cfg, eng, tasks, None, on_phase)),
                  (f"{who}: single agent", heldout_row(cfg, eng, tasks, "single", on_phase))]
         tok = AutoTokenizer.from_pretrained(dirs[who]["designer"])
-        exact[who] = exact_figures_of(tok, tasks, models["designer"], models["executor"])
+        exact[who] = tiny.exact_figures(models["designer"], tok, tasks)
+        if models["executor"] is not models["designer"]:   # separate policies: P(oracle) is the Executor's
+            exact[who]["oracle"] = tiny.exact_figures(models["executor"], tok, tasks)["oracle"]
     with open(os.path.join(cfg.out_dir, "metrics.jsonl")) as f:
         rs = [json.loads(ln)["reward/mean"] for ln in f if ln.strip()]
     k = max(1, min(5, len(rs) // 2))

@@ -121,7 +121,7 @@ def executor_generate(eng, sampling, seed_of, records, stats):
 
 
 def rollout(queries, designer_engine, executor_engine, M, N, step=0, *, seed=0, template=None,
-            designer_sampling=None, executor_sampling=None, short=False, lam=0.4, limits=None, on_phase=None,
+            designer_sampling=None, executor_sampling=None, short=False, lam=0.4, on_phase=None,
             q_offset=0) -> Batch:
     """The bi-level rollout of a batch of tasks (data.py dicts).
 
@@ -167,7 +167,7 @@ def rollout(queries, designer_engine, executor_engine, M, N, step=0, *, seed=0, 
         sampling = executor_sampling or engine_lib.Sampling()
         gen = executor_generate(executor_engine, sampling, seed_of, records, stats)
         wf_runs = sandbox.run_workflows([scripts[q][i] for q, i, _ in keys], [queries[q] for q, _, _ in keys],
-                                        gen, equal=reward_lib.math_equal, limits=limits, short=short)
+                                        gen, equal=reward_lib.math_equal, short=short)
         if "engine_error" in stats:
             e = stats.pop("engine_error")
             raise RuntimeError(f"the executor engine failed in the rollout: {type(e).__name__}: {e}") from e

@@ -205,8 +205,3 @@ def step_batch(cfg, active):
     """B, the queries of a step whose active roles are `active`: executor_batch_size for an Executor-only step."""
     only_executor = cfg.executor_batch_size > 0 and set(active) == {"executor"}
     return cfg.executor_batch_size if only_executor else cfg.batch_size
-
-
-def role_lr(cfg, role):
-    """The learning rate of a role's updates."""
-    return {"designer": cfg.designer_lr, "executor": cfg.executor_lr}[role]

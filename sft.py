@@ -29,8 +29,8 @@ From Python:
     stats = train_sft(model, tokenizer, samples, steps=300, lr=2e-3, batch_size=64, out_dir="out/x")
     figures = evaluate_sft("out/x", heldout_tasks)     # the quality bar: parse rate, template accuracies
 
-Needs: muon.py, speed.py, engine.py, decode.py, chunked.py, evaluate.py, tiny.py, rollout.py, mas.py,
-sandbox.py, isolation.py, reward.py, data.py
+Needs: muon.py, rundir.py, settings.py, advantage.py, stagewise.py, speed.py, engine.py, decode.py,
+chunked.py, evaluate.py, tiny.py, rollout.py, mas.py, sandbox.py, isolation.py, reward.py, data.py
 """
 
 import argparse
@@ -45,7 +45,6 @@ import time
 import torch
 import torch.distributed as dist
 from safetensors.torch import load_file
-from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
 from torch.distributed.fsdp import FSDPModule
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -54,6 +53,7 @@ import engine as engine_lib
 import evaluate as evaluate_lib
 import mas
 import muon
+import rundir
 import speed
 import tiny
 from chunked import token_logprobs
@@ -123,31 +123,17 @@ def init_distributed():
     return torch.device("cuda", torch.cuda.current_device()) if torch.cuda.is_available() else torch.device("cpu")
 
 
-def is_sharded(model):
-    return isinstance(model, FSDPModule)
-
-
 def save_checkpoint(model, tokenizer, out_dir):
-    """HF-format model + tokenizer, written to a temporary folder and renamed into place. Under FSDP every
-    rank takes part in gathering the full state dict (a collective); rank 0 writes it."""
+    """HF-format model + tokenizer (rundir.save_hf, as train.py writes its checkpoints), written to a
+    temporary folder and renamed into place. Under FSDP every rank takes part in gathering the weights (a
+    collective, one tensor at a time); rank 0 keeps and writes them."""
     rank, world = dist_info()
-    state = None
-    if is_sharded(model):
-        state = get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
-        if getattr(model.config, "tie_word_embeddings", False):
-            # the gathered copies no longer share storage, so save_pretrained would write tied weights twice
-            tied = getattr(model, "all_tied_weights_keys", None) or getattr(model, "_tied_weights_keys", None)
-            for k in (tied if isinstance(tied, dict) else {}):
-                state.pop(k, None)
+    state = {k: v.cpu() for k, v in rundir.full_state(model) if rank == 0}
     if rank == 0:
         out_dir = os.path.abspath(out_dir)
         tmp, old = out_dir + ".tmp", out_dir + ".old"
         shutil.rmtree(tmp, ignore_errors=True)
-        if state is None:
-            model.save_pretrained(tmp)
-        else:
-            model.save_pretrained(tmp, state_dict=state)
-        tokenizer.save_pretrained(tmp)
+        rundir.save_hf(tmp, state, model, tokenizer)
         shutil.rmtree(old, ignore_errors=True)
         if os.path.exists(out_dir):
             os.replace(out_dir, old)
@@ -174,14 +160,14 @@ def train_sft(model, tokenizer, samples, steps=300, lr=2e-3, batch_size=64, out_
     encoded, _ = engine_lib.encode_samples(tokenizer, samples)
     if not encoded:
         raise ValueError("no trainable samples")
-    if world > 1 and not is_sharded(model):
+    if world > 1 and not isinstance(model, FSDPModule):
         speed.prepare(model, shard=True, bf16=device.type == "cuda")
     model.train()
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
     warmup = max(1, steps // 20)
     opt = muon.make_optimizer(model, optimizer, lr, weight_decay)
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: cosine_lr(s, steps, warmup, min_lr_ratio))
-    bf16 = device.type == "cuda" and not is_sharded(model)   # (FSDP2 computes in bf16 itself on a GPU)
+    bf16 = device.type == "cuda" and not isinstance(model, FSDPModule)   # (FSDP2 computes in bf16 itself)
     autocast = torch.autocast("cuda", dtype=torch.bfloat16, enabled=bf16)
 
     def my_batches():

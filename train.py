@@ -158,7 +158,7 @@ def make_policies(cfg, ckpt, ts, device):
     policies = {n: {"name": n, "model": load_model(path, cfg, device), "opt": {}} for n, path in dirs.items()}
     policy_of = {r: policies["model" if cfg.policy == "shared" else r] for r in ("designer", "executor")}
     for r, pol in policy_of.items():
-        adam = torch.optim.AdamW(pol["model"].parameters(), lr=settings.role_lr(cfg, r), weight_decay=0.0)
+        adam = torch.optim.AdamW(pol["model"].parameters(), lr=getattr(cfg, f"{r}_lr"), weight_decay=0.0)
         pol["opt"].setdefault(opt_state(cfg, r), adam)
     if ts is not None:
         rundir.restore_optimizers(policies, ckpt, ts, dist.get_rank() == 0)
