@@ -21,7 +21,7 @@ engine, share and grade measure a real tiny step: config/tiny.py's rollout from 
 makes it), rolled out as train.py rolls it out (tiny_step). torch and transformers are imported at the top
 (train.py needs them anyway); vLLM only through engine.py, when importable.
 
-Needs: train.py, settings.py, rundir.py, plot.py, advantage.py, stagewise.py, grpo.py, chunked.py,
+Needs: train.py, settings.py, rundir.py, advantage.py, stagewise.py, grpo.py, chunked.py,
 shared_prompts.py, speed.py, engine.py, decode.py, final_table.py, evaluate.py, tiny.py, rollout.py, mas.py,
 sandbox.py, isolation.py, reward.py, data.py, sft.py, muon.py
 """

@@ -137,7 +137,8 @@ def sample(logits, temps, top_ps, seeds, t):
 
 def left_padded(seqs, pad_id, device):
     """Token lists as one left-padded batch, the transformers forward's input (here and in engine.HFEngine):
-    input_ids, attention_mask (0 on the padding), position_ids (from 0 in each row), [len(seqs), longest]."""
+    input_ids, attention_mask (0 on the padding), position_ids (from 0 in each row), [len(seqs), longest].
+    (The reference engine shares it, so tests/test_engine.py checks both against a direct, unpadded forward.)"""
     L = max(len(s) for s in seqs)
     ids = torch.full((len(seqs), L), pad_id, dtype=torch.long)
     mask = torch.zeros((len(seqs), L), dtype=torch.long)

@@ -152,7 +152,10 @@ class _Base:
     sets tokenizer, max_model_len, vocab_size and enable_thinking (None: the template's default)."""
 
     def encode_prompt(self, prompt) -> list[int]:
-        """Chat messages rendered by prompt_ids (enable_thinking passed when set); token ids as given."""
+        """Chat messages rendered by prompt_ids (enable_thinking passed when set); token ids as given; a str is
+        refused (it would read as one id per character): _requests makes it an error completion."""
+        if isinstance(prompt, str):
+            raise TypeError("a prompt is a list of token ids or of chat messages, not a str")
         if isinstance(prompt, (list, tuple)) and prompt and isinstance(prompt[0], Mapping):
             kw = {} if self.enable_thinking is None else {"enable_thinking": self.enable_thinking}
             return prompt_ids(self.tokenizer, list(prompt), **kw)

@@ -111,7 +111,8 @@ def _mount(src, target, fstype, flags, data=None):
 def _mounts():
     """{mount point: its flags} of this mount namespace (the last mount at a path is the visible one), the
     points' octal escapes decoded (\\040: a space)."""
-    fields = [line.split()[4:6] for line in open("/proc/self/mountinfo")]
+    with open("/proc/self/mountinfo") as f:
+        fields = [line.split()[4:6] for line in f]
     unescape = lambda point: re.sub(r"\\([0-7]{3})", lambda m: chr(int(m[1], 8)), point)
     return {unescape(point): sum(_MOUNT_FLAGS.get(o, 0) for o in opts.split(",")) for point, opts in fields}
 
@@ -208,8 +209,8 @@ class Channel:
 
 
 def _flush():
-    for s in (sys.stdout, sys.stderr):
-        with contextlib.suppress(Exception):
+    for s in (sys.stdout, sys.stderr):   # (a program may have replaced them: whatever flush raises, ignored)
+        with contextlib.suppress(BaseException):
             s.flush()
 
 
@@ -303,8 +304,8 @@ def _grandchild(payload, inputs, memory):
                 os.dup2(fd, to)
             os.closerange(5, 1 << 16)
             cpu = math.ceil(per) + 1
-            code = _calls(payload, inputs, cpu, memory) if fn else \
-                _program_job({"code": payload["code"], "stdin": str(inputs[0])}, None, cpu, memory)
+            code = (_calls(payload, inputs, cpu, memory) if fn else
+                    _program_job({"code": payload["code"], "stdin": str(inputs[0])}, None, cpu, memory))
         finally:   # whatever happened: it never returns into the harness's loop
             _flush()
             os._exit(code)
@@ -515,14 +516,16 @@ class Server:
         return spec["id"], chan, out, err, st
 
     def close(self):
-        """End the fork-server and every job at once: it has nothing to clean up (it would exit by itself
-        too on its socket's end, as when the trainer dies). Killing `unshare` kills it (--kill-child), and its
-        jobs die with it: it is PID 1 of the namespace they live in (unsafe: their parent, by
-        PR_SET_PDEATHSIG)."""
+        """End the fork-server and every job: it reads its socket's end and exits, and its jobs end with it
+        (it is PID 1 of the namespace they live in; unsafe: their parent, PR_SET_PDEATHSIG). `unshare` returns
+        once its whole namespace is gone, so waiting on it leaves nothing behind; killed after 5 s."""
         self.sock.close()
         if hasattr(self, "proc"):
-            self.proc.kill()
-            self.proc.wait()
+            try:
+                self.proc.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
         shutil.rmtree(self.base, ignore_errors=True)
 
 

@@ -1,6 +1,6 @@
 """plot.py: the curves of one or more train.py runs as PNG files, in the style of the paper's Figure 3.
 
-    python train.py plot out/tiny-rl [out/other ...]     # (or python plot.py ...) -> out/tiny-rl/plots/
+    python plot.py out/tiny-rl [out/other ...]     # -> out/tiny-rl/plots/
 
 Three figures from each run's metrics.jsonl: training.png (reward, accuracy, parseable scripts, script errors;
 smoothed over 5 steps, the Designer's stages shaded), structures.png (the structure shares of the first run's
@@ -13,17 +13,16 @@ import json
 import os
 import sys
 
+import matplotlib
 import numpy as np
+
+matplotlib.use("Agg")   # files, no display
+import matplotlib.pyplot as plt  # noqa: E402 - after the backend is chosen
 
 
 def plot(dirs):
     if not dirs:
-        sys.exit("usage: python train.py plot OUT_DIR [OUT_DIR ...]")
-    # matplotlib is imported here, not at the top: train.py imports this module, and a training run, which
-    # never plots, should not need matplotlib installed (nor pay for its import)
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+        sys.exit("usage: python plot.py OUT_DIR [OUT_DIR ...]")
     runs = {}
     for d in dirs:
         path = os.path.join(d, "metrics.jsonl")

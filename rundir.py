@@ -44,12 +44,25 @@ def full_state(model, dtype=None):
         yield name, (t.detach().to(dtype) if dtype is not None else t.detach())
 
 
+def gathered_state(model, rank):
+    """The full weights on rank 0, in CPU memory ({} on the other ranks). Collective: every rank must call it
+    (each tensor is gathered on all of them, one at a time, and kept by rank 0 alone)."""
+    state = {}
+    for name, t in full_state(model):
+        if rank == 0:
+            state[name] = t.cpu()
+    return state
+
+
 def save_hf(path, state, model, tokenizer):
-    """HF folder loadable by from_pretrained and vLLM (config + safetensors + tokenizer)."""
+    """HF folder loadable by from_pretrained and vLLM (config, generation config, safetensors, tokenizer). The
+    generation config is where Qwen3 keeps its second EOS (<|endoftext|>; engine.eos_ids reads both)."""
     os.makedirs(path, exist_ok=True)
     config = model.config
     config.architectures = [type(model).__name__.removeprefix("FSDP")]
     config.save_pretrained(path)
+    if getattr(model, "generation_config", None) is not None:
+        model.generation_config.save_pretrained(path)
     if getattr(config, "tie_word_embeddings", False):
         state = {k: v for k, v in state.items() if k != "lm_head.weight"}
     save_file({k: v.contiguous().cpu() for k, v in state.items()}, os.path.join(path, "model.safetensors"),
@@ -118,10 +131,7 @@ def save_checkpoint(cfg, step, policies, tokenizer, trainer_state, rank, keep=2)
         shutil.rmtree(tmp)
     optim = {}
     for name, pol in policies.items():
-        state = {}
-        for k, v in full_state(pol["model"]):   # collective: every rank takes part, rank 0 keeps
-            if rank == 0:
-                state[k] = v.cpu()
+        state = gathered_state(pol["model"], rank)   # collective
         if rank == 0:
             save_hf(os.path.join(tmp, name), state, pol["model"], tokenizer)
         del state

@@ -128,7 +128,7 @@ def save_checkpoint(model, tokenizer, out_dir):
     temporary folder and renamed into place. Under FSDP every rank takes part in gathering the weights (a
     collective, one tensor at a time); rank 0 keeps and writes them."""
     rank, world = dist_info()
-    state = {k: v.cpu() for k, v in rundir.full_state(model) if rank == 0}
+    state = rundir.gathered_state(model, rank)   # collective: every rank takes part
     if rank == 0:
         out_dir = os.path.abspath(out_dir)
         tmp, old = out_dir + ".tmp", out_dir + ".old"
@@ -312,10 +312,7 @@ def main(argv):
     p.add_argument("--batch-size", type=int, default=None)
     p.add_argument("--no-eval", action="store_true", help="tiny: skip the quality bar on 200 held-out tasks")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--threads", type=int, default=None, help="torch CPU threads")
     a = p.parse_args(argv)
-    if a.threads:
-        torch.set_num_threads(a.threads)
     device = init_distributed()
     rank, world = dist_info()
     tiny_world = a.data is None

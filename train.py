@@ -30,7 +30,6 @@ Run it:
                                                       # run refuses such a folder: it would destroy the run)
     torchrun --nproc_per_node=8 train.py config/qwen3_8b.py          # 8 GPUs: FSDP2, one engine per rank
     torchrun --nproc_per_node=2 train.py config/tiny.py --backend=hf  # CPU: gloo, one engine per rank
-    python train.py plot out/tiny-rl [out/other ...]  # PNG curves (paper Figure 3 style): plot.py
 
 settings.Config holds every setting (the paper's values marked); a config file assigns some of its names,
 `--name=value` overrides anything, and bad settings stop the run before any model loads (settings.validate).
@@ -39,7 +38,7 @@ CPU, NCCL + bf16 on GPU), and every rank gathers the full weights into its engin
 Separate policies: two models, one optimizer each; the one engine holds whichever role is generating.
 The tiny default ends with a table on held-out tasks (final_table.py): RL against SFT, sampled, exact.
 
-Needs: settings.py, rundir.py, plot.py, advantage.py, stagewise.py, grpo.py, chunked.py, shared_prompts.py,
+Needs: settings.py, rundir.py, advantage.py, stagewise.py, grpo.py, chunked.py, shared_prompts.py,
 speed.py, engine.py, decode.py, final_table.py, evaluate.py, tiny.py, rollout.py, mas.py, sandbox.py,
 isolation.py, reward.py, data.py, sft.py (the cold start, run as a program), muon.py
 """
@@ -62,7 +61,6 @@ import data
 import engine as engine_lib
 import final_table
 import grpo
-import plot
 import rollout as rollout_lib
 import rundir
 import settings
@@ -158,7 +156,8 @@ def make_policies(cfg, ckpt, ts, device):
     policies = {n: {"name": n, "model": load_model(path, cfg, device), "opt": {}} for n, path in dirs.items()}
     policy_of = {r: policies["model" if cfg.policy == "shared" else r] for r in ("designer", "executor")}
     for r, pol in policy_of.items():
-        adam = torch.optim.AdamW(pol["model"].parameters(), lr=getattr(cfg, f"{r}_lr"), weight_decay=0.0)
+        lr = {"designer": cfg.designer_lr, "executor": cfg.executor_lr}[r]
+        adam = torch.optim.AdamW(pol["model"].parameters(), lr=lr, weight_decay=0.0)
         pol["opt"].setdefault(opt_state(cfg, r), adam)
     if ts is not None:
         rundir.restore_optimizers(policies, ckpt, ts, dist.get_rank() == 0)
@@ -314,8 +313,6 @@ def update(cfg, step, roles, policy_of, pad_id, device, world):
 
 
 def main(argv):
-    if argv[:1] == ["plot"]:
-        return plot.plot(argv[1:])
     try:
         cfg = settings.parse_config(argv)
         settings.validate(cfg, world=int(os.environ.get("WORLD_SIZE", "1")))

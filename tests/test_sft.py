@@ -294,7 +294,7 @@ def test_torchrun_fsdp2_two_ranks_separate_roles(base, tmp_path):
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", "--master_port",
            str(_free_port()), os.path.join(ROOT, "sft.py"), "--model", str(base / "base"), "--data",
            str(base / "data"), "--out", str(out), "--roles", "separate", "--steps", "4", "--batch-size", "4",
-           "--lr", "1e-3", "--threads", "1"]
+           "--lr", "1e-3"]
     r = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     assert "world 2" in r.stdout

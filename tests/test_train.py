@@ -160,7 +160,8 @@ def test_parse_config_types_and_files(tmp_path):
     with pytest.raises(settings.ConfigError, match="logprobs must be one of"):
         settings.validate(settings.parse_config(["--logprobs=fast", "--init_from=."]))
     cfg = settings.parse_config(["--executor_lr=1e-5", "--designer_lr=1e-4"])
-    assert (cfg.designer_lr, cfg.executor_lr) == (1e-4, 1e-5)   # (train.make_policies: getattr(cfg, f"{r}_lr"))
+    # (each role's lr in training: test_seeded_runs_agree_with_real_advantages)
+    assert (cfg.designer_lr, cfg.executor_lr) == (1e-4, 1e-5)
     # separate policies start from init_from's designer/ and executor/ (sft.py --roles separate writes them)
     sep = settings.parse_config(["config/tiny.py", "config/ablation_separate.py"])
     assert settings.model_dirs(sep) == {"designer": "out/tiny-sft-separate/designer",
