@@ -109,11 +109,11 @@ def distill(teacher, model, tasks, out_dir, *, template=None, designs=1, executi
     runs = sandbox.run_workflows(scripts, run_tasks, generate, equal=reward_lib.math_equal, short=short) \
         if scripts else []
     counts["runs"] = len(runs)
-    # correct(e) only (lam = 0): math_equal on the answer, or the share of hidden tests its program passes
+    # correct(e) only (lam = 0): 1 when math_equal holds, or when its program passes every hidden test
     scores = list(pool.map(lambda tr: reward_lib.reward(tr[0], tr[1], lam=0.0), zip(run_tasks, runs)))
     designer_rows, candidates, seen = [], [], set()
     for k, (q, script, completion) in enumerate(kept_designs):
-        good = [runs[k * executions + j] for j in range(executions) if scores[k * executions + j] >= 1 - 1e-6]
+        good = [runs[k * executions + j] for j in range(executions) if scores[k * executions + j] == 1.0]
         counts["correct_runs"] += len(good)
         if not good:
             continue
@@ -127,7 +127,7 @@ def distill(teacher, model, tasks, out_dir, *, template=None, designs=1, executi
                     candidates.append((tasks[q], c))
     # within a correct run, a reply whose own answer is wrong (an outvoted sample, a draft the critic fixed)
     # is context for the later calls, never a target
-    call_ok = list(pool.map(lambda tc: reward_lib.correctness(tc[0], mas.answer_of(tc[1].reply)) >= 1 - 1e-6,
+    call_ok = list(pool.map(lambda tc: reward_lib.correctness(tc[0], mas.answer_of(tc[1].reply)) == 1.0,
                             candidates))
     executor_rows = [{"messages": c.messages, "completion": c.reply, "task_id": t.get("id"), "role": c.role}
                      for (t, c), ok in zip(candidates, call_ok) if ok]

@@ -86,7 +86,7 @@ def evaluate_method(tasks, designer_engine, executor_engine, method, K=1, *, see
         batch = rollout_lib.rollout(part, designer_engine, executor_engine, M=K, N=1, step=start, seed=seed,
                                     template=template, lam=0.0, short=short, on_phase=on_phase,
                                     designer_sampling=designer_sampling, executor_sampling=executor_sampling)
-        correct = (batch.R >= 1 - 1e-6).float()            # [b, K, 1]: a code run counts when all tests pass
+        correct = batch.R          # [b, K, 1]: lam = 0, so R is correct: 0 or 1 (code: every hidden test)
         per_problem += correct.mean(dim=(1, 2)).tolist()
         for run in batch.runs:
             structures[run.structure or "unparseable"] += 1

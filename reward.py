@@ -4,7 +4,10 @@ The reward of one execution e_ij of workflow d_i on query q (the paper's eq. for
 
     R(e_ij) = correct(e_ij) + λ · format(e_ij)            λ = 0.4 in the paper
     correct  = math_equal(answer, gold)                   (math)
-             = fraction of hidden tests passed            (code, code_score)
+             = 1 if the program passes every hidden test  (code: code_score == 1), else 0
+
+correct is strictly binary, as the paper's is: a program that passes 9 of 10 hidden tests is wrong (code_score,
+the fraction passed, stays a diagnostic).
     format   = share of the execution's executor replies that carry exactly one well-formed answer tag
 
 Math equivalence is math-verify (SymPy underneath) behind a pre-normalisation of our own for what it
@@ -413,7 +416,8 @@ def graded_part(kind, answer):
 
 
 def correctness(task, answer):
-    """correct(e): math_equal on the returned answer, or the share of hidden tests its program passes."""
+    """correct(e) in {0, 1}: math_equal on the returned answer, or whether its program passes every hidden
+    test."""
     if answer is None:
         return 0.0
     kind = task.get("kind")
@@ -421,7 +425,7 @@ def correctness(task, answer):
     if kind == "math":
         return float(math_equal(graded, task.get("answer")))
     if kind == "code":
-        return code_score(graded, task["tests"])
+        return float(code_score(graded, task["tests"]) == 1.0)   # k/n == 1.0 exactly when k == n
     raise ValueError(f"task {task.get('id')!r}: unknown kind {kind!r} (expected 'math' or 'code')")
 
 

@@ -87,7 +87,7 @@ class Batch:
 
     def records(self, queries):
         """Per-run facts as plain values (small enough to gather over ranks): what train.py logs of a run."""
-        return [{"reward": r.reward, "correct": r.correct >= 1 - 1e-6, "format": r.format, "calls": r.n_calls,
+        return [{"reward": r.reward, "correct": r.correct == 1.0, "format": r.format, "calls": r.n_calls,
                  "structure": r.structure or "unparsed", "error": r.error is not None,
                  "parsed": r.structure is not None, "tokens": r.tokens, "kind": queries[r.q]["kind"]}
                 for r in self.runs]

@@ -46,7 +46,7 @@ class Config:
     N: int = 4                          # [paper] executions per design
     K: int = 30                         # [paper] stage length: steps per role
     mode: str = "stagewise"             # [paper] stagewise | coupled | designer | executor (stagewise.py)
-    first_role: str = "designer"        # the role of the first stage
+    first_role: str = "executor"        # [authors] the role of the first stage (stagewise.py)
     policy: str = "shared"              # [paper] shared (one model plays both roles) | separate
     lam: float = 0.4                    # [paper] R = correct + lam * format
     template: str = ""                  # a fixed structure (mas.TEMPLATES), no Designer: "single" = single-agent GRPO

@@ -8,11 +8,16 @@ the default trains one role at a time for `stage_len` steps while the other is f
     active(t) = {first}   if floor(t / stage_len) is even
                 {other}   otherwise
 
+first = "executor" by default, as in the authors' released configs (PettingLLMs, config/autoevol:
+first_phase_trains: executor): the Executor's first stage trains on the cold start's designs, and the
+Designer then learns which structures the trained Executor carries out best. (The paper does not say which
+role goes first.)
+
 The ablations: "coupled" trains both roles every step; "designer" / "executor" train one role only.
 Samples of the inactive role are dropped before the forward pass (no compute is spent on them).
 
 Usage:
-    roles = active_roles(step, mode="stagewise", stage_len=30)
+    roles = active_roles(step, mode="stagewise", stage_len=30)   # 0-29 the Executor, 30-59 the Designer
     if "designer" in roles: ...
 
 Needs: no other file of this project.
@@ -24,7 +29,7 @@ ROLES = ("designer", "executor")
 MODES = ("stagewise", "coupled", "designer", "executor")
 
 
-def active_roles(step, mode="stagewise", stage_len=30, first="designer"):
+def active_roles(step, mode="stagewise", stage_len=30, first="executor"):
     """The frozenset of roles trained at step `step` (steps count from 0)."""
     if mode not in MODES:
         raise ValueError(f"unknown mode {mode!r}; allowed: {', '.join(MODES)}")

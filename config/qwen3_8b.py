@@ -7,13 +7,14 @@ silent; everything else is ours. init_from is an SFT cold start of Qwen3-8B (pyt
 
 out_dir = "out/qwen3-8b-rl"
 init_from = "out/sft-qwen3-8b"
-data_mix = {"data/polaris.jsonl": 1.0, "data/apps.jsonl": 1.0}   # ours: equal math/code weights
+# [paper] Polaris + APPS + CodeContests (the authors' code data: code_contests); ours: equal math/code weights
+data_mix = {"data/polaris.jsonl": 1.0, "data/apps.jsonl": 0.5, "data/codecontests.jsonl": 0.5}
 
 M = 4                       # [paper]
 N = 4                       # [paper]
 K = 30                      # [paper] stage length
 mode = "stagewise"          # [paper]
-first_role = "designer"     # ours
+first_role = "executor"     # [authors] (the paper is silent)
 policy = "shared"           # [paper] default: one model plays both roles
 lam = 0.4                   # [paper]
 
@@ -28,6 +29,8 @@ logprobs = "chunked"        # ours: the lm head a chunk at a time (chunked.py); 
                             # `python bench.py train` on an H200
 max_tokens = 8192           # [paper] per completion
 designer_max_tokens = 8192  # [paper]
+# Sampling: untruncated (top_p 1, no top-k, no repetition penalty), a deliberate difference from the authors'
+# rollouts (top_p 0.9, top_k 20, a repetition penalty): the trainer's log-probs are then the sampler's own.
 
 backend = "vllm"
 engine_kwargs = {"max_model_len": 16384, "gpu_memory_utilization": 0.45, "enable_thinking": False}  # ours: no thinking

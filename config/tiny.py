@@ -14,7 +14,7 @@ M = 4                       # [paper]
 N = 2                       # ours (paper: 4): half the executions keeps a step short on 2 cores
 K = 10                      # ours (paper: 30): a 40-step run shows two stages of each role
 mode = "stagewise"          # [paper]
-first_role = "designer"     # ours
+first_role = "executor"     # [authors] (the paper is silent)
 lam = 0.4                   # [paper]
 
 steps = 40                  # ours

@@ -147,7 +147,7 @@ assert d.shape == (1, 2) and d[0, 0] > 0 > d[0, 1] and e.shape == (1, 2, 2) and 
 """,
     "stagewise": """
 roles = [stagewise.active_roles(t, stage_len=2) for t in range(4)]
-assert roles == [{"designer"}, {"designer"}, {"executor"}, {"executor"}], roles
+assert roles == [{"executor"}, {"executor"}, {"designer"}, {"designer"}], roles
 """,
     "grpo": """
 import torch

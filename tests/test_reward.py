@@ -247,5 +247,10 @@ def test_reward_math_and_code(sb):
     code_task = {"id": "c", "kind": "code", "question": "?", "tests": ADD}
     prog = "```python\na, b = map(int, input().split())\nprint(a + b)\n```"
     assert reward.reward(code_task, _run(["<answer>ok</answer>"], answer=prog)) == pytest.approx(1.4)
+    # correct is binary, as the paper's: 3 of the 4 hidden tests (code_score 0.75) earns no correctness at all
+    three = "```python\na, b = map(int, input().split())\nprint(a * b if a == 5 else a + b)\n```"
+    assert code_score(reward.extract_code(three), ADD) == 0.75
+    assert reward.correctness(code_task, three) == 0.0
+    assert reward.reward(code_task, _run(["<answer>ok</answer>"], answer=three)) == pytest.approx(0.4)
     with pytest.raises(ValueError, match="kind"):
         reward.reward({"id": "z", "kind": "poetry"}, _run([], answer="x"))

@@ -7,19 +7,20 @@ D, E = frozenset({"designer"}), frozenset({"executor"})
 
 
 def test_stagewise_schedule():
-    got = [active_roles(t, stage_len=3) for t in range(13)]
-    assert got == [D] * 3 + [E] * 3 + [D] * 3 + [E] * 3 + [D]
-    assert [active_roles(t, stage_len=2, first="executor") for t in range(5)] == [E, E, D, D, E]
-    assert active_roles(29) == D and active_roles(30) == E and active_roles(60) == D
-    assert active_roles(np.int64(4), stage_len=1) == D
-    assert all(active_roles(t, stage_len=1) == (D if t % 2 == 0 else E) for t in range(10))
+    got = [active_roles(t, stage_len=3) for t in range(13)]     # the Executor first (the authors' default)
+    assert got == [E] * 3 + [D] * 3 + [E] * 3 + [D] * 3 + [E]
+    assert [active_roles(t, stage_len=2, first="designer") for t in range(5)] == [D, D, E, E, D]
+    assert active_roles(29) == E and active_roles(30) == D and active_roles(60) == E
+    assert active_roles(np.int64(4), stage_len=1) == E
+    assert all(active_roles(t, stage_len=1) == (E if t % 2 == 0 else D) for t in range(10))
 
 
 def test_other_modes():
     for t in (0, 1, 31, 1000):
         assert active_roles(t, mode="coupled") == D | E
         assert active_roles(t, mode="designer") == D
-        assert active_roles(t, mode="executor", first="executor") == E
+        assert active_roles(t, mode="executor") == E
+        assert active_roles(t, mode="designer", first="designer") == D
     assert isinstance(active_roles(0), frozenset)
 
 
