@@ -224,9 +224,9 @@ def test_seeded_runs_agree_with_real_advantages(model_dir, uninterrupted, tmp_pa
         assert gain["points"] == pytest.approx(100 * (rl - sft)) and gain["stderr"] >= 0
     assert "RL - SFT, P(suited template):" in pb.stdout
     assert [m["step"] for m in ma] == list(range(1, STEPS + 1))
-    assert [m["active"] for m in ma] == ["designer", "executor"] * (STEPS // 2)
+    assert [m["active"] for m in ma] == ["executor", "designer"] * (STEPS // 2)   # the Executor first
     # designer_lr on the Designer's steps, executor_lr on the Executor's
-    assert [m["lr"] for m in ma] == [1e-4, 5e-5] * (STEPS // 2)
+    assert [m["lr"] for m in ma] == [5e-5, 1e-4] * (STEPS // 2)
     assert all(m["samples/designer"] == 8 for m in ma)   # B x M
     # on-policy (1 epoch, 1 minibatch): the old log-probs are the training forward's own, rho = 1
     assert all(m[f"{m['active']}/ratio_mean"] == 1.0 and m[f"{m['active']}/clip_frac"] == 0.0 for m in ma)
