@@ -237,8 +237,8 @@ def test_seeded_runs_agree_with_real_advantages(model_dir, uninterrupted, tmp_pa
                 "time/design", "time/execute", "time/grade", "time/update", "time/weight_sync", "tokens/executor",
                 "lr"):
         assert key in ma[0], key
-    assert "designer/logprob_gap" in ma[0] and "executor/logprob_gap" in ma[1]
-    assert ma[0]["designer/logprob_gap"] < 1e-3   # the engine's log-probs are what the trainer computes
+    assert "executor/logprob_gap" in ma[0] and "designer/logprob_gap" in ma[1]
+    assert ma[1]["designer/logprob_gap"] < 1e-3   # the engine's log-probs are what the trainer computes
     # one Adam state per role over the shared weights; both saved, the optimizer state on its own file
     optim = torch.load(a / f"step_{STEPS:06d}" / "optimizer.pt", weights_only=False)
     assert set(optim) == {"model/designer", "model/executor"}
