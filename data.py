@@ -6,7 +6,7 @@ One task a line, a plain dict in memory:
      "answer": str,                                                   (math)
      "tests": {"inputs": [...], "outputs": [...], "fn_name": str|None},   (code, hidden; graded)
      "public_tests": same shape,                                      (code, visible to the workflow)
-     "source": str, "metadata": dict}
+     "source": str, "metadata": dict}   (metadata.shown_examples: show only this many public tests)
 
 stdin tests: inputs/outputs are strings. Call tests (fn_name set; LeetCode `class Solution` methods too):
 each input is the list of positional arguments, each output the expected return value (JSON values).
@@ -82,6 +82,9 @@ def validate_task(task):
         raise ValueError(f"kind must be 'math' or 'code', got {task['kind']!r}")
     if not isinstance(task.get("metadata", {}), dict):
         raise ValueError("metadata must be an object")
+    shown = task.get("metadata", {}).get("shown_examples", 0)
+    if not isinstance(shown, int) or isinstance(shown, bool) or shown < 0:
+        raise ValueError("metadata.shown_examples must be a non-negative int")
     return task
 
 
@@ -148,7 +151,8 @@ def task_text(task, short=False):
         return text
     pub = task.get("public_tests") or {}
     fn = pub.get("fn_name") or (task.get("tests") or {}).get("fn_name")
-    shown = list(zip(pub.get("inputs") or [], pub.get("outputs") or []))[:MAX_EXAMPLES]
+    n_shown = min(MAX_EXAMPLES, (task.get("metadata") or {}).get("shown_examples", MAX_EXAMPLES))
+    shown = list(zip(pub.get("inputs") or [], pub.get("outputs") or []))[:n_shown]
     if fn:
         eq = "==" if short else " == "
         ex = [f"{fn}({_clip(', '.join(map(json.dumps, i)))}){eq}{_clip(json.dumps(o))}" for i, o in shown]

@@ -7,7 +7,9 @@ Both models on the same 200 tasks of the tiny world's "eval" split (which neithe
 
 Rows: the sampled accuracy of the learned designs and of the single agent, and the exact rows by teacher forcing
 (tiny.exact_figures), which carry no sampling noise: P(the Designer writes each template | kind of task), its
-share on the template that suits the kind (tiny.SUITED), and P(the single agent writes the oracle reply).
+share on the template that suits the kind (tiny.SUITED: `suited`, the Designer's primary row), P(the Executor
+writes the oracle reply) in each of its contexts, and those contexts weighted by the SFT Designer's structure
+shares (tiny.executor_score: `executor`, the Executor's primary row; `oracle` is the single agent's context).
 Sampled accuracy on 200 tasks carries ~3.5 points of noise; the exact rows show what was learned even when the
 accuracy cannot resolve it. Printed, and written to out_dir/final_table.json with the per-task vectors, so
 that runs of one seed (the same tasks) pair task by task (ablations.py).
@@ -65,13 +67,12 @@ def final_table(cfg, eng, sources, ckpt):
 
     Rows: sampled accuracy of the learned designs and of the single agent, RL against SFT with paired standard
     errors, and exact rows by teacher forcing (tiny.exact_figures): P(the Designer writes each template | kind of
-    task) and P(the single agent writes the oracle reply). Sampled accuracy on 200 tasks carries ~3.5 points of
-    noise; the exact rows show what the Designer learned even when the accuracy cannot resolve it."""
+    task), P(the Executor writes the oracle reply | context), and the primary rows `suited` and `executor`."""
     tasks = heldout_tasks(cfg, sources)
     sft = settings.model_dirs(cfg)
     dirs = {"RL": {r: os.path.join(ckpt, "model" if cfg.policy == "shared" else r) for r in ("designer", "executor")},
             "SFT": {r: sft["model" if cfg.policy == "shared" else r] for r in ("designer", "executor")}}
-    rows, exact = [], {}
+    rows, exact, contexts = [], {}, tiny.executor_contexts(tasks)
     for who in ("RL", "SFT"):
         loaded = {d: AutoModelForCausalLM.from_pretrained(d, dtype=torch.float32) for d in set(dirs[who].values())}
         models = {r: loaded[d] for r, d in dirs[who].items()}   # shared: one model plays both roles
@@ -82,9 +83,10 @@ def final_table(cfg, eng, sources, ckpt):
         rows += [("RL: learned designs" if who == "RL" else "SFT: designs", heldout_row(cfg, eng, tasks, None, on_phase)),
                  (f"{who}: single agent", heldout_row(cfg, eng, tasks, "single", on_phase))]
         tok = AutoTokenizer.from_pretrained(dirs[who]["designer"])
-        exact[who] = tiny.exact_figures(models["designer"], tok, tasks)
-        if models["executor"] is not models["designer"]:   # separate policies: P(oracle) is the Executor's
-            exact[who]["oracle"] = tiny.exact_figures(models["executor"], tok, tasks)["oracle"]
+        shared = models["executor"] is models["designer"]
+        exact[who] = tiny.exact_figures(models["designer"], tok, tasks, executor=shared, contexts=contexts)
+        if not shared:   # separate policies: the Executor's contexts are the executor model's
+            exact[who].update(tiny.exact_figures(models["executor"], tok, tasks, designer=False, contexts=contexts))
     # (the training reward is in metrics.jsonl: other queries at every step; the paired rows below measure)
     print(f"\nheld-out tiny tasks: {len(tasks)} (1 design x 1 execution each, T=1)")
     print(f"{'':24s} {'reward':>7s} {'accuracy':>9s}  structures")
@@ -102,6 +104,12 @@ def final_table(cfg, eng, sources, ckpt):
           "script | kind), P(the single agent writes the oracle reply)")
     print(f"{'':24s} " + "   ".join(f"{k}: " + " ".join(f"{n:>8s}" for n in names) for k in kinds)
           + "   oracle reply")
+    # the Executor's primary row: its contexts weighted by the SFT Designer's structure shares (tiny.executor_score)
+    kind_of = [t["kind"] for t in tasks]
+    shares = {}
+    for kind in kinds:
+        mass = {n: sum(c[n] for c, k in zip(exact["SFT"]["choice"], kind_of) if k == kind) for n in names}
+        shares[kind] = {n: v / sum(mass.values()) for n, v in mass.items()}
     summary = {}
     for who, f in exact.items():
         cells = []
@@ -112,22 +120,29 @@ def final_table(cfg, eng, sources, ckpt):
         print(f"{who:24s} " + "   ".join(cells) + f"   {100 * np.mean(f['oracle']):12.1f}")
         # the structure each kind profits from most (tiny.SUITED; sft.py's quality bar measures it)
         summary[who] = {"suited": [f["choice"][i].get(tiny.SUITED.get(t["kind"]), 0.0) for i, t in enumerate(tasks)],
-                        "oracle": list(f["oracle"])}
-    for what, label in (("suited", "P(suited template)"), ("oracle", "P(oracle reply)")):
+                        "oracle": list(f["oracle"]), "executor": tiny.executor_score(f["contexts"], kind_of, shares)}
+    print("exact, the Executor in its own contexts: P(oracle reply | context), mean over the tasks where it occurs; "
+          "executor = the contexts weighted by the SFT Designer's structure shares (tiny.executor_score)")
+    for who, f in exact.items():
+        print(f"{who:24s} " + "  ".join(f"{c} {100 * np.mean([v for v in f['contexts'][c] if v is not None]):5.1f}"
+                                       for c in tiny.CONTEXTS) + f"  executor {100 * np.mean(summary[who]['executor']):5.1f}")
+    for what, label in (("suited", "P(suited template)"), ("executor", "Executor (exact)"),
+                        ("oracle", "P(oracle reply)")):
         gains[what] = evaluate.paired_margin(summary["RL"][what], summary["SFT"][what])
         print(f"RL - SFT, {label + ':':19s} {100 * gains[what][0]:+5.1f} points (paired standard error "
               f"{100 * gains[what][1]:.1f})")
     print(f"(suited: {', '.join(f'{v} on {k}' for k, v in tiny.SUITED.items())})")
     table = {"tasks": len(tasks),
              "rows": {name: {"reward": rw, "accuracy": acc, "structures": sh} for name, (rw, acc, sh, _) in rows},
-             "exact": {who: {"suited": float(np.mean(v["suited"])), "oracle": float(np.mean(v["oracle"]))}
+             "exact": {who: {w: float(np.mean(v[w])) for w in ("suited", "executor", "oracle")}
                        for who, v in summary.items()},
+             "executor_shares": shares,
              "rl_minus_sft": {w: {"points": 100 * m, "stderr": 100 * se} for w, (m, se) in gains.items()},
              # per task, in the order of "ids", so that runs of one seed (the same tasks) can be paired task by
              # task (ablations.py): the sampled rows' correctness and the exact probabilities
              "ids": [str(t["id"]) for t in tasks], "kinds": [t["kind"] for t in tasks],
              "per_task": {"correct": {name: r[3] for name, r in rows},
-                          "exact": {who: {**summary[who], "choice": {n: [c[n] for c in f["choice"]] for n in names}}
-                                    for who, f in exact.items()}}}
+                          "exact": {who: {**summary[who], "choice": {n: [c[n] for c in f["choice"]] for n in names},
+                                          "contexts": f["contexts"]} for who, f in exact.items()}}}
     with open(os.path.join(cfg.out_dir, "final_table.json"), "w") as f:   # for scripts (ablations.py)
         json.dump(table, f, indent=1)

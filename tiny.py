@@ -15,12 +15,14 @@ Five pieces, each usable on its own:
      answer is exact integer arithmetic, graded by reward.math_equal. The executor is taught to reduce it
      one step at a time (`7-5=2` / `2+8=10`) before `<answer>10</answer>`, so that errors come from
      sampling a wrong digit in some step: they differ between samples and a vote can fix them.
-   - code "fn": write a one-line Python function `f(x)` from three visible examples; five hidden tests
-     on other inputs. Functions come from a small catalogue (difficulty 1: `x+K`, `x-K` on inputs 0..9;
-     2: also `x*K`; 3: `x%K`, `x//K`, `max`, `min` on inputs 0..20; 4: `K-x`, `x*x+K`, `abs`) and the
-     visible examples are drawn so that every catalogue function that fits them also passes the hidden
-     tests: a program that passes the visible tests is then right, which is what makes the tester
-     template (repair after a failed visible test) pay off.
+   - code "fn": write a one-line Python function `f(x)` from ONE shown example (`f(2)==5`); run_tests
+     checks it on three visible tests (the shown one first), five hidden tests grade it. Functions come
+     from a small catalogue (difficulty 1: `x+K`, `x-K`, `K-x` on inputs 0..9; 2: also `x*K`; 3: `x%K`,
+     `x//K`, `max`, `min` on inputs 0..20; 4: `x*x+K`, `abs`). At difficulty 1 about half the shown
+     examples fit two functions (f(2)==5: x+3 or 7-x), so a single agent guesses; the three visible tests
+     single f out within the catalogue (every function that passes them passes the hidden tests too), so
+     run_tests' failing case is new information and a repair from it is a skill: the tester template
+     (repair after a failed visible test) is the one structure without that ceiling.
    - splits: every task belongs to "sft" (60%), "rl" (20%) or "eval" (20%) by a hash of what the model
      sees (`split_of`); `make_tasks(..., split=...)` draws from one, so the cold start, RL and the held-out
      figures never share a problem (the world holds only ~1,750 distinct math problems at difficulty 1).
@@ -32,9 +34,12 @@ Five pieces, each usable on its own:
    first reply is deliberately wrong (never a training target), so that the critic and the repair call
    learn to fix, not just to copy.
 5. `exact_figures(model, tokenizer, tasks)`: what a policy would write, by teacher forcing instead of
-   sampling: P(the Designer writes each template's script | task) and P(the single agent writes the oracle
-   reply | task). train.py's final table compares SFT and RL with it; sampled accuracy on 200 tasks carries
-   ~3.5 points of noise, these carry none.
+   sampling: P(the Designer writes each template's script | task), and P(the Executor writes the oracle
+   reply | context) in each of its contexts (CONTEXTS: the solver's prompt, the coder's, the repair after a
+   frozen wrong program failed the visible tests, the critic keeping a right or fixing a wrong proposal).
+   `executor_score` weights the contexts by the structures a Designer picks: the Executor's primary row.
+   train.py's final table compares SFT and RL with them; sampled accuracy on 200 tasks carries ~3.5
+   points of noise, these carry none.
 
 How these settings were chosen (the calibration runs and what moved the numbers): docs/NOTES.md.
 
@@ -45,12 +50,14 @@ import hashlib
 import json
 import math
 import random
+import re
 
 import torch
 from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
 from transformers import PreTrainedTokenizerFast, Qwen3Config, Qwen3ForCausalLM
 
 import chunked
+import data
 import engine
 import mas
 import reward
@@ -142,11 +149,11 @@ def _chain(rng, n_ops, hi, times):
 
 # (template, constant range, level at which it enters the catalogue)
 FUNCTIONS = [
-    ("x+K", range(1, 10), 1), ("x-K", range(1, 10), 1), ("x*K", range(2, 10), 2),
+    ("x+K", range(1, 10), 1), ("x-K", range(1, 10), 1), ("K-x", range(1, 10), 1), ("x*K", range(2, 10), 2),
     ("x%K", range(2, 10), 3), ("x//K", range(2, 10), 3), ("max(x,K)", range(2, 10), 3),
-    ("min(x,K)", range(2, 10), 3), ("K-x", range(1, 10), 4), ("x*x+K", range(0, 10), 4),
-    ("abs(x-K)", range(1, 10), 4),
+    ("min(x,K)", range(2, 10), 3), ("x*x+K", range(0, 10), 4), ("abs(x-K)", range(1, 10), 4),
 ]
+SHOWN = 1   # of the three visible tests that run_tests checks, the task text shows this many
 
 
 def _catalogue(level):
@@ -171,6 +178,21 @@ def _fn_task(rng, level, n_visible=3, n_hidden=5):
             return expr, vis, hid
 
 
+def _derivation(expr, x, y):
+    """The worked step that reads K off one example (x, y) of f = expr, in the math chain's form: x+K from
+    f(2)==5 is `5-2=3`, K-x is `5+2=7`, x-K from f(2)==-3 is `2+3=5` (the steps use no negative numbers,
+    like the math chains); [] for families without one."""
+    family, k = re.sub(r"\d+", "K", expr), re.findall(r"\d+", expr)
+    k = k[0] if k else ""
+    if family == "x+K":
+        return [f"{y}-{x}={k}"]
+    if family == "x-K":
+        return [f"{x}-{y}={k}"] if y >= 0 else [f"{x}+{-y}={k}"]
+    if family == "K-x":
+        return [f"{y}+{x}={k}"] if y >= 0 else [f"{x}-{-y}={k}"]
+    return [f"{y}/{x}={k}"] if family == "x*K" and x != 0 else []
+
+
 # The world is small (about 1,750 distinct math problems at difficulty 1), so independent draws for SFT, RL
 # and evaluation would share many problems, and held-out figures would count memorised ones. So every task
 # belongs to one split, fixed by a hash of what the model is shown; each phase draws from its own.
@@ -178,9 +200,9 @@ SPLITS = {"sft": range(0, 6), "rl": range(6, 8), "eval": range(8, 10)}   # tenth
 
 
 def split_of(task):
-    """'sft', 'rl' or 'eval': a stable hash of the question and the visible examples (two code tasks with
-    the same examples look the same to the model, so they must share a split)."""
-    key = json.dumps([task["question"], task.get("public_tests")], sort_keys=True)
+    """'sft', 'rl' or 'eval': a stable hash of the text the model is shown (two code tasks that show the same
+    example look the same to the model, whatever their other tests, so they must share a split)."""
+    key = data.task_text(task, short=True)
     tenth = int(hashlib.sha256(key.encode()).hexdigest()[:8], 16) % 10
     return next(name for name, r in SPLITS.items() if tenth in r)
 
@@ -197,7 +219,8 @@ def _make_task(rng, kind, tid, difficulty):
                                     "fn_name": "f"}
         return {"id": tid, "kind": "code", "question": "Write f(x).",
                 "answer": "", "tests": tests(hid), "public_tests": tests(vis), "source": "tiny",
-                "metadata": {**meta, "family": "fn", "solution": f"def f(x): return {expr}"}}
+                "metadata": {**meta, "family": "fn", "solution": f"def f(x): return {expr}",
+                             "steps": _derivation(expr, vis[0], _apply(expr, vis[0])), "shown_examples": SHOWN}}
     raise ValueError(f"unknown task kind {kind!r}")
 
 
@@ -205,8 +228,8 @@ def make_tasks(n, seed, difficulty=1, kinds=("math", "code"), split=None):
     """n tasks in data.py's format, kinds interleaved, fully determined by (n, seed, difficulty, kinds, split).
 
     difficulty (int >= 1): math chains have difficulty + 1 operations of + and - on operands up to 9 (from
-    difficulty 3 also *, operands up to 19); the code catalogue grows from x+K, x-K on inputs 0..9
-    (difficulty 1) to x*K (2) to %, //, max, min on inputs 0..20 (3) to K-x, x*x+K, abs (>= 4).
+    difficulty 3 also *, operands up to 19); the code catalogue grows from x+K, x-K, K-x on inputs 0..9
+    (difficulty 1) to x*K (2) to %, //, max, min on inputs 0..20 (3) to x*x+K, abs (>= 4).
     split: None draws from the whole world; "sft", "rl" or "eval" only from that split (SPLITS, split_of),
     so the cold start, RL and the held-out figures never share a problem, whatever their seeds.
     """
@@ -235,24 +258,30 @@ WRONG_SHARE = 0.5     # critic/tester runs whose first reply is wrong, so the se
 
 
 def oracle_reply(task):
-    """The correct reply of any agent call on a tiny task: the worked steps (math), the answer in the tag."""
-    if task["kind"] == "math":
-        return "".join(s + "\n" for s in task["metadata"]["steps"]) + f"<answer>{task['answer']}</answer>"
-    return f"<answer>{task['metadata']['solution']}</answer>"
+    """The correct reply of any agent call on a tiny task: the worked steps (math: the chain; code: K read off
+    the shown example), then the answer in the tag."""
+    answer = task["answer"] if task["kind"] == "math" else task["metadata"]["solution"]
+    return "".join(s + "\n" for s in task["metadata"]["steps"]) + f"<answer>{answer}</answer>"
 
 
-def wrong_reply(task, rng):
-    """A plausible but wrong reply: the last step off by a little (math), or another catalogue function
-    that fails the visible tests (code). Used to show critic and repair calls something to correct."""
+def wrong_reply(task):
+    """A plausible but wrong reply, the same every time for a task (a hash of its id picks it): the last step
+    off by a little (math); for code, a catalogue function that fits the examples the task shows but fails a
+    visible test (the natural mistake when the shown example is ambiguous), else one that fails a shown one.
+    The critic and repair calls learn to correct it (sft_traces), and exact_figures scores the repairs of it."""
+    rng = random.Random(f"wrong-{task['id']}")
     if task["kind"] == "math":
         steps = task["metadata"]["steps"]
         lhs, rhs = steps[-1].rsplit("=", 1)
         bad = str(int(rhs) + rng.choice([d for d in (-2, -1, 1, 2) if int(rhs) + d >= 0]))
         return "".join(s + "\n" for s in steps[:-1] + [f"{lhs}={bad}"]) + f"<answer>{bad}</answer>"
     pub = task["public_tests"]
-    wrong = [e for e in _catalogue(min(task["metadata"]["difficulty"], 4))
-             if any(_apply(e, *i) != o for i, o in zip(pub["inputs"], pub["outputs"]))]
-    return f"<answer>def f(x): return {rng.choice(wrong)}</answer>"
+    cases = [(i[0], o) for i, o in zip(pub["inputs"], pub["outputs"])]
+    shown = cases[:task["metadata"].get("shown_examples", len(cases))]
+    cat = _catalogue(min(task["metadata"]["difficulty"], 4))
+    fails = [e for e in cat if any(_apply(e, x) != y for x, y in cases)]
+    fits = [e for e in fails if all(_apply(e, x) == y for x, y in shown)]
+    return f"<answer>def f(x): return {rng.choice(fits or fails)}</answer>"
 
 
 def oracle_generate(tasks, wrong_first=()):
@@ -262,7 +291,7 @@ def oracle_generate(tasks, wrong_first=()):
     wrong_first = set(wrong_first)
 
     def generate(calls):
-        return [wrong_reply(tasks[c.run], random.Random(f"wrong-{c.run}")) if c.run in wrong_first and c.index == 0
+        return [wrong_reply(tasks[c.run]) if c.run in wrong_first and c.index == 0
                 else oracle_reply(tasks[c.run]) for c in calls]
     return generate
 
@@ -312,31 +341,101 @@ def sft_traces(tasks, seed, other_share=OTHER_SHARE, wrong_share=WRONG_SHARE):
 # Exact figures: what a policy would write, by teacher forcing instead of sampling
 
 
-def exact_figures(model, tokenizer, tasks, batch_size=32):
+# The Executor's contexts: which call of which template, run with which first reply. "solver" is the single
+# agent's call (ensemble and critic ask the same prompt), "coder" the tester's first call, "repair" its second
+# after the frozen wrong program (wrong_reply) failed the visible tests (code only), "keep" / "fix" the critic
+# after a right / the wrong proposal. The target is always the oracle reply.
+CONTEXTS = {"solver": ("single", 0, False), "coder": ("tester", 0, False), "repair": ("tester", 1, True),
+            "keep": ("critic", 1, False), "fix": ("critic", 1, True)}   # name: (template, call, wrong first)
+CALLS = {"single": ("solver",), "ensemble": ("solver",), "critic": ("solver", "keep", "fix"),
+         "tester": ("coder", "repair")}                                 # the contexts each template's calls see
+
+
+def executor_contexts(tasks):
+    """{context: [(messages, completion) or None, one a task]}: the prompts exactly as a rollout shows them
+    (the real template run in the sandbox with oracle replies, or with wrong_reply first) and the oracle reply.
+    None where a context does not occur (repair on math: its run_tests has no visible tests, so it passes)."""
+    out = {}
+    for name, (template, call, wrong) in CONTEXTS.items():
+        runs = sandbox.run_workflows([mas.TEMPLATES[template]] * len(tasks), tasks,
+                                     oracle_generate(tasks, range(len(tasks)) if wrong else ()),
+                                     equal=reward.math_equal, width=64, short=True)
+        out[name] = []
+        for t, run in zip(tasks, runs):
+            if run.error is not None:
+                raise RuntimeError(f"tiny.executor_contexts: {template} failed on {t['id']}: {run.error}")
+            out[name].append((run.calls[call].messages, oracle_reply(t)) if len(run.calls) > call else None)
+    return out
+
+
+def executor_score(contexts, kinds, shares):
+    """The Executor's primary exact row, one value a task: its contexts weighted as the Designer's structures
+    would call them,  E_t = sum_s shares[kind_t][s] * mean_{c in CALLS[s], c occurs for t} P_c(t),
+    with shares[kind][s] a fixed distribution over the templates (final_table: the SFT Designer's mean
+    P(template | kind)), so that two policies' rows pair task by task."""
+    out = []
+    for k, kind in enumerate(kinds):
+        total = 0.0
+        for s, w in shares[kind].items():
+            ps = [contexts[c][k] for c in CALLS[s] if contexts[c][k] is not None]
+            total += w * sum(ps) / len(ps)
+        out.append(total)
+    return out
+
+
+def exact_figures(model, tokenizer, tasks, batch_size=32, designer=True, executor=True, contexts=None):
     """Sampling-free figures of a policy on tiny tasks (one teacher-forced forward per script or reply):
 
-        choice[k][name] = P(the Designer writes template `name`'s script, exactly, for tasks[k])
-        oracle[k]       = P(the single agent writes the oracle reply, exactly, for tasks[k])
+        choice[k][name]  = P(the Designer writes template `name`'s script, exactly, for tasks[k])
+        contexts[c][k]   = P(the Executor writes the oracle reply, exactly, in context c of tasks[k])
+                           (CONTEXTS; None where c does not occur for the task)
+        oracle[k]        = contexts["solver"][k], the single agent's call
 
-    (and their natural logs, choice_logp and oracle_logp, which do not underflow for an untrained model).
+    (and the natural logs, choice_logp and contexts_logp, which do not underflow for an untrained model).
+    designer=False / executor=False skip a role's forwards (separate policies score each model on its own);
+    contexts: executor_contexts(tasks), when the caller scores several policies on the same tasks.
 
     A sampled evaluation of 200 tasks at T=1 carries ~3.5 points of noise; these are exact for the tasks
     given, so the paired difference between two models measures what training changed in the Designer's
     choice of structure and in the Executor, with only the draw of tasks left as error. The mass that no
     template gets goes to other scripts (variants, or ones that do not parse). Under FSDP2 every rank must
     call this with the same tasks: each forward is collective."""
-    names = list(mas.TEMPLATES)
-    samples = [{"messages": mas.designer_messages(_task_text(t), short=True),
-                "completion": mas.script_completion(mas.TEMPLATES[n])} for t in tasks for n in names]
-    # the single agent's prompt exactly as a rollout shows it: run the template with oracle replies
-    runs = sandbox.run_workflows([mas.TEMPLATES["single"]] * len(tasks), tasks, oracle_generate(tasks),
-                                 width=64, short=True)
-    for t, run in zip(tasks, runs):
-        if run.error is not None or not run.calls:
-            raise RuntimeError(f"tiny.exact_figures: the single template failed on {t['id']}: {run.error}")
-    samples += [{"messages": run.calls[0].messages, "completion": oracle_reply(t)} for t, run in zip(tasks, runs)]
+    names, samples, where = list(mas.TEMPLATES), [], []
+    if designer:
+        for k, t in enumerate(tasks):
+            for n in names:
+                samples.append({"messages": mas.designer_messages(_task_text(t), short=True),
+                                "completion": mas.script_completion(mas.TEMPLATES[n])})
+                where.append(("choice", n, k))
+    if executor:
+        for c, pairs in (contexts or executor_contexts(tasks)).items():
+            for k, pair in enumerate(pairs):
+                if pair is not None:
+                    samples.append({"messages": pair[0], "completion": pair[1]})
+                    where.append(("contexts", c, k))
+    seq_logp = _sequence_logprobs(model, tokenizer, samples, batch_size)
+    out = {}
+    if designer:
+        out["choice_logp"] = [{} for _ in tasks]
+    if executor:
+        out["contexts_logp"] = {c: [None] * len(tasks) for c in CONTEXTS}
+    for (part, name, k), lp in zip(where, seq_logp):
+        if part == "choice":
+            out["choice_logp"][k][name] = lp
+        else:
+            out["contexts_logp"][name][k] = lp
+    if designer:
+        out["choice"] = [{n: math.exp(v) for n, v in c.items()} for c in out["choice_logp"]]
+    if executor:
+        out["contexts"] = {c: [None if v is None else math.exp(v) for v in vs] for c, vs in out["contexts_logp"].items()}
+        out["oracle"] = out["contexts"]["solver"]
+    return out
+
+
+def _sequence_logprobs(model, tokenizer, samples, batch_size):
+    """log P(completion | messages) for each sample, by the trainer's own packing (rollout.samples_to_tensors:
+    right padding, completion mask) and log-probs (chunked.token_logprobs), in float64 sums."""
     encoded, _ = engine.encode_samples(tokenizer, samples)
-    # as rollout samples, so that the trainer's own packing (right padding, completion mask) scores them
     seqs = [rollout.Sample(ids[:p], ids[p:], [0.0] * (len(ids) - p), (k,)) for k, (ids, p) in enumerate(encoded)]
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
     device = next(model.parameters()).device
@@ -349,8 +448,4 @@ def exact_figures(model, tokenizer, tasks, batch_size=32):
             lp = chunked.token_logprobs(model, b["input_ids"], b["attention_mask"]).double()
             seq_logp += (lp * b["completion_mask"]).sum(-1).tolist()
     model.train(was_training)
-    k, n = len(names), len(tasks)
-    choice_logp = [dict(zip(names, seq_logp[i * k:(i + 1) * k])) for i in range(n)]
-    return {"choice": [{name: math.exp(v) for name, v in c.items()} for c in choice_logp],
-            "oracle": [math.exp(v) for v in seq_logp[n * k:]],
-            "choice_logp": choice_logp, "oracle_logp": seq_logp[n * k:]}
+    return seq_logp

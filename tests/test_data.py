@@ -208,6 +208,11 @@ def test_save_load_roundtrip_and_task_text(tmp_path):
     assert data.task_text(tasks[0], short=True) == "What is 1+1?"
     fn = {**tasks[1], "public_tests": {"inputs": [[2], [5]], "outputs": [4, 10], "fn_name": "f"}}
     assert data.task_text(fn, short=True) == "Double it.\nf(2)==4\nf(5)==10"   # the tiny world's compact form
+    one = {**fn, "metadata": {"shown_examples": 1}}        # run_tests still checks both; the text shows one
+    assert data.task_text(one, short=True) == "Double it.\nf(2)==4" and "f(5)" not in data.task_text(one)
+    for bad in ("1", -1, True):
+        with pytest.raises(ValueError, match="shown_examples"):
+            data.validate_task({**one, "metadata": {"shown_examples": bad}})
     with pytest.raises(ValueError, match="task 0"):
         data.save_tasks([{"id": "x", "kind": "math", "question": "q"}], str(p))
     assert data.load_tasks(str(p)) == tasks                                 # the old file is intact

@@ -149,16 +149,37 @@ def test_visible_examples_single_out_the_function():
 
 
 def test_wrong_reply_is_wrong_and_well_formed():
-    import random
-
     import mas
     import reward
 
     for t in tiny.make_tasks(20, seed=4, difficulty=2):
-        bad = tiny.wrong_reply(t, random.Random(0))
-        good = tiny.oracle_reply(t)
+        bad, good = tiny.wrong_reply(t), tiny.oracle_reply(t)
+        assert bad == tiny.wrong_reply(t)                             # frozen: the same for every policy
         assert reward.correctness(t, mas.answer_of(good)) == 1.0
         assert mas.answer_of(bad) is not None and reward.correctness(t, mas.answer_of(bad)) == 0.0
+
+
+def test_one_shown_example_is_often_ambiguous_and_the_wrong_reply_fits_it():
+    import data
+    import mas
+
+    tasks = tiny.make_tasks(200, seed=3, kinds=("code",))
+    ambiguous = 0
+    for t in tasks:
+        pub = t["public_tests"]
+        (x0,), y0 = pub["inputs"][0], pub["outputs"][0]
+        assert data.task_text(t, short=True) == f"Write f(x).\nf({x0})=={y0}"    # one of the three tests shown
+        (step,) = t["metadata"]["steps"]          # K read off the shown example, as a math chain step
+        lhs, k = step.split("=")
+        assert str(eval(lhs)) == k and re.fullmatch(r"\d+[+-]\d+", lhs) and k in t["metadata"]["solution"]
+        assert tiny.oracle_reply(t) == f"{step}\n<answer>{t['metadata']['solution']}</answer>"
+        fits = [e for e in tiny._catalogue(1) if tiny._apply(e, x0) == y0]
+        wrong = mas.answer_of(tiny.wrong_reply(t)).removeprefix("def f(x): return ")
+        if any(any(tiny._apply(e, *i) != o for i, o in zip(pub["inputs"], pub["outputs"])) for e in fits):
+            ambiguous += 1
+            assert wrong in fits       # the natural mistake: it fits the shown example, a visible test catches it
+    # x+K, x-K, K-x on 0..9: an example (x, y) with y > x fits x+K and K-x when x + y <= 9, and so on
+    assert 0.3 * len(tasks) < ambiguous < 0.7 * len(tasks)
 
 
 @needs_sandbox
@@ -218,7 +239,15 @@ def test_exact_figures_are_the_teacher_forced_sequence_logprobs():
     rel = 16 * 2.0 ** -23
     for a, b in zip(f["choice_logp"], one["choice_logp"]):
         assert all(a[n] == pytest.approx(b[n], rel=rel, abs=0) for n in a)
-    assert f["oracle_logp"] == pytest.approx(one["oracle_logp"], rel=rel, abs=0)
+    for c in tiny.CONTEXTS:
+        for a, b in zip(f["contexts_logp"][c], one["contexts_logp"][c]):
+            assert (a is None and b is None) or a == pytest.approx(b, rel=rel, abs=0)
+    # tasks 0, 2 are math, 1 code: a repair only where visible tests can fail; the critic on both kinds
+    assert [v is None for v in f["contexts"]["repair"]] == [True, False, True]
+    assert all(v is not None for c in ("solver", "coder", "keep", "fix") for v in f["contexts"][c])
+    assert f["oracle"] == f["contexts"]["solver"]
+    ex = tiny.exact_figures(model, tok, tasks, batch_size=5, designer=False)
+    assert "choice" not in ex and ex["contexts"]["fix"] == pytest.approx(f["contexts"]["fix"], rel=rel, abs=0)
     # one sequence by hand: the Designer writing the tester script for task 0, closed by the end-of-turn token
     prompt = tok.apply_chat_template(mas.designer_messages(tiny._task_text(tasks[0]), short=True),
                                      tokenize=False, add_generation_prompt=True)
@@ -229,4 +258,36 @@ def test_exact_figures_are_the_teacher_forced_sequence_logprobs():
         lp = torch.log_softmax(model(ids).logits[0, :-1].double(), -1).gather(-1, ids[0, 1:, None])[:, 0]
     assert f["choice_logp"][0]["tester"] == pytest.approx(lp[len(p_ids) - 1:].sum().item(), rel=rel, abs=0)   # as above
     assert set(f["choice"][0]) == set(mas.TEMPLATES) and len(f["oracle"]) == len(tasks)
-    assert all(0.0 <= p <= 1.0 for c in f["choice"] for p in c.values()) and all(x < 0 for x in f["oracle_logp"])
+    assert all(0.0 <= p <= 1.0 for c in f["choice"] for p in c.values())
+    assert all(x < 0 for x in f["contexts_logp"]["solver"])
+
+
+@needs_sandbox
+def test_executor_contexts_are_the_prompts_a_rollout_shows():
+    import mas
+
+    tasks = tiny.make_tasks(2, seed=5, kinds=("code",))
+    ctx = tiny.executor_contexts(tasks)
+    for k, t in enumerate(tasks):
+        shown = tiny._task_text(t)
+        wrong = mas.answer_of(tiny.wrong_reply(t))
+        for c in tiny.CONTEXTS:
+            messages, completion = ctx[c][k]
+            assert completion == tiny.oracle_reply(t) and messages[1]["content"].startswith(shown)
+        assert ctx["solver"][k][0][0]["content"].startswith("solver:")
+        assert ctx["coder"][k][0][1]["content"] == shown
+        repair = ctx["repair"][k][0][1]["content"]      # the frozen wrong program and its real test report
+        assert repair.startswith(f"{shown}\nCode:\n{wrong}\nTests: FAIL ") and "expected: " in repair
+        assert ctx["keep"][k][0][1]["content"] == f"{shown}\nAnswer: {t['metadata']['solution']}"
+        assert ctx["fix"][k][0][1]["content"] == f"{shown}\nAnswer: {wrong}"
+
+
+def test_executor_score_weights_each_structures_contexts():
+    contexts = {"solver": [0.5, 0.2], "coder": [0.1, 0.3], "repair": [None, 0.7], "keep": [0.9, 0.6],
+                "fix": [0.3, 0.0]}
+    shares = {"math": {"single": 0.5, "tester": 0.5, "ensemble": 0.0, "critic": 0.0},
+              "code": {"single": 0.0, "ensemble": 0.25, "critic": 0.25, "tester": 0.5}}
+    got = tiny.executor_score(contexts, ["math", "code"], shares)
+    # math: single -> solver, tester -> coder (no repair on math); code: solver, (solver+keep+fix)/3, (coder+repair)/2
+    assert got == pytest.approx([0.5 * 0.5 + 0.5 * 0.1, 0.25 * 0.2 + 0.25 * (0.2 + 0.6 + 0.0) / 3 + 0.5 * 0.5],
+                                rel=1e-15)
