@@ -119,13 +119,14 @@ def final_table(cfg, eng, sources, ckpt):
                 f"{100 * sum(f['choice'][i][n] for i in idx) / len(idx):8.1f}" for n in names))
         print(f"{who:24s} " + "   ".join(cells) + f"   {100 * np.mean(f['oracle']):12.1f}")
         # the structure each kind profits from most (tiny.SUITED; sft.py's quality bar measures it)
-        summary[who] = {"suited": [f["choice"][i].get(tiny.SUITED.get(t["kind"]), 0.0) for i, t in enumerate(tasks)],
-                        "oracle": list(f["oracle"]), "executor": tiny.executor_score(f["contexts"], kind_of, shares)}
+        summary[who] = {"suited": [c.get(tiny.SUITED.get(k), 0.0) for c, k in zip(f["choice"], kind_of)],
+                        "executor": tiny.executor_score(f["contexts"], kind_of, shares), "oracle": list(f["oracle"])}
     print("exact, the Executor in its own contexts: P(oracle reply | context), mean over the tasks where it occurs; "
           "executor = the contexts weighted by the SFT Designer's structure shares (tiny.executor_score)")
     for who, f in exact.items():
-        print(f"{who:24s} " + "  ".join(f"{c} {100 * np.mean([v for v in f['contexts'][c] if v is not None]):5.1f}"
-                                       for c in tiny.CONTEXTS) + f"  executor {100 * np.mean(summary[who]['executor']):5.1f}")
+        known = {c: [v for v in vs if v is not None] for c, vs in f["contexts"].items()}
+        print(f"{who:24s} " + "  ".join(f"{c} {100 * np.mean(vs):5.1f}" for c, vs in known.items())
+              + f"  executor {100 * np.mean(summary[who]['executor']):5.1f}")
     for what, label in (("suited", "P(suited template)"), ("executor", "Executor (exact)"),
                         ("oracle", "P(oracle reply)")):
         gains[what] = evaluate.paired_margin(summary["RL"][what], summary["SFT"][what])

@@ -427,7 +427,8 @@ def exact_figures(model, tokenizer, tasks, batch_size=32, designer=True, executo
     if designer:
         out["choice"] = [{n: math.exp(v) for n, v in c.items()} for c in out["choice_logp"]]
     if executor:
-        out["contexts"] = {c: [None if v is None else math.exp(v) for v in vs] for c, vs in out["contexts_logp"].items()}
+        out["contexts"] = {c: [None if v is None else math.exp(v) for v in vs]
+                           for c, vs in out["contexts_logp"].items()}
         out["oracle"] = out["contexts"]["solver"]
     return out
 

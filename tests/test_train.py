@@ -141,24 +141,26 @@ def test_parse_config_types_and_files(tmp_path):
         settings.parse_config([str(bad)])
     data = tmp_path / "empty.jsonl"
     data.write_text("")
-    cfg = settings.parse_config([f"--data_mix={{'{data}': 1.0}}", "--init_from=."])
+    # validate() refuses a used out_dir, and the checkout's out/tiny-rl holds a run once the main job has run
+    own = f"--out_dir={tmp_path / 'run'}"
+    cfg = settings.parse_config([f"--data_mix={{'{data}': 1.0}}", "--init_from=.", own])
     settings.validate(cfg)
     with pytest.raises(settings.ConfigError, match="no tasks"):
         train.load_mix(cfg)
     with pytest.raises(settings.ConfigError, match="divisible"):
-        settings.validate(settings.parse_config(["--batch_size=3", "--init_from=."]), world=2)
+        settings.validate(settings.parse_config(["--batch_size=3", "--init_from=.", own]), world=2)
     # a fixed structure has no Designer: a stagewise run would silently train nothing half the time
     with pytest.raises(settings.ConfigError, match="mode='executor'"):
-        settings.validate(settings.parse_config(["--template=single", "--init_from=."]))
-    settings.validate(settings.parse_config(["--template=single", "--mode=executor", "--init_from=."]))
+        settings.validate(settings.parse_config(["--template=single", "--init_from=.", own]))
+    settings.validate(settings.parse_config(["--template=single", "--mode=executor", "--init_from=.", own]))
     # per-role lr: one shared optimizer step cannot serve two learning rates
     with pytest.raises(settings.ConfigError, match="designer_lr != executor_lr"):
-        settings.validate(settings.parse_config(["--mode=coupled", "--designer_lr=1e-4", "--init_from=."]))
-    settings.validate(settings.parse_config(["--mode=coupled", "--designer_lr=1e-4", "--policy=separate", "--init_from=."]))
+        settings.validate(settings.parse_config(["--mode=coupled", "--designer_lr=1e-4", "--init_from=.", own]))
+    settings.validate(settings.parse_config(["--mode=coupled", "--designer_lr=1e-4", "--policy=separate", "--init_from=.", own]))
     with pytest.raises(settings.ConfigError, match="ac_policy must be one of"):
-        settings.validate(settings.parse_config(["--ac_policy=some", "--init_from=."]))
+        settings.validate(settings.parse_config(["--ac_policy=some", "--init_from=.", own]))
     with pytest.raises(settings.ConfigError, match="logprobs must be one of"):
-        settings.validate(settings.parse_config(["--logprobs=fast", "--init_from=."]))
+        settings.validate(settings.parse_config(["--logprobs=fast", "--init_from=.", own]))
     cfg = settings.parse_config(["--executor_lr=1e-5", "--designer_lr=1e-4"])
     # (each role's lr in training: test_seeded_runs_agree_with_real_advantages)
     assert (cfg.designer_lr, cfg.executor_lr) == (1e-4, 1e-5)
