@@ -141,6 +141,14 @@ def _clip(text):
     return text if len(text) <= MAX_EXAMPLE_CHARS else text[:MAX_EXAMPLE_CHARS] + "\n...(truncated)"
 
 
+def shown_examples(task):
+    """The (input, output) pairs of the public tests that task_text shows: at most MAX_EXAMPLES, and at most
+    metadata.shown_examples (run_tests still checks them all)."""
+    pub = task.get("public_tests") or {}
+    n_shown = min(MAX_EXAMPLES, (task.get("metadata") or {}).get("shown_examples", MAX_EXAMPLES))
+    return list(zip(pub.get("inputs") or [], pub.get("outputs") or []))[:n_shown]
+
+
 def task_text(task, short=False):
     """What a workflow sees: the question; for code, the starter code and the visible examples.
 
@@ -151,8 +159,7 @@ def task_text(task, short=False):
         return text
     pub = task.get("public_tests") or {}
     fn = pub.get("fn_name") or (task.get("tests") or {}).get("fn_name")
-    n_shown = min(MAX_EXAMPLES, (task.get("metadata") or {}).get("shown_examples", MAX_EXAMPLES))
-    shown = list(zip(pub.get("inputs") or [], pub.get("outputs") or []))[:n_shown]
+    shown = shown_examples(task)
     if fn:
         eq = "==" if short else " == "
         ex = [f"{fn}({_clip(', '.join(map(json.dumps, i)))}){eq}{_clip(json.dumps(o))}" for i, o in shown]

@@ -277,7 +277,7 @@ def wrong_reply(task):
         return "".join(s + "\n" for s in steps[:-1] + [f"{lhs}={bad}"]) + f"<answer>{bad}</answer>"
     pub = task["public_tests"]
     cases = [(i[0], o) for i, o in zip(pub["inputs"], pub["outputs"])]
-    shown = cases[:task["metadata"].get("shown_examples", len(cases))]
+    shown = [(i[0], o) for i, o in data.shown_examples(task)]
     cat = _catalogue(min(task["metadata"]["difficulty"], 4))
     fails = [e for e in cat if any(_apply(e, x) != y for x, y in cases)]
     fits = [e for e in fails if all(_apply(e, x) == y for x, y in shown)]
