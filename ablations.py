@@ -77,23 +77,29 @@ RESULTS_DIR = os.path.join(REPO, "results", "ablations")
 # the runs: train.py overrides on top of config/tiny.py
 
 
-def k_scaled(paper_k, steps):
-    """The paper's stage length K (out of 1, 10, 30) scaled to a run of `steps` steps."""
-    return max(1, round(paper_k * steps / 90))
+def stage_length(paper_k, budget):
+    """The paper's stage length K (out of 1, 10, 30) scaled to a run of `budget` updates per role: K=30 is the
+    tiny default's budget/2 (two stages of each role); the others the K that divides the budget (so that both
+    roles get exactly `budget` updates) nearest to paper_k * (budget/2) / 30."""
+    return min((k for k in range(1, budget + 1) if budget % k == 0),
+               key=lambda k: (abs(k - paper_k * budget / 60), k))
 
 
-def runs(steps):
-    """{run name: {config key: value}}: what each run sets on top of config/tiny.py."""
-    base = {"M": 4, "N": 4, "K": k_scaled(30, steps)}                     # the method: 4x4, stagewise, K30
+def runs(budget):
+    """{run name: {config key: value}}: what each run sets on top of config/tiny.py, `budget` updates of each
+    role it trains. A stagewise run trains one role a step (2 * budget steps), coupled both (budget steps),
+    designer-only, executor-only and single-agent GRPO one role (budget steps)."""
+    base = {"M": 4, "N": 2, "K": stage_length(30, budget), "steps": 2 * budget}   # the tiny default
     return {"metaagent": base, "flat8": {**base, "M": 8, "N": 1}, "flat16": {**base, "M": 16, "N": 1},
-            "coupled": {**base, "mode": "coupled"}, "designer": {**base, "mode": "designer"},
-            "executor": {**base, "mode": "executor"},
+            "coupled": {**base, "mode": "coupled", "steps": budget},
+            "designer": {**base, "mode": "designer", "steps": budget},
+            "executor": {**base, "mode": "executor", "steps": budget},
             "separate": {**base, "policy": "separate", "init_from": "out/tiny-sft-separate"},
-            "k1": {**base, "K": k_scaled(1, steps)}, "k10": {**base, "K": k_scaled(10, steps)},
-            "single": {**base, "template": "single", "mode": "executor"}}           # single-agent GRPO
+            "k1": {**base, "K": stage_length(1, budget)}, "k10": {**base, "K": stage_length(10, budget)},
+            "single": {**base, "template": "single", "mode": "executor", "steps": budget}}  # single-agent GRPO
 
 
-RUN_NAMES = list(runs(90))
+RUN_NAMES = list(runs(20))
 
 # name: (title, claims (A, B) = "the paper found A better than B", the paper's finding, a note)
 COMPARISONS = {
@@ -120,10 +126,10 @@ def out_dir(root, run, seed):
     return os.path.join(root, f"{run}-s{seed}")
 
 
-def train_command(run, seed, steps, root):
+def train_command(run, seed, budget, root):
     """The train.py command line (run from the repo root) of one run."""
     return [sys.executable, "train.py", "config/tiny.py", f"--out_dir={out_dir(root, run, seed)}",
-            f"--seed={seed}", f"--steps={steps}", *(f"--{k}={v}" for k, v in runs(steps)[run].items())]
+            f"--seed={seed}", *(f"--{k}={v}" for k, v in runs(budget)[run].items())]
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -163,17 +169,17 @@ def launch(cmd, log_path, cpus=None, echo=True):
         return p.wait()
 
 
-def run_one(run, seed, steps, root, cpus=None, echo=True):
+def run_one(run, seed, budget, root, cpus=None, echo=True):
     """'skipped' | 'ok' | 'failed (rc N)'. run.json records the command; a different one in the same
     out_dir is an error (resuming with other settings would mix two runs)."""
-    d, cmd = out_dir(root, run, seed), train_command(run, seed, steps, root)
+    d, cmd = out_dir(root, run, seed), train_command(run, seed, budget, root)
     if os.path.exists(f"{d}/run.json"):
         with open(f"{d}/run.json") as f:
             before = json.load(f)["cmd"]
         if before[1:] != cmd[1:]:
             raise SystemExit(f"ablations.py: {d} was made by a different command:\n  {' '.join(before[1:])}\n"
                              f"now:\n  {' '.join(cmd[1:])}\nuse another --root or delete {d}")
-    if is_finished(d, steps):
+    if is_finished(d, runs(budget)[run]["steps"]):
         print(f"== {run} seed {seed}: finished, skipped ({d})", flush=True)
         return "skipped"
     os.makedirs(d, exist_ok=True)
@@ -193,7 +199,7 @@ def run_all(a):
     only (train.py sizes its threads to the cores it may use). A run whose cold start is missing makes it
     (train.py): the runs that need the same one wait for it instead of making it twice at once."""
     names = [r for r in RUN_NAMES if not a.only or r in a.only]
-    print(f"ablations.py: runs {', '.join(names)}; seeds {a.seeds}; {a.steps} steps; root {a.root}; "
+    print(f"ablations.py: runs {', '.join(names)}; seeds {a.seeds}; {a.budget} updates per role; root {a.root}; "
           f"{a.jobs} at a time", flush=True)
     usable = sorted(os.sched_getaffinity(0))
     if a.jobs > len(usable):
@@ -204,13 +210,13 @@ def run_all(a):
 
     def one(run_seed):
         (run, seed), cpus = run_seed, free.get()
-        init = os.path.join(REPO, runs(a.steps)[run].get("init_from", SFT_DIR))
+        init = os.path.join(REPO, runs(a.budget)[run].get("init_from", SFT_DIR))
         try:
             if not os.path.isdir(init):
                 with building.setdefault(init, threading.Lock()):
                     if not os.path.isdir(init):     # the first run here makes it
-                        return run_one(run, seed, a.steps, a.root, cpus, a.jobs == 1)
-            return run_one(run, seed, a.steps, a.root, cpus, a.jobs == 1)
+                        return run_one(run, seed, a.budget, a.root, cpus, a.jobs == 1)
+            return run_one(run, seed, a.budget, a.root, cpus, a.jobs == 1)
         except SystemExit as e:   # a refused folder: the others go on, the summary names it
             return f"failed ({e})"
         finally:
@@ -433,12 +439,12 @@ def parse_args(argv):
     p = argparse.ArgumentParser(description="the paper's ablations on the tiny world (see the docstring)")
     p.add_argument("--root", default="out/ablations", help="one folder for every run (default out/ablations)")
     p.add_argument("--seeds", default="0,1,2", help="comma list of seeds (default 0,1,2)")
-    p.add_argument("--steps", type=int, default=30, help="RL steps per run (default 30)")
+    p.add_argument("--budget", type=int, default=20, help="updates of each role a run trains (default 20)")
     p.add_argument("--only", default="", help=f"comma list of runs to run: {', '.join(RUN_NAMES)}")
     p.add_argument("--jobs", type=int, default=1, help="runs at a time, each on its own cores (default 1)")
     a = p.parse_args(argv)
-    if min(a.steps, a.jobs) < 1:
-        raise SystemExit(f"ablations.py: --steps and --jobs must be >= 1, got {a.steps} and {a.jobs}")
+    if min(a.budget, a.jobs) < 1:
+        raise SystemExit(f"ablations.py: --budget and --jobs must be >= 1, got {a.budget} and {a.jobs}")
     if not re.fullmatch(r"\d+(,\d+)*", a.seeds) or len(set(a.seeds.split(","))) != len(a.seeds.split(",")):
         raise SystemExit(f"ablations.py: --seeds must be a comma list of distinct integers, got {a.seeds!r}")
     a.only = [x for x in a.only.split(",") if x]
