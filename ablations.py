@@ -1,56 +1,54 @@
-"""ablations.py: the paper's ablations in miniature, on the tiny world, with several seeds.
+"""ablations.py: the paper's ablations in miniature, on the tiny world, with several seeds, at equal budgets.
 
 Every run is `python train.py config/tiny.py` plus a few overrides (`runs()` below), so a run here and the
 tiny default differ only in what that table says. All runs start from the same SFT cold start (out/tiny-sft,
 which train.py makes when it is missing), except `separate`, which starts from two role-specific ones
-(out/tiny-sft-separate/designer and executor, which train.py makes the same way). One run per (name, seed)
-goes to ROOT/<name>-s<seed>/: its metrics.jsonl, checkpoints, final_table.json and train.log.
+(out/tiny-sft-separate/designer and executor, which train.py makes the same way); the seed varies the RL run.
+One run per (name, seed) goes to ROOT/<name>-s<seed>/: its metrics.jsonl, checkpoints, final_table.json and
+train.log.
 
-The comparisons (COMPARISONS) and what each tests:
+Equal budgets: every arm makes `--budget` (default 20) updates of each role it trains. A stagewise arm trains
+one role a step, so it runs 2 x budget steps; coupled trains both each step (budget steps); designer-only,
+executor-only and single-agent GRPO train one role (budget steps) and are compared on that role's row only.
 
-    hierarchy     metaagent (M=4 x N=4) vs flat8 (M=8 x N=1) and flat16 (M=16 x N=1)          (paper Table 3)
-                  flat8 runs half as many executions per query, flat16 as many. With N=1 the designer and
-                  executor advantages coincide: the flat runs lose the decomposed credit assignment.
+    hierarchy     metaagent (the tiny default, M=4 x N=2) vs flat8 (8 x 1: as many executions a query) and
+                  flat16 (16 x 1: twice as many)                                          (paper Table 3)
+                  With N=1 the designer and executor advantages coincide: no decomposed credit assignment.
     schedule      stagewise (metaagent) vs coupled, designer-only, executor-only     (Table 4, Figure 3)
     policy        shared (metaagent) vs separate policies                                    (Table 5)
-    stage_length  K = 1, 10, 30 (metaagent), scaled to the run length                      (Figure 4)
-    single_agent  metaagent vs single-agent GRPO (--template=single --mode=executor: no Designer, the same 16
-                  executions per query)
+    stage_length  K = 30 (metaagent: budget/2, two stages of each role), 10 and 1, scaled: each K divides
+                  the budget, so both roles get it exactly (stage_length())              (Figure 4)
+    single_agent  metaagent vs single-agent GRPO (--template=single --mode=executor: no Designer)
     pairings      did both roles improve? {SFT, RL} designer x {SFT, RL} executor of the metaagent run
-                  reduces, on the exact rows, to two differences: P(suited template) depends on the Designer's
-                  model alone, P(oracle reply) on the Executor's alone
+                  reduces, on the exact rows, to two differences: `suited` depends on the Designer's model
+                  alone, `executor` on the Executor's alone
 
-Stage length: a tiny run has far fewer steps than the paper's, so K(paper_K) = max(1, round(paper_K * steps /
-90)): K30 = steps/3 (three stages), K10 = steps/9, K1 = 1. Every other run uses K30, so `metaagent` is also
-the K=30 point.
-
-    python ablations.py                          # every run, seeds 0,1,2, --steps 30, into out/ablations
-    python ablations.py --jobs 2                 # two runs at a time, each pinned to its own cores
-    python ablations.py --seeds 0,1 --steps 90 --root out/abl90 --only metaagent,flat8
+    python ablations.py --jobs 2                 # every run, seeds 0,1,2, 20 updates a role, into out/ablations
+    python ablations.py --seeds 3,4 --only metaagent,executor    # more seeds of some runs, into the same root
     python ablations.py report out/ablations     # ROOT/RESULTS.md
-    python ablations.py publish out/ablations    # the numbers (no checkpoints) into results/ablations, and
-                                                 # RESULTS.md there
+    python ablations.py publish out/ablations    # the numbers (no checkpoints) into results/ablations, its
+                                                 # RESULTS.md, and the README's Results
 
 A finished run is skipped and an unfinished one resumed from its last checkpoint, so the same command
-continues an interrupted set; runs go seed by seed, so a partial set has every run of its first seeds.
+continues an interrupted set across sittings; runs go seed by seed, and the report names what is missing.
 
 What the report computes, from each run's metrics.jsonl and final_table.json (tests/test_ablations.py checks
-that the committed results/ablations/RESULTS.md is what `report` makes of the committed numbers):
+that the committed results/ablations/RESULTS.md and the README's Results are what `report` makes of the
+committed numbers). Every measure is a gain, the RL model minus the run's own cold start on the same tasks:
 
-    P(suited template)    primary, exact by teacher forcing per held-out task: the Designer's probability of
-    P(oracle reply)       the template suited to the task's kind, the single agent's of the oracle reply
-    held-out accuracy     secondary: the final table's sampled "RL: learned designs" row (single-agent GRPO:
-                          its "RL: single agent" row), per task
-    training reward       secondary: reward/mean over the last 20% of steps (change: minus the first 20%)
-    RL - SFT              a run's RL model minus its own cold start on the same tasks
-    A - B                 paired: the same seed means the same training queries and the same held-out tasks
-                          (checked by task id), so per seed d_s = mean over tasks of A - B with its paired
-                          standard error w_s; D = mean_s d_s, SE = max(std_s(d_s) / sqrt(S),
-                          sqrt(sum_s w_s^2) / S). One rule: beyond noise when |D| > 2 SE ("held" in the
-                          paper's direction, "reversed" against it), else "within noise"
+    suited, executor      primary: the final table's exact rows (teacher forcing, per held-out task): the
+                          Designer's P(suited template), the Executor's P(oracle reply) in its own contexts
+    oracle, accuracy      secondary: the single agent's exact P(oracle reply); the sampled "RL: learned
+                          designs" row (single-agent GRPO: "RL: single agent")
+    train change          secondary: reward/mean over the last 20% of steps minus the first 20%
+    A > B                 paired (paired()): per seed d_s = mean over tasks of A's gain - B's (the same seed
+                          means the same held-out tasks, checked by id); D = mean_s d_s, SE = sd(d_s)/sqrt(S);
+                          Student's t at S - 1 degrees of freedom. One rule (verdict()): held or reversed when
+                          the 95% t interval excludes 0, else within noise; the report counts its tests and
+                          marks the verdicts that also pass Bonferroni
 
-Needs: evaluate.py, engine.py, decode.py, chunked.py, tiny.py, rollout.py, mas.py, sandbox.py, isolation.py,
-reward.py, data.py; and it runs train.py as a program
+Needs: train.py (run as a program; ablations.py imports no project module) and what train.py's Needs line
+names
 """
 
 import argparse
@@ -65,12 +63,11 @@ import sys
 import threading
 from concurrent.futures import ThreadPoolExecutor
 
-import evaluate
-
 REPO = os.path.dirname(os.path.abspath(__file__))
 SFT_DIR = "out/tiny-sft"      # config/tiny.py's init_from: the shared cold start (relative to the repo)
 TAIL = 0.2                    # the last 20% of steps summarise a run
 RESULTS_DIR = os.path.join(REPO, "results", "ablations")
+README = os.path.join(REPO, "README.md")      # its Results block is written by publish
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -101,25 +98,32 @@ def runs(budget):
 
 RUN_NAMES = list(runs(20))
 
-# name: (title, claims (A, B) = "the paper found A better than B", the paper's finding, a note)
+# name: (title, claims (A, B, primary rows) = "the paper found A better than B" on those rows, the paper's
+# finding, a note). A one-role arm is compared on its role's row only.
+BOTH, DESIGNER, EXECUTOR = ("suited", "executor"), ("suited",), ("executor",)
 COMPARISONS = {
-    "hierarchy": ("Hierarchical 4x4 vs flat (paper Table 3)",
-                  [("metaagent", "flat8"), ("metaagent", "flat16")], "hierarchical M=4xN=4 > flat M=8xN=1",
-                  "flat8 runs half the executions of 4x4, flat16 as many."),
+    "hierarchy": ("Hierarchical M×N vs flat M×1 (paper Table 3)",
+                  [("metaagent", "flat8", BOTH), ("metaagent", "flat16", BOTH)], "hierarchical > flat",
+                  "metaagent is the tiny default's 4×2; flat8 (8×1) runs as many executions a query, flat16 "
+                  "(16×1) twice as many. With N = 1 the executor advantage is the designer advantage."),
     "schedule": ("Stagewise vs coupled vs single-role training (paper Table 4, Figure 3)",
-                 [("metaagent", "coupled"), ("coupled", "designer"), ("coupled", "executor")],
-                 "stagewise > coupled > single-role", "metaagent is the stagewise run."),
-    "policy": ("Shared vs separate policies (paper Table 5)", [("metaagent", "separate")],
-               "shared >= separate", "separate starts from its own two role-specific SFT models."),
-    "stage_length": ("Stage length K in {1, 10, 30}, scaled to the run (paper Figure 4)",
-                     [("metaagent", "k10"), ("metaagent", "k1")], "K=30 best",
-                     "metaagent is the K=30 point."),
-    "single_agent": ("MetaAgent-X vs single-agent GRPO", [("metaagent", "single")],
-                     "MetaAgent-X > single-agent GRPO", "single: no Designer, 16 executions a query."),
+                 [("metaagent", "coupled", BOTH), ("metaagent", "designer", DESIGNER),
+                  ("metaagent", "executor", EXECUTOR)], "stagewise > coupled > single-role",
+                 "metaagent is the stagewise run; designer-only is compared on suited and executor-only on "
+                 "executor, each per update of its role."),
+    "policy": ("Shared vs separate policies (paper Table 5)", [("metaagent", "separate", BOTH)],
+               "shared >= separate", "separate starts from its own two role-specific cold starts: gains "
+               "compare what RL added to each."),
+    "stage_length": ("Stage length K in {1, 10, 30}, scaled to the budget (paper Figure 4)",
+                     [("metaagent", "k10", BOTH), ("metaagent", "k1", BOTH)], "K=30 best",
+                     "metaagent is the K=30 point (K = budget/2), k10 K = 4, k1 K = 1."),
+    "single_agent": ("MetaAgent-X vs single-agent GRPO", [("metaagent", "single", EXECUTOR)],
+                     "MetaAgent-X > single-agent GRPO", "single: no Designer (the single template), its "
+                     "Executor trained on the same 8 executions a query, compared per Executor update."),
 }
-PAIRINGS = ("## {SFT, RL} designer x {SFT, RL} executor (metaagent)\n\nP(suited template) depends on the "
-            "Designer's model alone and P(oracle reply) on the Executor's alone, so on the exact rows the "
-            "four pairings reduce to two differences. Paper: both roles improve. Here:\n")
+PAIRINGS = ("## {SFT, RL} designer x {SFT, RL} executor (metaagent)\n\n`suited` depends on the Designer's "
+            "model alone and `executor` on the Executor's alone (its contexts and weights are fixed), so on the "
+            "exact rows the four pairings reduce to two differences. Paper: both roles improve. Here:\n")
 
 
 def out_dir(root, run, seed):
@@ -241,22 +245,23 @@ def summarize(run_dir, run):
         return None
     n = max(1, math.ceil(TAIL * len(rows)))
     mean = lambda key, part: sum(r.get(key, 0.0) for r in part) / len(part)
-    out = {"steps": len(rows), "train_reward": mean("reward/mean", rows[-n:]),
-           "train_change": mean("reward/mean", rows[-n:]) - mean("reward/mean", rows[:n]),   # did it learn?
+    out = {"steps": len(rows), "train_change": mean("reward/mean", rows[-n:]) - mean("reward/mean", rows[:n]),
            "structures": {k[len("structure/"):]: mean(k, rows[-n:]) for k in {k for r in rows[-n:] for k in r}
                           if k.startswith("structure/")},
-           "ids": None, "tasks": {}}
+           "ids": None, "gain": {}}
     sampled = ("RL: single agent", "SFT: single agent") if run == "single" else \
         ("RL: learned designs", "SFT: designs")
     try:
         with open(os.path.join(run_dir, "final_table.json")) as f:
             table = json.load(f)
-        per = table["per_task"]
-        out["tasks"] = {who: {"suited": per["exact"][who]["suited"], "oracle": per["exact"][who]["oracle"],
-                              "accuracy": per["correct"][row]} for who, row in zip(("RL", "SFT"), sampled)}
+        exact, correct = table["per_task"]["exact"], table["per_task"]["correct"]
+        out["gain"] = {key: [r - c for r, c in zip(exact["RL"][key], exact["SFT"][key], strict=True)]
+                       for key in ("suited", "executor", "oracle")}
+        out["gain"]["accuracy"] = [r - c for r, c in zip(correct[sampled[0]], correct[sampled[1]], strict=True)]
+        out["sft"] = {key: sum(exact["SFT"][key]) / len(exact["SFT"][key]) for key in ("suited", "executor")}
         out["ids"] = table["ids"]
     except (OSError, ValueError, KeyError, TypeError):
-        pass   # no (readable) final table yet: the run has a curve but no held-out measures
+        out["gain"] = {}   # no (readable) final table yet: the run has a curve but no held-out measures
     return out
 
 
@@ -268,7 +273,7 @@ def collect(root, unfinished=None):
         m = re.fullmatch(r"(.+)-s(\d+)", name)
         if not (m and m[1] in RUN_NAMES and (s := summarize(os.path.join(root, name), m[1]))):
             continue
-        if s["tasks"]:   # train.py writes the final table after its last step
+        if s["gain"]:   # train.py writes the final table after its last step
             out.setdefault(m[1], {})[int(m[2])] = s
         elif unfinished is not None:
             unfinished.append(f"{name} ({s['steps']} steps, no final table)")
@@ -277,137 +282,202 @@ def collect(root, unfinished=None):
 
 # statistics: one rule for every difference in the report
 
+def t_pvalue(t, df):
+    """Two-sided p-value of Student's t with df degrees of freedom. With x = sqrt(df) tan(u) the tail
+    integral of the density becomes c * integral_{atan(|t|/sqrt(df))}^{pi/2} cos(u)^(df-1) du,
+    c = Gamma((df+1)/2) / (sqrt(pi) Gamma(df/2)): a smooth integrand, Simpson's rule on 400 intervals."""
+    lo, n = math.atan(abs(t) / math.sqrt(df)), 400
+    h = (math.pi / 2 - lo) / n
+    f = [math.cos(lo + i * h) ** (df - 1) for i in range(n + 1)]
+    integral = h / 3 * (f[0] + f[-1] + 4 * sum(f[1:-1:2]) + 2 * sum(f[2:-1:2]))
+    return 2 * math.exp(math.lgamma((df + 1) / 2) - math.lgamma(df / 2)) / math.sqrt(math.pi) * integral
+
+
+def t_critical(alpha, df):
+    """t such that t_pvalue(t, df) = alpha (bisection: the p-value falls as t grows)."""
+    lo, hi = 0.0, 1e6
+    for _ in range(200):
+        lo, hi = ((lo + hi) / 2, hi) if t_pvalue((lo + hi) / 2, df) > alpha else (lo, (lo + hi) / 2)
+    return (lo + hi) / 2
+
+
+ALPHA = 0.05
+
+
 def paired(pairs):
-    """pairs: per seed, two lists over the same held-out tasks (x_s, y_s). Returns (D, SE, seeds):
+    """pairs: per seed, two lists over the same held-out tasks (x_s, y_s), or two one-number lists. Returns
+    {"D", "SE", "S", "ds", "p", "lo", "hi"} (None without pairs):
 
-        d_s  = mean_t (x_st - y_st),  w_s its paired standard error over tasks   (evaluate.paired_margin)
-        D    = mean_s d_s
-        SE   = max(std_s(d_s) / sqrt(S),  sqrt(sum_s w_s^2) / S)        (S = 1: SE = w_1)
+        d_s  = mean over tasks of (x_st - y_st)                     (the seed's paired difference)
+        D    = mean_s d_s,   SE = sd_s(d_s) / sqrt(S)                (sd with S - 1 in the denominator)
+        t    = D / SE,  p = two-sided Student's t at S - 1 degrees of freedom
+        [lo, hi] = D -+ t(1 - ALPHA/2, S - 1) * SE                   (the 95% interval)
 
-    The first term is the seed-to-seed spread: it holds both the training run's own randomness and the draw
-    of tasks (each seed has its own held-out tasks). The second is the task-sampling error alone; the larger
-    of the two is taken, so that three seeds that happen to agree cannot make a difference look sharper than
-    its tasks allow. A one-number-per-seed measure (the training reward) has w_s = 0."""
+    The seeds are the unit: each seed's d_s already averages its tasks, and their spread holds both the
+    training run's randomness and the draw of tasks. One seed has no spread: no SE, p or interval."""
     if not pairs:
-        return None, None, 0
-    ds, ws = zip(*(evaluate.paired_margin(x, y) for x, y in pairs))
+        return None
+    ds = [sum(x) / len(x) - sum(y) / len(y) for x, y in pairs]
     S, D = len(ds), sum(ds) / len(ds)
-    task_se = math.sqrt(sum(w * w for w in ws)) / S
-    if S == 1:
-        return D, task_se, 1
-    return D, max(math.sqrt(sum((d - D) ** 2 for d in ds) / (S - 1) / S), task_se), S
+    out = {"D": D, "S": S, "ds": ds, "SE": None, "p": None, "lo": None, "hi": None}
+    if S > 1:
+        se = math.sqrt(sum((d - D) ** 2 for d in ds) / (S - 1) / S)
+        half = t_critical(ALPHA, S - 1) * se
+        out.update(SE=se, p=(t_pvalue(D / se, S - 1) if se > 0 else 0.0 if D else 1.0), lo=D - half, hi=D + half)
+    return out
 
 
-def verdict(D, SE, S):
-    """The report's one rule: A - B is beyond noise when |D| > 2 SE. One seed says nothing about the run's own
-    randomness (SE holds the draw of tasks alone), so it gets no verdict."""
-    if D is None:
+def verdict(r, tests=1):
+    """The report's one rule, on paired()'s result: "held" (the paper's direction, A - B > 0) or "reversed"
+    when the 95% t interval excludes 0, else "within noise"; with `tests` > 1, a verdict that also survives
+    Bonferroni (p < ALPHA / tests) is marked so. One seed gets no verdict."""
+    if r is None:
         return "missing"
-    if S < 2:
+    if r["S"] < 2:
         return "undecided (1 seed)"
-    return "held" if D > 2 * SE else "reversed" if D < -2 * SE else "within noise"
+    if r["p"] >= ALPHA:
+        return "within noise"
+    word = "held" if r["D"] > 0 else "reversed"
+    return word + (f" (also at α/{tests})" if tests > 1 and r["p"] < ALPHA / tests else "")
 
 
-def measure(results, a, b, key, who_a="RL", who_b="RL"):
-    """(D, SE, seeds) of run a's `who_a` model minus run b's `who_b` on per-task measure `key` ("suited",
-    "oracle", "accuracy"), or of the training reward ("train_reward"), over the seeds both runs have and on
-    which they saw the same held-out tasks. who = "gain": the RL model minus the run's own cold start, task by
-    task, so that runs from different cold starts (separate policies) compare what RL added."""
-    def per_task(s, who):
-        t = s["tasks"]
-        return [r - c for r, c in zip(t["RL"][key], t["SFT"][key])] if who == "gain" else t[who][key]
+def measure(results, a, b, key):
+    """paired() of run a's RL − SFT gain minus run b's on `key` (per task: "suited", "executor", "oracle",
+    "accuracy"; per run: "train_change"), over the seeds both runs have and on which they saw the same held-out
+    tasks (checked by id). b = None: run a's gain itself (RL − SFT)."""
     pairs = []
-    for seed in sorted(set(results.get(a, {})) & set(results.get(b, {}))):
-        sa, sb = results[a][seed], results[b][seed]
-        if key == "train_reward":
-            pairs.append(([sa[key]], [sb[key]]))
+    for seed in sorted(set(results.get(a, {})) & set(results.get(b or a, {}))):
+        sa, sb = results[a][seed], results[b or a][seed]
+        x = [sa[key]] if key == "train_change" else sa["gain"][key]
+        if b is None:
+            pairs.append((x, [0.0] * len(x)))
         elif sa["ids"] == sb["ids"]:
-            pairs.append((per_task(sa, who_a), per_task(sb, who_b)))
+            pairs.append((x, [sb[key]] if key == "train_change" else sb["gain"][key]))
     return paired(pairs)
 
 
-MEASURES = [("suited", "P(suited template)", 100), ("oracle", "P(oracle reply)", 100),   # (key, label, scale)
-            ("accuracy", "held-out accuracy (sampled)", 100), ("train_reward", "training reward", 1)]
+PRIMARY = [("suited", "suited"), ("executor", "executor")]             # (key, label)
+SECONDARY = [("oracle", "oracle"), ("accuracy", "accuracy (sampled)"), ("train_change", "training-reward change")]
+SCALE = {"train_change": 1}                                           # the rest in points (x100)
 
 
-def diff_text(D, SE, S, scale, digits=1):
-    if D is None:
+def diff_text(r, key, interval=True):
+    """'+1.2 [−0.4, +2.8]' (primary: the 95% t interval) or '+1.2 ± 0.6' (secondary: the SE), in points
+    (reward units for the training-reward change)."""
+    if r is None:
         return "n/a"
-    return f"{scale * D:+.{digits}f} ± {scale * SE:.{digits}f}" + ("" if S > 1 else " (1 seed)")
+    sc, dg = SCALE.get(key, 100), 3 if key in SCALE else 2
+    if r["SE"] is None:
+        return f"{sc * r['D']:+.{dg}f} (1 seed)"
+    if interval:
+        return f"{sc * r['D']:+.{dg}f} [{sc * r['lo']:+.{dg}f}, {sc * r['hi']:+.{dg}f}]"
+    return f"{sc * r['D']:+.{dg}f} ± {sc * r['SE']:.{dg}f}"
 
 
-def mean_of(results, run, who, key):
-    """Mean over a run's seeds and tasks of a per-task measure (a probability, an accuracy), in percent."""
-    per = [sum(s["tasks"][who][key]) / len(s["tasks"][who][key]) for s in results.get(run, {}).values()]
-    return 100 * sum(per) / len(per) if per else float("nan")
+def n_tests():
+    """How many primary tests the report makes: each claim's rows, and the two pairings."""
+    return sum(len(rows) for _, claims, _, _ in COMPARISONS.values() for _, _, rows in claims) + len(PRIMARY)
 
 
-def claim_sentence(a, b, results):
-    """One line per claim: A - B in RL's gain over the cold start on each measure (the same as RL - RL where
-    both runs start from one cold start), with its SE and verdict (exact rows first: they decide)."""
-    parts = []
-    for key, label, scale in MEASURES:
-        D, SE, S = measure(results, a, b, key, "gain", "gain")
-        if D is not None:
-            parts.append(f"{label} {diff_text(D, SE, S, scale, 1 if scale == 100 else 3)}, "
-                         f"{verdict(D, SE, S)}")
+def claim_sentence(a, b, rows, results):
+    """One line per claim "a > b": on its primary rows the paired gain difference, its 95% interval and the
+    verdict; then the secondary gains' differences with their SE."""
+    prim = [f"{label} {diff_text(r := measure(results, a, b, key), key)}, {verdict(r, n_tests())}"
+            + (f" (per seed: {', '.join(f'{100 * d:+.2f}' for d in r['ds'])})" if r and r["S"] > 1 else "")
+            for key, label in PRIMARY if key in rows]
+    sec = [f"{label} {diff_text(measure(results, a, b, key), key, False)}" for key, label in SECONDARY]
     seeds = len(set(results.get(a, {})) & set(results.get(b, {})))
-    return f"{a} > {b} (seeds: {seeds}): " + ("; ".join(parts) if parts else "missing runs") + "."
+    return f"{a} > {b} (seeds: {seeds}): " + "; ".join(prim) + "; secondary: " + ", ".join(sec) + "."
 
 
-def run_row(results, r):
-    """A run's row of the table: its RL model and RL − SFT on the same tasks, over its seeds."""
+def updates(run):
+    """(Designer updates, Executor updates) of a run, per the budget (runs()'s docstring)."""
+    return {"designer": (1, 0), "executor": (0, 1)}.get(runs(1)[run].get("mode"), (1, 1))
+
+
+def run_row(results, r, budget):
+    """A run's row: its setting, updates per role, seeds, and each measure's RL − SFT gain (95% interval for
+    the primary rows, SE for the rest)."""
     per = list(results[r].values())
-    avg = lambda f: sum(map(f, per)) / len(per)
-    setting = " ".join(f"{k}={v}" for k, v in runs(per[0]["steps"])[r].items() if k != "init_from")
-    cells = [c for key in ("suited", "oracle", "accuracy") for c in (
-        f"{mean_of(results, r, 'RL', key):.1f}%", diff_text(*measure(results, r, r, key, "RL", "SFT"), 100))]
-    shares = {k: avg(lambda s, k=k: s["structures"].get(k, 0.0)) for s in per for k in s["structures"]}
+    setting = " ".join(f"{k}={v}" for k, v in runs(budget)[r].items() if k != "init_from")
+    nd, ne = updates(r)
+    cells = [diff_text(measure(results, r, None, key), key, key in dict(PRIMARY))
+             for key, _ in PRIMARY + SECONDARY]
+    shares = {k: sum(s["structures"].get(k, 0.0) for s in per) / len(per) for s in per for k in s["structures"]}
     structures = ", ".join(f"{k} {v:.0%}" for k, v in sorted(shares.items(), key=lambda kv: (-kv[1], kv[0]))
                            if v >= 0.005) or "-"
-    return " | ".join([f"| {r}", f"`{setting}`", str(len(per)), *cells,
-                       f"{avg(lambda s: s['train_reward']):.3f}",
-                       f"{avg(lambda s: s['train_change']):+.3f}", f"{structures} |"])
+    return " | ".join([f"| {r}", f"`{setting}`", f"{nd * budget} + {ne * budget}", str(len(per)), *cells,
+                       f"{structures} |"])
+
+
+def summary_lines(results):
+    """Per comparison one sentence: the paper's direction and how its primary tests came out here."""
+    lines = []
+    for title, claims, paper, _ in COMPARISONS.values():
+        tests = [verdict(measure(results, a, b, key)) for a, b, rows in claims for key, _ in PRIMARY if key in rows]
+        if any(v in ("missing", "undecided (1 seed)") for v in tests):
+            lines.append(f"- **{title}**: paper {paper}; not yet run with two or more seeds here.")
+            continue
+        count = {w: sum(v.startswith(w) for v in tests) for w in ("held", "reversed", "within noise")}
+        lines.append(f"- **{title}**: paper {paper}; here " + ", ".join(
+            f"{n} {w}" for w, n in count.items() if n) + f" of its {len(tests)} primary tests.")
+    if "metaagent" in results:
+        v = [verdict(measure(results, "metaagent", None, key), n_tests()) for key, _ in PRIMARY]
+        lines.append(f"- **Both roles improve** (metaagent RL − SFT): paper yes; here the Designer (suited) {v[0]}, "
+                     f"the Executor (executor) {v[1]}.")
+    return lines
+
+
+def expected_seeds(results):
+    return sorted({0, 1, 2} | {seed for per in results.values() for seed in per})
 
 
 def report(root):
-    """ROOT/RESULTS.md from the runs under ROOT: one table of every run, then each comparison's claims."""
+    """ROOT/RESULTS.md from the runs under ROOT: one table of every run, each comparison's claims, the
+    pairings, and what is missing. Returns its path."""
     unfinished = []
     if not (results := collect(root, unfinished)):
         raise SystemExit(f"ablations.py report: no finished <run>-s<seed> (metrics.jsonl and final table) "
                          f"under {root}" + (f"; unfinished: {', '.join(unfinished)}" if unfinished else ""))
-    steps = max(s["steps"] for per in results.values() for s in per.values())
-    seeds = sorted({seed for per in results.values() for seed in per})
+    budget = next(s["steps"] for s in results.get("metaagent", {0: {"steps": 40}}).values()) // 2
+    seeds = expected_seeds(results)
+    m = n_tests()
+    sft = next(iter(results.get("metaagent", next(iter(results.values()))).values())).get("sft", {})
     md = ["# Ablations on the tiny world", "",
-          f"Made by `python ablations.py report` from the runs in this folder: {steps} RL steps each, seeds "
-          f"{', '.join(map(str, seeds))} (`python ablations.py --seeds {','.join(map(str, seeds))} --steps "
-          f"{steps} --jobs 2`, then `python ablations.py publish out/ablations`). P(suited template) and "
-          "P(oracle reply), exact by teacher forcing on train.py's final table, decide; sampled accuracy and "
-          "training reward are secondary (ablations.py's docstring says how each is made). A claim \"A > B\" "
-          "compares the runs' RL − SFT gains task by task, paired by seed and task: D is the mean of the "
-          "seeds' differences d_s (paired standard errors w_s) and SE = max(std(d_s)/sqrt(S), "
-          "sqrt(sum w_s²)/S), in points (reward units for the training reward). **A difference is beyond "
-          "noise when |D| > 2 SE**: *held* (the paper's direction) or *reversed*; otherwise *within noise*.",
-          "", "## All runs", "", "| run | setting | seeds | P(suited) | RL − SFT | P(oracle) | RL − SFT | "
-          "held-out acc. | RL − SFT | train reward | change | structures (end) |", "|" + "---|" * 12,
-          *(run_row(results, r) for r in RUN_NAMES if r in results), ""]
-    missing = []
-    for cname, (title, claims, paper, note) in COMPARISONS.items():
-        if absent := [r for r in dict.fromkeys(r for claim in claims for r in claim) if r not in results]:
-            missing.append(f"{cname} (needs {', '.join(absent)})")
-        else:
-            md += [f"## {title}", "", note, "", f"Paper: {paper}. Here:", "",
-                   *(f"- {claim_sentence(a, b, results)}" for a, b in claims), ""]
+          f"Made by `python ablations.py report` from the runs in this folder (`python ablations.py --jobs 2 "
+          f"--budget {budget}`, then `python ablations.py publish out/ablations`). Every arm makes {budget} "
+          "updates of each role it trains (stagewise arms 2 × that many steps, coupled that many, the one-role "
+          "arms that many of their role), from the tiny default's cold start (separate: its own two); the seed "
+          "varies the RL run. Every number is a **gain**: the RL model minus its own cold start on the same 200 "
+          "held-out tasks, in points. Primary: `suited` (the Designer's exact P(suited template)) and "
+          "`executor` (the Executor's exact probability of the oracle reply in its own contexts)"
+          + (f"; the cold start has suited {100 * sft['suited']:.1f}%, executor {100 * sft['executor']:.1f}%"
+             if sft else "") + ". Secondary: `oracle` (the single agent's exact P(oracle reply)), sampled "
+          "accuracy of the learned designs (single: the single agent), the training reward's change (last "
+          "20% of steps minus the first 20%).", "",
+          "**The rule.** A claim \"A > B\" is the paper's direction. Per seed s, d_s = the mean over the held-out "
+          "tasks of A's gain minus B's (paired: a seed's runs see the same tasks); D = mean_s d_s, SE = "
+          "sd(d_s)/√S, and the 95% interval D ± t(0.975, S − 1)·SE (Student's t at S − 1 degrees of freedom; "
+          f"4.30 at S = 3). *Held* or *reversed* when the interval excludes 0, else *within noise*. The report "
+          f"makes {m} primary tests: by chance alone about {ALPHA * m:.2f} would be held or reversed; those that "
+          f"also pass Bonferroni (p < {ALPHA}/{m}) are marked. An arm that trains one role by design is "
+          "compared on that role's row only, per update of that role. Secondary differences are D ± SE.", "",
+          "## Summary", "", *summary_lines(results), "",
+          "## All runs (RL − SFT; primary rows with their 95% t interval, the rest ± SE)", "",
+          "| run | setting | updates D + E | seeds | suited | executor | oracle | accuracy | train change | "
+          "structures (end) |", "|" + "---|" * 10,
+          *(run_row(results, r, budget) for r in RUN_NAMES if r in results), ""]
+    for title, claims, paper, note in COMPARISONS.values():
+        md += [f"## {title}", "", note, "", f"Paper: {paper}. Here:", "",
+               *(f"- {claim_sentence(a, b, rows, results)}" for a, b, rows in claims), ""]
     if "metaagent" in results:
         md.append(PAIRINGS)
-        for (key, label, _), role in zip(MEASURES, ("Designer", "Executor")):
-            D, SE, S = measure(results, "metaagent", "metaagent", key, "RL", "SFT")
-            md.append(f"- the {role} ({label}): SFT {mean_of(results, 'metaagent', 'SFT', key):.1f}%, RL "
-                      f"{mean_of(results, 'metaagent', 'RL', key):.1f}%, RL − SFT "
-                      f"{diff_text(D, SE, S, 100)}, {verdict(D, SE, S)}.")
+        for (key, label), role in zip(PRIMARY, ("Designer", "Executor")):
+            r = measure(results, "metaagent", None, key)
+            md.append(f"- the {role} ({label}): RL − SFT {diff_text(r, key)}, {verdict(r, m)}.")
         md.append("")
-    if missing:
-        md.append(f"Not yet run (or fewer than the runs they compare): {'; '.join(missing)}.\n")
+    missing = [f"{r}-s{seed}" for r in RUN_NAMES for seed in seeds if seed not in results.get(r, {})]
+    md.append(f"Missing (seeds {', '.join(map(str, seeds))} of every run): {', '.join(missing) or 'none'}.\n")
     if unfinished:
         md.append(f"Unfinished, left out: {', '.join(unfinished)}.\n")
     with open(os.path.join(root, "RESULTS.md"), "w") as f:
@@ -416,9 +486,24 @@ def report(root):
     return os.path.join(root, "RESULTS.md")
 
 
-def publish(src, dest=RESULTS_DIR):
+README_BLOCK = ("<!-- results: written by `python ablations.py publish`, from results/ablations -->",
+                "<!-- /results -->")
+
+
+def readme_block(root):
+    """The README's Results, from the runs under root: the summary sentences and a pointer to RESULTS.md."""
+    results = collect(root)
+    seeds = sorted({seed for per in results.values() for seed in per})
+    return "\n".join([README_BLOCK[0], "", f"The paper's comparisons in miniature at equal update budgets, seeds "
+                      f"{', '.join(map(str, seeds))}, every number an RL − SFT gain on the exact rows `suited` and "
+                      "`executor`, judged by Student's t at S − 1 degrees of freedom "
+                      "([results/ablations/RESULTS.md](results/ablations/RESULTS.md) has the rule, every run "
+                      "and every interval):", "", *summary_lines(results), "", README_BLOCK[1]])
+
+
+def publish(src, dest=RESULTS_DIR, readme=README):
     """Copy every finished run's metrics.jsonl, final_table.json and run.json from src to dest (replacing what
-    dest held; checkpoints and logs stay behind), then report there."""
+    dest held; checkpoints and logs stay behind), report there, and rewrite the Results block of `readme`."""
     names = [n for n in sorted(os.listdir(src)) if re.fullmatch(r"(.+)-s(\d+)", n)
              and os.path.exists(os.path.join(src, n, "final_table.json"))] if os.path.isdir(src) else []
     if not names:
@@ -428,7 +513,17 @@ def publish(src, dest=RESULTS_DIR):
         for n in names:   # no checkpoints, no logs
             shutil.copytree(os.path.join(src, n), os.path.join(dest, n), ignore=lambda d, files: [
                 f for f in files if f not in ("metrics.jsonl", "final_table.json", "run.json")])
-    return report(dest)
+    path = report(dest)
+    with open(readme) as f:
+        text = f.read()
+    start, end = text.find(README_BLOCK[0]), text.find(README_BLOCK[1])
+    if start < 0 or end < start:
+        raise SystemExit(f"ablations.py publish: {readme} has no Results block ({README_BLOCK[0]} ... "
+                         f"{README_BLOCK[1]}) to rewrite")
+    with open(readme, "w") as f:
+        f.write(text[:start] + readme_block(dest) + text[end + len(README_BLOCK[1]):])
+    print(f"rewrote the Results of {readme}")
+    return path
 
 
 # ----------------------------------------------------------------------------------------------------------

@@ -1,12 +1,14 @@
 """ablations.py on small synthetic inputs: no training is launched (launch() is replaced by a recorder).
 
-- the run table builds the right train.py command lines, K scaled to the run length;
+- the run table builds the right train.py command lines at equal budgets (each arm's updates of each role it
+  trains), with stage lengths that divide the budget;
 - finished runs are skipped, unfinished ones launched with --resume; a different command in an existing
   out_dir stops with a clear message; bad arguments stop with clear messages;
 - runs needing a missing cold start wait for the one that builds it; --jobs pins each run to its own cores;
-- the report: the one rule for differences (paired by seed and task, beyond noise past 2 SE), the run table
-  from final_table.json's per-task vectors, the claim sentences, the exact pairings, publish, and that the
-  committed results/ablations/RESULTS.md is what the report makes of the committed numbers.
+- the report: Student's t (checked against its closed forms at 1 and 2 degrees of freedom), the one rule
+  (paired by seed and task, the 95% t interval), gains over each run's own cold start, the run table, the
+  claim sentences, the pairings, what is missing, publish (with the README's Results), and that the committed
+  results/ablations/RESULTS.md and README Results are what the report makes of the committed numbers.
 """
 
 import json
@@ -26,7 +28,7 @@ import ablations  # noqa: E402
 
 def write_run(root, run, seed, rewards, structure="ensemble", exact=None, correct=None, n=4, table=True):
     """A run folder as train.py leaves it: metrics.jsonl and final_table.json with per-task vectors on n tasks.
-    exact = {"RL"/"SFT": (suited, oracle)} gives every task those probabilities; correct = {row: [0/1] * n}."""
+    exact = {"RL"/"SFT": (suited, executor, oracle)} gives every task those probabilities; correct = {row: [0/1] * n}."""
     d = Path(root) / f"{run}-s{seed}"
     d.mkdir(parents=True, exist_ok=True)
     with open(d / "metrics.jsonl", "w") as f:
@@ -34,53 +36,65 @@ def write_run(root, run, seed, rewards, structure="ensemble", exact=None, correc
             f.write(json.dumps({"step": i + 1, "reward/mean": r, "accuracy": r,
                                 f"structure/{structure}": 1.0, "time/step": 6.0}) + "\n")
     if table:
-        exact = exact or {"RL": (0.5, 0.3), "SFT": (0.4, 0.3)}
+        exact = exact or {"RL": (0.5, 0.3, 0.3), "SFT": (0.4, 0.3, 0.3)}
         rows = ("RL: learned designs", "RL: single agent", "SFT: designs", "SFT: single agent")
         correct = {**{r: [0.0] * n for r in rows}, **(correct or {})}
-        per = {who: {"suited": [su] * n, "oracle": [orc] * n,
-                     "choice": {"single": [0.1] * n, "ensemble": [su] * n, "critic": [0.0] * n, "tester": [su] * n}}
-               for who, (su, orc) in exact.items()}
+        per = {who: {"suited": [su] * n, "executor": [ex] * n, "oracle": [orc] * n}
+               for who, (su, ex, orc) in exact.items()}
         (d / "final_table.json").write_text(json.dumps({
             "tasks": n, "ids": [f"t{seed}-{k}" for k in range(n)], "kinds": ["math", "code"] * (n // 2),
             "per_task": {"correct": correct, "exact": per}}))
     return d
 
 
-def test_k_scaled_to_run_length():
-    assert [ablations.k_scaled(k, 90) for k in (1, 10, 30)] == [1, 10, 30]
-    assert [ablations.k_scaled(k, 60) for k in (1, 10, 30)] == [1, 7, 20]
-    assert [ablations.k_scaled(k, 2) for k in (1, 10, 30)] == [1, 1, 1]
-    table = ablations.runs(60)
-    assert table["metaagent"] == {"M": 4, "N": 4, "K": 20}
-    assert table["k1"]["K"] == 1 and table["k10"]["K"] == 7
-    assert set(table) == set(ablations.RUN_NAMES)
-    for _, claims, _, _ in ablations.COMPARISONS.values():   # every comparison names real runs
-        assert claims and all(a in table and b in table for a, b in claims)
+def test_equal_budgets_and_stage_lengths():
+    assert [ablations.stage_length(k, 20) for k in (1, 10, 30)] == [1, 4, 10]   # 10/3 -> 4, a divisor of 20
+    assert [ablations.stage_length(k, 30) for k in (1, 10, 30)] == [1, 5, 15]
+    assert [ablations.stage_length(k, 1) for k in (1, 10, 30)] == [1, 1, 1]
+    for budget in (1, 7, 20, 30):
+        table = ablations.runs(budget)
+        assert set(table) == set(ablations.RUN_NAMES)
+        for run, over in table.items():
+            # simulate stagewise.py's schedule (first role executor, switch every K): each trained role gets
+            # exactly `budget` updates
+            mode, steps, K = over.get("mode", "stagewise"), over["steps"], over["K"]
+            roles = [("executor", "designer")[(s // K) % 2] for s in range(steps)] if mode == "stagewise" else \
+                ["both"] * steps if mode == "coupled" else [mode] * steps
+            n_d = sum(r in ("designer", "both") for r in roles)
+            n_e = sum(r in ("executor", "both") for r in roles)
+            assert (n_d, n_e) == tuple(budget * u for u in ablations.updates(run)), (run, budget)
+    table = ablations.runs(20)
+    assert table["metaagent"] == {"M": 4, "N": 2, "K": 10, "steps": 40}    # the tiny default
+    for _, claims, _, _ in ablations.COMPARISONS.values():   # every comparison names real runs and rows
+        assert claims and all(a in table and b in table and set(rows) <= {"suited", "executor"}
+                              for a, b, rows in claims)
+    assert ablations.n_tests() == 17
 
 
 def test_train_command_lines(tmp_path):
-    cmd = ablations.train_command("flat16", 1, 60, str(tmp_path))
+    cmd = ablations.train_command("flat16", 1, 20, str(tmp_path))
     assert cmd[1:3] == ["train.py", "config/tiny.py"]
     args = cmd[3:]
-    assert f"--out_dir={tmp_path}/flat16-s1" in args and "--seed=1" in args and "--steps=60" in args
-    assert args.index("--M=16") > 0 and "--N=1" in args and "--K=20" in args
-    single = ablations.train_command("single", 0, 30, str(tmp_path))
-    assert "--template=single" in single and "--mode=executor" in single
-    sep = ablations.train_command("separate", 0, 30, str(tmp_path))
-    assert "--policy=separate" in sep and "--init_from=out/tiny-sft-separate" in sep
+    assert f"--out_dir={tmp_path}/flat16-s1" in args and "--seed=1" in args and "--steps=40" in args
+    assert args.index("--M=16") > 0 and "--N=1" in args and "--K=10" in args
+    single = ablations.train_command("single", 0, 20, str(tmp_path))
+    assert "--template=single" in single and "--mode=executor" in single and "--steps=20" in single
+    sep = ablations.train_command("separate", 0, 20, str(tmp_path))
+    assert "--policy=separate" in sep and "--init_from=out/tiny-sft-separate" in sep and "--steps=40" in sep
     for run in ("coupled", "designer", "executor"):
-        assert f"--mode={run}" in ablations.train_command(run, 0, 30, str(tmp_path))
+        c = ablations.train_command(run, 0, 20, str(tmp_path))
+        assert f"--mode={run}" in c and "--steps=20" in c
     with pytest.raises(KeyError):
-        ablations.train_command("nope", 0, 30, str(tmp_path))
+        ablations.train_command("nope", 0, 20, str(tmp_path))
 
 
 def test_finished_runs_skipped_unfinished_resumed(tmp_path, monkeypatch, capsys):
     calls = []
     monkeypatch.setattr(ablations, "launch", lambda cmd, log, *rest: calls.append(cmd) or 0)
-    write_run(tmp_path, "metaagent", 0, [0.1, 0.2, 0.3])        # finished (3 of 3 steps)
-    write_run(tmp_path, "flat8", 0, [0.1])                      # unfinished: resumed from its checkpoint
+    write_run(tmp_path, "metaagent", 0, [0.1] * 6)                # finished (budget 3: 6 of 6 steps)
+    write_run(tmp_path, "flat8", 0, [0.1])                        # unfinished: resumed from its checkpoint
     (tmp_path / "flat8-s0" / "step_000001").mkdir()
-    rc = ablations.main(["--only", "metaagent,flat8,flat16", "--seeds", "0", "--steps", "3",
+    rc = ablations.main(["--only", "metaagent,flat8,flat16", "--seeds", "0", "--budget", "3",
                          "--root", str(tmp_path)])
     assert rc == 0
     launched = [next(a for a in c if a.startswith("--out_dir=")) for c in calls]
@@ -90,21 +104,21 @@ def test_finished_runs_skipped_unfinished_resumed(tmp_path, monkeypatch, capsys)
     assert stamp["cmd"] == calls[0][:-1]
     # the same folder with other settings is refused, not mixed
     capsys.readouterr()
-    assert ablations.main(["--only", "flat8", "--seeds", "0", "--steps", "5", "--root", str(tmp_path)]) == 1
+    assert ablations.main(["--only", "flat8", "--seeds", "0", "--budget", "5", "--root", str(tmp_path)]) == 1
     assert "flat8-s0: failed (ablations.py:" in capsys.readouterr().out and len(calls) == 2
 
 
 def test_failed_run_reported(tmp_path, monkeypatch, capsys):
     monkeypatch.setattr(ablations, "launch", lambda cmd, log, *rest: 3)
-    rc = ablations.main(["--only", "single", "--seeds", "0", "--steps", "2", "--root", str(tmp_path)])
+    rc = ablations.main(["--only", "single", "--seeds", "0", "--budget", "2", "--root", str(tmp_path)])
     assert rc == 1 and "single-s0: failed (rc 3)" in capsys.readouterr().out
 
 
 @pytest.mark.parametrize("argv, msg", [
     (["--seeds", "0,x"], "--seeds must be a comma list"),
     (["--seeds", "1,1"], "distinct"),
-    (["--steps", "0"], "--steps and --jobs must be >= 1"),
-    (["--jobs", "0"], "--steps and --jobs must be >= 1"),
+    (["--budget", "0"], "--budget and --jobs must be >= 1"),
+    (["--jobs", "0"], "--budget and --jobs must be >= 1"),
     (["--only", "metaagent,bogus"], "unknown run bogus"),
     (["report"], "usage"),
     (["publish", "a", "b"], "usage"),
@@ -114,31 +128,49 @@ def test_bad_arguments(argv, msg, tmp_path):
         ablations.main(argv + (["--root", str(tmp_path)] if argv[0] not in ("report", "publish") else []))
 
 
+def test_student_t():
+    # closed forms: 1 degree of freedom (Cauchy) p = 1 - (2/pi) atan t; 2 degrees p = 1 - t / sqrt(2 + t^2).
+    # Simpson's error on these smooth integrands is below 1e-10; 1e-9 leaves room for rounding
+    for t in (0.3, 1.0, 4.303, 12.7, 40.0):
+        assert ablations.t_pvalue(t, 1) == pytest.approx(1 - 2 / math.pi * math.atan(t), abs=1e-9)
+        assert ablations.t_pvalue(-t, 2) == pytest.approx(1 - t / math.sqrt(2 + t * t), abs=1e-9)
+    assert ablations.t_pvalue(0.0, 5) == pytest.approx(1.0, abs=1e-9)
+    # the 97.5% quantiles of the t tables (printed to 3 decimals)
+    for df, q in ((1, 12.706), (2, 4.303), (3, 3.182), (4, 2.776), (10, 2.228)):
+        assert ablations.t_critical(0.05, df) == pytest.approx(q, abs=5e-4)
+
+
 def test_paired_rule():
-    D, SE, S = ablations.paired([([1, 0, 1, 0], [0, 0, 0, 0])])          # one seed: the task-paired error
-    assert (D, S) == (0.5, 1) and SE == pytest.approx(math.sqrt(1 / 3 / 4))
-    # seeds that disagree: the seed-to-seed spread decides
-    D, SE, S = ablations.paired([([d] * 4, [0] * 4) for d in (0.1, 0.2, 0.3)])
-    assert D == pytest.approx(0.2) and SE == pytest.approx(0.1 / math.sqrt(3)) and S == 3
-    # seeds that agree exactly cannot make it sharper than its tasks allow
-    D, SE, S = ablations.paired([([1, 0, 1, 0], [0, 0, 0, 0])] * 3)
-    assert D == pytest.approx(0.5) and SE == pytest.approx(math.sqrt(3 * (1 / 12)) / 3)
-    assert ablations.paired([]) == (None, None, 0)
-    assert ablations.verdict(0.5, 0.2, 3) == "held" and ablations.verdict(-0.5, 0.2, 3) == "reversed"
-    assert ablations.verdict(0.3, 0.2, 2) == "within noise" and ablations.verdict(None, None, 0) == "missing"
-    assert ablations.verdict(0.5, 0.01, 1) == "undecided (1 seed)"    # the run's own randomness unmeasured
+    assert ablations.paired([]) is None and ablations.verdict(None) == "missing"
+    one = ablations.paired([([1, 0, 1, 0], [0, 0, 0, 0])])          # one seed: no spread, no verdict
+    assert one["D"] == 0.5 and one["SE"] is None and ablations.verdict(one) == "undecided (1 seed)"
+    # three seeds: d_s = 0.1, 0.2, 0.3 -> D 0.2, SE 0.1/sqrt(3), t = 2 sqrt(3) = 3.46 < 4.30: within noise
+    r = ablations.paired([([d] * 4, [0] * 4) for d in (0.1, 0.2, 0.3)])
+    assert r["D"] == pytest.approx(0.2) and r["SE"] == pytest.approx(0.1 / math.sqrt(3)) and r["S"] == 3
+    half = ablations.t_critical(0.05, 2) * 0.1 / math.sqrt(3)
+    assert (r["lo"], r["hi"]) == pytest.approx((0.2 - half, 0.2 + half))
+    assert r["p"] == pytest.approx(1 - 2 * math.sqrt(3) / math.sqrt(2 + 12)) and ablations.verdict(r) == "within noise"
+    # d_s = 0.19, 0.20, 0.21: t = 34.6, p = 8e-4 < 0.05/17: held, and held under Bonferroni too
+    r = ablations.paired([([d] * 4, [0] * 4) for d in (0.19, 0.20, 0.21)])
+    assert ablations.verdict(r) == "held" and ablations.verdict(r, 17) == "held (also at α/17)"
+    r = ablations.paired([([0] * 4, [d] * 4) for d in (0.15, 0.20, 0.25)])      # t = -6.9, p = 0.02
+    assert ablations.verdict(r) == "reversed" and ablations.verdict(r, 17) == "reversed"
+    # the seeds are the unit: the spread of the tasks within a seed does not enter
+    r = ablations.paired([([1, 0, 1, 0], [0, 0, 0, 0])] * 3)
+    assert r["D"] == pytest.approx(0.5) and r["SE"] == 0 and r["p"] == 0.0 and ablations.verdict(r) == "held"
 
 
 def three_seeds(root):
-    """metaagent beats flat8 by 20 points of P(suited) on every seed (held), flat16 scatters around it (within
-    noise); single has one seed; sampled accuracy: metaagent 3/4 vs flat8 1/4 on every seed."""
+    """metaagent's Designer gains 20 points of suited more than flat8's on every seed (+ 1 point a seed:
+    held), flat16's scatters around metaagent's (within noise); single has one seed; the Executors gain alike;
+    sampled accuracy: metaagent 3/4 vs flat8 1/4 on every seed, from the same 1/4."""
     for seed in range(3):
-        write_run(root, "metaagent", seed, [0.0] * 8 + [0.6, 0.6], exact={"RL": (0.8 + 0.01 * seed, 0.35),
-                  "SFT": (0.4, 0.3)}, correct={"RL: learned designs": [1, 1, 1, 0], "SFT: designs": [1, 0, 0, 0]})
-        write_run(root, "flat8", seed, [0.0] * 8 + [0.2, 0.2], exact={"RL": (0.6 + 0.01 * seed, 0.35),
-                  "SFT": (0.4, 0.3)}, correct={"RL: learned designs": [1, 0, 0, 0], "SFT: designs": [1, 0, 0, 0]})
+        write_run(root, "metaagent", seed, [0.0] * 8 + [0.6, 0.6], exact={"RL": (0.8 + 0.01 * seed, 0.35, 0.35),
+                  "SFT": (0.4, 0.3, 0.3)}, correct={"RL: learned designs": [1, 1, 1, 0], "SFT: designs": [1, 0, 0, 0]})
+        write_run(root, "flat8", seed, [0.0] * 8 + [0.2, 0.2], exact={"RL": (0.6, 0.35, 0.35),
+                  "SFT": (0.4, 0.3, 0.3)}, correct={"RL: learned designs": [1, 0, 0, 0], "SFT: designs": [1, 0, 0, 0]})
         write_run(root, "flat16", seed, [0.0] * 10, structure="single",
-                  exact={"RL": (0.8 + (0.1, -0.1, 0.0)[seed], 0.35), "SFT": (0.4, 0.3)})
+                  exact={"RL": (0.8 + (0.1, -0.1, 0.0)[seed], 0.35, 0.35), "SFT": (0.4, 0.3, 0.3)})
     write_run(root, "single", 0, [0.2] * 10, correct={"RL: single agent": [1, 1, 0, 0]})
 
 
@@ -147,45 +179,56 @@ def test_report_tables_sentences(tmp_path):
     write_run(tmp_path, "flat8", 3, [0.9] * 4, table=False)           # still running: 4 steps so far
     write_run(tmp_path, "coupled", 0, [0.5] * 10, table=False)        # trained, final table not written yet
     md = Path(ablations.report(str(tmp_path))).read_text()
-    # metaagent: P(suited) 81.0% (mean of 80, 81, 82), RL - SFT +41.0 with the seeds' spread as its error
-    se = 100 * 0.01 / math.sqrt(3)
-    assert (f"| metaagent | `M=4 N=4 K=3` | 3 | 81.0% | +41.0 ± {se:.1f} | 35.0% | +5.0 ± 0.0 | 75.0% | "
-            "+50.0 ± 16.7 | 0.600 | +0.600 | ensemble 100% |") in md
-    assert "| single | `M=4 N=4 K=3 template=single mode=executor` | 1 | 50.0% | +10.0 ± 0.0 (1 seed) |" in md
+    # metaagent: suited gains 40, 41, 42 -> +41.00, SE 1/sqrt(3), interval +-4.30 * 0.577 = 2.48
+    assert ("| metaagent | `M=4 N=2 K=1 steps=10` | 5 + 5 | 3 | +41.00 [+38.52, +43.48] | +5.00 [+5.00, +5.00] | "
+            "+5.00 ± 0.00 | +50.00 ± 0.00 | +0.600 ± 0.000 | ensemble 100% |") in md
+    assert "| single | `M=4 N=2 K=1 steps=5 template=single mode=executor` | 0 + 5 | 1 | +10.00 (1 seed) |" in md
     sent = next(ln for ln in md.splitlines() if ln.startswith("- metaagent > flat8"))
-    assert sent == ("- metaagent > flat8 (seeds: 3): P(suited template) +20.0 ± 0.0, held; P(oracle reply) "
-                    "+0.0 ± 0.0, within noise; held-out accuracy (sampled) +50.0 ± 16.7, held; training reward "
-                    "+0.400 ± 0.000, held.")
+    assert sent == ("- metaagent > flat8 (seeds: 3): suited +21.00 [+18.52, +23.48], held (also at α/17) "
+                    "(per seed: +20.00, +21.00, +22.00); executor +0.00 [+0.00, +0.00], within noise (per seed: "
+                    "+0.00, +0.00, +0.00); secondary: oracle +0.00 ± 0.00, accuracy (sampled) +50.00 ± 0.00, "
+                    "training-reward change +0.400 ± 0.000.")
     sent16 = next(ln for ln in md.splitlines() if ln.startswith("- metaagent > flat16"))
-    assert "P(suited template) +1.0 ± 6.1, within noise" in sent16
-    assert "- metaagent > single (seeds: 1): P(suited template) +30.0 ± 0.0 (1 seed), undecided (1 seed);" in md
+    assert "suited +1.00 [-25.17, +27.17], within noise" in sent16
+    assert "- metaagent > single (seeds: 1): executor +5.00 (1 seed), undecided (1 seed);" in md
+    assert "**Hierarchical M×N vs flat M×1 (paper Table 3)**: paper hierarchical > flat; here 1 held, 3 within " \
+        "noise of its 4 primary tests." in md
+    assert "**Shared vs separate policies (paper Table 5)**: paper shared >= separate; not yet run" in md
     assert "Unfinished, left out: coupled-s0 (10 steps, no final table), flat8-s3 (4 steps, no final table)." in md
-    assert "Not yet run" in md and "policy (needs separate)" in md and "schedule (needs coupled, designer, executor)" in md
-    assert "## Hierarchical 4x4 vs flat (paper Table 3)" in md and "## Shared vs separate" not in md
+    assert "Missing (seeds 0, 1, 2 of every run): coupled-s0, coupled-s1," in md and "single-s1, single-s2." in md
+    assert "17 primary tests: by chance alone about 0.85" in md
 
 
 def test_runs_on_other_tasks_are_not_paired(tmp_path):
-    write_run(tmp_path, "metaagent", 0, [0.1] * 5, exact={"RL": (0.9, 0.3), "SFT": (0.4, 0.3)})
-    d = write_run(tmp_path, "flat8", 0, [0.1] * 5, exact={"RL": (0.1, 0.3), "SFT": (0.4, 0.3)})
+    write_run(tmp_path, "metaagent", 0, [0.1] * 5, exact={"RL": (0.9, 0.3, 0.3), "SFT": (0.4, 0.3, 0.3)})
+    d = write_run(tmp_path, "flat8", 0, [0.1] * 5, exact={"RL": (0.1, 0.3, 0.3), "SFT": (0.4, 0.3, 0.3)})
     t = json.loads((d / "final_table.json").read_text())
     t["ids"] = [i + "x" for i in t["ids"]]                        # another seed's tasks, say
     (d / "final_table.json").write_text(json.dumps(t))
     results = ablations.collect(str(tmp_path))
-    assert ablations.measure(results, "metaagent", "flat8", "suited") == (None, None, 0)
-    assert ablations.measure(results, "metaagent", "flat8", "train_reward")[0] == 0.0   # the curves still pair
+    assert ablations.measure(results, "metaagent", "flat8", "suited") is None
+    assert ablations.measure(results, "metaagent", "flat8", "train_change") is None
     # single-agent GRPO is measured by its single-agent rows, the others by their learned designs
-    write_run(tmp_path, "single", 0, [0.1] * 5, correct={"RL: single agent": [1, 1, 1, 1], "SFT: single agent": [1, 0, 0, 0]})
+    write_run(tmp_path, "single", 0, [0.1] * 5, correct={"RL: single agent": [1, 1, 1, 1],
+                                                         "SFT: single agent": [1, 0, 0, 0]})
     results = ablations.collect(str(tmp_path))
-    assert ablations.measure(results, "single", "single", "accuracy", "RL", "SFT")[0] == pytest.approx(0.75)
+    assert ablations.measure(results, "single", None, "accuracy")["D"] == pytest.approx(0.75)
 
 
 def test_report_pairings(tmp_path):
-    write_run(tmp_path, "metaagent", 0, [0.1] * 5, exact={"RL": (0.7, 0.32), "SFT": (0.5, 0.3)})
-    write_run(tmp_path, "metaagent", 1, [0.1] * 5, exact={"RL": (0.7, 0.34), "SFT": (0.5, 0.3)})
+    write_run(tmp_path, "metaagent", 0, [0.1] * 5, exact={"RL": (0.7, 0.32, 0.3), "SFT": (0.5, 0.3, 0.3)})
+    write_run(tmp_path, "metaagent", 1, [0.1] * 5, exact={"RL": (0.7, 0.34, 0.3), "SFT": (0.5, 0.3, 0.3)})
     md = Path(ablations.report(str(tmp_path))).read_text()
-    # P(suited) depends on the Designer alone, P(oracle) on the Executor alone: two paired RL - SFT differences
-    assert "- the Designer (P(suited template)): SFT 50.0%, RL 70.0%, RL − SFT +20.0 ± 0.0, held." in md
-    assert "- the Executor (P(oracle reply)): SFT 30.0%, RL 33.0%, RL − SFT +3.0 ± 1.0, held." in md
+    # suited depends on the Designer alone, executor on the Executor alone: two paired RL - SFT differences;
+    # executor: d_s = 2, 4 points -> SE 1, interval 3 -+ 12.706
+    assert "- the Designer (suited): RL − SFT +20.00 [+20.00, +20.00], held (also at α/17)." in md
+    assert "- the Executor (executor): RL − SFT +3.00 [-9.71, +15.71], within noise." in md
+    assert "the Designer (suited) held (also at α/17), the Executor (executor) within noise." in md
+
+
+def readme_with_block(path):
+    path.write_text("# X\n\n## Results\n\n" + "\n".join(ablations.README_BLOCK) + "\n\nafter\n")
+    return path
 
 
 def test_publish(tmp_path):
@@ -197,25 +240,39 @@ def test_publish(tmp_path):
     write_run(src, "flat8", 3, [0.9] * 4, table=False)                      # unfinished: not published
     dest = tmp_path / "results"
     (dest / "stale-s0").mkdir(parents=True)                                 # what dest held is replaced
-    ablations.publish(str(src), str(dest))
+    readme = readme_with_block(tmp_path / "README.md")
+    ablations.publish(str(src), str(dest), str(readme))
     assert sorted(p.name for p in (dest / "metaagent-s0").iterdir()) == ["final_table.json", "metrics.jsonl",
                                                                           "run.json"]
     assert not (dest / "stale-s0").exists() and not (dest / "flat8-s3").exists()
-    assert "metaagent > flat8 (seeds: 3): P(suited template) +20.0 ± 0.0, held" in (dest / "RESULTS.md").read_text()
+    assert "metaagent > flat8 (seeds: 3): suited +21.00 [+18.52, +23.48], held" in (dest / "RESULTS.md").read_text()
+    text = readme.read_text()
+    assert text.startswith("# X\n\n## Results\n\n" + ablations.README_BLOCK[0]) and text.endswith(
+        ablations.README_BLOCK[1] + "\n\nafter\n")
+    assert "paper hierarchical > flat; here 1 held, 3 within noise of its 4 primary tests." in text
+    ablations.publish(str(src), str(dest), str(readme))                     # again: the same README
+    assert readme.read_text() == text
     with pytest.raises(SystemExit, match="no finished runs"):
-        ablations.publish(str(tmp_path / "nothing"), str(dest))
+        ablations.publish(str(tmp_path / "nothing"), str(dest), str(readme))
+    (tmp_path / "plain.md").write_text("# no block\n")
+    with pytest.raises(SystemExit, match="has no Results block"):
+        ablations.publish(str(src), str(dest), str(tmp_path / "plain.md"))
 
 
 def test_committed_results_are_current(tmp_path):
-    """results/ablations/RESULTS.md is what `report` makes of the committed numbers (run `python ablations.py
-    report results/ablations` after changing either)."""
+    """results/ablations/RESULTS.md and the README's Results are what `report` makes of the committed numbers
+    (run `python ablations.py publish results/ablations` after changing either)."""
     import shutil
     src = ROOT / "results" / "ablations"
     dest = tmp_path / "ablations"
     shutil.copytree(src, dest, ignore=shutil.ignore_patterns("RESULTS.md"))
-    assert len(ablations.collect(str(dest))) == len(ablations.RUN_NAMES)   # every run has its numbers
+    results = ablations.collect(str(dest))
+    assert {r: sorted(per) for r, per in results.items()} == {r: [0, 1, 2] for r in ablations.RUN_NAMES}
     ablations.report(str(dest))
     assert (dest / "RESULTS.md").read_text() == (src / "RESULTS.md").read_text()
+    readme = (ROOT / "README.md").read_text()
+    start, end = readme.index(ablations.README_BLOCK[0]), readme.index(ablations.README_BLOCK[1])
+    assert readme[start:end + len(ablations.README_BLOCK[1])] == ablations.readme_block(str(dest))
 
 
 def test_report_errors(tmp_path):
@@ -240,7 +297,7 @@ def test_jobs_own_cores_and_wait_for_a_missing_cold_start(tmp_path, monkeypatch)
     seen, lock, calls = [], threading.Lock(), []
     meet = threading.Barrier(2, timeout=60)   # the two runs after the cold start meet, so both workers ran one
 
-    def fake_run_one(run, seed, steps, root, cpus, echo):
+    def fake_run_one(run, seed, budget, root, cpus, echo):
         existed = sft.exists()
         with lock:
             calls.append(run)
@@ -252,7 +309,7 @@ def test_jobs_own_cores_and_wait_for_a_missing_cold_start(tmp_path, monkeypatch)
             seen.append((run, seed, tuple(cpus), existed, echo))
         return "ok"
     monkeypatch.setattr(ablations, "run_one", fake_run_one)
-    rc = ablations.main(["--only", "metaagent,flat8,flat16", "--seeds", "0,1", "--steps", "3", "--jobs", "2",
+    rc = ablations.main(["--only", "metaagent,flat8,flat16", "--seeds", "0,1", "--budget", "3", "--jobs", "2",
                          "--root", str(tmp_path)])
     assert rc == 0 and len(seen) == 6 and not any(echo for *_, echo in seen)
     assert sum(not existed for *_, existed, _ in seen) == 1          # built once, never twice at once
@@ -264,10 +321,10 @@ def test_jobs_own_cores_and_wait_for_a_missing_cold_start(tmp_path, monkeypatch)
 
 def test_claims_compare_gains_over_each_runs_own_cold_start(tmp_path):
     # separate policies start from a stronger executor cold start: RL - RL would blame the method for it
-    write_run(tmp_path, "metaagent", 0, [0.1] * 5, exact={"RL": (0.8, 0.32), "SFT": (0.4, 0.30)})
-    write_run(tmp_path, "separate", 0, [0.1] * 5, exact={"RL": (0.9, 0.61), "SFT": (0.7, 0.60)})
+    write_run(tmp_path, "metaagent", 0, [0.1] * 5, exact={"RL": (0.8, 0.32, 0.3), "SFT": (0.4, 0.30, 0.3)})
+    write_run(tmp_path, "separate", 0, [0.1] * 5, exact={"RL": (0.9, 0.61, 0.3), "SFT": (0.7, 0.60, 0.3)})
     results = ablations.collect(str(tmp_path))
-    assert ablations.measure(results, "metaagent", "separate", "oracle")[0] == pytest.approx(-0.29)
-    assert ablations.measure(results, "metaagent", "separate", "oracle", "gain", "gain")[0] == pytest.approx(0.01)
-    assert "metaagent > separate (seeds: 1): P(suited template) +20.0 ± 0.0 (1 seed)" in \
-        ablations.claim_sentence("metaagent", "separate", results)
+    assert ablations.measure(results, "metaagent", "separate", "executor")["D"] == pytest.approx(0.01)
+    assert ablations.measure(results, "metaagent", "separate", "suited")["D"] == pytest.approx(0.2)
+    assert "metaagent > separate (seeds: 1): suited +20.00 (1 seed), undecided (1 seed); executor +1.00 (1 seed)" \
+        in ablations.claim_sentence("metaagent", "separate", ablations.BOTH, results)
