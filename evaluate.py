@@ -23,11 +23,17 @@ A script or program that crashes is simply wrong; it never aborts the run.
 OUT/results.md (Tables 1-2 and 6 of the paper, as Markdown) and OUT/results.json (every number plus exactly
 what was evaluated: problem ids, data-file hashes, models, K, sampling settings).
 
+One query of your own, as a page of its tree (show.py): M designs, N runs each, graded when a gold is given;
+with --against, a second model on the same query and seeds, below the first (the paper's Table 7 cases):
+
+    python evaluate.py ask "Compute 9-7+8." --model out/tiny-rl --against out/tiny-sft --gold 10 \
+        --short-prompt --max-tokens 128 --designer-max-tokens 400 --temperature 1 --top-p 1
+
 paired_margin gives the honest error bar of a difference on the same problems (final_table.py, sft.py's
 quality bar).
 
-Needs: engine.py, decode.py, chunked.py, tiny.py, rollout.py, mas.py, sandbox.py, isolation.py, reward.py,
-data.py
+Needs: advantage.py, show.py, engine.py, decode.py, chunked.py, tiny.py, rollout.py, mas.py, sandbox.py,
+isolation.py, reward.py, data.py
 """
 
 import argparse
@@ -39,10 +45,12 @@ from pathlib import Path
 
 from tqdm import tqdm
 
+import advantage
 import data
 import engine as engine_lib
 import mas
 import rollout as rollout_lib
+import show
 import tiny
 
 ROOT = Path(__file__).resolve().parent
@@ -152,12 +160,52 @@ def load_engine(path, backend):
     return engine_lib.make_engine(str(path), backend=backend)
 
 
+def ask(a, sampling):
+    """`evaluate.py ask QUERY`: the tree of one query (kind a.kind, graded against a.gold when given) under
+    --model and, with --against, the other model on the same seeds; written as one page by show.py."""
+    task = {"id": "ask", "kind": a.kind, "question": a.query, "answer": a.gold or "", "source": "ask"}
+    if a.kind == "code" and a.gold:   # code: the gold is the hidden tests, {"inputs", "outputs", "fn_name"}
+        try:
+            task.update(answer="", tests=json.loads(a.gold))
+        except json.JSONDecodeError as e:
+            raise SystemExit(f"--gold for a code query is the tests as JSON ({e})") from None
+    records, metrics = [], {}
+    for k, path in enumerate([a.model] + ([a.against] if a.against else []), start=1):
+        eng = load_engine(path, a.backend)
+        batch = rollout_lib.rollout([task], eng, eng, a.M, a.N, seed=a.seed, short=a.short_prompt,
+                                    designer_sampling=sampling[0], executor_sampling=sampling[1])
+        A_D = advantage.designer_advantages(batch.R)
+        A_E = advantage.executor_advantages(batch.R, executed=batch.executed)
+        for rec in batch.tree([task], A_D, A_E, k, "ask", a.short_prompt):
+            if not a.gold:   # nothing to grade against: correct unknown, R is the format reward alone
+                for run in (r for sc in rec["scripts"] for r in sc["runs"]):
+                    run["correct"] = None
+            records.append(rec)
+        metrics[k] = {"step": k, "model": path, "R mean": float(batch.R[batch.executed].mean()) if
+                      batch.executed.any() else 0.0, "graded": bool(a.gold)}
+        del eng
+    out = Path(a.out)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "ask.html").write_text(show.page(records, metrics, title=f"ask: {a.query}"))
+    print(f"written: {out / 'ask.html'}")
+    return records
+
+
 def parse_args(argv):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    if argv[:1] == ["ask"]:
+        p.add_argument("ask")
+        p.add_argument("query", help="the query, as the Designer will see it")
+        p.add_argument("--against", help="a second model on the same query and seeds (e.g. its cold start)")
+        p.add_argument("--gold", help="the answer (math) or the tests as JSON (code); without it, ungraded")
+        p.add_argument("--kind", default="math", choices=["math", "code"])
+        p.add_argument("--M", type=int, default=4, help="designs")
+        p.add_argument("--N", type=int, default=4, help="runs per design")
     p.add_argument("--model", help="one model playing both roles (shared policy)")
     p.add_argument("--designer", help="Designer model (separate policies)")
     p.add_argument("--executor", help="Executor model (separate policies)")
-    p.add_argument("--tasks", nargs="+", required=True, help="task files, aime24/aime25/olympiadbench, tiny")
+    p.add_argument("--tasks", nargs="+", required=argv[:1] != ["ask"],
+                   help="task files, aime24/aime25/olympiadbench, tiny")
     p.add_argument("--mode", nargs="+", default=None,
                    help="methods: auto (learned designer), single, template:NAME; default all of them")
     p.add_argument("--samples", type=int, default=1, help="K: pass@1 averaged over K samples per problem")
@@ -174,7 +222,14 @@ def parse_args(argv):
 
 
 def main(argv=None):
-    a = parse_args(sys.argv[1:] if argv is None else argv)
+    argv = sys.argv[1:] if argv is None else list(argv)
+    a = parse_args(argv)
+    dsamp = engine_lib.Sampling(temperature=a.temperature, top_p=a.top_p, max_tokens=a.designer_max_tokens)
+    esamp = engine_lib.Sampling(temperature=a.temperature, top_p=a.top_p, max_tokens=a.max_tokens)
+    if argv[:1] == ["ask"]:
+        if not a.model or a.designer or a.executor or min(a.M, a.N) < 1:
+            raise SystemExit("evaluate.py ask: give --model (and --against), M and N >= 1")
+        return ask(a, (dsamp, esamp))
     if not (a.model or (a.designer and a.executor)):
         raise SystemExit("give --model (one model, both roles), or --designer and --executor")
     for m in a.mode or []:
@@ -186,8 +241,6 @@ def main(argv=None):
     models = {"shared": a.model} if a.model else {"designer": a.designer, "executor": a.executor}
     engines = {role: load_engine(path, a.backend) for role, path in models.items()}
     d, e = engines.get("designer", engines.get("shared")), engines.get("executor", engines.get("shared"))
-    dsamp = engine_lib.Sampling(temperature=a.temperature, top_p=a.top_p, max_tokens=a.designer_max_tokens)
-    esamp = engine_lib.Sampling(temperature=a.temperature, top_p=a.top_p, max_tokens=a.max_tokens)
     res = evaluate_all(benchmarks, d, e, methods, a.samples, seed=a.seed, short=a.short_prompt,
                        designer_sampling=dsamp, executor_sampling=esamp)
     tables = [("pass@1 (%)", results_table(res, names))]

@@ -93,6 +93,39 @@ class Batch:
                 for r in self.runs]
 
 
+    def tree(self, queries, A_D, A_E, step, role, short=False):
+        """The step's tree, one plain dict per query (a line of out_dir/rollouts.jsonl; show.py draws it):
+
+            {step, role, query, task: {id, kind, text, gold}, R: [M][N],
+             scripts: [{text, parsed, error, structure, A_D,
+                        runs: [{calls: [{role, prompt, reply}], answer, correct, format, R, A_E, error}]}]}
+
+        queries: the batch's, or its first few (those are recorded); task.text is what the Designer was shown;
+        A_E is None for a run that did not happen."""
+        _, M, N = self.R.shape
+        out = []
+        for q, t in enumerate(queries):
+            scripts = []
+            for i in range(M):
+                runs = [self.run(q, i, j) for j in range(N)]
+                parsed = self.scripts[q][i] is not None
+                scripts.append({
+                    "text": self.designer_texts[q][i] or self.scripts[q][i] or "", "parsed": parsed,
+                    "error": None if parsed else runs[0].error, "A_D": float(A_D[q, i]),
+                    "structure": mas.structure_of(self.scripts[q][i]) if parsed else None,
+                    "runs": [{"calls": [{"role": c.role, "prompt": c.messages, "reply": c.reply}
+                                        for c in (r.run.calls if r.run is not None else [])],
+                              "answer": r.answer, "correct": r.correct, "format": r.format, "R": r.reward,
+                              "error": r.error,
+                              "A_E": float(A_E[q, i, j]) if self.executed[q, i, j] else None}
+                             for j, r in enumerate(runs)]})   # A_E None: the run did not happen
+            text = data.task_text(t, short=short)
+            out.append({"step": step, "role": role, "query": q, "R": self.R[q].tolist(), "scripts": scripts,
+                        "task": {"id": t.get("id"), "kind": t.get("kind"), "text": text,
+                                 "gold": t.get("answer") or t.get("tests")}})
+        return out
+
+
 def _sample(comp, index, call=-1):
     return Sample(list(comp.prompt_ids), list(comp.token_ids), list(comp.logprobs), index, call)
 

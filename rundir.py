@@ -5,11 +5,13 @@
                               written to .tmp_step_000010/ and renamed, so a checkpoint is complete or absent
     out_dir/metrics.jsonl     a line a step (step_metrics: what the step's rollout did, the update's
                               numbers, times), fsync'ed before that step's checkpoint is written
+    out_dir/rollouts.jsonl    the step's tree, a line per recorded query (rollout.Batch.tree; show.py draws
+                              it), written the same way just before the metrics line
 
     save_checkpoint(cfg, step, policies, tokenizer, trainer_state, rank)   # every rank calls it (collective)
     ckpt, ts = latest(out_dir)             # the newest checkpoint's folder and trainer state (None, None)
     restore_optimizers(policies, ckpt, ts, master); restore_rng(ts, seed, rank)
-    truncate_metrics(path, ts["step"])     # a resume drops the metrics lines of steps after its checkpoint
+    truncate_jsonl(path, ts["step"])       # a resume drops the lines of steps after its checkpoint
 
 fault(point, step) is the fault injection tests/test_train.py uses to SIGKILL a run at chosen points.
 
@@ -151,10 +153,11 @@ def save_checkpoint(cfg, step, policies, tokenizer, trainer_state, rank, keep=2)
     dist.barrier()
 
 
-def truncate_metrics(path, step):
-    """After a resume from the checkpoint of `step`, drop the lines of later steps (a kill between a step's
-    metrics line and its checkpoint leaves one; a kill mid-write leaves a partial last line). Atomic: the kept
-    lines go to a temporary file that replaces metrics.jsonl, so a second kill cannot lose them."""
+def truncate_jsonl(path, step):
+    """After a resume from the checkpoint of `step`, drop the lines of later steps from metrics.jsonl or
+    rollouts.jsonl (a kill between a step's lines and its checkpoint leaves some; a kill mid-write leaves a
+    partial last line). Atomic: the kept lines go to a hidden temporary file (.NAME.PID.tmp, which
+    settings.run_files covers) that replaces the file, so a second kill cannot lose them."""
     if not os.path.exists(path):
         return
     with open(path) as f:
@@ -169,7 +172,7 @@ def truncate_metrics(path, step):
             raise ValueError(f"{path}: line {k + 1} is not JSON; the run folder is damaged") from None
         if row["step"] <= step:
             keep.append(ln if ln.endswith("\n") else ln + "\n")
-    tmp = f"{path}.{os.getpid()}.tmp"
+    tmp = os.path.join(os.path.dirname(path), f".{os.path.basename(path)}.{os.getpid()}.tmp")
     with open(tmp, "w") as f:
         f.writelines(keep)
         f.flush()
@@ -246,9 +249,10 @@ def gather(obj):
     return out
 
 
-def append_metrics(path, m):
-    """One metrics line, on disk (fsync) before the step's checkpoint is written: no kill loses it."""
+def append_jsonl(path, rows):
+    """A step's lines (its metrics line; its rollouts.jsonl records), on disk (fsync) before the step's checkpoint
+    is written: no kill loses them."""
     with open(path, "a") as f:
-        f.write(json.dumps(m) + "\n")
+        f.writelines(json.dumps(m) + "\n" for m in rows)
         f.flush()
         os.fsync(f.fileno())

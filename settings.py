@@ -36,6 +36,7 @@ class Config:
     overwrite: bool = False             # start over in an out_dir that holds a run (deletes that run's files)
     steps: int = 200
     save_every: int = 10                # a checkpoint every save_every steps, and at the end
+    record_queries: int = 2             # queries a step written to rollouts.jsonl, rank 0's first (show.py)
     seed: int = 0
     device: str = "auto"                # auto | cpu | cuda
     # data
@@ -143,6 +144,8 @@ def validate(cfg, world=1):
     for k, allowed in choices.items():
         if getattr(cfg, k) not in allowed:
             problems.append(f"{k} must be one of {allowed}, got {getattr(cfg, k)!r}")
+    if cfg.record_queries < 0:
+        problems.append(f"record_queries must be >= 0, got {cfg.record_queries}")
     if cfg.template and cfg.template not in mas.TEMPLATES:
         problems.append(f"template must be '' or one of {sorted(mas.TEMPLATES)}, got {cfg.template!r}")
     if cfg.template and cfg.mode != "executor":   # no Designer: its stages would train nothing
@@ -191,8 +194,9 @@ def run_files(out_dir):
     of them, and --overwrite deletes exactly these."""
     if not os.path.isdir(out_dir):
         return []
-    return [d for d in sorted(os.listdir(out_dir)) if d in ("metrics.jsonl", "final_table.json", "plots")
-            or re.fullmatch(r"\.?(tmp_)?step_\d+", d) or d.startswith(".metrics.jsonl.")]
+    return [d for d in sorted(os.listdir(out_dir)) if d in ("metrics.jsonl", "rollouts.jsonl", "rollouts.html",
+                                                             "final_table.json", "plots")
+            or re.fullmatch(r"\.?(tmp_)?step_\d+", d) or re.fullmatch(r"\.(metrics|rollouts)\.jsonl\.\d+\.tmp", d)]
 
 
 def clear_run(out_dir):

@@ -17,8 +17,9 @@ Each step (the paper's Algorithm 1, with stagewise co-evolution):
        l_t = 0 and no gradient: it is not forwarded, but its tokens count in N_role
     7. the optimizer step, with the Adam state of the role being trained (one AdamW state per role over the
        shared weights); the new weights are gathered (FSDP2: full state dict) and reloaded into the engine
-    8. a metrics.jsonl line, then a checkpoint every `save_every` steps (HF format + optimizer.pt +
-       trainer_state.pt, atomic rename): a step's line is on disk before its checkpoint, so no kill loses it
+    8. the step's tree (rollouts.jsonl: `python train.py show out_dir` draws it) and its metrics.jsonl line,
+       then a checkpoint every `save_every` steps (HF format + optimizer.pt + trainer_state.pt, atomic
+       rename): a step's lines are on disk before its checkpoint, so no kill loses them
 
 Run it:
 
@@ -26,6 +27,7 @@ Run it:
                                                       # out/tiny-sft/ is missing, RL, a results table
     python train.py config/qwen3_8b.py --M=8 --N=1    # a preset, with command-line overrides
     python train.py config/tiny.py --resume           # continue from the last checkpoint in out_dir
+    python train.py show out/tiny-rl                  # out/tiny-rl/rollouts.html: the last steps' trees
     python train.py config/tiny.py --overwrite        # start over in an out_dir that holds a run (a fresh
                                                       # run refuses such a folder: it would destroy the run)
     torchrun --nproc_per_node=8 train.py config/qwen3_8b.py          # 8 GPUs: FSDP2, one engine per rank
@@ -40,7 +42,7 @@ The tiny default ends with a table on held-out tasks (final_table.py): RL agains
 
 Needs: settings.py, rundir.py, advantage.py, stagewise.py, grpo.py, chunked.py, shared_prompts.py,
 speed.py, engine.py, decode.py, final_table.py, evaluate.py, tiny.py, rollout.py, mas.py, sandbox.py,
-isolation.py, reward.py, data.py, sft.py (the cold start, run as a program), muon.py
+isolation.py, reward.py, data.py, sft.py (the cold start, run as a program), muon.py, show.py
 """
 
 import datetime
@@ -66,6 +68,7 @@ import rundir
 import settings
 import sft
 import shared_prompts
+import show
 import speed
 import stagewise
 import tiny
@@ -313,6 +316,8 @@ def update(cfg, step, roles, policy_of, pad_id, device, world):
 
 
 def main(argv):
+    if argv[:1] == ["show"]:   # python train.py show RUN_DIR [--steps A:B]: the rollout trees as a page
+        return show.main(argv[1:])
     try:
         cfg = settings.parse_config(argv)
         settings.validate(cfg, world=int(os.environ.get("WORLD_SIZE", "1")))
@@ -340,9 +345,10 @@ def main(argv):
     weights = EngineWeights(cfg, eng, policy_of, device)
     start, pos = (ts["step"], list(ts["data_pos"])) if ts else (0, [0] * len(sources))
     rundir.restore_rng(ts, cfg.seed, rank)
-    metrics_path = os.path.join(cfg.out_dir, "metrics.jsonl")
+    metrics_path, tree_path = (os.path.join(cfg.out_dir, f) for f in ("metrics.jsonl", "rollouts.jsonl"))
     if rank == 0:
-        rundir.truncate_metrics(metrics_path, start)
+        rundir.truncate_jsonl(metrics_path, start)
+        rundir.truncate_jsonl(tree_path, start)
         print(f"train.py: steps {start}..{cfg.steps}, {world} rank(s), {device}, {cfg.backend}, "
               f"{cfg.policy}, {cfg.mode} K={cfg.K}, B={cfg.batch_size} M={cfg.M} N={cfg.N}", flush=True)
     for step in range(start, cfg.steps):
@@ -373,12 +379,15 @@ def main(argv):
         ustats = update(cfg, step, roles, policy_of, pad_id, device, world)
         t_update = time.perf_counter() - t0
         t_sync = weights.sync()
-        # 8. log, then checkpoint: a step's metrics line is on disk before its checkpoint exists
-        m = {"step": step + 1, "active": "+".join(sorted(active)), **rundir.step_metrics(batch, mine, device),
-             **ustats, "time/update": t_update, "time/weight_sync": t_sync, **weights.info,
-             "time/step": time.perf_counter() - t_step}
-        if rank == 0:
-            rundir.append_metrics(metrics_path, m)
+        # 8. log, then checkpoint: a step's lines are on disk before its checkpoint exists
+        t0, role = time.perf_counter(), "+".join(sorted(active))   # the step's tree: its first queries
+        tree = batch.tree(mine[:cfg.record_queries], A_D, A_E, step + 1, role, settings.is_tiny(cfg))
+        m = {"step": step + 1, "active": role, **rundir.step_metrics(batch, mine, device), **ustats,
+             "time/update": t_update, "time/weight_sync": t_sync, "time/record": time.perf_counter() - t0,
+             **weights.info, "time/step": time.perf_counter() - t_step}
+        if rank == 0:   # the tree, then the metrics line
+            rundir.append_jsonl(tree_path, tree)
+            rundir.append_jsonl(metrics_path, [m])
         rundir.fault("logged", step + 1)
         if (step + 1) % cfg.save_every == 0 or step + 1 == cfg.steps:
             state = {"step": step + 1, "data_pos": pos}

@@ -29,3 +29,4 @@ backend = "lean"            # ours: decode.py's loop with exact drafting, the fa
 max_tokens = 128            # ours (paper: 8192): every character is a token; replies are one line
 designer_max_tokens = 400   # ours: a template script is ~300 characters
 save_every = 10
+record_queries = 8          # ours: every query of every step into rollouts.jsonl (show.py draws it)

@@ -80,8 +80,12 @@ def distance(a, b, keys):
     return float(sum((a[k] - b[k]).double().norm() ** 2 for k in keys) ** 0.5)
 
 
-def metrics(out_dir):
-    return [json.loads(ln) for ln in (Path(out_dir) / "metrics.jsonl").read_text().splitlines()]
+def metrics(out_dir, name="metrics.jsonl"):
+    return [json.loads(ln) for ln in (Path(out_dir) / name).read_text().splitlines()]
+
+
+def trees(out_dir):
+    return metrics(out_dir, "rollouts.jsonl")
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -225,6 +229,21 @@ def test_seeded_runs_agree_with_real_advantages(model_dir, uninterrupted, tmp_pa
             assert f"RL - SFT, {what}:" in pb.stdout
         assert gain["points"] == pytest.approx(100 * (rl - sft)) and gain["stderr"] >= 0
     assert "RL - SFT, P(suited template):" in pb.stdout
+    # rollouts.jsonl: every query of every step (record_queries 8 >= B), the same in both seeded runs; A_D is
+    # advantage.py's of the recorded R, A_E is null exactly where no run happened; show draws it
+    import advantage
+    ta = trees(a)
+    assert ta == trees(b) and [(t["step"], t["query"]) for t in ta] == [(s, q) for s in range(1, 5) for q in range(4)]
+    for t in ta:
+        assert [sc["A_D"] for sc in t["scripts"]] == pytest.approx(advantage.designer_advantages(t["R"]).tolist())
+        assert t["role"] == ma[t["step"] - 1]["active"] and t["task"]["kind"] in ("math", "code")
+        for sc in t["scripts"]:
+            assert len(sc["runs"]) == 2 and all((r["A_E"] is None) == (not sc["parsed"]) for r in sc["runs"])
+            assert all(c["prompt"][-1]["role"] == "user" and isinstance(c["reply"], str)
+                       for r in sc["runs"] for c in r["calls"])
+            assert sc["parsed"] or not any(r["calls"] for r in sc["runs"])   # an unparsed script ran nothing
+    assert any(r["calls"] for t in ta for sc in t["scripts"] for r in sc["runs"])
+    assert train.main(["show", str(b), "--steps", "2:3"]) and "s3-q0-i1-j1" in (b / "rollouts.html").read_text()
     assert [m["step"] for m in ma] == list(range(1, STEPS + 1))
     assert [m["active"] for m in ma] == ["executor", "designer"] * (STEPS // 2)   # the Executor first
     # designer_lr on the Designer's steps, executor_lr on the Executor's
@@ -272,7 +291,8 @@ def test_sigkill_anywhere_then_resume_is_exact(model_dir, uninterrupted, tmp_pat
     assert same_weights(weights(uninterrupted / f"step_{STEPS:06d}"), weights(c / f"step_{STEPS:06d}")), \
         "resumed run differs from the uninterrupted one"
     assert without_timings(metrics(c)) == without_timings(metrics(uninterrupted))
-    assert not list(c.glob(".tmp_step_*")) and not list(c.glob("*.tmp"))
+    assert trees(c) == trees(uninterrupted)   # each step's tree once, as the uninterrupted run wrote it
+    assert not list(c.glob(".tmp_step_*")) and not list(c.glob(".*.tmp"))
     # the killed runs' sandbox folders were removed by the next start (their pids are dead)
     for pid in killed:
         assert not list(Path(tempfile.gettempdir()).glob(f"metaagent-sandbox-{pid}-*"))
@@ -325,6 +345,7 @@ def test_a_used_out_dir_is_refused_and_overwrite_starts_over(model_dir, uninterr
     (d / "notes.txt").write_text("mine")
     run(args_for(model_dir, d, steps=1, overwrite=True))
     assert [m["step"] for m in metrics(d)] == [1] and rundir.checkpoints(d) == ["step_000001"]
+    assert {t["step"] for t in trees(d)} == {1}
     assert (d / "notes.txt").read_text() == "mine"   # only the run's own files are deleted
 
 
@@ -334,12 +355,12 @@ def test_checkpoints_rotate_by_step_number_and_metrics_truncate_atomically(tmp_p
     assert rundir.checkpoints(tmp_path) == ["step_000003", "step_000020", "step_999999", "step_1000000"]
     path = tmp_path / "metrics.jsonl"
     path.write_text("".join(json.dumps({"step": s}) + "\n" for s in (1, 2, 3)) + '{"step": 4, "rew')
-    rundir.truncate_metrics(str(path), 2)   # a partial last line (a kill mid-write) is dropped
+    rundir.truncate_jsonl(str(path), 2)   # a partial last line (a kill mid-write) is dropped
     assert [m["step"] for m in metrics(tmp_path)] == [1, 2]
-    assert sorted(p.name for p in tmp_path.iterdir() if p.is_file()) == ["metrics.jsonl"]
+    assert sorted(p.name for p in tmp_path.iterdir() if p.is_file()) == ["metrics.jsonl"]   # no .tmp left
     path.write_text('{"step": 1}\nnot json\n{"step": 2}\n')
     with pytest.raises(ValueError, match="line 2"):
-        rundir.truncate_metrics(str(path), 1)
+        rundir.truncate_jsonl(str(path), 1)
 
 
 def test_stale_sandbox_folders_of_dead_processes_are_removed(tmp_path):
@@ -565,3 +586,24 @@ def test_shared_rows_run_equals_plain(model_dir, uninterrupted, tmp_path):
                 assert a[k] == pytest.approx(b[k], rel=1e-4, abs=1e-6), (a["step"], k)
             else:
                 assert a[k] == b[k], (a["step"], k)
+
+
+def test_ask_one_query_against_the_cold_start(model_dir, uninterrupted, tmp_path):
+    """evaluate.py ask: the RL model and its cold start on one query of our own, the same seeds, one page."""
+    import evaluate
+    rl = uninterrupted / f"step_{STEPS:06d}" / "model"
+    tiny_args = ["--backend", "hf", "--short-prompt", "--max-tokens", "48", "--designer-max-tokens", "400",
+                 "--temperature", "1", "--top-p", "1", "--M", "2", "--N", "2"]
+    recs = evaluate.main(["ask", "Compute 9-7+8.", "--model", str(rl), "--against", str(model_dir), "--gold", "10",
+                          "--out", str(tmp_path / "graded"), *tiny_args])
+    assert [r["step"] for r in recs] == [1, 2] and all(r["task"]["gold"] == "10" for r in recs)
+    assert any(sc["parsed"] and sc["runs"][0]["calls"] for r in recs for sc in r["scripts"])
+    for sc in (sc for r in recs for sc in r["scripts"] if sc["parsed"]):
+        for run_ in sc["runs"]:   # graded: R = correct + 0.4 format, correct strictly 0 or 1
+            assert run_["correct"] in (0.0, 1.0) and run_["R"] == pytest.approx(run_["correct"] + 0.4 * run_["format"])
+    page = (tmp_path / "graded" / "ask.html").read_text()
+    assert str(rl) in page and str(model_dir) in page and "Compute 9-7+8." in page
+    recs = evaluate.main(["ask", "Compute 2+3.", "--model", str(rl), "--out", str(tmp_path / "open"), *tiny_args])
+    assert len(recs) == 1 and all(run_["correct"] is None for sc in recs[0]["scripts"] for run_ in sc["runs"])
+    with pytest.raises(SystemExit, match="tests as JSON"):
+        evaluate.main(["ask", "Write f(x).", "--kind", "code", "--gold", "{oops", "--model", str(rl), *tiny_args])
