@@ -17,7 +17,7 @@ that runs of one seed (the same tasks) pair task by task (ablations.py).
     final_table(cfg, engine, sources, "out/tiny-rl/step_000040")   # train.py's last act, rank 0
 
 Needs: evaluate.py, settings.py, stagewise.py, engine.py, decode.py, chunked.py, tiny.py, rollout.py, mas.py,
-sandbox.py, isolation.py, reward.py, data.py
+sandbox.py, isolation.py, reward.py, data.py, advantage.py, show.py
 """
 
 import json

@@ -30,7 +30,7 @@ From Python:
     figures = evaluate_sft("out/x", heldout_tasks)     # the quality bar: parse rate, template accuracies
 
 Needs: muon.py, rundir.py, settings.py, advantage.py, stagewise.py, speed.py, engine.py, decode.py,
-chunked.py, evaluate.py, tiny.py, rollout.py, mas.py, sandbox.py, isolation.py, reward.py, data.py
+chunked.py, evaluate.py, tiny.py, rollout.py, mas.py, sandbox.py, isolation.py, reward.py, data.py, show.py
 """
 
 import argparse
