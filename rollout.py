@@ -92,7 +92,6 @@ class Batch:
                  "parsed": r.structure is not None, "tokens": r.tokens, "kind": queries[r.q]["kind"]}
                 for r in self.runs]
 
-
     def tree(self, queries, A_D, A_E, step, role, short=False):
         """The step's tree, one plain dict per query (a line of out_dir/rollouts.jsonl; show.py draws it):
 
@@ -112,7 +111,7 @@ class Batch:
                 scripts.append({
                     "text": self.designer_texts[q][i] or self.scripts[q][i] or "", "parsed": parsed,
                     "error": None if parsed else runs[0].error, "A_D": float(A_D[q, i]),
-                    "structure": mas.structure_of(self.scripts[q][i]) if parsed else None,
+                    "structure": runs[0].structure,   # None when the script did not parse
                     "runs": [{"calls": [{"role": c.role, "prompt": c.messages, "reply": c.reply}
                                         for c in (r.run.calls if r.run is not None else [])],
                               "answer": r.answer, "correct": r.correct, "format": r.format, "R": r.reward,

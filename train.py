@@ -381,7 +381,8 @@ def main(argv):
         t_sync = weights.sync()
         # 8. log, then checkpoint: a step's lines are on disk before its checkpoint exists
         t0, role = time.perf_counter(), "+".join(sorted(active))   # the step's tree: its first queries
-        tree = batch.tree(mine[:cfg.record_queries], A_D, A_E, step + 1, role, settings.is_tiny(cfg))
+        tree = batch.tree(mine[:cfg.record_queries], A_D, A_E, step + 1, role, settings.is_tiny(cfg)) \
+            if rank == 0 else []   # rank 0 writes it: the others skip the work
         m = {"step": step + 1, "active": role, **rundir.step_metrics(batch, mine, device), **ustats,
              "time/update": t_update, "time/weight_sync": t_sync, "time/record": time.perf_counter() - t0,
              **weights.info, "time/step": time.perf_counter() - t_step}
