@@ -9,15 +9,13 @@ alike and the printed ratio means something on any machine. What was measured wh
                                  # weight_sync, other (`python train.py` from out/tiny-sft, K=1)
     python bench.py step:REV     # ... and git revision REV (a temporary worktree), taking turns: the ratio
     python bench.py engine       # the tiny rollout on each backend: lean, hf, vllm (when importable)
-    python bench.py share        # the tiny update (train.update) with logprobs plain vs shared vs chunked
-    python bench.py grade        # a tiny step's grading: reward.grade_runs vs every run graded on its own
     python bench.py sandbox      # sandbox.run_code vs `python -c pass`
     python bench.py sft          # SFT tokens/s with the Newton-Schulz iteration in fp32 vs bf16
     python bench.py train        # chunked.token_logprobs (each option) vs the full-logits log-softmax
     python bench.py gpu          # CUDA: the Qwen3-4B-shaped update (GPU_ROWS), vLLM reload and generation
     python bench.py gpu:0,3      # only those rows of GPU_ROWS (each in its own process)
 
-engine, share and grade measure a real tiny step: config/tiny.py's rollout from out/tiny-sft (`python sft.py`
+engine measures a real tiny step: config/tiny.py's rollout from out/tiny-sft (`python sft.py`
 makes it), rolled out as train.py rolls it out (tiny_step). torch and transformers are imported at the top
 (train.py needs them anyway); vLLM only through engine.py, when importable.
 
@@ -39,11 +37,9 @@ import time
 import torch
 from transformers import Qwen3Config, Qwen3ForCausalLM
 
-import advantage
 import engine as engine_lib
 import grpo
 import muon
-import reward
 import rollout as rollout_lib
 import sandbox
 import settings
@@ -79,10 +75,9 @@ def alternate(fns, reps):
 # the tiny world: a real step of config/tiny.py from out/tiny-sft
 
 
-def tiny_step(cfg, step=0, eng=None):
+def tiny_step(cfg, step, eng):
     """(queries, rollout.Batch) of a step of the tiny default: B queries of the "rl" split (other ones for
-    each `step`), rolled out as train.py rolls them out, by default with the preset's engine."""
-    eng = eng or engine_lib.make_engine(SFT_DIR, backend=cfg.backend)
+    each `step`), rolled out by the engine `eng` as train.py rolls them out."""
     queries = tiny.make_tasks(cfg.batch_size, seed=1000 + step, split="rl")
     return queries, rollout_lib.rollout(
         queries, eng, eng, cfg.M, cfg.N, step, seed=cfg.seed * 1000, lam=cfg.lam, short=True,
@@ -162,54 +157,6 @@ def bench_engine(reps=3):
         print(f"{b:5s} design {m['design_s']:.2f}s ({m['designer_tokens']:.0f} tokens), executor generate "
               f"{m['generate_s']:.2f}s ({m['executor_tokens']:.0f} tokens) | time / lean's: design "
               f"{ratio['design_s']:.2f}x, generate {ratio['generate_s']:.2f}x")
-
-
-def bench_share(reps=5):
-    """The update of a real tiny step (tiny_step's samples and advantages, one role at a time as a stagewise
-    step trains one) by train.update with Config.logprobs plain, shared (each prompt forwarded once for the
-    samples that share it) and chunked, taking turns, the weights put back after each update so that every
-    variant sees the same model: medians of `reps`, the speed-up over plain, and how far each variant's loss
-    lies from plain's (the same number up to float rounding)."""
-    cfg = tiny_cfg()
-    # train.update all-reduces its token counts: a process group of one (or the one an in-process vLLM made)
-    world, device = (1, torch.device("cpu")) if torch.distributed.is_initialized() else \
-        train.setup_dist(cfg)[1:]
-    _, batch = tiny_step(cfg)
-    A = {"designer": advantage.designer_advantages(batch.R),
-         "executor": advantage.executor_advantages(batch.R, executed=batch.executed)}
-    _, policy_of = train.make_policies(cfg, None, None, device)
-    model = policy_of["designer"]["model"]
-    weights = {k: v.clone() for k, v in model.state_dict().items()}
-
-    def update(role, samples, v, rep):
-        cfg.logprobs = v
-        st = train.update(cfg, 0, {role: (samples, torch.tensor([float(A[role][x.index]) for x in samples]))},
-                          policy_of, 0, device, world)
-        model.load_state_dict(weights)
-        return st[f"{role}/loss"]
-    for role, samples in (("designer", batch.designer), ("executor", batch.executor)):
-        med, loss = alternate({v: functools.partial(update, role, samples, v)
-                               for v in ("plain", "shared", "chunked")}, reps)
-        print(f"{role}: {len(samples)} samples, {len({tuple(s.prompt_ids) for s in samples})} distinct "
-              "prompts")
-        for v, t in med.items():
-            gap = abs(loss[v][-1] - loss["plain"][-1]) / max(abs(loss["plain"][-1]), 1e-12)
-            print(f"  logprobs={v:8s} update {t:6.3f}s (median of {reps}) x{med['plain'] / t:.2f} vs plain; "
-                  f"loss within {gap:.1e} of plain's")
-
-
-def bench_grade(reps=5):
-    """A real tiny step's grading (tiny_step's runs): reward.grade_runs, each distinct (task, graded answer)
-    once, vs every run graded on its own, taking turns, medians; the same grades either way."""
-    queries, batch = tiny_step(tiny_cfg())
-    pairs = [(queries[r.q], r.run) for r in batch.runs if r.run is not None]
-    med, outs = alternate({"every run": lambda rep: [reward.correctness(t, r.answer) for t, r in pairs],
-                           "once": lambda rep: reward.grade_runs(pairs)}, reps)
-    assert outs["every run"] == outs["once"], "the same grades either way"
-    distinct = {(id(t), reward.graded_part(t["kind"], r.answer)) for t, r in pairs}
-    print(f"a tiny step's grading: {len(pairs)} runs, {len(distinct)} distinct (task, answer): every run "
-          f"{med['every run'] * 1e3:.0f} ms, each distinct once {med['once'] * 1e3:.0f} ms, "
-          f"ratio {med['once'] / med['every run']:.3f}")
 
 
 def bench_sandbox(reps=15):
@@ -380,9 +327,9 @@ def gpu_row(k, steps=3):
                       "states_gib": 8 * params / 2**30, "warmup_s": warmup_s}))
 
 
-NEED_SFT = ("step", "engine", "share", "grade")   # they measure the tiny world from its cold start
-SECTIONS = {"step": bench_step, "engine": bench_engine, "share": bench_share, "grade": bench_grade,
-            "sandbox": bench_sandbox, "sft": bench_sft, "train": bench_train, "gpu": bench_gpu}
+NEED_SFT = ("step", "engine")   # they measure the tiny world from its cold start
+SECTIONS = {"step": bench_step, "engine": bench_engine, "sandbox": bench_sandbox, "sft": bench_sft,
+            "train": bench_train, "gpu": bench_gpu}
 
 
 def main(argv):
