@@ -82,8 +82,6 @@ class Row:
 # ---------------------------------------------------------------------------------------------------------
 # counter-based noise: splitmix64 on int64 tensors (multiplication wraps modulo 2^64, as the hash needs)
 
-_M64 = (1 << 64) - 1
-
 
 def _i64(c):
     """An unsigned 64-bit constant as the int64 with the same bits."""
@@ -249,10 +247,8 @@ class Decoder:
         tokens it proposes for every row, and every row's finished tokens are added to it."""
         dev, dtype = self.embed.device, self.embed.dtype
         # 1. prefill the distinct prompts once (left-padded), with the transformers forward
-        distinct = {}
-        for r in rows:
-            distinct.setdefault(tuple(r.prompt_ids), len(distinct))
-        prompts = list(distinct)
+        prompts = list(dict.fromkeys(tuple(r.prompt_ids) for r in rows))
+        distinct = {p: k for k, p in enumerate(prompts)}
         ids, attn, pos = left_padded(prompts, 0, dev)
         Lp = ids.shape[1]
         out = self.model(input_ids=ids, attention_mask=attn, position_ids=pos, use_cache=True,
