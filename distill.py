@@ -19,10 +19,10 @@ import argparse
 import json
 import os
 import sys
-import threading
 import time
 import urllib.error
 import urllib.request
+from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 
 import data
@@ -67,7 +67,7 @@ def distill(teacher, model, tasks, out_dir, *, template=None, designs=1, executi
     instead (a teacher that cannot design still teaches the Executor). Every kept design runs `executions` times
     in the sandbox with the teacher answering each agent call (the module docstring says what is kept)."""
     os.makedirs(out_dir, exist_ok=True)
-    pool, lock = ThreadPoolExecutor(max_workers=workers), threading.Lock()
+    pool, errors = ThreadPoolExecutor(max_workers=workers), []   # one error a failed call (append: atomic)
     counts = {"tasks": len(tasks), "designs": 0, "parsed": 0, "runs": 0, "correct_runs": 0,
               "teacher_errors": 0, "designer_samples": 0, "executor_samples": 0, "unusable": {}}
 
@@ -75,27 +75,19 @@ def distill(teacher, model, tasks, out_dir, *, template=None, designs=1, executi
         text, err = chat(teacher, model, messages, max_tokens=max_tokens, temperature=temperature,
                          api_key=api_key, seed=seed)
         if err:
-            with lock:
-                counts["teacher_errors"] += 1
+            errors.append(err)
         return text
 
     # design phase: designs per task, all requests in parallel
     dmsgs = [mas.designer_messages(data.task_text(t, short=short), short=short) for t in tasks]
     jobs = [(q, i) for q in range(len(tasks)) for i in range(designs)]
-    if template is not None:
-        replies = [mas.script_completion(mas.TEMPLATES[template]) for _ in jobs]
-    else:
-        replies = list(pool.map(lambda job: ask(dmsgs[job[0]], seed=job[1]), jobs))
-    kept_designs = []   # (q, script, designer completion)
-    for (q, _), reply in zip(jobs, replies):
-        counts["designs"] += 1
-        script, why = mas.parse_script(reply)
-        if script is None:
-            reason = why.split(":")[0]
-            counts["unusable"][reason] = counts["unusable"].get(reason, 0) + 1
-            continue
-        counts["parsed"] += 1
-        kept_designs.append((q, script, reply))
+    replies = [mas.script_completion(mas.TEMPLATES[template]) for _ in jobs] if template is not None else \
+        list(pool.map(lambda job: ask(dmsgs[job[0]], seed=job[1]), jobs))
+    parsed = [(q, *mas.parse_script(reply), reply) for (q, _), reply in zip(jobs, replies)]
+    kept_designs = [(q, script, reply) for q, script, _, reply in parsed if script is not None]
+    # (q, script, designer completion); a reason's first word counts the designs that were unusable for it
+    counts.update(designs=len(jobs), parsed=len(kept_designs),
+                  unusable=dict(Counter(why.split(":")[0] for _, script, why, _ in parsed if script is None)))
     if log is not None:
         log(f"distill: {counts['parsed']}/{counts['designs']} designs usable")
 
@@ -135,7 +127,8 @@ def distill(teacher, model, tasks, out_dir, *, template=None, designs=1, executi
     pool.shutdown()
     data.write_jsonl(designer_rows, os.path.join(out_dir, "designer.jsonl"))
     data.write_jsonl(executor_rows, os.path.join(out_dir, "executor.jsonl"))
-    counts["designer_samples"], counts["executor_samples"] = len(designer_rows), len(executor_rows)
+    counts.update(teacher_errors=len(errors), designer_samples=len(designer_rows),
+                  executor_samples=len(executor_rows))
     with open(os.path.join(out_dir, "distill_stats.json"), "w") as f:
         json.dump(counts, f, indent=1)
     if log is not None:
