@@ -10,7 +10,6 @@ alike and the printed ratio means something on any machine. What was measured wh
     python bench.py step:REV     # ... and git revision REV (a temporary worktree), taking turns: the ratio
     python bench.py engine       # the tiny rollout on each backend: lean, hf, vllm (when importable)
     python bench.py sandbox      # sandbox.run_code vs `python -c pass`
-    python bench.py sft          # SFT tokens/s with the Newton-Schulz iteration in fp32 vs bf16
     python bench.py train        # chunked.token_logprobs (each option) vs the full-logits log-softmax
     python bench.py gpu          # CUDA: the Qwen3-4B-shaped update (GPU_ROWS), vLLM reload and generation
     python bench.py gpu:0,3      # only those rows of GPU_ROWS (each in its own process)
@@ -39,11 +38,9 @@ from transformers import Qwen3Config, Qwen3ForCausalLM
 
 import engine as engine_lib
 import grpo
-import muon
 import rollout as rollout_lib
 import sandbox
 import settings
-import sft
 import speed
 import tiny
 import train
@@ -168,35 +165,6 @@ def bench_sandbox(reps=15):
                         "run_code": lambda rep: sandbox.run_code("pass")}, reps)
     print(f"trivial program: python -c {med['python -c'] * 1e3:.1f} ms, run_code {med['run_code'] * 1e3:.1f} "
           f"ms, ratio {med['run_code'] / med['python -c']:.3f}")
-
-
-def bench_sft(steps=20, rounds=2, seed=0):
-    """The tiny cold start's SFT (sft.TINY: Muon, batches of 8) with the Newton-Schulz iteration in fp32 (what
-    a CPU runs) and in bf16 (what a GPU runs), taking turns `rounds` times: tokens/s each way and the ratio.
-    On a CPU without native bf16 matmuls the bf16 iteration costs several times the whole step."""
-    tasks = tiny.make_tasks(400, seed=seed, split="sft")
-    designer, executor = tiny.sft_traces(tasks, seed=seed)
-    samples = designer[:80] + executor
-    plain, rates = muon.newton_schulz, {"fp32": [], "bf16": []}
-    model, tok = tiny.build_model(seed=seed)
-    sft.train_sft(model, tok, samples, steps=2, batch_size=sft.TINY["batch_size"], optimizer="muon", log=None)
-    # (the first steps of a process pay for its warm-up: not timed)
-    try:
-        for _ in range(rounds):
-            for name, dtype in (("fp32", torch.float32), ("bf16", torch.bfloat16)):
-                muon.newton_schulz = functools.partial(plain, dtype=dtype)
-                model, tok = tiny.build_model(seed=seed)
-                t0 = time.perf_counter()
-                st = sft.train_sft(model, tok, samples, steps=steps, lr=sft.TINY["lr"],
-                                   batch_size=sft.TINY["batch_size"], optimizer="muon", seed=seed, log=None)
-                rates[name].append(st["trained_tokens"] / (time.perf_counter() - t0))
-                print(f"  {name} Newton-Schulz: {rates[name][-1]:7.0f} tokens/s ({steps} steps, "
-                      f"loss {st['loss']:.4f})")
-    finally:
-        muon.newton_schulz = plain
-    fp32, bf16 = (sum(r) / len(r) for r in (rates["fp32"], rates["bf16"]))
-    print(f"SFT tokens/s, mean of {rounds} rounds: fp32 iteration {fp32:.0f}, bf16 iteration {bf16:.0f}: "
-          f"fp32 x{fp32 / bf16:.2f}")
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -328,8 +296,8 @@ def gpu_row(k, steps=3):
 
 
 NEED_SFT = ("step", "engine")   # they measure the tiny world from its cold start
-SECTIONS = {"step": bench_step, "engine": bench_engine, "sandbox": bench_sandbox, "sft": bench_sft,
-            "train": bench_train, "gpu": bench_gpu}
+SECTIONS = {"step": bench_step, "engine": bench_engine, "sandbox": bench_sandbox, "train": bench_train,
+            "gpu": bench_gpu}
 
 
 def main(argv):

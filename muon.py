@@ -54,7 +54,7 @@ def newton_schulz(G, steps=5, eps=1e-7, dtype=None):
     which drives every singular value of X towards ~1 (to within about 0.7..1.2) and keeps the singular
     vectors: roughly U V^T of G = U S V^T. In bf16 on a GPU (as Muon's authors and torch.optim.Muon run it),
     in fp32 on a CPU: a CPU without native bf16 matmuls runs them many times slower than fp32, and fp32 gives
-    the same cold start for the same seed whatever the CPU. dtype overrides that choice (bench.py sft)."""
+    the same cold start for the same seed whatever the CPU. dtype overrides that choice."""
     a, b, c = NS_COEFFICIENTS
     X = G.to(dtype or (torch.bfloat16 if G.is_cuda else torch.float32))
     X = X / X.norm(dim=(-2, -1), keepdim=True).clamp(min=eps)
