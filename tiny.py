@@ -400,35 +400,29 @@ def exact_figures(model, tokenizer, tasks, batch_size=32, designer=True, executo
     choice of structure and in the Executor, with only the draw of tasks left as error. The mass that no
     template gets goes to other scripts (variants, or ones that do not parse). Under FSDP2 every rank must
     call this with the same tasks: each forward is collective."""
-    names, samples, where = list(mas.TEMPLATES), [], []
+    samples, where = [], []   # where[s]: the (table, key) that sample s's log-prob goes to
+    choice_logp, contexts_logp = [{} for _ in tasks], {c: [None] * len(tasks) for c in CONTEXTS}
     if designer:
         for k, t in enumerate(tasks):
-            for n in names:
+            for n in mas.TEMPLATES:
                 samples.append({"messages": mas.designer_messages(_task_text(t), short=True),
                                 "completion": mas.script_completion(mas.TEMPLATES[n])})
-                where.append(("choice", n, k))
+                where.append((choice_logp[k], n))
     if executor:
         for c, pairs in (contexts or executor_contexts(tasks)).items():
             for k, pair in enumerate(pairs):
                 if pair is not None:
                     samples.append({"messages": pair[0], "completion": pair[1]})
-                    where.append(("contexts", c, k))
-    seq_logp = _sequence_logprobs(model, tokenizer, samples, batch_size)
+                    where.append((contexts_logp[c], k))
+    for (table, key), lp in zip(where, _sequence_logprobs(model, tokenizer, samples, batch_size)):
+        table[key] = lp
     out = {}
     if designer:
-        out["choice_logp"] = [{} for _ in tasks]
+        out["choice_logp"] = choice_logp
+        out["choice"] = [{n: math.exp(v) for n, v in c.items()} for c in choice_logp]
     if executor:
-        out["contexts_logp"] = {c: [None] * len(tasks) for c in CONTEXTS}
-    for (part, name, k), lp in zip(where, seq_logp):
-        if part == "choice":
-            out["choice_logp"][k][name] = lp
-        else:
-            out["contexts_logp"][name][k] = lp
-    if designer:
-        out["choice"] = [{n: math.exp(v) for n, v in c.items()} for c in out["choice_logp"]]
-    if executor:
-        out["contexts"] = {c: [None if v is None else math.exp(v) for v in vs]
-                           for c, vs in out["contexts_logp"].items()}
+        out["contexts_logp"] = contexts_logp
+        out["contexts"] = {c: [None if v is None else math.exp(v) for v in vs] for c, vs in contexts_logp.items()}
         out["oracle"] = out["contexts"]["solver"]
     return out
 
