@@ -338,11 +338,8 @@ def from_livecodebench(row, index=0):
 
 def _cc_tests(row, *parts):
     """CodeContests' test parts of a row ({input: [...], output: [...]} each), one after the other."""
-    ins, outs = [], []
-    for part in parts:
-        ins += (row.get(part) or {}).get("input") or []
-        outs += (row.get(part) or {}).get("output") or []
-    return {"inputs": ins, "outputs": outs, "fn_name": None}
+    joined = lambda key: [x for part in parts for x in (row.get(part) or {}).get(key) or []]
+    return {"inputs": joined("input"), "outputs": joined("output"), "fn_name": None}
 
 
 def from_codecontests(row, index=0):
