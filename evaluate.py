@@ -232,9 +232,8 @@ def main(argv=None):
         return ask(a, (dsamp, esamp))
     if not (a.model or (a.designer and a.executor)):
         raise SystemExit("give --model (one model, both roles), or --designer and --executor")
-    for m in a.mode or []:
-        if m not in ("auto", "single") and not m.startswith("template:"):
-            raise SystemExit(f"unknown mode {m!r}: use auto, single or template:NAME")
+    if bad := [m for m in a.mode or [] if m not in ("auto", "single") and not m.startswith("template:")]:
+        raise SystemExit(f"unknown mode {bad[0]!r}: use auto, single or template:NAME")
     methods = a.mode or ["single"] + [f"template:{t}" for t in mas.TEMPLATES if t != "single"] + ["auto"]
     benchmarks = [load_benchmark(t, a.n_tiny) for t in a.tasks]
     names = [b[0] for b in benchmarks]
