@@ -422,7 +422,8 @@ def exact_figures(model, tokenizer, tasks, batch_size=32, designer=True, executo
         out["choice"] = [{n: math.exp(v) for n, v in c.items()} for c in choice_logp]
     if executor:
         out["contexts_logp"] = contexts_logp
-        out["contexts"] = {c: [None if v is None else math.exp(v) for v in vs] for c, vs in contexts_logp.items()}
+        out["contexts"] = {c: [None if v is None else math.exp(v) for v in vs]
+                           for c, vs in contexts_logp.items()}
         out["oracle"] = out["contexts"]["solver"]
     return out
 
