@@ -9,23 +9,23 @@ Five pieces, each usable on its own:
    turn costs three tokens, not the dozen a "<|im_start|>assistant\\n" header would cost here.
 2. `tiny_config()` / `build_model()` / `save_tiny()`: a small transformers `Qwen3ForCausalLM` (so vLLM
    loads it unchanged), saved with `save_pretrained` next to its tokenizer.
-3. `make_tasks(n, seed, difficulty)`: a deterministic synthetic world in data.py's task format.
-   - math "chain": evaluate a short expression, e.g. `7-5+8` (difficulty 1: 2 operations of + and - on
-     operands up to 9; 2: 3 operations; from 3: also *, operands up to 19, e.g. `(6-3)*8-3`). The gold
-     answer is exact integer arithmetic, graded by reward.math_equal. The executor is taught to reduce it
-     one step at a time (`7-5=2` / `2+8=10`) before `<answer>10</answer>`, so that errors come from
-     sampling a wrong digit in some step: they differ between samples and a vote can fix them.
+3. `make_tasks(n, seed)`: a deterministic synthetic world in data.py's task format (the calibrated one;
+   its ids and metadata still say difficulty 1, the level the harder variants were cut from).
+   - math "chain": evaluate a short expression of 2 operations of + and - on operands up to 9, e.g.
+     `7-5+8`. The gold answer is exact integer arithmetic, graded by reward.math_equal. The executor is
+     taught to reduce it one step at a time (`7-5=2` / `2+8=10`) before `<answer>10</answer>`, so that
+     errors come from sampling a wrong digit in some step: they differ between samples and a vote can fix
+     them.
    - code "fn": write a one-line Python function `f(x)` from ONE shown example (`f(2)==5`); run_tests
      checks it on three visible tests (the shown one first), five hidden tests grade it. Functions come
-     from a small catalogue (difficulty 1: `x+K`, `x-K`, `K-x` on inputs 0..9; 2: also `x*K`; 3: `x%K`,
-     `x//K`, `max`, `min` on inputs 0..20; 4: `x*x+K`, `abs`). At difficulty 1 about half the shown
-     examples fit two functions (f(2)==5: x+3 or 7-x), so a single agent guesses; the three visible tests
-     single f out within the catalogue (every function that passes them passes the hidden tests too), so
-     run_tests' failing case is new information and a repair from it is a skill: the tester template
-     (repair after a failed visible test) is the one structure without that ceiling.
+     from a small catalogue (CATALOGUE: `x+K`, `x-K`, `K-x` with K in 1..9, on inputs 0..9). About half
+     the shown examples fit two functions (f(2)==5: x+3 or 7-x), so a single agent guesses; the three
+     visible tests single f out within the catalogue (every function that passes them passes the hidden
+     tests too), so run_tests' failing case is new information and a repair from it is a skill: the
+     tester template (repair after a failed visible test) is the one structure without that ceiling.
    - splits: every task belongs to "sft" (60%), "rl" (20%) or "eval" (20%) by a hash of what the model
      sees (`split_of`); `make_tasks(..., split=...)` draws from one, so the cold start, RL and the held-out
-     figures never share a problem (the world holds only ~1,750 distinct math problems at difficulty 1).
+     figures never share a problem (the world holds only ~1,750 distinct math problems).
 4. `sft_traces(tasks, seed)`: SFT samples for both roles, with the compact prompts (`short=True`: the
    one-line Designer prompt, `role: instructions` agent prompts, code examples as `f(3)==7` lines).
    Designer: the short designer prompt -> the template that suits the task (tester for code, ensemble
@@ -130,49 +130,35 @@ def save_tiny(path, seed=0, **config_kw):
 # The synthetic world
 
 
-def _chain(rng, n_ops, hi, times):
-    """A left-to-right expression and its worked steps: ('(7+5)*3-4', ['7+5=12', '12*3=36', '36-4=32'], 32)."""
+def _chain(rng, n_ops=2, hi=9):
+    """A left-to-right expression of + and - and its worked steps: ('7-5+8', ['7-5=2', '2+8=10'], 10)."""
     value = rng.randint(2, hi)
-    expr, top_plus, steps = str(value), False, []
+    expr, steps = str(value), []
     for _ in range(n_ops):
-        ops = ["+"] + (["-"] if value >= 2 else []) + (["*"] if times else [])
-        op = rng.choice(ops)
-        b = rng.randint(2, 9) if op == "*" else rng.randint(1, min(hi, value) if op == "-" else hi)
-        new = value + b if op == "+" else value - b if op == "-" else value * b
-        if op == "*" and top_plus:
-            expr = f"({expr})"
-        expr, top_plus = f"{expr}{op}{b}", op != "*"
+        op = rng.choice(["+"] + (["-"] if value >= 2 else []))
+        b = rng.randint(1, min(hi, value) if op == "-" else hi)
+        new = value + b if op == "+" else value - b
+        expr = f"{expr}{op}{b}"
         steps.append(f"{value}{op}{b}={new}")
         value = new
     return expr, steps, value
 
 
-# (template, constant range, level at which it enters the catalogue)
-FUNCTIONS = [
-    ("x+K", range(1, 10), 1), ("x-K", range(1, 10), 1), ("K-x", range(1, 10), 1), ("x*K", range(2, 10), 2),
-    ("x%K", range(2, 10), 3), ("x//K", range(2, 10), 3), ("max(x,K)", range(2, 10), 3),
-    ("min(x,K)", range(2, 10), 3), ("x*x+K", range(0, 10), 4), ("abs(x-K)", range(1, 10), 4),
-]
+CATALOGUE = [t.replace("K", str(k)) for t in ("x+K", "x-K", "K-x") for k in range(1, 10)]   # f's catalogue
 SHOWN = 1   # of the three visible tests that run_tests checks, the task text shows this many
 
 
-def _catalogue(level):
-    return [t.replace("K", str(k)) for t, ks, lv in FUNCTIONS if lv <= level for k in ks]
-
-
 def _apply(expr, x):
-    return eval(expr, {"max": max, "min": min, "abs": abs}, {"x": x})  # our own catalogue text only
+    return eval(expr, {}, {"x": x})  # our own catalogue text only
 
 
-def _fn_task(rng, level, n_visible=3, n_hidden=5):
-    """A one-line function and inputs whose visible outputs single it out within the catalogue."""
-    cat = _catalogue(level)
-    xs_range = range(0, 10) if level <= 2 else range(0, 21)
+def _fn_task(rng, n_visible=3, n_hidden=5):
+    """A one-line function and inputs (0..9) whose visible outputs single it out within the catalogue."""
     while True:
-        expr = rng.choice(cat)
-        xs = rng.sample(xs_range, n_visible + n_hidden)
+        expr = rng.choice(CATALOGUE)
+        xs = rng.sample(range(0, 10), n_visible + n_hidden)
         vis, hid = xs[:n_visible], xs[n_visible:]
-        fits = [e for e in cat if all(_apply(e, x) == _apply(expr, x) for x in vis)]
+        fits = [e for e in CATALOGUE if all(_apply(e, x) == _apply(expr, x) for x in vis)]
         # every candidate that passes the visible tests must pass the hidden ones as well
         if all(_apply(e, x) == _apply(expr, x) for e in fits for x in hid):
             return expr, vis, hid
@@ -181,19 +167,16 @@ def _fn_task(rng, level, n_visible=3, n_hidden=5):
 def _derivation(expr, x, y):
     """The worked step that reads K off one example (x, y) of f = expr, in the math chain's form: x+K from
     f(2)==5 is `5-2=3`, K-x is `5+2=7`, x-K from f(2)==-3 is `2+3=5` (the steps use no negative numbers,
-    like the math chains); [] for families without one."""
-    family, k = re.sub(r"\d+", "K", expr), re.findall(r"\d+", expr)
-    k = k[0] if k else ""
+    like the math chains)."""
+    family, k = re.sub(r"\d+", "K", expr), re.findall(r"\d+", expr)[0]
     if family == "x+K":
         return [f"{y}-{x}={k}"]
     if family == "x-K":
         return [f"{x}-{y}={k}"] if y >= 0 else [f"{x}+{-y}={k}"]
-    if family == "K-x":
-        return [f"{y}+{x}={k}"] if y >= 0 else [f"{x}-{-y}={k}"]
-    return [f"{y}/{x}={k}"] if family == "x*K" and x != 0 else []
+    return [f"{y}+{x}={k}"] if y >= 0 else [f"{x}-{-y}={k}"]   # K-x
 
 
-# The world is small (about 1,750 distinct math problems at difficulty 1), so independent draws for SFT, RL
+# The world is small (about 1,750 distinct math problems), so independent draws for SFT, RL
 # and evaluation would share many problems, and held-out figures would count memorised ones. So every task
 # belongs to one split, fixed by a hash of what the model is shown; each phase draws from its own.
 SPLITS = {"sft": range(0, 6), "rl": range(6, 8), "eval": range(8, 10)}   # tenths of the world
@@ -207,14 +190,14 @@ def split_of(task):
     return next(name for name, r in SPLITS.items() if tenth in r)
 
 
-def _make_task(rng, kind, tid, difficulty):
-    meta = {"difficulty": difficulty}
+def _make_task(rng, kind, tid):
+    meta = {"difficulty": 1}   # (the level every task has had since the harder ones were cut)
     if kind == "math":
-        expr, steps, value = _chain(rng, min(difficulty, 3) + 1, 9 if difficulty < 3 else 19, difficulty >= 3)
+        expr, steps, value = _chain(rng)
         return {"id": tid, "kind": "math", "question": f"Compute {expr}.", "answer": str(value),
                 "source": "tiny", "metadata": {**meta, "family": "chain", "steps": steps}}
     if kind == "code":
-        expr, vis, hid = _fn_task(rng, min(difficulty, 4))
+        expr, vis, hid = _fn_task(rng)
         tests = lambda xs, e=expr: {"inputs": [[x] for x in xs], "outputs": [_apply(e, x) for x in xs],
                                     "fn_name": "f"}
         return {"id": tid, "kind": "code", "question": "Write f(x).",
@@ -224,23 +207,20 @@ def _make_task(rng, kind, tid, difficulty):
     raise ValueError(f"unknown task kind {kind!r}")
 
 
-def make_tasks(n, seed, difficulty=1, kinds=("math", "code"), split=None):
-    """n tasks in data.py's format, kinds interleaved, fully determined by (n, seed, difficulty, kinds, split).
+def make_tasks(n, seed, kinds=("math", "code"), split=None):
+    """n tasks in data.py's format, kinds interleaved, fully determined by (n, seed, kinds, split).
 
-    difficulty (int >= 1): math chains have difficulty + 1 operations of + and - on operands up to 9 (from
-    difficulty 3 also *, operands up to 19); the code catalogue grows from x+K, x-K, K-x on inputs 0..9
-    (difficulty 1) to x*K (2) to %, //, max, min on inputs 0..20 (3) to x*x+K, abs (>= 4).
     split: None draws from the whole world; "sft", "rl" or "eval" only from that split (SPLITS, split_of),
     so the cold start, RL and the held-out figures never share a problem, whatever their seeds.
     """
     if split is not None and split not in SPLITS:
         raise ValueError(f"unknown split {split!r} (one of {sorted(SPLITS)})")
-    rng = random.Random(f"tiny-{seed}-{difficulty}")  # str seeds hash deterministically (sha512)
+    rng = random.Random(f"tiny-{seed}-1")  # str seeds hash deterministically (sha512); 1: the old difficulty
     tasks = []
     for i in range(n):
         kind = kinds[i % len(kinds)]
         for _ in range(10_000):   # a split holds a fixed share of every kind, so this ends in a few draws
-            task = _make_task(rng, kind, f"tiny-{kind}-s{seed}-d{difficulty}-{i}", difficulty)
+            task = _make_task(rng, kind, f"tiny-{kind}-s{seed}-d1-{i}")
             if split is None or split_of(task) == split:
                 break
         else:
@@ -278,8 +258,7 @@ def wrong_reply(task):
     pub = task["public_tests"]
     cases = [(i[0], o) for i, o in zip(pub["inputs"], pub["outputs"])]
     shown = [(i[0], o) for i, o in data.shown_examples(task)]
-    cat = _catalogue(min(task["metadata"]["difficulty"], 4))
-    fails = [e for e in cat if any(_apply(e, x) != y for x, y in cases)]
+    fails = [e for e in CATALOGUE if any(_apply(e, x) != y for x, y in cases)]
     fits = [e for e in fails if all(_apply(e, x) == y for x, y in shown)]
     return f"<answer>def f(x): return {rng.choice(fits or fails)}</answer>"
 

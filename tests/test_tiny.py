@@ -81,9 +81,9 @@ def test_model_saves_and_reloads(tmp_path):
 
 
 def test_make_tasks_is_deterministic_and_well_formed():
-    a = tiny.make_tasks(40, seed=7, difficulty=2)
-    assert a == tiny.make_tasks(40, seed=7, difficulty=2)
-    assert a != tiny.make_tasks(40, seed=8, difficulty=2)
+    a = tiny.make_tasks(40, seed=7)
+    assert a == tiny.make_tasks(40, seed=7)
+    assert a != tiny.make_tasks(40, seed=8)
     assert json.loads(json.dumps(a)) == a     # plain JSON, as data.save_tasks writes it
     assert len({t["id"] for t in a}) == 40
     assert [t["kind"] for t in a[:4]] == ["math", "code", "math", "code"]
@@ -109,13 +109,12 @@ def test_splits_share_no_problem_whatever_the_seeds():
         tiny.make_tasks(2, seed=0, split="test")
 
 
-@pytest.mark.parametrize("difficulty", [1, 2, 3])
-def test_math_answers_are_exact(difficulty):
-    for t in tiny.make_tasks(60, seed=difficulty, difficulty=difficulty, kinds=("math",)):
+def test_math_answers_are_exact():
+    for t in tiny.make_tasks(60, seed=1, kinds=("math",)):
         expr = re.fullmatch(r"Compute ([0-9+\-*()]+)\.", t["question"]).group(1)
         assert str(eval(expr)) == t["answer"]      # Python's own precedence: the parentheses are right
         steps = t["metadata"]["steps"]
-        assert len(steps) == min(difficulty, 3) + 1
+        assert len(steps) == 2
         assert steps[-1].endswith("=" + t["answer"])
         for s in steps:
             lhs, rhs = s.split("=")
@@ -123,7 +122,7 @@ def test_math_answers_are_exact(difficulty):
 
 
 def test_code_solutions_pass_hidden_and_visible_tests_in_a_subprocess():
-    tasks = tiny.make_tasks(60, seed=5, difficulty=3, kinds=("code",))
+    tasks = tiny.make_tasks(60, seed=5, kinds=("code",))
     prog = (
         "import json, sys\n"
         "res = []\n"
@@ -141,9 +140,9 @@ def test_code_solutions_pass_hidden_and_visible_tests_in_a_subprocess():
 
 def test_visible_examples_single_out_the_function():
     # any catalogue function that fits the visible tests also fits the hidden ones: tester-of-k is sound
-    for t in tiny.make_tasks(40, seed=11, difficulty=3, kinds=("code",)):
+    for t in tiny.make_tasks(40, seed=11, kinds=("code",)):
         pub, hid = t["public_tests"], t["tests"]
-        for e in tiny._catalogue(3):
+        for e in tiny.CATALOGUE:
             if all(tiny._apply(e, *i) == o for i, o in zip(pub["inputs"], pub["outputs"])):
                 assert all(tiny._apply(e, *i) == o for i, o in zip(hid["inputs"], hid["outputs"]))
 
@@ -152,7 +151,7 @@ def test_wrong_reply_is_wrong_and_well_formed():
     import mas
     import reward
 
-    for t in tiny.make_tasks(20, seed=4, difficulty=2):
+    for t in tiny.make_tasks(20, seed=4):
         bad, good = tiny.wrong_reply(t), tiny.oracle_reply(t)
         assert bad == tiny.wrong_reply(t)                             # frozen: the same for every policy
         assert reward.correctness(t, mas.answer_of(good)) == 1.0
@@ -173,7 +172,7 @@ def test_one_shown_example_is_often_ambiguous_and_the_wrong_reply_fits_it():
         lhs, k = step.split("=")
         assert str(eval(lhs)) == k and re.fullmatch(r"\d+[+-]\d+", lhs) and k in t["metadata"]["solution"]
         assert tiny.oracle_reply(t) == f"{step}\n<answer>{t['metadata']['solution']}</answer>"
-        fits = [e for e in tiny._catalogue(1) if tiny._apply(e, x0) == y0]
+        fits = [e for e in tiny.CATALOGUE if tiny._apply(e, x0) == y0]
         wrong = mas.answer_of(tiny.wrong_reply(t)).removeprefix("def f(x): return ")
         if any(any(tiny._apply(e, *i) != o for i, o in zip(pub["inputs"], pub["outputs"])) for e in fits):
             ambiguous += 1
@@ -214,7 +213,7 @@ def test_oracle_runs_score_full_reward():
     import mas
     import reward
 
-    tasks = tiny.make_tasks(8, seed=9, difficulty=3)
+    tasks = tiny.make_tasks(8, seed=9)
     runs = sandbox.run_workflows([mas.TEMPLATES["tester"]] * 8, tasks, tiny.oracle_generate(tasks, {1, 3}))
     assert [reward.correctness(t, r.answer) for t, r in zip(tasks, runs)] == [1.0] * 8
     assert [len(r.calls) for r in runs[:4]] == [1, 2, 1, 2]            # the wrong first code got repaired
