@@ -14,14 +14,14 @@ A script or program that crashes is simply wrong; it never aborts the run.
 
     python evaluate.py --model Qwen/Qwen3-8B --tasks aime24 aime25 olympiadbench --samples 16 --out out/eval
     python evaluate.py --model M --tasks my.jsonl --mode single template:ensemble auto
-    python evaluate.py --designer D --executor E --tasks ...    # separate policies, one model per role
     python evaluate.py --model out/tiny-sft --tasks tiny --short-prompt --max-tokens 128 \
         --designer-max-tokens 400 --temperature 1 --top-p 1           # the tiny world's held-out tasks
 
 --tasks takes task files in data.py's format, or the names aime24 / aime25 / olympiadbench (read from
 ../shared/data through data.py's converters) and tiny (held-out tiny-world tasks). Results go to
 OUT/results.md (Tables 1-2 and 6 of the paper, as Markdown) and OUT/results.json (every number plus exactly
-what was evaluated: problem ids, data-file hashes, models, K, sampling settings).
+what was evaluated: problem ids, data-file hashes, the model, K, sampling settings). One model plays both
+roles (a shared policy); a separate-policies run is scored by its own final table (final_table.py).
 
 One query of your own, as a page of its tree (show.py): M designs, N runs each, graded when a gold is given;
 with --against, a second model on the same query and seeds, below the first (the paper's Table 7 cases):
@@ -201,9 +201,7 @@ def parse_args(argv):
         p.add_argument("--kind", default="math", choices=["math", "code"])
         p.add_argument("--M", type=int, default=4, help="designs")
         p.add_argument("--N", type=int, default=4, help="runs per design")
-    p.add_argument("--model", help="one model playing both roles (shared policy)")
-    p.add_argument("--designer", help="Designer model (separate policies)")
-    p.add_argument("--executor", help="Executor model (separate policies)")
+    p.add_argument("--model", required=True, help="one model playing both roles (shared policy)")
     p.add_argument("--tasks", nargs="+", required=argv[:1] != ["ask"],
                    help="task files, aime24/aime25/olympiadbench, tiny")
     p.add_argument("--mode", nargs="+", default=None,
@@ -227,20 +225,16 @@ def main(argv=None):
     dsamp = engine_lib.Sampling(temperature=a.temperature, top_p=a.top_p, max_tokens=a.designer_max_tokens)
     esamp = engine_lib.Sampling(temperature=a.temperature, top_p=a.top_p, max_tokens=a.max_tokens)
     if argv[:1] == ["ask"]:
-        if not a.model or a.designer or a.executor or min(a.M, a.N) < 1:
-            raise SystemExit("evaluate.py ask: give --model (and --against), M and N >= 1")
+        if min(a.M, a.N) < 1:
+            raise SystemExit("evaluate.py ask: M and N must be >= 1")
         return ask(a, (dsamp, esamp))
-    if not (a.model or (a.designer and a.executor)):
-        raise SystemExit("give --model (one model, both roles), or --designer and --executor")
     if bad := [m for m in a.mode or [] if m not in ("auto", "single") and not m.startswith("template:")]:
         raise SystemExit(f"unknown mode {bad[0]!r}: use auto, single or template:NAME")
     methods = a.mode or ["single"] + [f"template:{t}" for t in mas.TEMPLATES if t != "single"] + ["auto"]
     benchmarks = [load_benchmark(t, a.n_tiny) for t in a.tasks]
     names = [b[0] for b in benchmarks]
-    models = {"shared": a.model} if a.model else {"designer": a.designer, "executor": a.executor}
-    engines = {role: load_engine(path, a.backend) for role, path in models.items()}
-    d, e = engines.get("designer", engines.get("shared")), engines.get("executor", engines.get("shared"))
-    res = evaluate_all(benchmarks, d, e, methods, a.samples, seed=a.seed, short=a.short_prompt,
+    eng = load_engine(a.model, a.backend)
+    res = evaluate_all(benchmarks, eng, eng, methods, a.samples, seed=a.seed, short=a.short_prompt,
                        designer_sampling=dsamp, executor_sampling=esamp)
     tables = [("pass@1 (%)", results_table(res, names))]
     if "auto" in res:
@@ -248,7 +242,7 @@ def main(argv=None):
     sha = lambda src: hashlib.sha256(Path(src).read_bytes()).hexdigest() if src else None
     record = {"tasks": {n: {"file": str(src) if src else None, "sha256": sha(src),
                             "ids": [str(t["id"]) for t in tasks]} for n, tasks, src in benchmarks},
-              "models": models, "samples": a.samples, "backend": a.backend, "seed": a.seed,
+              "model": a.model, "samples": a.samples, "backend": a.backend, "seed": a.seed,
               "sampling": {"designer": vars(dsamp), "executor": vars(esamp)}, "results": res}
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)

@@ -30,8 +30,8 @@ def test_clear_errors(tmp_path):
         evaluate.main(["--model", str(tmp_path / "nope"), "--tasks", "tiny"])
     with pytest.raises(SystemExit, match="unknown mode"):
         evaluate.main(["--model", "x", "--tasks", "tiny", "--mode", "bogus"])
-    with pytest.raises(SystemExit, match="--designer and --executor"):
-        evaluate.main(["--designer", "x", "--tasks", "tiny"])
+    with pytest.raises(SystemExit):   # argparse: --model is required
+        evaluate.main(["--tasks", "tiny"])
 
 
 def test_tables_shape():
@@ -72,7 +72,7 @@ def test_end_to_end_on_tiny_tasks_and_real_format(tiny_model, tmp_path):
             # fp64 shares k/n of 6 categories (Python floats): their sum is within ~6·2^-53 ~ 1e-15 of 1
             assert abs(sum(bench["structures"].values()) - 1.0) < 1e-12
     assert len(rec["tasks"]["tiny"]["ids"]) == 2 and rec["samples"] == 2
-    assert rec["models"] == {"shared": str(tiny_model)} and rec["tasks"]["tiny"]["sha256"] is None
+    assert rec["model"] == str(tiny_model) and rec["tasks"]["tiny"]["sha256"] is None
     if SHARED.exists():   # a task file is recorded with its hash
         assert len(rec["tasks"]["aime25_head"]["sha256"]) == 64
     # an untrained designer writes garbage: every one of its designs is unparseable, and it is scored, not raised
