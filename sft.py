@@ -21,8 +21,8 @@ checkpoints (model and tokenizer).
     python sft.py --model Qwen3-8B --data DIR --out out/sft-8b --no-eval    # DIR has designer/executor.jsonl
     torchrun --nproc_per_node=8 sft.py --model ... # FSDP2 (nccl on GPU, gloo on CPU), data sharded by rank
 
-Roles: "both" trains one model on both sample sets (shared policy) into OUT; "designer" / "executor" train
-one role into OUT/designer or OUT/executor; "separate" does both of those, each from the same base weights.
+Roles: "both" trains one model on both sample sets (shared policy) into OUT; "separate" trains one model a
+role, OUT/designer and OUT/executor, each from the same base weights.
 At scale the data comes from a teacher (distill.py); in the tiny world from tiny.sft_traces.
 
 From Python:
@@ -228,12 +228,12 @@ def cold_start(out, seed=0, separate=False):
 # the quality bar, with rollout.py's own machinery (the same code evaluate.py and RL use)
 
 
-def evaluate_sft(model_path, tasks, *, designer_path=None, n=1, seed=0):
+def evaluate_sft(model_path, tasks, *, designer_path=None, seed=0):
     """Quality-bar figures of a tiny cold start on held-out tasks.
 
     parse: share of Designer completions that parse into a script (one design per task);
     designer: accuracy of executing those designs once each; structures: their structure shares;
-    templates[name]: accuracy of fixed template `name` (rollout's fixed-structure mode, n executions per task),
+    templates[name]: accuracy of fixed template `name` (rollout's fixed-structure mode, one execution a task),
     "single" being the single-agent baseline. A run counts as correct when reward.py's correctness is 1. With
     designer_path the Designer's weights are swapped in for the design phase (separate policies)."""
     eng = engine_lib.make_engine(model_path, backend="lean")
@@ -251,7 +251,7 @@ def evaluate_sft(model_path, tasks, *, designer_path=None, n=1, seed=0):
         on_phase("executor")
     out["templates"], out["per_problem"] = {}, {"designs": d["per_problem"]}
     for name in mas.TEMPLATES:
-        r = evaluate_lib.evaluate_method(tasks, None, eng, f"template:{name}", n, seed=seed + 1, **kw)
+        r = evaluate_lib.evaluate_method(tasks, None, eng, f"template:{name}", 1, seed=seed + 1, **kw)
         out["templates"][name], out["per_problem"][name] = r["pass@1"], r["per_problem"]
     out["kinds"] = [t.get("kind", "?") for t in tasks]
     return out
@@ -306,7 +306,7 @@ def main(argv):
     p.add_argument("--model", default=None, help="HF model dir (default: the tiny model from tiny.py)")
     p.add_argument("--data", default=None, help="dir with designer/executor.jsonl (default: tiny traces)")
     p.add_argument("--out", default="out/tiny-sft")
-    p.add_argument("--roles", default="both", choices=["both", "designer", "executor", "separate"])
+    p.add_argument("--roles", default="both", choices=["both", "separate"])
     p.add_argument("--steps", type=int, default=None)
     p.add_argument("--lr", type=float, default=None)
     p.add_argument("--batch-size", type=int, default=None)
@@ -331,11 +331,10 @@ def main(argv):
         designer = data.read_jsonl(os.path.join(a.data, "designer.jsonl"))
         executor = data.read_jsonl(os.path.join(a.data, "executor.jsonl"))
     hp = {k: getattr(a, k) if getattr(a, k, None) is not None else v for k, v in defaults.items()}
-    jobs = {"both": [(a.out, designer + executor)], "designer": [(os.path.join(a.out, "designer"), designer)],
-            "executor": [(os.path.join(a.out, "executor"), executor)]}
-    jobs["separate"] = jobs["designer"] + jobs["executor"]
+    jobs = [(a.out, designer + executor)] if a.roles == "both" else \
+        [(os.path.join(a.out, "designer"), designer), (os.path.join(a.out, "executor"), executor)]
     t0 = time.perf_counter()
-    for out_dir, samples in jobs[a.roles]:
+    for out_dir, samples in jobs:
         model, tok = _load_base(a.model, device, a.seed)   # every role starts cold from the same base
         if rank == 0:
             print(f"sft -> {out_dir}: {len(samples)} samples, {hp}, world {world}")
@@ -349,7 +348,7 @@ def main(argv):
     if rank != 0:
         return
     print(f"SFT wall time: {time.perf_counter() - t0:.1f}s")
-    if tiny_world and not a.no_eval and a.roles in ("both", "separate"):
+    if tiny_world and not a.no_eval:
         held = tiny.make_tasks(200, seed=a.seed + 1_000_003, split="eval")
         paths = dict(model_path=a.out) if a.roles == "both" else \
             dict(model_path=os.path.join(a.out, "executor"), designer_path=os.path.join(a.out, "designer"))

@@ -276,10 +276,6 @@ def test_roles_single_process(base, tmp_path):
     sft.main(["--model", str(base / "base"), "--data", str(base / "data"), "--out", str(out),
                     "--steps", "3", "--batch-size", "8", "--lr", "1e-3"])
     assert os.path.isfile(out / "model.safetensors") and os.path.isfile(out / "tokenizer.json")
-    out = tmp_path / "exe"
-    sft.main(["--model", str(base / "base"), "--data", str(base / "data"), "--out", str(out),
-                    "--roles", "executor", "--steps", "2", "--batch-size", "8"])
-    assert os.path.isfile(out / "executor" / "model.safetensors") and not os.path.exists(out / "designer")
 
 
 def _weights(path):
