@@ -82,10 +82,8 @@ def _last_boxed(text):
 
 def extract_answer(text):
     """The content of the last answer tag; failing that, of the last \\boxed{}; failing that, None."""
-    if not isinstance(text, str):
-        return None
-    tagged = mas.answer_of(text)
-    if tagged is not None:
+    tagged = mas.answer_of(text)   # (None for a non-string too)
+    if tagged is not None or not isinstance(text, str):
         return tagged
     boxed = _last_boxed(text)
     return boxed.strip() if boxed is not None else None
@@ -143,9 +141,7 @@ def _number(s):
 def _words(s):
     """Lower-cased text of a text answer ("Yes", "\\text{no solution}"); None for anything mathematical."""
     t = _TEXT_RE.sub(r"\1", s).strip()
-    if _WORDS_RE.fullmatch(t) and len(t.replace(" ", "")) >= 3:
-        return t.lower()
-    return None
+    return t.lower() if _WORDS_RE.fullmatch(t) and len(t.replace(" ", "")) >= 3 else None
 
 
 def _fast_equal(pred, gold):
@@ -170,15 +166,10 @@ def _fast_equal(pred, gold):
 
 
 def _split_top(s):
-    """Split at commas outside brackets: "(1,2), (3,4)" -> ["(1,2)", "(3,4)"]."""
-    items, depth, cur, i = [], 0, "", 0
-    while i < len(s):
-        c = s[i]
-        if s.startswith("\\{", i) or s.startswith("\\}", i):
-            depth += 1 if s[i + 1] == "{" else -1
-            cur += s[i: i + 2]
-            i += 2
-            continue
+    """Split at commas outside brackets: "(1,2), (3,4)" -> ["(1,2)", "(3,4)"] (a set's \\{ \\} are brackets too:
+    their braces count)."""
+    items, depth, cur = [], 0, ""
+    for c in s:
         if c in "([{":
             depth += 1
         elif c in ")]}":
@@ -188,7 +179,6 @@ def _split_top(s):
             cur = ""
         else:
             cur += c
-        i += 1
     items.append(cur.strip())
     return [x for x in items if x]
 
@@ -341,9 +331,7 @@ def math_equal(pred, gold, timeout=5.0):
     if len(pred) > MAX_ANSWER_CHARS or len(gold) > MAX_ANSWER_CHARS:
         return False
     fast = _fast_equal(pred, gold)
-    if fast is not None:
-        return fast
-    return _POOL.equal(pred, gold, timeout)
+    return fast if fast is not None else _POOL.equal(pred, gold, timeout)
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -384,10 +372,8 @@ def code_score(code, tests, timeout=4.0):
 
 def well_formed(reply):
     """Exactly one <answer>...</answer>, opened before it is closed, with something inside."""
-    if not isinstance(reply, str):
-        return False
     o, c = f"<{ANSWER_TAG}>", f"</{ANSWER_TAG}>"
-    if reply.count(o) != 1 or reply.count(c) != 1:
+    if not isinstance(reply, str) or reply.count(o) != 1 or reply.count(c) != 1:
         return False
     i, j = reply.index(o), reply.index(c)
     return i < j and reply[i + len(o): j].strip() != ""
