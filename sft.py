@@ -53,6 +53,7 @@ import engine as engine_lib
 import evaluate as evaluate_lib
 import mas
 import muon
+import rollout
 import rundir
 import speed
 import tiny
@@ -82,17 +83,13 @@ def length_batches(lengths, batch_size, rng, bucket=32):
 
 def collate(encoded, idx, pad_id, device):
     """Right-padded input_ids/attention_mask [B, T] and the loss mask [B, T-1] aligned with
-    grpo.token_logprobs (position t scores token t+1): 1 on completion tokens only."""
-    T = max(len(encoded[k][0]) for k in idx)
-    ids = torch.full((len(idx), T), pad_id, dtype=torch.long)
-    attn = torch.zeros(len(idx), T, dtype=torch.long)
-    mask = torch.zeros(len(idx), T - 1)
-    for r, k in enumerate(idx):
-        seq, P = encoded[k]
-        ids[r, :len(seq)] = torch.tensor(seq)
-        attn[r, :len(seq)] = 1
-        mask[r, max(P - 1, 0):len(seq) - 1] = 1
-    return ids.to(device), attn.to(device), mask.to(device)
+    grpo.token_logprobs (position t scores token t+1): 1 on completion tokens only. The trainer's own packing
+    (rollout.samples_to_tensors), as tiny.exact_figures packs its sequences."""
+    pairs = [encoded[k] for k in idx]
+    seqs = [rollout.Sample(ids[:p], ids[p:], [0.0] * (len(ids) - p), (r,))
+            for r, (ids, p) in enumerate(pairs)]
+    b = rollout.samples_to_tensors(seqs, pad_id, device)
+    return b["input_ids"], b["attention_mask"], b["completion_mask"]
 
 
 def cosine_lr(step, steps, warmup, min_ratio=0.1):
