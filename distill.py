@@ -12,6 +12,9 @@ written as OUT/designer.jsonl and OUT/executor.jsonl, the input of `python sft.p
     python distill.py --teacher http://127.0.0.1:8000 --model NAME --tasks tasks.jsonl --out DIR
     counts = distill(url, "NAME", tasks, "DIR", executions=2)
 
+One design a task (seed 0, temperature 0.7, up to 1024 tokens a reply, 8 requests at a time); the key, if the
+endpoint wants one, from OPENAI_API_KEY.
+
 Needs: reward.py, sandbox.py, isolation.py, mas.py, data.py
 """
 
@@ -31,14 +34,14 @@ import reward as reward_lib
 import sandbox
 
 
-def chat(url, model, messages, *, max_tokens=1024, temperature=0.7, api_key=None, seed=None):
+def chat(url, model, messages, *, max_tokens=1024, api_key=None, seed=None):
     """One POST {url}/v1/chat/completions; returns (the reply text, None), or ("", the error) when it failed
     three times (a request times out after 120 s; a 4xx other than 429 is not retried).
 
     url may end in /v1 or not. Errors never raise: a teacher that fails loses that one call."""
     base = url.rstrip("/")
     endpoint = base + ("/chat/completions" if base.endswith("/v1") else "/v1/chat/completions")
-    body = {"model": model, "messages": messages, "max_tokens": max_tokens, "temperature": temperature}
+    body = {"model": model, "messages": messages, "max_tokens": max_tokens, "temperature": 0.7}
     if seed is not None:
         body["seed"] = seed
     headers = {"Content-Type": "application/json"}
@@ -59,34 +62,32 @@ def chat(url, model, messages, *, max_tokens=1024, temperature=0.7, api_key=None
     return "", err
 
 
-def distill(teacher, model, tasks, out_dir, *, template=None, designs=1, executions=1, short=False,
-            temperature=0.7, max_tokens=1024, workers=8, api_key=None, log=print):
+def distill(teacher, model, tasks, out_dir, *, template=None, executions=1, short=False, max_tokens=1024,
+            api_key=None, log=print):
     """Distill SFT data from a teacher endpoint. Returns counts; writes designer.jsonl and executor.jsonl.
 
-    The teacher writes `designs` workflow scripts a task (kept if they parse); template=NAME uses that template
+    The teacher writes one workflow script a task (kept if it parses); template=NAME uses that template
     instead (a teacher that cannot design still teaches the Executor). Every kept design runs `executions` times
     in the sandbox with the teacher answering each agent call (the module docstring says what is kept)."""
     os.makedirs(out_dir, exist_ok=True)
-    pool, errors = ThreadPoolExecutor(max_workers=workers), []   # one error a failed call (append: atomic)
+    pool, errors = ThreadPoolExecutor(max_workers=8), []   # one error a failed call (append: atomic)
     counts = {"tasks": len(tasks), "designs": 0, "parsed": 0, "runs": 0, "correct_runs": 0,
               "teacher_errors": 0, "designer_samples": 0, "executor_samples": 0, "unusable": {}}
 
     def ask(messages, seed=None):
-        text, err = chat(teacher, model, messages, max_tokens=max_tokens, temperature=temperature,
-                         api_key=api_key, seed=seed)
+        text, err = chat(teacher, model, messages, max_tokens=max_tokens, api_key=api_key, seed=seed)
         if err:
             errors.append(err)
         return text
 
-    # design phase: designs per task, all requests in parallel
+    # design phase: one design a task, all requests in parallel
     dmsgs = [mas.designer_messages(data.task_text(t, short=short), short=short) for t in tasks]
-    jobs = [(q, i) for q in range(len(tasks)) for i in range(designs)]
-    replies = [mas.script_completion(mas.TEMPLATES[template]) for _ in jobs] if template is not None else \
-        list(pool.map(lambda job: ask(dmsgs[job[0]], seed=job[1]), jobs))
-    parsed = [(q, *mas.parse_script(reply), reply) for (q, _), reply in zip(jobs, replies)]
+    replies = [mas.script_completion(mas.TEMPLATES[template]) for _ in tasks] if template is not None else \
+        list(pool.map(lambda msgs: ask(msgs, seed=0), dmsgs))
+    parsed = [(q, *mas.parse_script(reply), reply) for q, reply in enumerate(replies)]
     kept_designs = [(q, script, reply) for q, script, _, reply in parsed if script is not None]
     # (q, script, designer completion); a reason's first word counts the designs that were unusable for it
-    counts.update(designs=len(jobs), parsed=len(kept_designs),
+    counts.update(designs=len(tasks), parsed=len(kept_designs),
                   unusable=dict(Counter(why.split(":")[0] for _, script, why, _ in parsed if script is None)))
     if log is not None:
         log(f"distill: {counts['parsed']}/{counts['designs']} designs usable")
@@ -143,17 +144,11 @@ def main(argv):
     p.add_argument("--tasks", required=True, help="tasks JSONL (data.py format)")
     p.add_argument("--out", default="out/distill")
     p.add_argument("--template", default=None, help="skip the Designer: use this mas.TEMPLATES entry")
-    p.add_argument("--designs", type=int, default=1, help="designs per task")
     p.add_argument("--executions", type=int, default=1, help="executions per design")
     p.add_argument("--short", action="store_true", help="the tiny world's compact Designer and agent prompts")
-    p.add_argument("--temperature", type=float, default=0.7)
-    p.add_argument("--max-tokens", type=int, default=1024)
-    p.add_argument("--workers", type=int, default=8, help="concurrent requests to the teacher")
-    p.add_argument("--api-key-env", default="OPENAI_API_KEY", help="environment variable holding the key")
     a = p.parse_args(argv)
-    distill(a.teacher, a.model, data.load_tasks(a.tasks), a.out, template=a.template, designs=a.designs,
-            executions=a.executions, short=a.short, temperature=a.temperature, max_tokens=a.max_tokens,
-            workers=a.workers, api_key=os.environ.get(a.api_key_env))
+    distill(a.teacher, a.model, data.load_tasks(a.tasks), a.out, template=a.template, executions=a.executions,
+            short=a.short, api_key=os.environ.get("OPENAI_API_KEY"))
 
 
 if __name__ == "__main__":
