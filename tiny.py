@@ -275,11 +275,6 @@ def oracle_generate(tasks, wrong_first=()):
     return generate
 
 
-def _task_text(task):
-    """The text the sandbox itself hands a script."""
-    return sandbox._task_parts(task, short=True)[0]
-
-
 def sft_traces(tasks, seed, other_share=OTHER_SHARE, wrong_share=WRONG_SHARE):
     """(designer_samples, executor_samples), each sample {"messages": [...], "completion": str}.
 
@@ -306,7 +301,7 @@ def sft_traces(tasks, seed, other_share=OTHER_SHARE, wrong_share=WRONG_SHARE):
         gold = oracle_reply(t)
         if run.error is not None or mas.answer_of(gold) != run.answer:
             raise RuntimeError(f"tiny.sft_traces: template {name!r} failed on {t['id']}: {run.error or run.answer}")
-        designer.append({"messages": mas.designer_messages(_task_text(t), short=True),
+        designer.append({"messages": mas.designer_messages(data.task_text(t, short=True), short=True),
                          "completion": mas.script_completion(mas.TEMPLATES[name])})
         for c in run.calls:
             key = json.dumps([c.messages, c.reply])
@@ -384,7 +379,7 @@ def exact_figures(model, tokenizer, tasks, batch_size=32, designer=True, executo
     if designer:
         for k, t in enumerate(tasks):
             for n in mas.TEMPLATES:
-                samples.append({"messages": mas.designer_messages(_task_text(t), short=True),
+                samples.append({"messages": mas.designer_messages(data.task_text(t, short=True), short=True),
                                 "completion": mas.script_completion(mas.TEMPLATES[n])})
                 where.append((choice_logp[k], n))
     if executor:

@@ -248,7 +248,8 @@ def test_exact_figures_are_the_teacher_forced_sequence_logprobs():
     ex = tiny.exact_figures(model, tok, tasks, batch_size=5, designer=False)
     assert "choice" not in ex and ex["contexts"]["fix"] == pytest.approx(f["contexts"]["fix"], rel=rel, abs=0)
     # one sequence by hand: the Designer writing the tester script for task 0, closed by the end-of-turn token
-    prompt = tok.apply_chat_template(mas.designer_messages(tiny._task_text(tasks[0]), short=True),
+    text = sandbox._task_parts(tasks[0], short=True)[0]   # the text the sandbox hands a script
+    prompt = tok.apply_chat_template(mas.designer_messages(text, short=True),
                                      tokenize=False, add_generation_prompt=True)
     p_ids = tok(prompt, add_special_tokens=False)["input_ids"]
     c_ids = tok(mas.script_completion(mas.TEMPLATES["tester"]), add_special_tokens=False)["input_ids"]
@@ -268,7 +269,7 @@ def test_executor_contexts_are_the_prompts_a_rollout_shows():
     tasks = tiny.make_tasks(2, seed=5, kinds=("code",))
     ctx = tiny.executor_contexts(tasks)
     for k, t in enumerate(tasks):
-        shown = tiny._task_text(t)
+        shown = sandbox._task_parts(t, short=True)[0]   # the text the sandbox hands a script
         wrong = mas.answer_of(tiny.wrong_reply(t))
         for c in tiny.CONTEXTS:
             messages, completion = ctx[c][k]
