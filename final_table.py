@@ -28,7 +28,6 @@ import numpy as np
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-import data
 import engine as engine_lib
 import evaluate
 import mas
@@ -37,14 +36,11 @@ import settings
 import tiny
 
 
-def heldout_tasks(cfg, sources):
+def heldout_tasks(cfg):
     """cfg.eval_tasks tiny tasks from the "eval" split, which neither the cold start nor RL draws from
-    (tiny.SPLITS); a task whose text some training source shows is dropped too, since a data_mix file may
-    hold tiny tasks. Text, not question: every code task asks "Write f(x).", the examples tell them apart."""
-    seen = {data.task_text(t) for src in sources for t in src}
-    tasks = [t for t in tiny.make_tasks(cfg.eval_tasks * 4, seed=cfg.seed + 1_000_003, split="eval")
-             if data.task_text(t) not in seen]
-    return tasks[:cfg.eval_tasks]
+    (tiny.SPLITS: the split is a hash of the text the model is shown, so no training task shows the same text;
+    the final table runs for the tiny data alone, data_mix {"tiny"}, whose tasks are the "rl" split's)."""
+    return tiny.make_tasks(cfg.eval_tasks, seed=cfg.seed + 1_000_003, split="eval")
 
 
 def heldout_row(cfg, eng, tasks, template, on_phase):
@@ -63,12 +59,13 @@ def heldout_row(cfg, eng, tasks, template, on_phase):
 def final_table(cfg, eng, sources, ckpt):
     """train.py's last act (eval_tasks > 0, tiny data, rank 0): the RL models of checkpoint `ckpt` and the SFT
     cold start on the same held-out tasks, sampled and exact, printed and written to out_dir/final_table.json.
-    `eng` is the run's engine: each row loads the weights it needs into it.
+    `eng` is the run's engine: each row loads the weights it needs into it. `sources`, the run's training
+    tasks, are all of the "rl" split (heldout_tasks says why none can be held out).
 
     Rows: sampled accuracy of the learned designs and of the single agent, RL against SFT with paired standard
     errors, and exact rows by teacher forcing (tiny.exact_figures): P(the Designer writes each template | kind of
     task), P(the Executor writes the oracle reply | context), and the primary rows `suited` and `executor`."""
-    tasks = heldout_tasks(cfg, sources)
+    tasks = heldout_tasks(cfg)
     sft = settings.model_dirs(cfg)
     dirs = {"RL": {r: os.path.join(ckpt, "model" if cfg.policy == "shared" else r) for r in ("designer", "executor")},
             "SFT": {r: sft["model" if cfg.policy == "shared" else r] for r in ("designer", "executor")}}
