@@ -133,9 +133,7 @@ def _number(s):
     if _NUM_RE.fullmatch(s):
         return Fraction(Decimal(s))
     m = _FRAC_RE.fullmatch(s)
-    if m and int(m.group(2)) != 0:
-        return Fraction(int(m.group(1)), int(m.group(2)))
-    return None
+    return Fraction(int(m.group(1)), int(m.group(2))) if m and int(m.group(2)) != 0 else None
 
 
 def _words(s):
@@ -349,10 +347,8 @@ def extract_code(text):
     if blocks:
         py = [code for lang, code in blocks if lang.lower() in ("python", "py", "python3")]
         return (py or [blocks[-1][1]])[-1].strip("\n")
-    m = re.search(r"```[\w+-]*[^\n]*\n(.*)$", text, re.S)
-    if m:
-        return m.group(1).strip("\n")
-    return text.strip("\n")
+    m = re.search(r"```[\w+-]*[^\n]*\n(.*)$", text, re.S)   # an unclosed block: cut off by the length limit
+    return (m.group(1) if m else text).strip("\n")
 
 
 def code_score(code, tests, timeout=4.0):
