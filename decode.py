@@ -152,8 +152,8 @@ class Decoder:
         cfg = model.config
         if getattr(cfg, "model_type", None) != "qwen3":
             raise ValueError(f"decode.Decoder is written for Qwen3 models, not {getattr(cfg, 'model_type', None)!r}")
-        if getattr(cfg, "use_sliding_window", False):
-            raise ValueError("decode.Decoder: sliding-window attention is not written out here")
+        if getattr(cfg, "use_sliding_window", False) or getattr(cfg, "attention_bias", False):
+            raise ValueError("decode.Decoder: no sliding-window attention, no attention biases here")
         self.model = model
         self.H, self.KV, self.hd = cfg.num_attention_heads, cfg.num_key_value_heads, cfg.head_dim
         self.eps = cfg.rms_norm_eps
@@ -170,15 +170,13 @@ class Decoder:
         for layer in m.layers:
             a, mlp = layer.self_attn, layer.mlp
             qkv = [a.q_proj, a.k_proj, a.v_proj]
-            bias = torch.cat([p.bias for p in qkv]) if a.q_proj.bias is not None else None
             self.layers.append(dict(
                 ln1=layer.input_layernorm.weight, ln2=layer.post_attention_layernorm.weight,
                 # q's and k's RMSNorm weights as one [H + KV, head_dim] table, q's times 1/sqrt(d) (the
                 # attention scale, applied before RoPE: both are linear)
                 qkn=torch.cat([a.q_norm.weight.expand(self.H, -1) * self.hd ** -0.5,
                                a.k_norm.weight.expand(self.KV, -1)]),
-                qkv=torch.cat([p.weight for p in qkv]).t().contiguous(), qkv_b=bias,
-                o=a.o_proj.weight.t().contiguous(), o_b=a.o_proj.bias,
+                qkv=torch.cat([p.weight for p in qkv]).t().contiguous(), o=a.o_proj.weight.t().contiguous(),
                 gu=torch.cat([mlp.gate_proj.weight, mlp.up_proj.weight]).t().contiguous(),
                 down=mlp.down_proj.weight.t().contiguous()))
         self.embed, self.norm = m.embed_tokens.weight, m.norm.weight
@@ -222,7 +220,7 @@ class Decoder:
         cos, sin = cos_t[p][:, None], sin_t[p][:, None]                    # [R*W, 1, hd]
         for i, w in enumerate(self.layers):
             a = self._rms(h, w["ln1"])
-            a = torch.addmm(w["qkv_b"], a, w["qkv"]) if w["qkv_b"] is not None else a @ w["qkv"]
+            a = a @ w["qkv"]
             qk = F.rms_norm(a[:, :(H + KV) * hd].view(R * W, H + KV, hd), (hd,), eps=self.eps) * w["qkn"]
             qk = qk * cos + qk.roll(hd // 2, -1) * sin                                 # RoPE, q and k at once
             q, k = qk[:, :H], qk[:, H:]                                                 # (q already scaled)
@@ -233,7 +231,7 @@ class Decoder:
             pr = torch.softmax(s + mask, dim=-1).view(R, KV, G * W, S)
             o = torch.matmul(pr, V[i][:, :, :S]).view(R, KV, G, W, hd)
             o = o.permute(0, 3, 1, 2, 4).reshape(R * W, H * hd)
-            h = h + (torch.addmm(w["o_b"], o, w["o"]) if w["o_b"] is not None else o @ w["o"])
+            h = h + o @ w["o"]
             gu = self._rms(h, w["ln2"]) @ w["gu"]
             g, u = gu.chunk(2, dim=-1)
             h = h + (F.silu(g) * u) @ w["down"]
