@@ -255,23 +255,19 @@ def evaluate_sft(model_path, tasks, *, designer_path=None, seed=0):
 
 
 def format_figures(fig):
-    t = fig["templates"]
-    best = max((k for k in t if k != "single"), key=t.get, default=None)
+    """The quality bar as text, from evaluate_sft's figures (every template, "single" among them, per task)."""
+    t, pp, kinds = fig["templates"], fig["per_problem"], fig["kinds"]
+    best = max((k for k in t if k != "single"), key=t.get)
+    _, se = evaluate_lib.paired_margin(pp[best], pp["single"])
     lines = [f"held-out tasks: {fig['tasks']}",
              f"(a) designer completions that parse: {100 * fig['parse']:.1f}%   (target >= 95%)",
              f"    learned designs, executed once: {100 * fig['designer']:.1f}% correct; structures "
              + ", ".join(f"{k} {100 * v:.0f}%" for k, v in sorted(fig["structures"].items())),
-             f"(b) single agent accuracy: {100 * t.get('single', float('nan')):.1f}%   (target 30-80%)",
-             "(c) fixed templates: " + ", ".join(f"{k} {100 * v:.1f}%" for k, v in t.items())]
-    pp = fig.get("per_problem", {})
-    if best is not None and "single" in t:
-        line = f"    best template {best} beats single by {100 * (t[best] - t['single']):+.1f} points"
-        if best in pp and "single" in pp:
-            _, se = evaluate_lib.paired_margin(pp[best], pp["single"])
-            line += f" (paired standard error {100 * se:.1f}; clear when above 2 standard errors)"
-        lines.append(line)
-    kinds = fig.get("kinds")
-    if kinds and "single" in pp and len(set(kinds)) > 1:
+             f"(b) single agent accuracy: {100 * t['single']:.1f}%   (target 30-80%)",
+             "(c) fixed templates: " + ", ".join(f"{k} {100 * v:.1f}%" for k, v in t.items()),
+             f"    best template {best} beats single by {100 * (t[best] - t['single']):+.1f} points (paired "
+             f"standard error {100 * se:.1f}; clear when above 2 standard errors)"]
+    if len(set(kinds)) > 1:
         # which structure pays depends on the kind of task: the learned Designer's whole premise
         for kind in sorted(set(kinds)):
             idx = [i for i, k in enumerate(kinds) if k == kind]
