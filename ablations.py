@@ -428,10 +428,6 @@ def summary_lines(results):
     return lines
 
 
-def expected_seeds(results):
-    return sorted({0, 1, 2} | {seed for per in results.values() for seed in per})
-
-
 def report(root):
     """ROOT/RESULTS.md from the runs under ROOT: one table of every run, each comparison's claims, the
     pairings, and what is missing. Returns its path."""
@@ -440,7 +436,7 @@ def report(root):
         raise SystemExit(f"ablations.py report: no finished <run>-s<seed> (metrics.jsonl and final table) "
                          f"under {root}" + (f"; unfinished: {', '.join(unfinished)}" if unfinished else ""))
     budget = next(s["steps"] for s in results.get("metaagent", {0: {"steps": 40}}).values()) // 2
-    seeds = expected_seeds(results)
+    seeds = sorted({0, 1, 2} | {seed for per in results.values() for seed in per})   # expected of every run
     m = n_tests()
     sft = next(iter(results.get("metaagent", next(iter(results.values()))).values())).get("sft", {})
     md = ["# Ablations on the tiny world", "",

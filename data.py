@@ -32,6 +32,7 @@ Needs: no other file of this project.
 import argparse
 import ast
 import base64
+import contextlib
 import io
 import json
 import os
@@ -69,17 +70,16 @@ def validate_task(task):
     for key in ("id", "kind", "question"):
         if not isinstance(task.get(key), str) or not task[key]:
             raise ValueError(f"missing or non-string {key!r}")
-    if task["kind"] == "math":
-        if not isinstance(task.get("answer"), str):
-            raise ValueError("math task without a string 'answer'")
-    elif task["kind"] == "code":
+    if task["kind"] not in ("math", "code"):
+        raise ValueError(f"kind must be 'math' or 'code', got {task['kind']!r}")
+    if task["kind"] == "math" and not isinstance(task.get("answer"), str):
+        raise ValueError("math task without a string 'answer'")
+    if task["kind"] == "code":
         _check_tests(task.get("tests"), "tests")
         if not task["tests"]["inputs"]:
             raise ValueError("code task without hidden tests")
         if task.get("public_tests") is not None:
             _check_tests(task["public_tests"], "public_tests")
-    else:
-        raise ValueError(f"kind must be 'math' or 'code', got {task['kind']!r}")
     if not isinstance(task.get("metadata", {}), dict):
         raise ValueError("metadata must be an object")
     shown = task.get("metadata", {}).get("shown_examples", 0)
@@ -295,10 +295,8 @@ def safe_unpickle(blob):
 
 def decode_lcb_tests(text):
     """LiveCodeBench test cases: a JSON string, or base64 -> zlib -> pickle -> JSON string."""
-    try:
+    with contextlib.suppress(json.JSONDecodeError):
         return json.loads(text)
-    except json.JSONDecodeError:
-        pass
     try:
         d = zlib.decompressobj()
         raw = d.decompress(base64.b64decode(text, validate=False), MAX_UNPICKLED)
