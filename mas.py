@@ -230,9 +230,7 @@ class Agent:
         self.role, self.instructions = role, instructions
 
     def __call__(self, message):
-        _need_str("message", message)
-        return _request({"op": "agent", "role": self.role, "instructions": self.instructions,
-                         "message": message, "n": 1})
+        return self.sample(message, 1)[0]
 
     def sample(self, message, n):
         _need_str("message", message)
