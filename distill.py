@@ -4,16 +4,16 @@ An OpenAI-compatible chat endpoint plays the Designer (it writes a workflow scri
 one of mas.TEMPLATES is given) and the Executor (every agent call of the script, run in the sandbox). Only what a
 correct run produced is kept:
 
-    designer sample = (Designer prompt, script)         if at least one of the design's runs is correct
+    designer sample = (Designer prompt, script)         if the design's run is correct
     executor sample = (agent-call prompt, reply)        for the calls of correct runs whose own answer is correct
 
 written as OUT/designer.jsonl and OUT/executor.jsonl, the input of `python sft.py --data OUT`.
 
     python distill.py --teacher http://127.0.0.1:8000 --model NAME --tasks tasks.jsonl --out DIR
-    counts = distill(url, "NAME", tasks, "DIR", executions=2)
+    counts = distill(url, "NAME", tasks, "DIR")
 
-One design a task (seed 0, temperature 0.7, up to 1024 tokens a reply, 8 requests at a time); the key, if the
-endpoint wants one, from OPENAI_API_KEY.
+One design a task and one run of it (seed 0, temperature 0.7, up to 1024 tokens a reply, 8 requests at a time);
+the key, if the endpoint wants one, from OPENAI_API_KEY.
 
 Needs: reward.py, sandbox.py, isolation.py, mas.py, data.py
 """
@@ -62,13 +62,13 @@ def chat(url, model, messages, *, max_tokens=1024, api_key=None, seed=None):
     return "", err
 
 
-def distill(teacher, model, tasks, out_dir, *, template=None, executions=1, short=False, max_tokens=1024,
-            api_key=None, log=print):
+def distill(teacher, model, tasks, out_dir, *, template=None, short=False, max_tokens=1024, api_key=None,
+            log=print):
     """Distill SFT data from a teacher endpoint. Returns counts; writes designer.jsonl and executor.jsonl.
 
     The teacher writes one workflow script a task (kept if it parses); template=NAME uses that template
-    instead (a teacher that cannot design still teaches the Executor). Every kept design runs `executions` times
-    in the sandbox with the teacher answering each agent call (the module docstring says what is kept)."""
+    instead (a teacher that cannot design still teaches the Executor). Every kept design runs once in the
+    sandbox with the teacher answering each agent call (the module docstring says what is kept)."""
     os.makedirs(out_dir, exist_ok=True)
     pool, errors = ThreadPoolExecutor(max_workers=8), []   # one error a failed call (append: atomic)
     counts = {"tasks": len(tasks), "designs": 0, "parsed": 0, "runs": 0, "correct_runs": 0,
@@ -92,32 +92,29 @@ def distill(teacher, model, tasks, out_dir, *, template=None, executions=1, shor
     if log is not None:
         log(f"distill: {counts['parsed']}/{counts['designs']} designs usable")
 
-    # execution phase: every kept design `executions` times, one sandbox call; each tick's agent calls are
-    # sent to the teacher in parallel
+    # execution phase: every kept design once, one sandbox call; each tick's agent calls are sent to the
+    # teacher in parallel
     def generate(calls):
         return list(pool.map(lambda c: ask(c.messages), calls))
 
-    scripts = [s for (_, s, _) in kept_designs for _ in range(executions)]
-    run_tasks = [tasks[q] for (q, _, _) in kept_designs for _ in range(executions)]
+    scripts, run_tasks = [s for (_, s, _) in kept_designs], [tasks[q] for (q, _, _) in kept_designs]
     runs = sandbox.run_workflows(scripts, run_tasks, generate, equal=reward_lib.math_equal, short=short) \
         if scripts else []
     counts["runs"] = len(runs)
     # correct(e) only (lam = 0): 1 when math_equal holds, or when its program passes every hidden test
     scores = list(pool.map(lambda tr: reward_lib.reward(tr[0], tr[1], lam=0.0), zip(run_tasks, runs)))
     designer_rows, candidates, seen = [], [], set()
-    for k, (q, script, completion) in enumerate(kept_designs):
-        good = [runs[k * executions + j] for j in range(executions) if scores[k * executions + j] == 1.0]
-        counts["correct_runs"] += len(good)
-        if not good:
+    for (q, script, completion), run, score in zip(kept_designs, runs, scores):
+        if score != 1.0:
             continue
+        counts["correct_runs"] += 1
         designer_rows.append({"messages": dmsgs[q], "completion": completion, "task_id": tasks[q].get("id"),
                               "structure": mas.structure_of(script)})
-        for run in good:
-            for c in run.calls:
-                key = json.dumps([c.messages, c.reply])
-                if key not in seen:   # voting repeats identical calls; keep each (prompt, reply) once
-                    seen.add(key)
-                    candidates.append((tasks[q], c))
+        for c in run.calls:
+            key = json.dumps([c.messages, c.reply])
+            if key not in seen:   # voting repeats identical calls; keep each (prompt, reply) once
+                seen.add(key)
+                candidates.append((tasks[q], c))
     # within a correct run, a reply whose own answer is wrong (an outvoted sample, a draft the critic fixed)
     # is context for the later calls, never a target
     call_ok = list(pool.map(lambda tc: reward_lib.correctness(tc[0], mas.answer_of(tc[1].reply)) == 1.0,
@@ -144,11 +141,10 @@ def main(argv):
     p.add_argument("--tasks", required=True, help="tasks JSONL (data.py format)")
     p.add_argument("--out", default="out/distill")
     p.add_argument("--template", default=None, help="skip the Designer: use this mas.TEMPLATES entry")
-    p.add_argument("--executions", type=int, default=1, help="executions per design")
     p.add_argument("--short", action="store_true", help="the tiny world's compact Designer and agent prompts")
     a = p.parse_args(argv)
-    distill(a.teacher, a.model, data.load_tasks(a.tasks), a.out, template=a.template, executions=a.executions,
-            short=a.short, api_key=os.environ.get("OPENAI_API_KEY"))
+    distill(a.teacher, a.model, data.load_tasks(a.tasks), a.out, template=a.template, short=a.short,
+            api_key=os.environ.get("OPENAI_API_KEY"))
 
 
 if __name__ == "__main__":

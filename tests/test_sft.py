@@ -361,8 +361,8 @@ def test_distill_keeps_only_correct_runs(tmp_path):
     url = f"http://127.0.0.1:{srv.server_address[1]}"
     try:
         OracleTeacher.wrong = False
-        c = distill.distill(url, "oracle", tasks, str(tmp_path / "good"), short=True, executions=2, log=None)
-        assert c["parsed"] == 6 and c["runs"] == 12 and c["correct_runs"] == 12 and c["teacher_errors"] == 0
+        c = distill.distill(url, "oracle", tasks, str(tmp_path / "good"), short=True, log=None)
+        assert c["parsed"] == 6 and c["runs"] == 6 and c["correct_runs"] == 6 and c["teacher_errors"] == 0
         d = data.read_jsonl(str(tmp_path / "good" / "designer.jsonl"))
         e = data.read_jsonl(str(tmp_path / "good" / "executor.jsonl"))
         assert len(d) == 6 and {r["structure"] for r in d} == {"ensemble", "tester"}
