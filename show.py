@@ -21,7 +21,6 @@ A malformed line of rollouts.jsonl is skipped and counted (page and stdout); of 
 
     python show.py out/tiny-rl                   # the last 3 steps -> out/tiny-rl/rollouts.html
     python show.py out/tiny-rl --steps 10:12     # steps 10..12 (inclusive; also 10: and :12)
-    python show.py out/tiny-rl --out /tmp/r.html
 
 Needs: no other file of this project.
 """
@@ -162,8 +161,8 @@ def renders(r):
         return False
 
 
-def write(run_dir, steps=None, out=None):
-    """run_dir/rollouts.html (or out) of the steps a..b (steps=(a, b), either None: open; default the last 3)."""
+def write(run_dir, steps=None):
+    """run_dir/rollouts.html of the steps a..b (steps=(a, b), either None: open; default the last 3)."""
     path = os.path.join(run_dir, "rollouts.jsonl")
     if not os.path.exists(path):
         raise SystemExit(f"show.py: no {path} (train.py writes it as it trains)")
@@ -179,7 +178,7 @@ def write(run_dir, steps=None, out=None):
         raise SystemExit(f"show.py: no steps {a}..{b} in {path} (it has steps {present[0]}..{present[-1]})")
     mpath = os.path.join(run_dir, "metrics.jsonl")
     metrics = {m["step"]: m for m in read_jsonl(mpath)[0] if "step" in m} if os.path.exists(mpath) else {}
-    out = out or os.path.join(run_dir, "rollouts.html")
+    out = os.path.join(run_dir, "rollouts.html")
     with open(out, "w", encoding="utf-8") as f:
         f.write(page(kept, metrics, f"rollouts: {os.path.basename(os.path.normpath(run_dir))}", skipped))
     if skipped:
@@ -204,9 +203,8 @@ def main(argv):
     ap = argparse.ArgumentParser(prog="show.py", description="An HTML page of a run's rollout tree.")
     ap.add_argument("run_dir")
     ap.add_argument("--steps", help="A:B inclusive, A: or :B (default: the last 3 steps)")
-    ap.add_argument("--out", help="the HTML file (default RUN_DIR/rollouts.html)")
     args = ap.parse_args(argv)
-    path = write(args.run_dir, parse_steps(args.steps) if args.steps is not None else None, args.out)
+    path = write(args.run_dir, parse_steps(args.steps) if args.steps is not None else None)
     print(path)
     return path
 

@@ -95,8 +95,7 @@ def test_write_default_and_explicit_range(tmp_path):
     path = show.write(str(d))
     assert path == str(d / "rollouts.html")
     assert steps_in(open(path).read()) == [3, 4, 5]
-    out = str(tmp_path / "r.html")
-    assert show.write(str(d), steps=(2, 3), out=out) == out and steps_in(open(out).read()) == [2, 3]
+    assert steps_in(open(show.write(str(d), steps=(2, 3))).read()) == [2, 3]
     assert steps_in(open(show.write(str(d), steps=(4, None))).read()) == [4, 5]
     assert steps_in(open(show.write(str(d), steps=(None, 1))).read()) == [1]
     with pytest.raises(SystemExit, match="no steps 7..9"):
@@ -123,8 +122,8 @@ def test_missing_or_empty_file(tmp_path):
 
 def test_main_steps_and_bad_ranges(tmp_path, capsys):
     d = run_dir(tmp_path, steps=(1, 2, 3, 4))
-    out = str(tmp_path / "x.html")
-    assert show.main([str(d), "--steps", "2:3", "--out", out]) == out
+    out = str(d / "rollouts.html")
+    assert show.main([str(d), "--steps", "2:3"]) == out
     assert capsys.readouterr().out.strip() == out and steps_in(open(out).read()) == [2, 3]
     assert steps_in(open(show.main([str(d), "--steps", "3:"])).read()) == [3, 4]
     assert steps_in(open(show.main([str(d), "--steps", ":2"])).read()) == [1, 2]
