@@ -2,9 +2,9 @@
 
     python plot.py out/tiny-rl [out/other ...]     # -> out/tiny-rl/plots/
 
-Three figures from each run's metrics.jsonl: training.png (reward, accuracy, parseable scripts, script errors;
-smoothed over 5 steps, the Designer's stages shaded), structures.png (the structure shares of the first run's
-designs) and diagnostics.png (clip fraction, engine/trainer log-prob gap, KL, per role).
+Two figures from the runs' metrics.jsonl: training.png (reward, accuracy, parseable scripts, script errors;
+smoothed over 5 steps, the Designer's stages shaded) and structures.png (the structure shares of the first
+run's designs).
 
 Needs: no other file of this project (numpy, matplotlib).
 """
@@ -71,21 +71,7 @@ def plot(dirs):
     ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1, 1))
     fig.tight_layout()
     fig.savefig(os.path.join(out, "structures.png"), dpi=130)
-
-    fig, axes = plt.subplots(1, 3, figsize=(12.6, 3.2))
-    for ax, suffix in zip(axes, ("clip_frac", "logprob_gap", "ratio_mean")):
-        for name, rows in runs.items():
-            for role in ("designer", "executor"):
-                pts = [(r["step"], r[f"{role}/{suffix}"]) for r in rows if f"{role}/{suffix}" in r]
-                if pts:
-                    ax.plot(*zip(*pts), ".", ms=3, label=f"{name} {role}")
-        ax.set_title(suffix.replace("_", " "))
-        ax.set_xlabel("step")
-        ax.grid(alpha=0.3)
-    axes[0].legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(os.path.join(out, "diagnostics.png"), dpi=130)
-    print(f"wrote {out}/training.png, structures.png, diagnostics.png")
+    print(f"wrote {out}/training.png, structures.png")
 
 
 if __name__ == "__main__":
