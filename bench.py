@@ -9,7 +9,6 @@ alike and the printed ratio means something on any machine. What was measured wh
                                  # weight_sync, other (`python train.py` from out/tiny-sft, K=1)
     python bench.py step:REV     # ... and git revision REV (a temporary worktree), taking turns: the ratio
     python bench.py engine       # the tiny rollout on each backend: lean, hf, vllm (when importable)
-    python bench.py sandbox      # sandbox.run_code vs `python -c pass`
     python bench.py train        # chunked.token_logprobs (each option) vs the full-logits log-softmax
     python bench.py gpu          # CUDA: the Qwen3-4B-shaped update (GPU_ROWS), vLLM reload and generation
     python bench.py gpu:0,3      # only those rows of GPU_ROWS (each in its own process)
@@ -39,7 +38,6 @@ from transformers import Qwen3Config, Qwen3ForCausalLM
 import engine as engine_lib
 import grpo
 import rollout as rollout_lib
-import sandbox
 import settings
 import speed
 import tiny
@@ -154,17 +152,6 @@ def bench_engine(reps=3):
         print(f"{b:5s} design {m['design_s']:.2f}s ({m['designer_tokens']:.0f} tokens), executor generate "
               f"{m['generate_s']:.2f}s ({m['executor_tokens']:.0f} tokens) | time / lean's: design "
               f"{ratio['design_s']:.2f}x, generate {ratio['generate_s']:.2f}x")
-
-
-def bench_sandbox(reps=15):
-    """sandbox.run_code on a trivial program vs a fresh `python -c pass`: isolation's cost against a bare
-    interpreter's start, taking turns, medians. (What workflows cost in a real step: bench.py step's execute
-    part.)"""
-    sandbox.start()
-    med, _ = alternate({"python -c": lambda rep: subprocess.run([sys.executable, "-c", "pass"], check=True),
-                        "run_code": lambda rep: sandbox.run_code("pass")}, reps)
-    print(f"trivial program: python -c {med['python -c'] * 1e3:.1f} ms, run_code {med['run_code'] * 1e3:.1f} "
-          f"ms, ratio {med['run_code'] / med['python -c']:.3f}")
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -296,8 +283,7 @@ def gpu_row(k, steps=3):
 
 
 NEED_SFT = ("step", "engine")   # they measure the tiny world from its cold start
-SECTIONS = {"step": bench_step, "engine": bench_engine, "sandbox": bench_sandbox, "train": bench_train,
-            "gpu": bench_gpu}
+SECTIONS = {"step": bench_step, "engine": bench_engine, "train": bench_train, "gpu": bench_gpu}
 
 
 def main(argv):
