@@ -338,9 +338,7 @@ class Decoder:
             tok, lp = tok.view(Rl, W), lp.view(Rl, W)
             # position j's sample counts while every earlier draft token was what was sampled before it
             n_ok = (1 + (tok[:, :-1] == x[:, 1:]).cumprod(-1).sum(-1)).tolist()
-            tl, ll = tok.tolist(), lp.tolist()
-            toks = [tl[c][:n_ok[c]] for c in range(Rl)]
-            lps = [ll[c][:n_ok[c]] for c in range(Rl)]
+            toks, lps = ([r[:n] for r, n in zip(z.tolist(), n_ok)] for z in (tok, lp))
         if sum(b.numel() * b.element_size() for b in self.workspace.values()) > self.keep_bytes:
             self.workspace.clear()   # a call this large keeps no memory for the next
         return rows
