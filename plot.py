@@ -37,12 +37,6 @@ def plot(dirs):
         y = np.asarray(y, dtype=float)
         return np.convolve(y, np.ones(k) / k, mode="valid") if len(y) > k else y
 
-    def shade(ax, rows):
-        # Figure 3 style: the stage in which the designer trains is shaded
-        for r in rows:
-            if r.get("active") == "designer":
-                ax.axvspan(r["step"] - 1, r["step"], color="tab:blue", alpha=0.07, lw=0)
-
     panels = [("reward/mean", "reward"), ("accuracy", "accuracy"), ("parse_rate", "parseable scripts"),
               ("script_error_rate", "script error rate")]
     fig, axes = plt.subplots(1, len(panels), figsize=(4.2 * len(panels), 3.2))
@@ -51,7 +45,9 @@ def plot(dirs):
             xs = [r["step"] for r in rows if key in r]
             ys = smooth([r[key] for r in rows if key in r])
             ax.plot(xs[len(xs) - len(ys):], ys, label=name, lw=1.6)
-        shade(ax, next(iter(runs.values())))
+        for r in next(iter(runs.values())):   # Figure 3 style: the Designer's training stages shaded
+            if r.get("active") == "designer":
+                ax.axvspan(r["step"] - 1, r["step"], color="tab:blue", alpha=0.07, lw=0)
         ax.set_title(title)
         ax.set_xlabel("step")
         ax.grid(alpha=0.3)
