@@ -19,7 +19,7 @@ makes it), rolled out as train.py rolls it out (tiny_step). torch and transforme
 
 Needs: train.py, settings.py, rundir.py, advantage.py, stagewise.py, grpo.py, chunked.py,
 shared_prompts.py, speed.py, engine.py, decode.py, final_table.py, evaluate.py, tiny.py, rollout.py, mas.py,
-sandbox.py, isolation.py, reward.py, data.py, sft.py, muon.py, show.py
+sandbox.py, isolation.py, reward.py, data.py, sft.py, muon.py, show.py, loggers.py, reload_check.py
 """
 
 import functools

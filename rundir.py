@@ -19,7 +19,6 @@ Needs: settings.py, advantage.py, stagewise.py, mas.py
 """
 
 import dataclasses
-import hashlib
 import json
 import os
 import random
@@ -157,9 +156,10 @@ def truncate_jsonl(path, step):
     """After a resume from the checkpoint of `step`, drop the lines of later steps from metrics.jsonl or
     rollouts.jsonl (a kill between a step's lines and its checkpoint leaves some; a kill mid-write leaves a
     partial last line). Atomic: the kept lines go to a hidden temporary file (.NAME.PID.tmp, which
-    settings.run_files covers) that replaces the file, so a second kill cannot lose them."""
+    settings.run_files covers) that replaces the file, so a second kill cannot lose them. Returns the kept
+    rows."""
     if not os.path.exists(path):
-        return
+        return []
     with open(path) as f:
         lines = [ln for ln in f if ln.strip()]
     keep = []
@@ -178,6 +178,7 @@ def truncate_jsonl(path, step):
         f.flush()
         os.fsync(f.fileno())
     os.replace(tmp, path)
+    return [json.loads(ln) for ln in keep]
 
 
 def latest(out_dir):
@@ -201,16 +202,6 @@ def restore_optimizers(policies, ckpt, ts, master):
         dcp.set_optimizer_state_dict(policies[name]["model"], policies[name]["opt"][sname],
                                      optim_state_dict=saved.get(key, {}),
                                      options=dcp.StateDictOptions(full_state_dict=True, broadcast_from_rank0=True))
-
-
-def weights_digest(items, skip=("lm_head.weight",)):
-    """sha256 of (name, bytes) in name order; the tied lm_head copy is skipped (checkpoints do not store it)."""
-    h = hashlib.sha256()
-    for name, t in sorted(items, key=lambda kv: kv[0]):
-        if name not in skip:
-            h.update(name.encode())
-            h.update(t.detach().cpu().contiguous().view(torch.uint8).numpy().tobytes())
-    return h.hexdigest()
 
 
 def step_metrics(batch, queries, device):

@@ -12,7 +12,7 @@ everything else is ours.
 
 run_files / clear_run: what a run writes into out_dir (a fresh run refuses such a folder; --overwrite deletes it).
 
-Needs: stagewise.py, mas.py
+Needs: stagewise.py, mas.py, loggers.py
 """
 
 import ast
@@ -23,6 +23,7 @@ import re
 import shutil
 from dataclasses import dataclass, field
 
+import loggers
 import mas
 import stagewise
 
@@ -37,6 +38,7 @@ class Config:
     steps: int = 200
     save_every: int = 10                # a checkpoint every save_every steps, and at the end
     record_queries: int = 2             # queries a step written to rollouts.jsonl, rank 0's first (show.py)
+    loggers: str = ""                   # metrics also to: tensorboard | wandb | tensorboard,wandb (loggers.py)
     seed: int = 0
     device: str = "auto"                # auto | cpu | cuda
     # data
@@ -68,7 +70,6 @@ class Config:
     # GPU
     ac_policy: str = "off"              # activation checkpointing: off | full | selective (speed.py)
     compile_layers: bool = False        # torch.compile each decoder layer (speed.py)
-    verify_sync: bool = False           # hash the weights each rank loads into its engine; all must agree
 
 
 CONFIG_KEYS = {f.name: f for f in dataclasses.fields(Config)}
@@ -144,6 +145,8 @@ def validate(cfg, world=1):
     for k, allowed in choices.items():
         if getattr(cfg, k) not in allowed:
             problems.append(f"{k} must be one of {allowed}, got {getattr(cfg, k)!r}")
+    if any(n not in loggers.NAMES for n in cfg.loggers.split(",") if n):
+        problems.append(f"loggers must be '' or names of {loggers.NAMES} joined by ',', got {cfg.loggers!r}")
     if cfg.record_queries < 0:
         problems.append(f"record_queries must be >= 0, got {cfg.record_queries}")
     if cfg.template and cfg.template not in mas.TEMPLATES:
@@ -195,7 +198,7 @@ def run_files(out_dir):
     if not os.path.isdir(out_dir):
         return []
     return [d for d in sorted(os.listdir(out_dir)) if d in ("metrics.jsonl", "rollouts.jsonl", "rollouts.html",
-                                                             "final_table.json", "plots")
+                                                             "final_table.json", "plots", "tensorboard", "wandb")
             or re.fullmatch(r"\.?(tmp_)?step_\d+", d) or re.fullmatch(r"\.(metrics|rollouts)\.jsonl\.\d+\.tmp", d)]
 
 

@@ -42,7 +42,8 @@ The tiny default ends with a table on held-out tasks (final_table.py): RL agains
 
 Needs: settings.py, rundir.py, advantage.py, stagewise.py, grpo.py, chunked.py, shared_prompts.py,
 speed.py, engine.py, decode.py, final_table.py, evaluate.py, tiny.py, rollout.py, mas.py, sandbox.py,
-isolation.py, reward.py, data.py, sft.py (the cold start, run as a program), muon.py, show.py
+isolation.py, reward.py, data.py, sft.py (the cold start, run as a program), muon.py, show.py, loggers.py,
+reload_check.py
 """
 
 import datetime
@@ -63,6 +64,8 @@ import data
 import engine as engine_lib
 import final_table
 import grpo
+import loggers
+import reload_check
 import rollout as rollout_lib
 import rundir
 import settings
@@ -170,32 +173,41 @@ def make_policies(cfg, ckpt, ts, device):
 class EngineWeights:
     """The trainer's weights in the engine: sync() after each update. Separate policies share one engine,
     which holds whichever role is generating: on_phase(role), rollout's hook, loads that role's weights when
-    the engine holds the other's (or stale ones). on_phase is also the fault-injection point of a phase."""
+    the engine holds the other's. on_phase is also the fault-injection point of a phase. Every reload is
+    proven (reload_check.py): a probe at the start, after the first sync and every save_every steps, and
+    check_gap on each step's own log-probs."""
 
     def __init__(self, cfg, eng, policy_of, device):
         self.cfg, self.eng, self.policy_of, self.step, self.held, self.info = cfg, eng, policy_of, 0, None, {}
-        self.cuda = device.type == "cuda"
+        self.cuda, self.device, self.synced = device.type == "cuda", device, False
         self.dtype = torch.bfloat16 if self.cuda else None   # what vLLM computes in on a GPU
+        self.probe("at the engine's start")
 
     def load(self, role):
-        # one tensor at a time; verify_sync: every rank hashes the full weights it loads, all must agree
-        state = rundir.full_state(self.policy_of[role]["model"], self.dtype)
-        if self.cfg.verify_sync:
-            state = {k: v.cpu() for k, v in state}
-            digests = rundir.gather(rundir.weights_digest(state.items()))
-            self.info = {"weights_digest": digests[0], "weights_ranks_agree": len(set(digests)) == 1}
-            state = state.items()
-        self.eng.load_weights(state)
+        self.eng.load_weights(rundir.full_state(self.policy_of[role]["model"], self.dtype))   # one by one
         self.held = role
 
     def sync(self):
         t0 = time.perf_counter()
+        self.load("designer")   # asleep: its weights wake first (engine.py); separate: the Executor's later
         if self.cuda:
             self.eng.wake()
-        self.held = None   # separate policies: loaded at the next phase
-        if self.cfg.policy == "shared":
-            self.load("designer")
+        if not self.synced or (self.step + 1) % self.cfg.save_every == 0:
+            self.probe(f"after the weight sync of step {self.step + 1}")
+        self.synced = True
         return time.perf_counter() - t0
+
+    def probe(self, when):
+        gap, S = reload_check.probe(self.eng, self.policy_of["designer"]["model"], self.device)
+        gap = all_sum([gap], self.device, dist.ReduceOp.MAX)[0]   # every rank stops, or none
+        self.bound = reload_check.limit(self.dtype or torch.float32, S)
+        self.info = {"reload/probe_gap": gap, "reload/probe_limit": self.bound}   # in the step's metrics line
+        reload_check.check(gap, self.bound, when)
+
+    def check_gap(self, stats, roles):
+        for r in roles:   # the same on every rank (update's stats are reduced over them)
+            if f"{r}/logprob_gap" in stats:
+                reload_check.check(stats[f"{r}/logprob_gap"], self.bound, f"step {self.step + 1}, {r}")
 
     def on_phase(self, role):
         rundir.fault(f"{role}-phase", self.step + 1)
@@ -205,6 +217,8 @@ class EngineWeights:
 
 # ----------------------------------------------------------------------------------------------------------
 # the update
+
+FORWARD_ZERO_ADV = False   # True: samples of A = 0 forwarded too (first_gpu_run.py: random weights earn 0)
 
 
 def batches(cfg, samples, idx, values, pad_id, device):
@@ -260,12 +274,12 @@ def old_logprobs(cfg, model, samples, idx, pad_id, device):
 def update(cfg, step, roles, policy_of, pad_id, device, world):
     """roles[role] = (samples, A [S]): cfg.minibatches optimizer steps over the role's samples. Returns the
     stats: per role the loss, clip fraction, ratio and engine/trainer log-prob gap (means over the forwarded
-    tokens), per policy the grad norm, and the lr."""
+    tokens) and the forwarded tokens, per policy the grad norm, and the lr."""
     stats, acc, gap_max, values = {"lr": 0.0}, Counter(), Counter(), {}
     pols = list({id(policy_of[r]): policy_of[r] for r in roles}.values())
     # a sample with A = 0 has l_t = 0 and no gradient: it is not forwarded (but counts in N_role)
     for role, (samples, A) in roles.items():
-        live = [k for k in range(len(samples)) if A[k] != 0]
+        live = [k for k in range(len(samples)) if A[k] != 0 or FORWARD_ZERO_ADV]
         values[role] = {"adv": {k: A[k].expand(len(samples[k].completion_ids)) for k in live},
                         "engine": {k: torch.tensor(samples[k].logprobs) for k in live},
                         # on-policy: the training forward's own log-probs, detached (grpo_loss's None)
@@ -280,7 +294,8 @@ def update(cfg, step, roles, policy_of, pad_id, device, world):
             n_role = all_sum([sum(len(samples[k].completion_ids) for k in part)], device)[0]
             if n_role == 0:
                 continue
-            for b in batches(cfg, samples, [k for k in part if A[k] != 0], values[role], pad_id, device):
+            live = [k for k in part if A[k] != 0 or FORWARD_ZERO_ADV]
+            for b in batches(cfg, samples, live, values[role], pad_id, device):
                 lp = logprobs(policy_of[role]["model"], b, cfg)
                 # l_t = -min(rho A, clip(rho) A), summed / N_role (FSDP averages the ranks' gradients)
                 loss, st = grpo.grpo_loss(lp, b["old"], b["adv"], b["mask"], n_role / world, b["engine"],
@@ -307,7 +322,8 @@ def update(cfg, step, roles, policy_of, pad_id, device, world):
     for r, top in zip(roles, maxes, strict=True):
         stats.update({f"{r}/{k}": tot[f"{r}/{k}"] / max(tot[f"{r}/tokens"], 1)
                       for k in ("clip_frac", "ratio_mean", "logprob_gap")})
-        stats.update({f"{r}/loss": tot[f"{r}/loss"], f"{r}/logprob_gap_max": top})
+        stats.update({f"{r}/loss": tot[f"{r}/loss"], f"{r}/tokens": tot[f"{r}/tokens"],
+                      f"{r}/logprob_gap_max": top})
     return stats
 
 
@@ -346,8 +362,8 @@ def main(argv):
     start, pos = (ts["step"], list(ts["data_pos"])) if ts else (0, [0] * len(sources))
     rundir.restore_rng(ts, cfg.seed, rank)
     metrics_path, tree_path = (os.path.join(cfg.out_dir, f) for f in ("metrics.jsonl", "rollouts.jsonl"))
-    if rank == 0:
-        rundir.truncate_jsonl(metrics_path, start)
+    if rank == 0:   # a resume drops the lines of steps after its checkpoint; TensorBoard, wandb: loggers.py
+        log = loggers.Loggers(cfg, rundir.truncate_jsonl(metrics_path, start))
         rundir.truncate_jsonl(tree_path, start)
         print(f"train.py: steps {start}..{cfg.steps}, {world} rank(s), {device}, {cfg.backend}, "
               f"{cfg.policy}, {cfg.mode} K={cfg.K}, B={cfg.batch_size} M={cfg.M} N={cfg.N}", flush=True)
@@ -367,7 +383,7 @@ def main(argv):
                                     executor_sampling=engine_lib.Sampling(max_tokens=cfg.max_tokens),
                                     short=settings.is_tiny(cfg), lam=cfg.lam, on_phase=weights.on_phase)
         if device.type == "cuda":
-            eng.sleep()   # vLLM frees its KV cache while the trainer runs
+            eng.sleep()   # vLLM frees its KV cache and weights while the trainer runs
         # 3. advantages (the Executor's over the runs that happened)
         A_D = advantage.designer_advantages(batch.R)
         A_E = advantage.executor_advantages(batch.R, executed=batch.executed)
@@ -378,17 +394,20 @@ def main(argv):
         t0 = time.perf_counter()
         ustats = update(cfg, step, roles, policy_of, pad_id, device, world)
         t_update = time.perf_counter() - t0
+        weights.check_gap(ustats, active)   # the engine sampled with the trainer's weights (reload_check.py)
         t_sync = weights.sync()
         # 8. log, then checkpoint: a step's lines are on disk before its checkpoint exists
-        t0, role = time.perf_counter(), "+".join(sorted(active))   # the step's tree: its first queries
-        tree = batch.tree(mine[:cfg.record_queries], A_D, A_E, step + 1, role, settings.is_tiny(cfg)) \
-            if rank == 0 else []   # rank 0 writes it: the others skip the work
+        t0, role = time.perf_counter(), "+".join(sorted(active))
+        if rank == 0:   # the step's tree (its first queries; rank 0 writes it), then the metrics line
+            rundir.append_jsonl(tree_path, batch.tree(mine[:cfg.record_queries], A_D, A_E, step + 1, role,
+                                                      settings.is_tiny(cfg)))
+        t_record = time.perf_counter() - t0
         m = {"step": step + 1, "active": role, **rundir.step_metrics(batch, mine, device), **ustats,
-             "time/update": t_update, "time/weight_sync": t_sync, "time/record": time.perf_counter() - t0,
+             "time/update": t_update, "time/weight_sync": t_sync, "time/record": t_record,
              **weights.info, "time/step": time.perf_counter() - t_step}
-        if rank == 0:   # the tree, then the metrics line
-            rundir.append_jsonl(tree_path, tree)
+        if rank == 0:
             rundir.append_jsonl(metrics_path, [m])
+            log(m)
         rundir.fault("logged", step + 1)
         if (step + 1) % cfg.save_every == 0 or step + 1 == cfg.steps:
             state = {"step": step + 1, "data_pos": pos}
@@ -399,6 +418,8 @@ def main(argv):
             print(f"step {step + 1:4d} [{m['active']:>8}] reward {m['reward/mean']:.3f} "
                   f"acc {m['accuracy']:.2f} parse {m['parse_rate']:.2f} err {m['script_error_rate']:.2f} "
                   f"gap {gap:.1e} {m['time/step']:.1f}s", flush=True)
+    if rank == 0:
+        log.close()
     # the tiny world's final table, of the last checkpoint
     if cfg.eval_tasks > 0 and settings.is_tiny(cfg) and rank == 0:
         last = os.path.join(cfg.out_dir, rundir.checkpoints(cfg.out_dir)[-1])
