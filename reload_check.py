@@ -7,8 +7,8 @@ Three checks, each stopping the run with a ReloadError that says what went wrong
 
 1. vLLM's own reload warnings ("Following weights were not loaded", "<Layer>: Failed to load weights") are
    errors whatever VLLM_LOGGING_LEVEL says (engine.VLLMEngine.load_weights).
-2. The probe, after the first sync and every save_every steps (train.EngineWeights): the engine samples a
-   fixed prompt and the trainer scores the same tokens (teacher-forced):
+2. The probe, at the engine's start, after the first sync and every save_every steps (train.EngineWeights):
+   the engine samples a fixed prompt and the trainer scores the same tokens (teacher-forced):
 
        gap = mean_t |logp_engine(t) - logp_trainer(t)|  <=  limit = 16 eps S,   S = max_t |z_t| + log V
 
@@ -23,7 +23,7 @@ Three checks, each stopping the run with a ReloadError that says what went wrong
     gap, S = probe(eng, model, device)               # collective under FSDP: every rank calls it
     check(gap, limit(torch.bfloat16, S), "after the reload of step 10")
 
-Needs: engine.py (Sampling)
+Needs: engine.py (Sampling), decode.py (what engine.py needs)
 """
 
 import math
@@ -51,6 +51,8 @@ def probe(eng, model, device, max_tokens=32):
         raise ReloadError(f"the reload probe generated nothing: {c.error or c.finish_reason}")
     ids = torch.tensor([c.prompt_ids + c.token_ids], device=device)
     z = model(input_ids=ids, use_cache=False).logits[0, len(c.prompt_ids) - 1:-1].float()
+    if hasattr(model, "reshard"):   # FSDP2 keeps the root's weights gathered after a forward; the update's
+        model.reshard()             # backward would then reduce those gradients wrongly
     lp = z.log_softmax(-1).gather(-1, ids[0, len(c.prompt_ids):, None]).squeeze(-1).cpu()
     return (lp - torch.tensor(c.logprobs)).abs().mean().item(), z.abs().max().item() + math.log(z.shape[-1])
 

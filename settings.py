@@ -12,7 +12,7 @@ everything else is ours.
 
 run_files / clear_run: what a run writes into out_dir (a fresh run refuses such a folder; --overwrite deletes it).
 
-Needs: stagewise.py, mas.py, loggers.py
+Needs: stagewise.py, mas.py
 """
 
 import ast
@@ -23,7 +23,6 @@ import re
 import shutil
 from dataclasses import dataclass, field
 
-import loggers
 import mas
 import stagewise
 
@@ -145,8 +144,8 @@ def validate(cfg, world=1):
     for k, allowed in choices.items():
         if getattr(cfg, k) not in allowed:
             problems.append(f"{k} must be one of {allowed}, got {getattr(cfg, k)!r}")
-    if any(n not in loggers.NAMES for n in cfg.loggers.split(",") if n):
-        problems.append(f"loggers must be '' or names of {loggers.NAMES} joined by ',', got {cfg.loggers!r}")
+    if any(n not in ("tensorboard", "wandb") for n in cfg.loggers.split(",") if n):
+        problems.append(f"loggers must be '', 'tensorboard', 'wandb' or 'tensorboard,wandb', got {cfg.loggers!r}")
     if cfg.record_queries < 0:
         problems.append(f"record_queries must be >= 0, got {cfg.record_queries}")
     if cfg.template and cfg.template not in mas.TEMPLATES:

@@ -47,6 +47,7 @@ reload_check.py
 """
 
 import datetime
+import math
 import os
 import socket
 import sys
@@ -174,12 +175,12 @@ class EngineWeights:
     """The trainer's weights in the engine: sync() after each update. Separate policies share one engine,
     which holds whichever role is generating: on_phase(role), rollout's hook, loads that role's weights when
     the engine holds the other's. on_phase is also the fault-injection point of a phase. Every reload is
-    proven (reload_check.py): a probe at the start, after the first sync and every save_every steps, and
-    check_gap on each step's own log-probs."""
+    checked (reload_check.py): a probe at the start, after the first sync and every save_every steps (its
+    gap in that step's metrics line), and check_gap on each step's own log-probs."""
 
     def __init__(self, cfg, eng, policy_of, device):
         self.cfg, self.eng, self.policy_of, self.step, self.held, self.info = cfg, eng, policy_of, 0, None, {}
-        self.cuda, self.device, self.synced = device.type == "cuda", device, False
+        self.cuda, self.device = device.type == "cuda", device
         self.dtype = torch.bfloat16 if self.cuda else None   # what vLLM computes in on a GPU
         self.probe("at the engine's start")
 
@@ -188,20 +189,19 @@ class EngineWeights:
         self.held = role
 
     def sync(self):
-        t0 = time.perf_counter()
+        t0, self.info = time.perf_counter(), {}
         self.load("designer")   # asleep: its weights wake first (engine.py); separate: the Executor's later
         if self.cuda:
             self.eng.wake()
-        if not self.synced or (self.step + 1) % self.cfg.save_every == 0:
+        if self.step == 0 or (self.step + 1) % self.cfg.save_every == 0:   # the same steps after a resume
             self.probe(f"after the weight sync of step {self.step + 1}")
-        self.synced = True
         return time.perf_counter() - t0
 
     def probe(self, when):
         gap, S = reload_check.probe(self.eng, self.policy_of["designer"]["model"], self.device)
-        gap = all_sum([gap], self.device, dist.ReduceOp.MAX)[0]   # every rank stops, or none
+        gap, S = all_sum([gap if gap == gap else math.inf, S], self.device, dist.ReduceOp.MAX)   # all ranks'
         self.bound = reload_check.limit(self.dtype or torch.float32, S)
-        self.info = {"reload/probe_gap": gap, "reload/probe_limit": self.bound}   # in the step's metrics line
+        self.info = {"reload/probe_gap": gap, "reload/probe_limit": self.bound}   # in this step's metrics
         reload_check.check(gap, self.bound, when)
 
     def check_gap(self, stats, roles):
@@ -267,6 +267,8 @@ def old_logprobs(cfg, model, samples, idx, pad_id, device):
         lp = logprobs(model, b, cfg)[b["mask"].bool()].cpu()
         lengths = [len(samples[k].completion_ids) for k in b["order"]]
         old.update(zip(b["order"], lp.split(lengths), strict=True))
+    if hasattr(model, "reshard"):   # FSDP2 keeps the root's weights gathered after a forward without grad;
+        model.reshard()             # the update's backward would then reduce those gradients wrongly
     model.train()
     return old
 

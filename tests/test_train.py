@@ -332,7 +332,8 @@ def test_sigkill_anywhere_then_resume_is_exact(model_dir, uninterrupted, tmp_pat
     steps = [s for h in held for s in h]
     assert sorted(steps) == sorted(mc) and loggers.offline_steps(str(c / "wandb")) == set(mc)
     numbers = {s: {k for k, v in m.items() if isinstance(v, int | float) and k != "step"} for s, m in mc.items()}
-    assert all(set(row) == numbers[s] and all(v == pytest.approx(mc[s][k], rel=1e-12) for k, v in row.items())
+    assert all(set(row) == numbers[s] and all(v == pytest.approx(mc[s][k], rel=1e-12) for k, v in row.items()
+                                              if not k.startswith("time/"))   # a killed run's step keeps its own
                for h in held for s, row in h.items())
     assert trees(c) == trees(uninterrupted)   # each step's tree once, as the uninterrupted run wrote it
     assert not list(c.glob(".tmp_step_*")) and not list(c.glob(".*.tmp"))
