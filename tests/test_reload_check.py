@@ -3,13 +3,12 @@
 - a full reload passes the probe, far below its bound;
 - a corrupted tensor, and a tensor left out (k_proj alone: vLLM loads the rest of the fused qkv and says
   nothing), fail it by orders of magnitude (or with NaN);
-- a layer's weights left out entirely is vLLM's own warning, raised as an error though vLLM's log level is
-  ERROR;
+- a layer's weights left out entirely is vLLM's own warning, raised as an error whatever vLLM's log level (in
+  CI the engine's default, ERROR, at which vLLM prints no warning);
 - train.EngineWeights probes at its start and after a sync, and stops on a bad gap (check_gap);
 - a sleeping engine refuses to generate (vLLM would queue the request and never run it).
 """
 
-import os
 import sys
 from pathlib import Path
 
@@ -73,7 +72,6 @@ def test_reload_check_catches_a_corrupted_tensor(setup):
 
 def test_reload_check_raises_vllms_own_warnings_whatever_the_log_level(setup):
     eng, model, _ = setup
-    assert os.environ.get("VLLM_LOGGING_LEVEL") in ("ERROR", None) or pytest.skip("a chosen vLLM log level")
     state = updated(model, 4)
     partial = {k: v for k, v in state.items() if not k.startswith("model.layers.0.input_layernorm.")}
     with pytest.raises(engine.ReloadError, match="were not loaded.*input_layernorm"):
