@@ -145,7 +145,8 @@ def read_metrics(run_dir):
     if not os.path.exists(path):
         return []
     with open(path) as f:
-        return [json.loads(ln) for ln in f if ln.strip()]
+        rows = [json.loads(ln) for ln in f if ln.strip()]
+    return [r for r in rows if r["step"] > 0]   # (a step-0 line holds the held-out curve's start alone)
 
 
 def is_finished(run_dir, steps):

@@ -18,7 +18,7 @@
        L     = sum_t mask_t l_t / num_tokens
 
    (log rho is clamped to +-20 before exp, as verl does, so a stale log-prob cannot give inf.) On-policy (one
-   optimizer step per rollout, the paper's setting) the old log-probs are the current ones, detached: rho = 1
+   optimizer step per rollout; the paper does not say how many, the authors' verl config takes several) the old log-probs are the current ones, detached: rho = 1
    and the gradient is A_t * grad logp_t; with several minibatches the clip acts. num_tokens is the token
    count of the whole batch, so the micro-batch losses (and gradients) add up to the one-batch loss; under
    FSDP, which averages gradients over ranks, pass the global count / world size.

@@ -5,6 +5,7 @@
                               written to .tmp_step_000010/ and renamed, so a checkpoint is complete or absent
     out_dir/metrics.jsonl     a line a step (step_metrics: what the step's rollout did, the update's
                               numbers, times), fsync'ed before that step's checkpoint is written
+    out_dir/run.json          what made the run: commit (dirty or not), command, clock times, machine, config
     out_dir/rollouts.jsonl    the step's tree, a line per recorded query (rollout.Batch.tree; show.py draws
                               it), written the same way just before the metrics line
 
@@ -15,16 +16,20 @@
 
 fault(point, step) is the fault injection tests/test_train.py uses to SIGKILL a run at chosen points.
 
-Needs: settings.py, advantage.py, stagewise.py, mas.py
+Needs: settings.py, stagewise.py, mas.py
 """
 
 import dataclasses
 import json
 import os
+import platform
 import random
 import re
 import shutil
 import signal
+import subprocess
+import sys
+import time
 from collections import Counter
 
 import numpy as np
@@ -34,7 +39,6 @@ from safetensors.torch import save_file
 from torch.distributed.checkpoint import state_dict as dcp
 from torch.distributed.tensor import DTensor
 
-import advantage
 import settings
 
 
@@ -101,6 +105,45 @@ def prepare(cfg):
         print(f"--overwrite: deleting the run in {cfg.out_dir} ({', '.join(settings.run_files(cfg.out_dir))})")
         settings.clear_run(cfg.out_dir)
     os.makedirs(cfg.out_dir, exist_ok=True)
+
+
+def provenance(cfg, argv, end=False):
+    """out_dir/run.json: what made this run, one entry a start (a resume adds one): the commit and whether the
+    tree had uncommitted changes, the full command, clock times (start; end once the run is done), the machine
+    (CPU model, cores, torch and Python versions); and the run's config. Written atomically by rank 0."""
+    path = os.path.join(cfg.out_dir, "run.json")
+    info = {"config": dataclasses.asdict(cfg), "starts": []}
+    if os.path.exists(path):
+        with open(path) as f:
+            info = {**json.load(f), "config": dataclasses.asdict(cfg)}
+    now = time.strftime("%Y-%m-%dT%H:%M:%S%z")
+    if end:
+        info["starts"][-1]["end"] = now
+    else:
+        here = os.path.dirname(os.path.abspath(__file__))
+        git = ["git", "-C", here]
+        commit = subprocess.run([*git, "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip()
+        dirty = subprocess.run([*git, "status", "--porcelain", "--untracked-files=no"], capture_output=True,
+                               text=True).stdout.strip()
+        info["starts"].append({
+            "commit": commit or None, "dirty": bool(dirty), "command": [sys.executable, *sys.argv[:1], *argv],
+            "start": now, "end": None, "machine": machine()})
+    tmp = path + ".tmp"
+    with open(tmp, "w") as f:
+        json.dump(info, f, indent=1)
+    os.replace(tmp, path)
+
+
+def machine():
+    """The CPU model and cores, the GPU if any, torch's and Python's versions."""
+    cpu = platform.processor() or platform.machine()
+    if os.path.exists("/proc/cpuinfo"):
+        with open("/proc/cpuinfo") as f:
+            names = [ln.split(":", 1)[1].strip() for ln in f if ln.startswith("model name")]
+        cpu = names[0] if names else cpu
+    gpu = torch.cuda.get_device_name(0) if torch.cuda.is_available() else None
+    return {"cpu": cpu, "cores": len(os.sched_getaffinity(0)), "gpu": gpu, "torch": torch.__version__,
+            "python": platform.python_version(), "host": platform.node()}
 
 
 def checkpoints(out_dir):
@@ -204,9 +247,10 @@ def restore_optimizers(policies, ckpt, ts, master):
                                      options=dcp.StateDictOptions(full_state_dict=True, broadcast_from_rank0=True))
 
 
-def step_metrics(batch, queries, device):
+def step_metrics(batch, queries, device, A_D, A_E):
     """The rollout part of a step's metrics line, over every rank's runs: rewards, accuracy (per kind), parse and
-    error rates, structure shares, token and sample counts, advantage statistics, phase times."""
+    error rates, structure shares, token and sample counts, the step's advantages (A_D [b, M], A_E [b, M, N],
+    as the update used them), phase times, and where the learning signal goes (signal_metrics)."""
     recs = [r for part in gather(batch.records(queries)) for r in part]
     R, E = torch.cat(gather(batch.R)), torch.cat(gather(batch.executed))
     t = torch.tensor([batch.stats["designer_tokens"], batch.stats["executor_tokens"], len(batch.designer),
@@ -225,11 +269,55 @@ def step_metrics(batch, queries, device):
         m[f"accuracy/{kind}"] = sum(r["correct"] for r in sub) / len(sub)
     for s, c in Counter(r["structure"] for r in recs).items():
         m[f"structure/{s}"] = c / n
-    for name, a in (("designer", advantage.designer_advantages(R)),
-                    ("executor", advantage.executor_advantages(R, executed=E))):
+    A_D, A_E = torch.cat(gather(A_D)), torch.cat(gather(A_E))
+    for name, a in (("designer", A_D), ("executor", A_E[E])):
         if a.numel():
             m[f"{name}/adv_mean"], m[f"{name}/adv_std"] = a.mean().item(), a.std().item() if a.numel() > 1 else 0.0
             m[f"{name}/adv_zero_frac"] = (a == 0).float().mean().item()
+    m.update(signal_metrics(batch, recs, R, E, A_D, A_E, device))
+    return m
+
+
+def signal_metrics(batch, recs, R, E, A_D, A_E, device):
+    """Where the step's learning signal goes, per query group (R, E, A_D, A_E of every rank's queries; recs in
+    (q, i, j) order):
+
+        signal/all_correct, signal/all_wrong   queries whose M*N runs are all correct / all wrong (an unparsed
+                                               script's runs count as wrong): no advantage for either role
+        designer/dead_groups                   queries whose M designer advantages are all 0
+        executor/dead_groups                   queries whose executor advantages are all 0
+        signal/reward_std                      mean over queries of std_ij R[q] (its executed runs)
+        signal/design_reward_std               mean over queries of std_i mean_j R[q, i, :]
+        entropy/designs                        mean over queries of H(structure shares of its M designs), nats
+        signal/same_structure                  queries whose M designs all have one structure
+        entropy/{designer,executor}_tokens     mean -log pi(token) over the sampled tokens: an estimate of the
+                                               sampling policy's per-token entropy, E_x~pi[-log pi(x)]"""
+    B, M, N = R.shape
+    if B == 0:
+        return {}
+    correct = torch.tensor([r["correct"] for r in recs], dtype=torch.bool).reshape(B, M, N)
+    structures = [r["structure"] for r in recs]
+    m = {"signal/all_correct": correct.flatten(1).all(-1).float().mean().item(),
+         "signal/all_wrong": (~correct.flatten(1).any(-1)).float().mean().item(),
+         "designer/dead_groups": (A_D == 0).all(-1).float().mean().item(),
+         "executor/dead_groups": (A_E == 0).flatten(1).all(-1).float().mean().item()}
+    stds, design_stds, entropies, same = [], [], [], 0
+    for q in range(B):
+        ran = R[q][E[q]]
+        stds.append(ran.std().item() if ran.numel() > 1 else 0.0)
+        design_stds.append(R[q].mean(-1).std().item() if M > 1 else 0.0)
+        shares = Counter(structures[(q * M + i) * N] for i in range(M))
+        p = np.array(list(shares.values()), dtype=float) / M
+        entropies.append(float(-(p * np.log(p)).sum()))
+        same += len(shares) == 1
+    m.update({"signal/reward_std": float(np.mean(stds)), "signal/design_reward_std": float(np.mean(design_stds)),
+              "entropy/designs": float(np.mean(entropies)), "signal/same_structure": same / B})
+    for role, samples in (("designer", batch.designer), ("executor", batch.executor)):
+        t = torch.tensor([-sum(sum(s.logprobs) for s in samples), sum(len(s.logprobs) for s in samples)],
+                         dtype=torch.float64, device=device)
+        dist.all_reduce(t)
+        if t[1] > 0:
+            m[f"entropy/{role}_tokens"] = (t[0] / t[1]).item()
     return m
 
 

@@ -43,6 +43,7 @@ class Config:
     # data
     data_mix: dict = field(default_factory=lambda: {"tiny": 1.0})   # {path.jsonl or "tiny": weight}
     eval_tasks: int = 0                 # held-out tiny tasks in the final table (0: no table)
+    probe_tasks: int = 0                # tiny "val" tasks of the held-out curve, probed at each checkpoint
     # the method
     M: int = 4                          # [paper] designs per query
     N: int = 4                          # [paper] executions per design
@@ -58,7 +59,8 @@ class Config:
     designer_lr: float = 5e-6           # [paper] the Designer's updates
     executor_lr: float = 5e-6           # [paper] the Executor's updates
     tis_cap: float = 0.0                # > 0: truncated importance sampling engine -> trainer, capped here
-    minibatches: int = 1                # optimizer steps per rollout (1: on-policy, the paper's setting)
+    minibatches: int = 1                # optimizer steps per rollout (1: on-policy; the paper does not say;
+                                        # [authors] verl's ppo_mini_batch_size of 16 rows takes several)
     micro_batch: int = 8                # sequences per forward/backward
     logprobs: str = "plain"             # how the update computes log-probs: plain | shared | chunked[+compile][+keep]
     # generation
@@ -146,8 +148,9 @@ def validate(cfg, world=1):
             problems.append(f"{k} must be one of {allowed}, got {getattr(cfg, k)!r}")
     if any(n not in ("tensorboard", "wandb") for n in cfg.loggers.split(",") if n):
         problems.append(f"loggers must be '', 'tensorboard', 'wandb' or 'tensorboard,wandb', got {cfg.loggers!r}")
-    if cfg.record_queries < 0:
-        problems.append(f"record_queries must be >= 0, got {cfg.record_queries}")
+    for k in ("record_queries", "probe_tasks", "eval_tasks"):
+        if getattr(cfg, k) < 0:
+            problems.append(f"{k} must be >= 0, got {getattr(cfg, k)}")
     if cfg.template and cfg.template not in mas.TEMPLATES:
         problems.append(f"template must be '' or one of {sorted(mas.TEMPLATES)}, got {cfg.template!r}")
     if cfg.template and cfg.mode != "executor":   # no Designer: its stages would train nothing
@@ -196,8 +199,9 @@ def run_files(out_dir):
     of them, and --overwrite deletes exactly these."""
     if not os.path.isdir(out_dir):
         return []
-    return [d for d in sorted(os.listdir(out_dir)) if d in ("metrics.jsonl", "rollouts.jsonl", "rollouts.html",
-                                                             "final_table.json", "plots", "tensorboard", "wandb")
+    names = ("metrics.jsonl", "rollouts.jsonl", "rollouts.html", "run.json", "final_table.json",
+             "final_table_val.json", "plots", "tensorboard", "wandb")
+    return [d for d in sorted(os.listdir(out_dir)) if d in names
             or re.fullmatch(r"\.?(tmp_)?step_\d+", d) or re.fullmatch(r"\.(metrics|rollouts)\.jsonl\.\d+\.tmp", d)]
 
 

@@ -23,9 +23,10 @@ Five pieces, each usable on its own:
      visible tests single f out within the catalogue (every function that passes them passes the hidden
      tests too), so run_tests' failing case is new information and a repair from it is a skill: the
      tester template (repair after a failed visible test) is the one structure without that ceiling.
-   - splits: every task belongs to "sft" (60%), "rl" (20%) or "eval" (20%) by a hash of what the model
-     sees (`split_of`); `make_tasks(..., split=...)` draws from one, so the cold start, RL and the held-out
-     figures never share a problem (the world holds only ~1,750 distinct math problems).
+   - splits: every task belongs to "sft" (60%), "rl" (10%), "val" (10%) or "eval" (20%) by a hash of what
+     the model sees (`split_of`); `make_tasks(..., split=...)` draws from one, so the cold start, RL, the
+     tuning of RL's settings and the held-out figures never share a problem (the world holds only ~1,750
+     distinct math problems).
 4. `sft_traces(tasks, seed)`: SFT samples for both roles, with the compact prompts (`short=True`: the
    one-line Designer prompt, `role: instructions` agent prompts, code examples as `f(3)==7` lines).
    Designer: the short designer prompt -> the template that suits the task (tester for code, ensemble
@@ -179,11 +180,13 @@ def _derivation(expr, x, y):
 # The world is small (about 1,750 distinct math problems), so independent draws for SFT, RL
 # and evaluation would share many problems, and held-out figures would count memorised ones. So every task
 # belongs to one split, fixed by a hash of what the model is shown; each phase draws from its own.
-SPLITS = {"sft": range(0, 6), "rl": range(6, 8), "eval": range(8, 10)}   # tenths of the world
+# "val" is carved out of what was the rl split: RL trains on "rl", its settings are tuned on "val", and "eval"
+# (the final table) is never seen before a setting is chosen.
+SPLITS = {"sft": range(0, 6), "rl": range(6, 7), "val": range(7, 8), "eval": range(8, 10)}   # tenths
 
 
 def split_of(task):
-    """'sft', 'rl' or 'eval': a stable hash of the text the model is shown (two code tasks that show the same
+    """'sft', 'rl', 'val' or 'eval': a stable hash of the text the model is shown (two code tasks that show the same
     example look the same to the model, whatever their other tests, so they must share a split)."""
     key = data.task_text(task, short=True)
     tenth = int(hashlib.sha256(key.encode()).hexdigest()[:8], 16) % 10
@@ -210,8 +213,9 @@ def _make_task(rng, kind, tid):
 def make_tasks(n, seed, kinds=("math", "code"), split=None):
     """n tasks in data.py's format, kinds interleaved, fully determined by (n, seed, kinds, split).
 
-    split: None draws from the whole world; "sft", "rl" or "eval" only from that split (SPLITS, split_of),
-    so the cold start, RL and the held-out figures never share a problem, whatever their seeds.
+    split: None draws from the whole world; "sft", "rl", "val" or "eval" only from that split (SPLITS,
+    split_of), so the cold start, RL, tuning and the held-out figures never share a problem, whatever their
+    seeds.
     """
     if split is not None and split not in SPLITS:
         raise ValueError(f"unknown split {split!r} (one of {sorted(SPLITS)})")

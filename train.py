@@ -8,8 +8,9 @@ Each step (the paper's Algorithm 1, with stagewise co-evolution):
     3. advantages A_D[q, i] = norm_i(mean_j R[q, i, :]), A_E[q, i, j] = norm_ij(R[q])     (advantage.py)
        (A_E over the runs that happened: the slots of a script that did not parse are left out)
     4. the active role at step t, one per stage of K steps; the other's samples are dropped  (stagewise.py)
-    5. the "old" log-probs: on-policy (one optimizer step a rollout, the paper's setting) the training
-       forward's own, detached (rho = 1); with several minibatches the trainer's, before the first update
+    5. the "old" log-probs: on-policy (one optimizer step a rollout) the training forward's own, detached
+       (rho = 1); with several minibatches (the authors' setting; the paper does not say) the trainer's,
+       before the first update, so that the clip acts on the later minibatches
     6. the clipped GRPO update, one token-mean per role                                 (grpo.py)
           L = sum_{designer tokens} l_t / N_D  +  sum_{executor tokens} l_t / N_E
        N_role is the role's token count over all ranks, so that micro-batches and ranks add up exactly and a
@@ -65,6 +66,7 @@ import data
 import engine as engine_lib
 import final_table
 import grpo
+import heldout
 import loggers
 import reload_check
 import rollout as rollout_lib
@@ -151,6 +153,9 @@ def load_model(path, cfg, device):
                          shard=dist.get_world_size() > 1 or device.type == "cuda", bf16=device.type == "cuda")
 
 
+WEIGHT_DECAY = 0.01   # [authors] AdamW's (verl's actor optimizer); the paper does not say
+
+
 def opt_state(cfg, role):
     """The AdamW state a role's steps use: a shared policy keeps one per role, so each role's moments see only
     its own gradients and the frozen role's state waits for its next stage; coupled mode steps both in one."""
@@ -164,7 +169,7 @@ def make_policies(cfg, ckpt, ts, device):
     policy_of = {r: policies["model" if cfg.policy == "shared" else r] for r in ("designer", "executor")}
     for r, pol in policy_of.items():
         lr = {"designer": cfg.designer_lr, "executor": cfg.executor_lr}[r]
-        adam = torch.optim.AdamW(pol["model"].parameters(), lr=lr, weight_decay=0.0)
+        adam = torch.optim.AdamW(pol["model"].parameters(), lr=lr, weight_decay=WEIGHT_DECAY)
         pol["opt"].setdefault(opt_state(cfg, r), adam)
     if ts is not None:
         rundir.restore_optimizers(policies, ckpt, ts, dist.get_rank() == 0)
@@ -211,6 +216,10 @@ class EngineWeights:
 
     def on_phase(self, role):
         rundir.fault(f"{role}-phase", self.step + 1)
+        self.hold(role)
+
+    def hold(self, role):
+        """The engine holds this role's weights (one policy plays both: it always does)."""
         if self.cfg.policy == "separate" and self.held != role:
             self.load(role)
 
@@ -313,8 +322,9 @@ def update(cfg, step, roles, policy_of, pad_id, device, world):
             if any(p.grad is not None for p in pol["model"].parameters()):
                 gn = torch.nn.utils.clip_grad_norm_(pol["model"].parameters(), 1.0)
                 gn = float(gn.full_tensor() if hasattr(gn, "full_tensor") else gn)   # every rank's
-                key = f"{pol['name']}/grad_norm"
-                stats[key] = stats.get(key, 0.0) + gn / cfg.minibatches
+                mine = [r for r in roles if policy_of[r] is pol]   # the roles this gradient is of
+                for key in {f"{pol['name']}/grad_norm", f"{'+'.join(mine)}/grad_norm"}:
+                    stats[key] = stats.get(key, 0.0) + gn / cfg.minibatches
                 opt = pol["opt"][opt_state(cfg, next(r for r in roles if policy_of[r] is pol))]
                 opt.step()
                 stats["lr"] = opt.param_groups[0]["lr"]
@@ -347,6 +357,7 @@ def main(argv):
     # --overwrite deletes the run in out_dir; the tiny world makes its cold start when it is missing
     if rank == 0:
         rundir.prepare(cfg)
+        rundir.provenance(cfg, argv)   # out_dir/run.json: commit, command, clock times, machine
         if settings.is_tiny(cfg) and not cfg.resume and not os.path.isdir(cfg.init_from):
             sft.cold_start(cfg.init_from, cfg.seed, separate=cfg.policy == "separate")
     dist.barrier()
@@ -364,11 +375,22 @@ def main(argv):
     start, pos = (ts["step"], list(ts["data_pos"])) if ts else (0, [0] * len(sources))
     rundir.restore_rng(ts, cfg.seed, rank)
     metrics_path, tree_path = (os.path.join(cfg.out_dir, f) for f in ("metrics.jsonl", "rollouts.jsonl"))
+    kept = []
     if rank == 0:   # a resume drops the lines of steps after its checkpoint; TensorBoard, wandb: loggers.py
-        log = loggers.Loggers(cfg, rundir.truncate_jsonl(metrics_path, start))
+        kept = rundir.truncate_jsonl(metrics_path, start)
+        log = loggers.Loggers(cfg, kept)
         rundir.truncate_jsonl(tree_path, start)
         print(f"train.py: steps {start}..{cfg.steps}, {world} rank(s), {device}, {cfg.backend}, "
               f"{cfg.policy}, {cfg.mode} K={cfg.K}, B={cfg.batch_size} M={cfg.M} N={cfg.N}", flush=True)
+    # the held-out curve (heldout.py): at step 0 and at every checkpoint, into that step's metrics line
+    curve = None
+    if cfg.probe_tasks > 0 and settings.is_tiny(cfg):
+        curve = heldout.Curve(cfg, world, rank, kept)
+        if start == 0 and not all_sum([curve.started], device, dist.ReduceOp.MAX)[0]:
+            line = {"step": 0, **curve(0, eng, policy_of, weights.hold, tokenizer)}
+            if rank == 0:
+                rundir.append_jsonl(metrics_path, [line])
+                log(line)
     for step in range(start, cfg.steps):
         t_step = time.perf_counter()
         weights.step = step
@@ -404,14 +426,19 @@ def main(argv):
             rundir.append_jsonl(tree_path, batch.tree(mine[:cfg.record_queries], A_D, A_E, step + 1, role,
                                                       settings.is_tiny(cfg)))
         t_record = time.perf_counter() - t0
-        m = {"step": step + 1, "active": role, **rundir.step_metrics(batch, mine, device), **ustats,
+        saves = (step + 1) % cfg.save_every == 0 or step + 1 == cfg.steps
+        t0, probe = time.perf_counter(), {}
+        if curve is not None and saves:   # the held-out curve, at each checkpoint
+            probe = curve(step + 1, eng, policy_of, weights.hold, tokenizer)
+            probe["time/heldout"] = time.perf_counter() - t0
+        m = {"step": step + 1, "active": role, **rundir.step_metrics(batch, mine, device, A_D, A_E), **ustats,
              "time/update": t_update, "time/weight_sync": t_sync, "time/record": t_record,
-             **weights.info, "time/step": time.perf_counter() - t_step}
+             **weights.info, **probe, "time/step": time.perf_counter() - t_step}
         if rank == 0:
             rundir.append_jsonl(metrics_path, [m])
             log(m)
         rundir.fault("logged", step + 1)
-        if (step + 1) % cfg.save_every == 0 or step + 1 == cfg.steps:
+        if saves:
             state = {"step": step + 1, "data_pos": pos}
             rundir.save_checkpoint(cfg, step + 1, policies, tokenizer, state, rank)
             rundir.fault("saved", step + 1)
@@ -425,7 +452,9 @@ def main(argv):
     # the tiny world's final table, of the last checkpoint
     if cfg.eval_tasks > 0 and settings.is_tiny(cfg) and rank == 0:
         last = os.path.join(cfg.out_dir, rundir.checkpoints(cfg.out_dir)[-1])
-        final_table.final_table(cfg, eng, sources, last)
+        final_table.final_table(cfg, eng, last)
+    if rank == 0:
+        rundir.provenance(cfg, argv, end=True)
     dist.barrier()
     if not isinstance(eng, engine_lib.VLLMEngine):
         dist.destroy_process_group()   # (vLLM tears down its groups at exit, with ours alive)

@@ -22,7 +22,7 @@ batch_size = 8              # [paper] queries per step (1 per GPU on 8xH200)
 designer_lr = 5e-6          # [paper]
 executor_lr = 5e-6          # [paper]
 steps = 300                 # ours
-minibatches = 1             # [paper] on-policy (clip 0.2 both ways, no KL: [authors])
+minibatches = 1             # ours: on-policy (the paper does not say; clip 0.2 both ways, no KL: [authors])
 micro_batch = 4             # ours
 logprobs = "chunked"        # ours: the lm head a chunk at a time (chunked.py); shared-prompt rows (a custom 4D
                             # mask) are tested on CPU only, and the compiled/kept-logit variants wait for
