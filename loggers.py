@@ -55,7 +55,7 @@ class Loggers:
                                     name=name, group=f"{name}-{run_id}", config=dataclasses.asdict(cfg),
                                     id=f"{run_id}-{secrets.token_hex(2)}" if offline else run_id,
                                     resume=None if offline else "allow")
-            self.after = max(held, default=0) if offline else self.wandb.step - 1   # the steps wandb holds
+            self.after = max(held, default=-1) if offline else self.wandb.step - 1   # wandb holds <= after
         for m in kept:   # TensorBoard all of them again, wandb those it does not hold
             self(m)
 

@@ -253,8 +253,9 @@ def step_metrics(batch, queries, device, A_D, A_E):
     as the update used them), phase times, and where the learning signal goes (signal_metrics)."""
     recs = [r for part in gather(batch.records(queries)) for r in part]
     R, E = torch.cat(gather(batch.R)), torch.cat(gather(batch.executed))
+    nll = [-sum(sum(s.logprobs) for s in samples) for samples in (batch.designer, batch.executor)]
     t = torch.tensor([batch.stats["designer_tokens"], batch.stats["executor_tokens"], len(batch.designer),
-                      len(batch.executor)], dtype=torch.float64, device=device)
+                      len(batch.executor), *nll], dtype=torch.float64, device=device)
     dist.all_reduce(t)
     n, parsed = max(len(recs), 1), [r for r in recs if r["parsed"]]
     m = {"reward/mean": sum(r["reward"] for r in recs) / n, "reward/designer": R.mean(-1).mean().item(),
@@ -262,7 +263,7 @@ def step_metrics(batch, queries, device, A_D, A_E):
          "format_rate": sum(r["format"] for r in recs) / n, "parse_rate": len(parsed) / n,
          "script_error_rate": sum(r["error"] for r in parsed) / max(len(parsed), 1),
          "calls_per_run": sum(r["calls"] for r in recs) / n,
-         **dict(zip(("tokens/designer", "tokens/executor", "samples/designer", "samples/executor"), t.tolist())),
+         **dict(zip(("tokens/designer", "tokens/executor", "samples/designer", "samples/executor"), t[:4].tolist())),
          **{f"time/{k}": batch.stats[f"{k}_s"] for k in ("design", "execute", "grade")}}
     for kind in sorted({r["kind"] for r in recs}):
         sub = [r for r in recs if r["kind"] == kind]
@@ -274,11 +275,14 @@ def step_metrics(batch, queries, device, A_D, A_E):
         if a.numel():
             m[f"{name}/adv_mean"], m[f"{name}/adv_std"] = a.mean().item(), a.std().item() if a.numel() > 1 else 0.0
             m[f"{name}/adv_zero_frac"] = (a == 0).float().mean().item()
-    m.update(signal_metrics(batch, recs, R, E, A_D, A_E, device))
+    m.update(signal_metrics(recs, R, E, A_D, A_E))
+    for k, role in enumerate(("designer", "executor")):   # E_x~pi[-log pi(x)], over the sampled tokens
+        if t[k] > 0:
+            m[f"entropy/{role}_tokens"] = (t[4 + k] / t[k]).item()
     return m
 
 
-def signal_metrics(batch, recs, R, E, A_D, A_E, device):
+def signal_metrics(recs, R, E, A_D, A_E):
     """Where the step's learning signal goes, per query group (R, E, A_D, A_E of every rank's queries; recs in
     (q, i, j) order):
 
@@ -290,8 +294,9 @@ def signal_metrics(batch, recs, R, E, A_D, A_E, device):
         signal/design_reward_std               mean over queries of std_i mean_j R[q, i, :]
         entropy/designs                        mean over queries of H(structure shares of its M designs), nats
         signal/same_structure                  queries whose M designs all have one structure
-        entropy/{designer,executor}_tokens     mean -log pi(token) over the sampled tokens: an estimate of the
-                                               sampling policy's per-token entropy, E_x~pi[-log pi(x)]"""
+
+(step_metrics adds entropy/{designer,executor}_tokens: the mean -log pi(token) over the sampled tokens, an
+estimate of the sampling policy's per-token entropy E_x~pi[-log pi(x)].)"""
     B, M, N = R.shape
     if B == 0:
         return {}
@@ -312,12 +317,6 @@ def signal_metrics(batch, recs, R, E, A_D, A_E, device):
         same += len(shares) == 1
     m.update({"signal/reward_std": float(np.mean(stds)), "signal/design_reward_std": float(np.mean(design_stds)),
               "entropy/designs": float(np.mean(entropies)), "signal/same_structure": same / B})
-    for role, samples in (("designer", batch.designer), ("executor", batch.executor)):
-        t = torch.tensor([-sum(sum(s.logprobs) for s in samples), sum(len(s.logprobs) for s in samples)],
-                         dtype=torch.float64, device=device)
-        dist.all_reduce(t)
-        if t[1] > 0:
-            m[f"entropy/{role}_tokens"] = (t[0] / t[1]).item()
     return m
 
 

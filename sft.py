@@ -303,7 +303,9 @@ def main(argv):
     p.add_argument("--steps", type=int, default=None)
     p.add_argument("--lr", type=float, default=None)
     p.add_argument("--batch-size", type=int, default=None)
-    p.add_argument("--no-eval", action="store_true", help="tiny: skip the quality bar on 200 held-out tasks")
+    p.add_argument("--no-eval", action="store_true", help="tiny: skip the quality bar on 200 val tasks")
+    p.add_argument("--other-share", type=float, default=tiny.OTHER_SHARE,
+                   help="tiny: the share of designer samples that show a template other than the suited one")
     p.add_argument("--seed", type=int, default=0)
     a = p.parse_args(argv)
     device = init_distributed()
@@ -313,7 +315,7 @@ def main(argv):
         defaults = {k: TINY[k] for k in ("steps", "lr", "batch_size", "optimizer")}
         t0 = time.perf_counter()
         tasks = tiny.make_tasks(TINY["train_tasks"], seed=a.seed, split="sft")
-        designer, executor = tiny.sft_traces(tasks, seed=a.seed)
+        designer, executor = tiny.sft_traces(tasks, seed=a.seed, other_share=a.other_share)
         # the four scripts are learned from fewer samples than the executor's arithmetic needs
         designer = designer[:TINY["designer_tasks"]]
         if rank == 0:
@@ -342,7 +344,7 @@ def main(argv):
         return
     print(f"SFT wall time: {time.perf_counter() - t0:.1f}s")
     if tiny_world and not a.no_eval:
-        held = tiny.make_tasks(200, seed=a.seed + 1_000_003, split="eval")
+        held = tiny.make_tasks(200, seed=a.seed + 2_000_003, split="val")   # heldout.tasks(200, seed, "val")
         paths = dict(model_path=a.out) if a.roles == "both" else \
             dict(model_path=os.path.join(a.out, "executor"), designer_path=os.path.join(a.out, "designer"))
         print(format_figures(evaluate_sft(tasks=held, seed=a.seed, **paths)))

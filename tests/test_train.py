@@ -55,7 +55,8 @@ def model_dir(tmp_path_factory):
 def args_for(model_dir, out_dir, steps=3, **kw):
     base = dict(init_from=str(model_dir), out_dir=str(out_dir), backend="hf", data_mix="{'tiny': 1.0}",
                 batch_size=4, M=2, N=2, K=1, steps=steps, save_every=1, max_tokens=48, designer_max_tokens=400,
-                executor_lr=5e-5, designer_lr=1e-4, micro_batch=8, logprobs="plain", eval_tasks=0, seed=0)
+                executor_lr=5e-5, designer_lr=1e-4, micro_batch=8, logprobs="plain", eval_tasks=0, probe_tasks=0,
+                seed=0)
     base.update(kw)
     return ["config/tiny.py"] + [f"--{k}={v}" for k, v in base.items()]
 
@@ -84,6 +85,11 @@ def distance(a, b, keys):
 
 def metrics(out_dir, name="metrics.jsonl"):
     return [json.loads(ln) for ln in (Path(out_dir) / name).read_text().splitlines()]
+
+
+def step_lines(out_dir):
+    """metrics.jsonl's lines of the steps (a step-0 line holds the held-out curve's start alone)."""
+    return [m for m in metrics(out_dir) if m["step"] > 0]
 
 
 def trees(out_dir):
@@ -222,7 +228,7 @@ STEPS = 4
 def uninterrupted(model_dir, tmp_path_factory):
     """One seeded uninterrupted run (stagewise with K=1: the roles alternate, each with its own Adam state)."""
     out = tmp_path_factory.mktemp("runs") / "a"
-    run(args_for(model_dir, out, steps=STEPS))
+    run(args_for(model_dir, out, steps=STEPS, probe_tasks=2))   # the held-out curve at every checkpoint
     return out
 
 
@@ -232,11 +238,29 @@ def without_timings(rows):
 
 def test_seeded_runs_agree_with_real_advantages(model_dir, uninterrupted, tmp_path):
     a, b = uninterrupted, tmp_path / "b"
-    pb = run(args_for(model_dir, b, steps=STEPS, eval_tasks=4))    # b also prints the final table
+    pb = run(args_for(model_dir, b, steps=STEPS, eval_tasks=4, probe_tasks=2))   # b prints the final table too
     wa, wb = weights(a / f"step_{STEPS:06d}"), weights(b / f"step_{STEPS:06d}")
     assert same_weights(wa, wb), "two seeded runs differ"
-    ma = metrics(a)
-    assert without_timings(ma) == without_timings(metrics(b))
+    assert without_timings(metrics(a)) == without_timings(metrics(b))
+    ma = step_lines(a)
+    # the held-out curve (probe_tasks 2, a checkpoint every step): the cold start at step 0, with the structure
+    # shares that weight the executor row, then every checkpoint's
+    start = metrics(a)[0]
+    assert start["step"] == 0 and not any(k.startswith("time/") for k in start)
+    for kind in ("math", "code"):
+        shares = [start[f"heldout/share/{kind}/{n}"] for n in ("single", "ensemble", "critic", "tester")]
+        assert sum(shares) == pytest.approx(1.0)
+    for m in [start] + ma:
+        assert all(0 <= m[f"heldout/{k}"] <= 1 for k in ("accuracy", "suited", "executor", "unparsed"))
+        assert m["heldout/accuracy_se"] >= 0
+    # where the learning signal goes (rundir.signal_metrics), each a share or a non-negative mean
+    for m in ma:
+        for k in ("signal/all_correct", "signal/all_wrong", "designer/dead_groups", "executor/dead_groups",
+                  "signal/same_structure"):
+            assert 0 <= m[k] <= 1, k
+        assert m["signal/all_correct"] + m["signal/all_wrong"] <= 1
+        assert m["signal/reward_std"] >= 0 and m["entropy/designs"] >= 0 and m["entropy/executor_tokens"] >= 0
+        assert m[f"{m['active']}/grad_norm"] == m["model/grad_norm"]
     # real learning signal: some advantages of each role are non-zero, and both roles' steps moved the weights
     assert min(m["designer/adv_zero_frac"] for m in ma) < 1 and min(m["executor/adv_zero_frac"] for m in ma) < 1
     assert any(m["designer/loss"] != 0 for m in ma if "designer/loss" in m)
@@ -305,7 +329,7 @@ def test_sigkill_anywhere_then_resume_is_exact(model_dir, uninterrupted, tmp_pat
     killed = []
     monkeypatch.setenv("WANDB_MODE", "offline")   # both loggers on: each start is an offline wandb run
     for point in FAULTS:
-        args = args_for(model_dir, c, steps=STEPS, resume=True, loggers="tensorboard,wandb")
+        args = args_for(model_dir, c, steps=STEPS, resume=True, loggers="tensorboard,wandb", probe_tasks=2)
         p = subprocess.Popen([sys.executable, "train.py", *args],
                              cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                              env={**os.environ, "METAAGENT_FAULT": point})
@@ -315,7 +339,7 @@ def test_sigkill_anywhere_then_resume_is_exact(model_dir, uninterrupted, tmp_pat
         done = [m["step"] for m in metrics(c)] if (c / "metrics.jsonl").exists() else []
         # every checkpoint's step is in metrics.jsonl: its line was written first
         assert {int(d[5:]) for d in rundir.checkpoints(c)} <= set(done), (point, done)
-    run(args_for(model_dir, c, steps=STEPS, resume=True, loggers="tensorboard,wandb"))
+    run(args_for(model_dir, c, steps=STEPS, resume=True, loggers="tensorboard,wandb", probe_tasks=2))
     assert same_weights(weights(uninterrupted / f"step_{STEPS:06d}"), weights(c / f"step_{STEPS:06d}")), \
         "resumed run differs from the uninterrupted one"
     assert without_timings(metrics(c)) == without_timings(metrics(uninterrupted))
@@ -428,6 +452,9 @@ def test_heldout_tasks_share_no_text_with_training_and_cover_both_kinds():
     assert len(held) == 40 and {t["kind"] for t in held} == {"math", "code"}
     assert {tiny.split_of(t) for t in held} == {"eval"}
     assert not {data.task_text(t) for t in held} & {data.task_text(t) for t in training}
+    val = final_table.heldout_tasks(cfg, "val")             # where RL's settings are tuned
+    assert {tiny.split_of(t) for t in val} == {"val"} and {t["kind"] for t in val} == {"math", "code"}
+    assert not {data.task_text(t) for t in val} & {data.task_text(t) for t in training}
 
 
 def rerun_alone(request):
@@ -650,3 +677,22 @@ def test_ask_one_query_against_the_cold_start(model_dir, uninterrupted, tmp_path
     assert len(recs) == 1 and all(run_["correct"] is None for sc in recs[0]["scripts"] for run_ in sc["runs"])
     with pytest.raises(SystemExit, match="tests as JSON"):
         evaluate.main(["ask", "Write f(x).", "--kind", "code", "--gold", "{oops", "--model", str(rl), *tiny_args])
+
+
+def test_signal_metrics_on_a_known_reward_matrix():
+    """Two queries, M=2 designs x N=2 runs: one query all correct (no signal for either role), one mixed
+    with an unparsed design; the shares, stds and entropies as computed by hand."""
+    import advantage
+    R = torch.tensor([[[1.4, 1.4], [1.4, 1.4]], [[1.4, 0.4], [0.0, 0.0]]])
+    E = torch.tensor([[[True, True], [True, True]], [[True, True], [False, False]]])
+    structures = ["tester", "tester", "single", "single", "ensemble", "ensemble", "unparsed", "unparsed"]
+    recs = [{"correct": r >= 1.0, "structure": s} for r, s in zip(R.flatten().tolist(), structures)]
+    A_D, A_E = advantage.designer_advantages(R), advantage.executor_advantages(R, executed=E)
+    m = rundir.signal_metrics(recs, R, E, A_D, A_E)
+    assert m["signal/all_correct"] == 0.5 and m["signal/all_wrong"] == 0.0
+    assert m["designer/dead_groups"] == 0.5 and m["executor/dead_groups"] == 0.5
+    # query 1's executed runs are 1.4 and 0.4 (std 0.7071); its designs' means 0.9 and 0.0 (std 0.6364)
+    assert m["signal/reward_std"] == pytest.approx((0 + 0.5 ** 0.5) / 2)
+    assert m["signal/design_reward_std"] == pytest.approx((0 + 0.9 / 2 ** 0.5) / 2)
+    # two structures in each query, one design each: H = log 2; never one structure for all designs
+    assert m["entropy/designs"] == pytest.approx(np.log(2)) and m["signal/same_structure"] == 0.0
