@@ -41,7 +41,7 @@ class Config:
     seed: int = 0
     device: str = "auto"                # auto | cpu | cuda
     # data
-    data_mix: dict = field(default_factory=lambda: {"tiny": 1.0})   # {path.jsonl or "tiny": weight}
+    data_mix: dict = field(default_factory=lambda: {"tiny": 1.0})   # {path.jsonl or TINY_SOURCES: weight}
     eval_tasks: int = 0                 # held-out tiny tasks in the final table (0: no table)
     probe_tasks: int = 0                # tiny "val" tasks of the held-out curve, probed at each checkpoint
     # the method
@@ -125,9 +125,12 @@ def parse_config(argv):
     return Config(**values)
 
 
+TINY_SOURCES = ("tiny", "tiny:math", "tiny:code")   # tiny.SOURCES: the tiny world's tasks, or one kind of them
+
+
 def is_tiny(cfg):
     """The embedded tiny world: its data only (its one-line prompts, its cold start, its final table)."""
-    return set(cfg.data_mix) == {"tiny"}
+    return bool(cfg.data_mix) and set(cfg.data_mix) <= set(TINY_SOURCES)
 
 
 def validate(cfg, world=1):
@@ -170,7 +173,7 @@ def validate(cfg, world=1):
     for src, w in cfg.data_mix.items():
         if not isinstance(w, int | float) or isinstance(w, bool) or w <= 0:
             problems.append(f"data_mix weight of {src!r} must be a number > 0, got {w!r}")
-        if src != "tiny" and not os.path.isfile(str(src)):
+        if src not in TINY_SOURCES and not os.path.isfile(str(src)):
             problems.append(f"data file {src!r} (in data_mix) not found")
     if cfg.resume and cfg.overwrite:
         problems.append("resume and overwrite exclude each other: --resume continues the run in out_dir, "

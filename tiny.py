@@ -234,6 +234,10 @@ def make_tasks(n, seed, kinds=("math", "code"), split=None):
 # ---------------------------------------------------------------------------------------------------------
 # Synthetic SFT traces
 
+# data_mix's names for the tiny world's RL tasks (train.load_mix): both kinds interleaved, or one kind alone, so
+# that a mix can weight them (for example {"tiny:math": 1.0, "tiny:code": 3.0})
+SOURCES = {"tiny": ("math", "code"), "tiny:math": ("math",), "tiny:code": ("code",)}
+
 SUITED = {"math": "ensemble", "code": "tester"}   # the template each kind of task profits from most
 OTHER_SHARE = 0.25    # designer samples that show another template (a prior over all four for RL)
 WRONG_SHARE = 0.5     # critic/tester runs whose first reply is wrong, so the second call learns to fix it

@@ -85,8 +85,11 @@ import tiny
 
 def load_mix(cfg):
     sources = []
-    for src in cfg.data_mix:   # "tiny": problems of the "rl" split, which SFT never showed
-        tasks = tiny.make_tasks(2000, seed=cfg.seed, split="rl") if src == "tiny" else data.load_tasks(src)
+    for src in cfg.data_mix:   # "tiny", "tiny:math", "tiny:code": the "rl" split, which SFT never showed
+        if src in tiny.SOURCES:
+            tasks = tiny.make_tasks(2000, seed=cfg.seed, kinds=tiny.SOURCES[src], split="rl")
+        else:
+            tasks = data.load_tasks(src)
         if not tasks:
             raise settings.ConfigError(f"data source {src!r} has no tasks")
         sources.append(tasks)
