@@ -2,9 +2,14 @@
 
     python plot.py out/tiny-rl [out/other ...]     # -> out/tiny-rl/plots/
 
-Two figures from the runs' metrics.jsonl: training.png (reward, accuracy, parseable scripts, script errors;
-smoothed over 5 steps, the Designer's stages shaded) and structures.png (the structure shares of the first
-run's designs).
+Three figures from the runs' metrics.jsonl:
+- training.png: the training reward and accuracy (smoothed over 5 steps), parseable scripts, and the held-out
+  curve (heldout/: sampled accuracy of the learned designs with +-1 SE, the exact rows `suited` and `executor`,
+  at step 0 and every checkpoint), the Designer's stages shaded;
+- diagnostics.png: what an RL auditor opens first: each role's clip fraction, mean ratio, engine/trainer
+  log-prob gap and grad norm, the policy's entropy per sampled token, and where the signal goes (the share of
+  query groups whose advantages are all zero);
+- structures.png: the structure shares of the first run's designs.
 
 Needs: no other file of this project (numpy, matplotlib).
 """
@@ -19,55 +24,113 @@ import numpy as np
 matplotlib.use("Agg")   # files, no display
 import matplotlib.pyplot as plt  # noqa: E402 - after the backend is chosen
 
+ROLES = ("designer", "executor")
 
-def plot(dirs):
-    if not dirs:
-        sys.exit("usage: python plot.py OUT_DIR [OUT_DIR ...]")
-    runs = {}
-    for d in dirs:
-        path = os.path.join(d, "metrics.jsonl")
-        if not os.path.exists(path):
-            sys.exit(f"no metrics.jsonl in {d}")
-        with open(path) as f:
-            runs[os.path.basename(os.path.normpath(d))] = [json.loads(ln) for ln in f if ln.strip()]
-    out = os.path.join(dirs[0], "plots")
-    os.makedirs(out, exist_ok=True)
 
-    def smooth(y, k=5):
-        y = np.asarray(y, dtype=float)
-        return np.convolve(y, np.ones(k) / k, mode="valid") if len(y) > k else y
+def read(run_dir):
+    path = os.path.join(run_dir, "metrics.jsonl")
+    if not os.path.exists(path):
+        sys.exit(f"plot.py: no metrics.jsonl in {run_dir} (train.py writes one a run)")
+    with open(path) as f:
+        return [json.loads(ln) for ln in f if ln.strip()]
 
-    panels = [("reward/mean", "reward"), ("accuracy", "accuracy"), ("parse_rate", "parseable scripts"),
-              ("script_error_rate", "script error rate")]
-    fig, axes = plt.subplots(1, len(panels), figsize=(4.2 * len(panels), 3.2))
-    for ax, (key, title) in zip(axes, panels):
-        for name, rows in runs.items():
-            xs = [r["step"] for r in rows if key in r]
-            ys = smooth([r[key] for r in rows if key in r])
-            ax.plot(xs[len(xs) - len(ys):], ys, label=name, lw=1.6)
-        for r in next(iter(runs.values())):   # Figure 3 style: the Designer's training stages shaded
-            if r.get("active") == "designer":
-                ax.axvspan(r["step"] - 1, r["step"], color="tab:blue", alpha=0.07, lw=0)
-        ax.set_title(title)
+
+def smooth(y, k=5):
+    y = np.asarray(y, dtype=float)
+    if len(y) <= k:
+        return y
+    return np.convolve(y, np.ones(k) / k, mode="valid")
+
+
+def curve(ax, rows, key, label, k=5, **style):
+    """One metric over the steps that have it, smoothed over k steps (the x of each mean: its last step)."""
+    xs = [r["step"] for r in rows if key in r]
+    ys = smooth([r[key] for r in rows if key in r], k)
+    if len(ys):
+        ax.plot(xs[len(xs) - len(ys):], ys, label=label, lw=1.6, **style)
+
+
+def shade_designer(ax, rows):
+    """The Designer's training stages shaded (Figure 3's style)."""
+    for r in rows:
+        if r.get("active") == "designer":
+            ax.axvspan(r["step"] - 1, r["step"], color="tab:blue", alpha=0.07, lw=0)
+
+
+def heldout(ax, runs):
+    """The held-out curve: sampled accuracy +- 1 SE, and the two exact rows (dashed, dotted)."""
+    for name, rows in runs.items():
+        probes = [r for r in rows if "heldout/accuracy" in r]
+        if not probes:
+            continue
+        xs = np.array([r["step"] for r in probes])
+        acc = np.array([r["heldout/accuracy"] for r in probes])
+        se = np.array([r["heldout/accuracy_se"] for r in probes])
+        line = ax.plot(xs, acc, marker="o", ms=3, lw=1.6, label=f"{name}: accuracy")[0]
+        ax.fill_between(xs, acc - se, acc + se, color=line.get_color(), alpha=0.2, lw=0)
+        for key, dash in (("suited", "--"), ("executor", ":")):
+            ys = [r[f"heldout/{key}"] for r in probes]
+            ax.plot(xs, ys, dash, color=line.get_color(), lw=1.2, label=f"{name}: {key}")
+    ax.set_title("held-out (val): accuracy, suited, executor")
+
+
+def panels(runs, spec, path, shade=True):
+    """One figure, a panel per (title, [(key, label)]), every run's curves in each."""
+    cols = min(len(spec), 4) if len(spec) != 6 else 3
+    rows_n = -(-len(spec) // cols)
+    fig, axes = plt.subplots(rows_n, cols, figsize=(4.2 * cols, 3.2 * rows_n), squeeze=False)
+    first = next(iter(runs.values()))
+    for ax, (title, keys) in zip(axes.flat, spec):
+        if title == "heldout":
+            heldout(ax, runs)
+        else:
+            for name, rows in runs.items():
+                for key, label in keys:
+                    curve(ax, rows, key, f"{name}: {label}" if len(runs) > 1 or len(keys) > 1 else name)
+            ax.set_title(title)
+        if shade:
+            shade_designer(ax, first)
         ax.set_xlabel("step")
         ax.grid(alpha=0.3)
-    axes[0].legend(fontsize=8)
+        ax.legend(fontsize=7)
     fig.tight_layout()
-    fig.savefig(os.path.join(out, "training.png"), dpi=130)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
 
-    rows = next(iter(runs.values()))
+
+def structures(rows, path):
     names = sorted({k for r in rows for k in r if k.startswith("structure/")})
+    steps = [r for r in rows if r["step"] > 0]
     fig, ax = plt.subplots(figsize=(6, 3.4))
-    xs = [r["step"] for r in rows]
-    ax.stackplot(xs, *[smooth([r.get(k, 0.0) for r in rows], 1) for k in names],
-                 labels=[k.split("/", 1)[1] for k in names], alpha=0.85)
+    shares = [[r.get(k, 0.0) for r in steps] for k in names]
+    ax.stackplot([r["step"] for r in steps], *shares, labels=[k.split("/", 1)[1] for k in names], alpha=0.85)
     ax.set_ylim(0, 1)
     ax.set_title("structure shares of the designs")
     ax.set_xlabel("step")
     ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1, 1))
     fig.tight_layout()
-    fig.savefig(os.path.join(out, "structures.png"), dpi=130)
-    print(f"wrote {out}/training.png, structures.png")
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def plot(dirs):
+    if not dirs:
+        sys.exit("usage: python plot.py OUT_DIR [OUT_DIR ...]")
+    runs = {os.path.basename(os.path.normpath(d)): read(d) for d in dirs}
+    out = os.path.join(dirs[0], "plots")
+    os.makedirs(out, exist_ok=True)
+    training = [("reward", [("reward/mean", "reward")]), ("accuracy", [("accuracy", "accuracy")]),
+                ("parseable scripts", [("parse_rate", "parse rate")]), ("heldout", [])]
+    panels(runs, training, os.path.join(out, "training.png"))
+    diagnostics = []
+    for stat, title in (("clip_frac", "clip fraction"), ("ratio_mean", "mean ratio"),
+                        ("logprob_gap", "engine/trainer log-prob gap"), ("grad_norm", "grad norm")):
+        diagnostics.append((title, [(f"{r}/{stat}", r) for r in ROLES]))
+    diagnostics.append(("entropy per sampled token", [(f"entropy/{r}_tokens", r) for r in ROLES]))
+    diagnostics.append(("groups with no advantage", [(f"{r}/dead_groups", r) for r in ROLES]))
+    panels(runs, diagnostics, os.path.join(out, "diagnostics.png"))
+    structures(next(iter(runs.values())), os.path.join(out, "structures.png"))
+    print(f"wrote {out}/training.png, diagnostics.png, structures.png")
 
 
 if __name__ == "__main__":

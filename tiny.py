@@ -9,8 +9,7 @@ Five pieces, each usable on its own:
    turn costs three tokens, not the dozen a "<|im_start|>assistant\\n" header would cost here.
 2. `tiny_config()` / `build_model()` / `save_tiny()`: a small transformers `Qwen3ForCausalLM` (so vLLM
    loads it unchanged), saved with `save_pretrained` next to its tokenizer.
-3. `make_tasks(n, seed)`: a deterministic synthetic world in data.py's task format (the calibrated one;
-   its ids and metadata still say difficulty 1, the level the harder variants were cut from).
+3. `make_tasks(n, seed)`: a deterministic synthetic world in data.py's task format.
    - math "chain": evaluate a short expression of 2 operations of + and - on operands up to 9, e.g.
      `7-5+8`. The gold answer is exact integer arithmetic, graded by reward.math_equal. The executor is
      taught to reduce it one step at a time (`7-5=2` / `2+8=10`) before `<answer>10</answer>`, so that
@@ -193,19 +192,21 @@ def split_of(task):
     return next(name for name, r in SPLITS.items() if tenth in r)
 
 
+def _tests(expr, xs):
+    """The tests of f = expr on inputs xs, in data.py's format."""
+    return {"inputs": [[x] for x in xs], "outputs": [_apply(expr, x) for x in xs], "fn_name": "f"}
+
+
 def _make_task(rng, kind, tid):
-    meta = {"difficulty": 1}   # (the level every task has had since the harder ones were cut)
     if kind == "math":
         expr, steps, value = _chain(rng)
         return {"id": tid, "kind": "math", "question": f"Compute {expr}.", "answer": str(value),
-                "source": "tiny", "metadata": {**meta, "family": "chain", "steps": steps}}
+                "source": "tiny", "metadata": {"family": "chain", "steps": steps}}
     if kind == "code":
         expr, vis, hid = _fn_task(rng)
-        tests = lambda xs, e=expr: {"inputs": [[x] for x in xs], "outputs": [_apply(e, x) for x in xs],
-                                    "fn_name": "f"}
         return {"id": tid, "kind": "code", "question": "Write f(x).",
-                "answer": "", "tests": tests(hid), "public_tests": tests(vis), "source": "tiny",
-                "metadata": {**meta, "family": "fn", "solution": f"def f(x): return {expr}",
+                "answer": "", "tests": _tests(expr, hid), "public_tests": _tests(expr, vis), "source": "tiny",
+                "metadata": {"family": "fn", "solution": f"def f(x): return {expr}",
                              "steps": _derivation(expr, vis[0], _apply(expr, vis[0])), "shown_examples": SHOWN}}
     raise ValueError(f"unknown task kind {kind!r}")
 
@@ -219,12 +220,12 @@ def make_tasks(n, seed, kinds=("math", "code"), split=None):
     """
     if split is not None and split not in SPLITS:
         raise ValueError(f"unknown split {split!r} (one of {sorted(SPLITS)})")
-    rng = random.Random(f"tiny-{seed}-1")  # str seeds hash deterministically (sha512); 1: the old difficulty
+    rng = random.Random(f"tiny-{seed}-1")  # a str seed hashes deterministically (sha512); the name is the stream's
     tasks = []
     for i in range(n):
         kind = kinds[i % len(kinds)]
         while True:   # a split holds a fixed share of every kind, so this ends in a few draws
-            task = _make_task(rng, kind, f"tiny-{kind}-s{seed}-d1-{i}")
+            task = _make_task(rng, kind, f"tiny-{kind}-s{seed}-{i}")
             if split is None or split_of(task) == split:
                 break
         tasks.append(task)

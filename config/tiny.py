@@ -9,6 +9,7 @@ out_dir = "out/tiny-rl"
 init_from = "out/tiny-sft"  # made by `python sft.py` when missing
 data_mix = {"tiny": 1.0}
 eval_tasks = 200            # held-out tasks in the final table (100 left a 5-point standard error)
+probe_tasks = 50            # ours: val tasks of the held-out curve, at step 0 and every checkpoint
 
 M = 4                       # [paper]
 N = 2                       # ours (paper: 4): half the executions keeps a step short on 2 cores
@@ -21,7 +22,7 @@ steps = 40                  # ours
 batch_size = 8              # [paper]
 designer_lr = 5e-5          # ours (paper: 5e-6 for Qwen3-8B; the SFT of this model used 2e-3)
 executor_lr = 5e-5
-minibatches = 1             # [paper] on-policy
+minibatches = 1             # ours: on-policy (the paper does not say; the authors' config takes several)
 micro_batch = 32
 logprobs = "shared"         # ours: each prompt forwarded once for its samples (shared_prompts.py): the same numbers
 
