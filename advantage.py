@@ -9,19 +9,16 @@ Designer (one advantage per script, judged by how well it does on average across
     R̄_i  = (1/N) Σ_j R_ij
     Â_D,i = (R̄_i - mean_k R̄_k) / (std_k R̄_k + eps)
 
-Executor (one advantage per execution, shared by every agent call made during that execution):
+Executor (one advantage per execution, shared by every agent call made during that execution), grouped by
+query as the paper groups it:
 
-    group="query"  (the paper's):  Â_E,ij = (R_ij - mean_{k,l} R_kl) / (std_{k,l} R_kl + eps)
-    group="design" (ablation):     Â_E,ij = (R_ij - mean_l R_il)     / (std_l R_il + eps)
+    Â_E,ij = (R_ij - mean_{k,l} R_kl) / (std_{k,l} R_kl + eps)
 
-What the grouping means: under "query", all M*N executions of a query compete with each other, so an execution
-that ran under a good script gets credit for the Designer's choice as well as for its own work (the executor
-learns "behave like executions under good designs"). Under "design", executions are only compared with their
-siblings under the same script, which isolates the executor's own contribution but discards the between-design
-signal (and a design whose N executions all score the same gives its executor samples zero advantage).
+All M*N executions of a query compete with each other, so an execution that ran under a good script gets
+credit for the Designer's choice as well as for its own work (the executor learns "behave like executions
+under good designs").
 
-std is torch.std's default (unbiased, N-1), as verl and TRL compute it. normalize_std=False gives the Dr. GRPO
-variant (mean-centering only), which avoids up-weighting near-degenerate groups.
+std is torch.std's default (unbiased, N-1), as verl and TRL compute it.
 
 Failed executions (script crashed, timed out, no answer) are not dropped: they keep their reward (0, or the
 fail penalty) and stay in the group, so a script that often crashes gets a low R̄_i and its designer sample a
@@ -50,20 +47,18 @@ Needs: no other file of this project (torch only).
 import torch
 
 
-def _group_normalize(x, eps, normalize_std):
+def _group_normalize(x, eps):
     """(x - mean) / (std + eps) over the last dim; zeros for a group of one (unbiased std is undefined)."""
     # Exact zeros for constant groups: the rounded mean of e.g. five 0.4s leaves ~1e-8 residues, and
     # dividing those by std (~1e-8) + eps would turn "no signal" into advantages of ~0.05.
     constant = (x == x[..., :1]).all(dim=-1, keepdim=True)
     centered = torch.where(constant, 0.0, x - x.mean(dim=-1, keepdim=True))
-    if not normalize_std:
-        return centered
     if x.shape[-1] < 2:
         return torch.zeros_like(x)
     return torch.where(constant, 0.0, centered / (x.std(dim=-1, keepdim=True) + eps))
 
 
-def _masked_group_normalize(x, valid, eps, normalize_std):
+def _masked_group_normalize(x, valid, eps):
     """_group_normalize over the entries where `valid` is True; the others are left out and get 0."""
     n = valid.sum(dim=-1, keepdim=True)
     mean = torch.where(valid, x, 0.0).sum(dim=-1, keepdim=True) / n.clamp(min=1)
@@ -72,37 +67,32 @@ def _masked_group_normalize(x, valid, eps, normalize_std):
     constant = lo == torch.where(valid, x, -big).amax(-1, keepdim=True)
     constant |= n == 0
     centered = torch.where(valid & ~constant, x - mean, 0.0)
-    if not normalize_std:
-        return centered
     std = (centered.square().sum(dim=-1, keepdim=True) / (n - 1).clamp(min=1)).sqrt()   # unbiased: x.std()
     return torch.where(valid & ~constant & (n > 1), centered / (std + eps), 0.0)
 
 
-def designer_advantages(rewards, eps=1e-6, normalize_std=True):
+def designer_advantages(rewards, eps=1e-6):
     """rewards [..., M, N] -> designer advantages [..., M]: design i's mean reward, normalised over the M."""
     rewards = torch.as_tensor(rewards).float()
     if rewards.dim() < 2:
         raise ValueError(f"rewards must have shape [..., M, N], got {tuple(rewards.shape)}")
-    return _group_normalize(rewards.mean(dim=-1), eps, normalize_std)
+    return _group_normalize(rewards.mean(dim=-1), eps)
 
 
-def executor_advantages(rewards, eps=1e-6, normalize_std=True, group="query", executed=None):
-    """rewards [..., M, N] -> executor advantages [..., M, N], normalised per query or per design.
+def executor_advantages(rewards, eps=1e-6, executed=None):
+    """rewards [..., M, N] -> executor advantages [..., M, N], normalised over the M*N runs of each query.
 
     executed: None (every slot counts) or a bool tensor of R's shape; False slots (runs that never happened,
     e.g. of a script that did not parse) are left out of their group and get advantage 0."""
     rewards = torch.as_tensor(rewards).float()
     if rewards.dim() < 2:
         raise ValueError(f"rewards must have shape [..., M, N], got {tuple(rewards.shape)}")
-    if group not in ("query", "design"):
-        raise ValueError(f"group must be 'query' or 'design', got {group!r}")
     if executed is not None:
         executed = torch.as_tensor(executed, dtype=torch.bool, device=rewards.device)
         if executed.shape != rewards.shape:
             raise ValueError(f"executed must have the rewards' shape {tuple(rewards.shape)}, "
                              f"got {tuple(executed.shape)}")
-    shape = (*rewards.shape[:-2], -1) if group == "query" else rewards.shape
-    x = rewards.reshape(shape)
+    x = rewards.reshape(*rewards.shape[:-2], -1)   # a query's M*N runs: one group
     if executed is None:
-        return _group_normalize(x, eps, normalize_std).reshape(rewards.shape)
-    return _masked_group_normalize(x, executed.reshape(shape), eps, normalize_std).reshape(rewards.shape)
+        return _group_normalize(x, eps).reshape(rewards.shape)
+    return _masked_group_normalize(x, executed.reshape(x.shape), eps).reshape(rewards.shape)

@@ -1,3 +1,4 @@
+import itertools
 import math
 
 import pytest
@@ -8,29 +9,25 @@ from advantage import designer_advantages, executor_advantages
 EPS32 = 2.0 ** -23   # fp32 machine epsilon; the unit roundoff u is half of it
 
 
-def fp32_tol(values, z, n=None, m=None, normalize_std=True):
+def fp32_tol(values, z, n=None, m=None):
     """How far advantage.py's fp32 (x - mean) / (std + eps) of `values` may be from naive_norm's fp64 one,
     whatever order a CPU's kernels sum in. The values are fp32 numbers, exact on both sides. A sum of n terms of
     size <= m in any order is off by <= n·u·n·m, so the mean by <= n·u·m; the centred values by that plus one
     rounding; the std's relative error is <= (that)/std + n·u (a sum of squares, a division, a square root). So
-    |Δz| <= (n + 2)·u·(m/std)·(1 + |z|) + (n/2 + 3)·u·|z| <= n·eps·((m/std)·(1 + |z|) + |z|) for n >= 2, and
-    <= n·eps·m centred only. n, m: the rewards behind the group (the designer's means carry their own sums of N
-    rewards, which n = M·N and m = max|R| cover). A constant group is exactly 0 on both sides (advantage.py sets
+    |Δz| <= (n + 2)·u·(m/std)·(1 + |z|) + (n/2 + 3)·u·|z| <= n·eps·((m/std)·(1 + |z|) + |z|) for n >= 2.
+    n, m: the rewards behind the group (the designer's means carry their own sums of N rewards, which n = M·N
+    and m = max|R| cover). A constant group is exactly 0 on both sides (advantage.py sets
     it): tolerance 0."""
     n = len(values) if n is None else n
     m = max(abs(v) for v in values) if m is None else m
-    if not normalize_std:
-        return n * EPS32 * m
     mean = sum(values) / len(values)
     std = math.sqrt(sum((v - mean) ** 2 for v in values) / max(len(values) - 1, 1))
     return 0.0 if std == 0 else n * EPS32 * ((m / std) * (1 + abs(z)) + abs(z))
 
 
-def naive_norm(values, eps=1e-6, normalize_std=True):
+def naive_norm(values, eps=1e-6):
     n = len(values)
     mean = sum(values) / n
-    if not normalize_std:
-        return [v - mean for v in values]
     if n < 2:
         return [0.0] * n
     std = math.sqrt(sum((v - mean) ** 2 for v in values) / (n - 1))
@@ -46,52 +43,33 @@ def test_hand_computed():
     # all six rewards: mean 0.5, unbiased std sqrt(1.5 / 5)
     s = 0.5 / math.sqrt(0.3)
     torch.testing.assert_close(executor_advantages(R, eps=0.0), torch.tensor([[s, -s], [-s, -s], [s, s]]))
-    # per design: [1, 0] -> ±1/sqrt(2); constant rows -> 0
-    r = 0.5 / math.sqrt(0.5)
-    torch.testing.assert_close(executor_advantages(R, eps=0.0, group="design"),
-                               torch.tensor([[r, -r], [0.0, 0.0], [0.0, 0.0]]))
-    # Dr. GRPO: centering only
-    torch.testing.assert_close(designer_advantages(R, normalize_std=False), torch.tensor([0.0, -0.5, 0.5]))
-    torch.testing.assert_close(executor_advantages(R, normalize_std=False, group="design"),
-                               torch.tensor([[0.5, -0.5], [0.0, 0.0], [0.0, 0.0]]))
 
 
-@pytest.mark.parametrize("normalize_std", [True, False])
-def test_random_against_naive_loops(normalize_std):
+def test_random_against_naive_loops():
     g = torch.Generator().manual_seed(0)
     R = torch.randint(0, 3, (2, 3, 4, 5), generator=g).float() * 0.7  # leading dims [2, 3], M=4, N=5
-    d = designer_advantages(R, normalize_std=normalize_std)
-    eq = executor_advantages(R, normalize_std=normalize_std, group="query")
-    ed = executor_advantages(R, normalize_std=normalize_std, group="design")
-    assert d.shape == (2, 3, 4) and eq.shape == ed.shape == R.shape
+    d, e = designer_advantages(R), executor_advantages(R)
+    assert d.shape == (2, 3, 4) and e.shape == R.shape
     # fp32 against fp64, each within fp32_tol (its derivation there)
     for a in range(2):
         for b in range(3):
             rows = R[a, b].tolist()
             means = [sum(r) / len(r) for r in rows]
-            mn = dict(n=len(rows) * len(rows[0]), m=R[a, b].abs().max().item(), normalize_std=normalize_std)
-            for i, v in enumerate(naive_norm(means, normalize_std=normalize_std)):
+            mn = dict(n=len(rows) * len(rows[0]), m=R[a, b].abs().max().item())
+            for i, v in enumerate(naive_norm(means)):
                 assert d[a, b, i].item() == pytest.approx(v, rel=0, abs=fp32_tol(means, v, **mn))
             every = [x for r in rows for x in r]
-            flat = naive_norm(every, normalize_std=normalize_std)
-            for i, r in enumerate(rows):
-                per_design = naive_norm(r, normalize_std=normalize_std)
-                for j in range(len(r)):
-                    v, w = flat[i * len(r) + j], per_design[j]
-                    tq = fp32_tol(every, v, normalize_std=normalize_std)
-                    td = fp32_tol(r, w, normalize_std=normalize_std)
-                    assert eq[a, b, i, j].item() == pytest.approx(v, rel=0, abs=tq)
-                    assert ed[a, b, i, j].item() == pytest.approx(w, rel=0, abs=td)
+            flat = naive_norm(every)
+            for k, v in enumerate(flat):
+                i, j = divmod(k, len(rows[0]))
+                assert e[a, b, i, j].item() == pytest.approx(v, rel=0, abs=fp32_tol(every, v))
 
 
 @pytest.mark.parametrize("shape", [(4, 3), (1, 3), (3, 1), (1, 1), (2, 1, 1)])
-@pytest.mark.parametrize("normalize_std", [True, False])
-def test_degenerate_groups_give_zeros(shape, normalize_std):
+def test_degenerate_groups_give_zeros(shape):
     for fill in (0.0, 1.0, 0.4):
         R = torch.full(shape, fill)
-        for out in (designer_advantages(R, normalize_std=normalize_std),
-                    executor_advantages(R, normalize_std=normalize_std),
-                    executor_advantages(R, normalize_std=normalize_std, group="design")):
+        for out in (designer_advantages(R), executor_advantages(R)):
             assert torch.isfinite(out).all() and (out == 0).all()   # exact: set to 0, not computed
     # M = 1 with varied executions: the designer has nobody to compare with -> 0
     R = torch.tensor([[0.0, 1.0, 1.0]])
@@ -109,17 +87,17 @@ def test_failed_executions_stay_in_group():
 
 
 def test_query_grouping_credits_good_designs():
-    # the same executor outcome (1.0) gets more credit under query grouping when its design is bad
+    # the executions of a query compete as one group: a run that scores 1.0 under a good design (whose other
+    # runs scored 1.0 too) gets the same credit as one under a bad design, and a positive one, where a per-design
+    # group would give the good design's constant runs nothing
     R = torch.tensor([[1.0, 0.0], [1.0, 1.0]])
-    q, d = executor_advantages(R), executor_advantages(R, group="design")
+    q = executor_advantages(R)
     # exact: equal inputs through the same element-wise ops (each IEEE-rounded) against the same mean and std give
-    # equal outputs on any CPU; d[1] is a constant group, set to 0
-    assert q[1, 0] == q[0, 0] and d[1, 0] == 0 and d[0, 0] > 0
+    # equal outputs on any CPU
+    assert q[1, 0] == q[1, 1] == q[0, 0] > 0 > q[0, 1]
 
 
 def test_bad_input():
-    with pytest.raises(ValueError, match="'query' or 'design'"):
-        executor_advantages(torch.zeros(2, 2), group="rows")
     with pytest.raises(ValueError, match="M, N"):
         designer_advantages(torch.zeros(3))
     assert designer_advantages([[1, 0], [0, 0]]).dtype == torch.float32
@@ -136,41 +114,30 @@ def test_runs_that_never_happened_are_left_out_of_the_executor_group():
     assert torch.equal(executor_advantages(R, executed=E), torch.zeros(4, 2))   # no run was better than another
     # the Designer keeps its failure: the unparsed design's advantage is negative
     assert designer_advantages(R)[3] < 0
-    # group="design": a design with no executed run gives zeros, the others are as without the mask
-    R2 = torch.tensor([[1.0, 0.0], [0.0, 0.0]])
-    E2 = torch.tensor([[True, True], [False, False]])
-    # [1, 0]: mean and centred values exact; the two std formulas (masked sum of squares, torch.std) each round a
-    # square root and a division or two: a few ulps apart, within the fp32 default rtol 1.3e-6 (~11 eps)
-    torch.testing.assert_close(executor_advantages(R2, group="design", executed=E2),
-                               executor_advantages(R2, group="design") * E2)
 
 
-@pytest.mark.parametrize("normalize_std", [True, False])
-@pytest.mark.parametrize("group", ["query", "design"])
-def test_executed_mask_against_naive_loops(normalize_std, group):
+def test_executed_mask_against_naive_loops():
     g = torch.Generator().manual_seed(1)
     R = torch.randint(0, 3, (6, 3, 4), generator=g).float() * 0.7       # B=6 queries, M=3, N=4
     E = torch.rand(6, 3, 4, generator=g) < 0.6
     E[0] = True                                                         # all executed: as without the mask
     E[1] = False                                                        # none executed: zeros
     E[2, 0, 0], E[2].view(-1)[1:] = True, False                         # a single executed run: zero
-    got = executor_advantages(R, normalize_std=normalize_std, group=group, executed=E)
+    got = executor_advantages(R, executed=E)
     tol = torch.zeros(R.shape, dtype=torch.float64)   # each entry's fp32_tol against fp64 (derivation there)
+    cells = list(itertools.product(range(3), range(4)))   # a query's runs (i, j): one group
     for b in range(6):
-        groups = [[(i, j) for i in range(3) for j in range(4)]] if group == "query" else \
-            [[(i, j) for j in range(4)] for i in range(3)]
-        for cells in groups:
-            live = [c for c in cells if E[b][c]]
-            vals = [R[b][c].item() for c in live]
-            want = naive_norm(vals, normalize_std=normalize_std) if len(set(vals)) > 1 else [0.0] * len(vals)
-            for c, w in zip(live, want):
-                tol[b][c] = fp32_tol(vals, w, normalize_std=normalize_std) if len(set(vals)) > 1 else 0.0
-                assert got[b][c].item() == pytest.approx(w, rel=0, abs=tol[b][c].item())
-            for c in cells:
-                if not E[b][c]:
-                    assert got[b][c].item() == 0.0   # exact: set to 0
+        live = [c for c in cells if E[b][c]]
+        vals = [R[b][c].item() for c in live]
+        want = naive_norm(vals) if len(set(vals)) > 1 else [0.0] * len(vals)
+        for c, w in zip(live, want):
+            tol[b][c] = fp32_tol(vals, w) if len(set(vals)) > 1 else 0.0
+            assert got[b][c].item() == pytest.approx(w, rel=0, abs=tol[b][c].item())
+        for c in cells:
+            if not E[b][c]:
+                assert got[b][c].item() == 0.0   # exact: set to 0
     # masked and unmasked formulas (all executed): two fp32 computations, each within tol of the fp64 values
-    unmasked = executor_advantages(R[0], normalize_std=normalize_std, group=group)
+    unmasked = executor_advantages(R[0])
     assert ((got[0] - unmasked).abs().double() <= 2 * tol[0]).all(), (got[0] - unmasked).abs().max()
     with pytest.raises(ValueError, match="shape"):
         executor_advantages(R, executed=E[:, :2])
