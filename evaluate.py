@@ -32,8 +32,8 @@ with --against, a second model on the same query and seeds, below the first (the
 paired_margin gives the honest error bar of a difference on the same problems (final_table.py, sft.py's
 quality bar).
 
-Needs: advantage.py, show.py, engine.py, decode.py, chunked.py, tiny.py, rollout.py, mas.py, sandbox.py,
-isolation.py, reward.py, data.py
+Needs: advantage.py, data.py, machinery/engine.py, mas.py, rollout.py, tools/show.py, world/tiny.py,
+machinery/decode.py, reward.py, sandbox.py, machinery/chunked.py, machinery/isolation.py
 """
 
 import argparse
@@ -47,11 +47,11 @@ from tqdm import tqdm
 
 import advantage
 import data
-import engine as engine_lib
 import mas
 import rollout as rollout_lib
-import show
-import tiny
+from machinery import engine as engine_lib
+from tools import show
+from world import tiny
 
 ROOT = Path(__file__).resolve().parent
 SHARED = ROOT.parent / "shared" / "data" / "benchmarks"

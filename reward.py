@@ -28,8 +28,8 @@ with a tolerance).
     math_equal("x = \\frac12", "0.5")                       # True, in a grader process (safe from threads)
     reward(task, run)                                       # R for one WorkflowRun of sandbox.run_workflows
 
-Needs: sandbox.py, isolation.py (code_score runs programs; outputs_match), mas.py (the answer tag),
-data.py (for sandbox.py)
+Needs: sandbox.py, machinery/isolation.py (code_score runs programs; outputs_match), mas.py (the
+answer tag), data.py (for sandbox.py)
 """
 
 import atexit

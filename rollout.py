@@ -28,7 +28,8 @@ designer sample is (designer prompt, script completion) for (q, i); an executor 
     batch.R, batch.executed      # [B, M, N] rewards; True where the run happened (its script parsed)
     t = samples_to_tensors(batch.executor, pad_id)   # input_ids, attention_mask, completion_mask, logprobs
 
-Needs: engine.py, decode.py, mas.py, sandbox.py, isolation.py, reward.py, data.py
+Needs: data.py, machinery/engine.py, mas.py, reward.py, sandbox.py, machinery/decode.py,
+machinery/isolation.py
 """
 
 import time
@@ -37,10 +38,10 @@ from dataclasses import dataclass, field, replace
 import torch
 
 import data
-import engine as engine_lib
 import mas
 import reward as reward_lib
 import sandbox
+from machinery import engine as engine_lib
 
 
 @dataclass

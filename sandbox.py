@@ -37,8 +37,8 @@ start(unsafe=None) starts the fork-server (else the first job does) and returns 
 unprivileged user namespaces it raises SandboxUnavailable, saying what to enable, unless
 METAAGENT_UNSAFE_SANDBOX=1 or start(unsafe=True): then it warns on every start and every run_workflows.
 
-Needs: isolation.py (the child processes), mas.py (the script language), data.py (task_text: what a script
-receives)
+Needs: machinery/isolation.py (the child processes), mas.py (the script language), data.py
+(task_text: what a script receives)
 """
 
 import json
@@ -51,8 +51,8 @@ from decimal import Decimal, InvalidOperation
 from types import SimpleNamespace
 
 import data
-import isolation as iso  # as iso: isolation() below is the function of that name
 import mas
+from machinery import isolation as iso  # as iso: isolation() below is the function of that name
 
 # the fork-server's interface, part of this one
 start, stop, isolation, remove_stale_bases = iso.start, iso.stop, iso.isolation, iso.remove_stale_bases

@@ -12,7 +12,7 @@ everything else is ours.
 
 run_files / clear_run: what a run writes into out_dir (a fresh run refuses such a folder; --overwrite deletes it).
 
-Needs: stagewise.py, mas.py
+Needs: mas.py, stagewise.py
 """
 
 import ast

@@ -29,8 +29,10 @@ From Python:
     stats = train_sft(model, tokenizer, samples, steps=300, lr=2e-3, batch_size=64, out_dir="out/x")
     figures = evaluate_sft("out/x", heldout_tasks)     # the quality bar: parse rate, template accuracies
 
-Needs: muon.py, rundir.py, settings.py, advantage.py, stagewise.py, speed.py, engine.py, decode.py,
-chunked.py, evaluate.py, tiny.py, rollout.py, mas.py, sandbox.py, isolation.py, reward.py, data.py, show.py
+Needs: data.py, evaluate.py, machinery/chunked.py, machinery/engine.py, machinery/muon.py,
+machinery/rundir.py, machinery/speed.py, mas.py, rollout.py, world/tiny.py, advantage.py,
+tools/show.py, machinery/decode.py, settings.py, reward.py, sandbox.py, stagewise.py,
+machinery/isolation.py
 """
 
 import argparse
@@ -49,15 +51,13 @@ from torch.distributed.fsdp import FSDPModule
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 import data
-import engine as engine_lib
 import evaluate as evaluate_lib
 import mas
-import muon
 import rollout
-import rundir
-import speed
-import tiny
-from chunked import token_logprobs
+from machinery import engine as engine_lib
+from machinery import muon, rundir, speed
+from machinery.chunked import token_logprobs
+from world import tiny
 
 # the tiny default: Muon, 1300 steps of 8 samples on the traces of 3000 tasks of the sft split, 600 of them
 # with their designer sample (the calibration behind it: docs/NOTES.md)

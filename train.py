@@ -41,10 +41,11 @@ CPU, NCCL + bf16 on GPU), and every rank gathers the full weights into its engin
 Separate policies: two models, one optimizer each; the one engine holds whichever role is generating.
 The tiny default ends with a table on held-out tasks (final_table.py): RL against SFT, sampled, exact.
 
-Needs: settings.py, rundir.py, advantage.py, stagewise.py, grpo.py, chunked.py, shared_prompts.py,
-speed.py, engine.py, decode.py, final_table.py, evaluate.py, tiny.py, rollout.py, mas.py, sandbox.py,
-isolation.py, reward.py, data.py, sft.py (the cold start, run as a program), muon.py, show.py, loggers.py,
-reload_check.py
+Needs: advantage.py, data.py, grpo.py, machinery/chunked.py, machinery/engine.py,
+machinery/loggers.py, machinery/reload_check.py, machinery/rundir.py, machinery/shared_prompts.py,
+machinery/speed.py, rollout.py, settings.py, sft.py, stagewise.py, tools/show.py,
+world/final_table.py, world/heldout.py, world/tiny.py, machinery/decode.py, mas.py, reward.py,
+sandbox.py, evaluate.py, machinery/muon.py, machinery/isolation.py
 """
 
 import datetime
@@ -61,23 +62,16 @@ import torch.distributed as dist
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 import advantage
-import chunked
 import data
-import engine as engine_lib
-import final_table
 import grpo
-import heldout
-import loggers
-import reload_check
 import rollout as rollout_lib
-import rundir
 import settings
 import sft
-import shared_prompts
-import show
-import speed
 import stagewise
-import tiny
+from machinery import chunked, loggers, reload_check, rundir, shared_prompts, speed
+from machinery import engine as engine_lib
+from tools import show
+from world import final_table, heldout, tiny
 
 # ----------------------------------------------------------------------------------------------------------
 # data: a weighted mix of task lists, sampled without replacement within each source's epoch

@@ -26,7 +26,7 @@ minibatches = 1             # ours: on-policy (the paper does not say; clip 0.2 
 micro_batch = 4             # ours
 logprobs = "chunked"        # ours: the lm head a chunk at a time (chunked.py); shared-prompt rows (a custom 4D
                             # mask) are tested on CPU only, and the compiled/kept-logit variants wait for
-                            # `python bench.py train` on an H200
+                            # `python tools/bench.py train` on an H200
 max_tokens = 8192           # [paper] per completion
 designer_max_tokens = 8192  # [paper]
 # Sampling: untruncated (top_p 1, no top-k, no repetition penalty), a deliberate difference from the authors'

@@ -20,10 +20,9 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+from tools import ablations
 
-import ablations  # noqa: E402
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def write_run(root, run, seed, rewards, structure="ensemble", exact=None, correct=None, n=4, table=True):

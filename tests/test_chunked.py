@@ -9,7 +9,7 @@ import pytest
 import torch
 from qwen_helpers import EPS32, LOGP, batch, grad_tol, grads_of, naive_token_logprobs, tiny_qwen3
 
-from chunked import chunked_logprobs, token_logprobs
+from machinery.chunked import chunked_logprobs, token_logprobs
 
 # The options of token_logprobs. compile uses torch.compile's "aot_eager" backend here: it traces the plain
 # element-wise functions through dynamo and AOT autograd exactly as inductor would receive them, without

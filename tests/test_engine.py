@@ -12,8 +12,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from chunked import token_logprobs
-from engine import Completion, HFEngine, Sampling, derive_seed, make_engine
+from machinery.chunked import token_logprobs
+from machinery.engine import Completion, HFEngine, Sampling, derive_seed, make_engine
 
 CHAT = ("{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
         "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
@@ -261,7 +261,7 @@ def test_lean_drafting_keeps_the_tokens_of_one_token_a_forward(tiny_dir):
     token a forward, so the tokens, log-probs and finish reasons are those of the plain decode (float64, where no
     rounding blurs the comparison): with drafts learned from earlier calls (and fewer forwards), and with drafts
     that go wrong after a few tokens."""
-    import decode
+    from machinery import decode
     plain = make_engine(tiny_dir, backend="lean", dtype=torch.float64, draft=0)
     drafted = make_engine(tiny_dir, backend="lean", dtype=torch.float64, draft=8)
     assert plain.drafter is None and drafted.drafter is not None
@@ -309,7 +309,7 @@ def test_lean_workspace_kept_across_calls_changes_nothing(tiny_dir):
     whose workspace would pass keep_bytes leaves none behind."""
     import copy
 
-    import decode
+    from machinery import decode
     used, fresh = (make_engine(tiny_dir, backend="lean", dtype=torch.float64, draft=8) for _ in range(2))
     prompts = [CHAT_PROMPT, [5, 6, 7], used.tokenizer("a longer plain prompt", add_special_tokens=False)["input_ids"]]
     seen = [Sampling(n=8, temperature=1.0, max_tokens=48, seed=1), Sampling(temperature=0, max_tokens=40)]
@@ -340,7 +340,7 @@ def test_lean_workspace_kept_across_calls_changes_nothing(tiny_dir):
 
 
 def test_drafter_proposes_what_followed_the_longest_match():
-    import decode
+    from machinery import decode
     d = decode.Drafter(k=4, ns=(4, 2))
     assert d.propose([1, 2], [3], max_tokens=10) == []                  # nothing seen yet
     d.add([1, 2, 3, 4, 5, 6, 7, 8])
@@ -358,7 +358,7 @@ def test_drafter_proposes_what_followed_the_longest_match():
 def test_decode_sampling_follows_the_distribution():
     """Gumbel-max with hashed noise: over 20,000 seeds the token frequencies are softmax(logits / tau), and
     top_p keeps the smallest most likely set (log-probs renormalised over it)."""
-    import decode
+    from machinery import decode
     logits = torch.tensor([2.0, 1.0, 0.0, -1.0, 0.5])
     n, tau = 20000, 0.8
     seeds = torch.arange(n, dtype=torch.int64) * 7919 + 11
@@ -477,7 +477,7 @@ def test_vllm_console_is_quiet_unless_asked(tiny_dir):
     import subprocess
     import sys
     pytest.importorskip("vllm", reason="vLLM is not installed: the vLLM engine tests are skipped")
-    code = ("import sys; from safetensors.torch import load_file; import engine\n"
+    code = ("import sys; from safetensors.torch import load_file; from machinery import engine\n"
             f"eng = engine.make_engine({tiny_dir!r}, backend='vllm', dtype='float32', kv_cache_gib=0.25)\n"
             "eng.generate([[{'role': 'user', 'content': 'hi'}]], engine.Sampling(max_tokens=4))\n"
             f"for _ in range(3): eng.load_weights(load_file({tiny_dir!r} + '/model.safetensors'))\n"

@@ -45,7 +45,7 @@ def test_tables_shape():
 
 @pytest.fixture(scope="module")
 def tiny_model(tmp_path_factory):
-    import tiny
+    from world import tiny
     path = tmp_path_factory.mktemp("tiny")
     tiny.save_tiny(path, seed=0)
     return path

@@ -13,7 +13,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def test_first_gpu_run_on_a_cpu(tmp_path):
     out = tmp_path / "run"
-    p = subprocess.run([sys.executable, "first_gpu_run.py", "config/qwen3_4b.py", f"--out_dir={out}"], cwd=ROOT,
+    p = subprocess.run([sys.executable, "tools/first_gpu_run.py", "config/qwen3_4b.py", f"--out_dir={out}"], cwd=ROOT,
                        capture_output=True, text=True, timeout=1500)
     assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
     assert "first_gpu_run.py: OK (stand-in" in p.stdout

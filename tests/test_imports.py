@@ -1,7 +1,9 @@
-"""Imports: every top-level module imports cleanly, imports go one way, and each advertised module works
+"""Imports: every project module imports cleanly, imports go one way, and each advertised module works
 when copied into an empty folder with exactly the project files its docstring's `Needs:` line names.
 
-The project's import graph is read from the source (every `import` statement, those inside functions
+The project's modules are the method at the top level and the files of its three folders (machinery/, world/,
+tools/), named as Python imports them (machinery.engine) and as the Needs lines name them (machinery/engine.py).
+The import graph is read from the source (every `import` statement, those inside functions and `if` blocks
 included, and `__import__("name")` with a constant name): a hidden import is still an edge.
 """
 
@@ -17,11 +19,23 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-MODULES = sorted(p.stem for p in ROOT.glob("*.py"))
-NEEDS_LINE_PENDING = set()   # modules whose Needs line is still to be written (none)
+PACKAGES = ("machinery", "world", "tools")
+FILES = sorted(p.relative_to(ROOT) for pattern in ("*.py", *(f"{d}/*.py" for d in PACKAGES))
+               for p in ROOT.glob(pattern) if p.name != "__init__.py")
+MODULES = {".".join(f.with_suffix("").parts): f for f in FILES}   # {"machinery.engine": machinery/engine.py}
 
 
-@pytest.mark.parametrize("name", MODULES)
+def test_the_layout_is_the_readme_s():
+    """The method at the top level, the machinery, the world and the tools in their folders (README)."""
+    top = sorted(m for m in MODULES if "." not in m)
+    assert top == ["advantage", "data", "evaluate", "grpo", "mas", "reward", "rollout", "sandbox", "settings",
+                   "sft", "stagewise", "train"], top
+    for d in PACKAGES:   # each folder a package: its __init__.py says what the folder holds
+        doc = ast.get_docstring(ast.parse((ROOT / d / "__init__.py").read_text())) or ""
+        assert len(doc) > 80, f"{d}/__init__.py needs a docstring saying what the folder holds"
+
+
+@pytest.mark.parametrize("name", sorted(MODULES))
 def test_module_imports(name):
     # A fresh interpreter per module: an import that only works because another module ran first would hide here.
     proc = subprocess.run([sys.executable, "-c", f"import {name}"], cwd=ROOT, capture_output=True, text=True,
@@ -30,25 +44,26 @@ def test_module_imports(name):
 
 
 def test_module_docstrings():
-    for name in MODULES:
+    for name, path in MODULES.items():
         mod = importlib.import_module(name)
-        assert mod.__doc__ and len(mod.__doc__.strip()) > 80, f"{name}.py needs a docstring saying what it holds"
+        assert mod.__doc__ and len(mod.__doc__.strip()) > 80, f"{path} needs a docstring saying what it holds"
 
 
 # ---------------------------------------------------------------------------------------------------------
 # The import graph
 
 def imports_of(name):
-    """The project modules `name`.py imports anywhere in its source."""
+    """The project modules `name` imports anywhere in its source (`from machinery import engine` and
+    `from machinery.engine import Sampling` both name machinery.engine)."""
     found = set()
-    for node in ast.walk(ast.parse((ROOT / f"{name}.py").read_text())):
+    for node in ast.walk(ast.parse((ROOT / MODULES[name]).read_text())):
         if isinstance(node, ast.Import):
-            found |= {a.name.split(".")[0] for a in node.names}
+            found |= {a.name for a in node.names}
         elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
-            found.add(node.module.split(".")[0])
-        elif isinstance(node, ast.Call) and getattr(node.func, "id", None) == "__import__" and node.args and \
-                isinstance(node.args[0], ast.Constant) and isinstance(node.args[0].value, str):
-            found.add(node.args[0].value.split(".")[0])
+            found |= {node.module} | {f"{node.module}.{a.name}" for a in node.names}
+        elif isinstance(node, ast.Call) and getattr(node.func, "id", None) == "__import__":
+            if node.args and isinstance(node.args[0], ast.Constant) and isinstance(node.args[0].value, str):
+                found.add(node.args[0].value)
     return (found & set(MODULES)) - {name}
 
 
@@ -103,19 +118,19 @@ def test_no_import_cycles():
 
 def needs(name):
     """The project files named by the module docstring's one `Needs:` paragraph (the line and those that continue
-    it, up to a blank line), as module names."""
+    it, up to a blank line), as module names: machinery/engine.py is machinery.engine."""
     doc = importlib.import_module(name).__doc__ or ""
     paragraphs = re.findall(r"^Needs:(.*?)(?:\n\s*\n|\Z)", doc, re.M | re.S)
-    assert len(paragraphs) == 1, f"{name}.py: its docstring needs one 'Needs: a.py, b.py' (or 'no other file')"
-    return set(re.findall(r"\b(\w+)\.py\b", paragraphs[0]))
+    assert len(paragraphs) == 1, f"{MODULES[name]}: its docstring needs one 'Needs: a.py, b.py' (or 'no other file')"
+    return {f.replace("/", ".") for f in re.findall(r"(?<![\w/.])([\w/]+)\.py\b", paragraphs[0])}
 
 
-@pytest.mark.parametrize("name", [m for m in MODULES if m not in NEEDS_LINE_PENDING])
+@pytest.mark.parametrize("name", sorted(MODULES))
 def test_needs_line_names_every_project_file_the_module_imports(name):
     named = needs(name)
-    assert named <= set(MODULES), f"{name}.py names files that are not project modules: {named - set(MODULES)}"
+    assert named <= set(MODULES), f"{MODULES[name]} names files that are not project modules: {named - set(MODULES)}"
     missing = closure(name) - named
-    assert not missing, f"{name}.py imports (directly or not) {sorted(missing)}, which its Needs line omits"
+    assert not missing, f"{MODULES[name]} imports (directly or not) {sorted(missing)}, which its Needs line omits"
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -123,10 +138,10 @@ def test_needs_line_names_every_project_file_the_module_imports(name):
 # project files are the copies (python -I: no PYTHONPATH, no user site, no script directory)
 
 PRELUDE = """
-import os, sys
+import importlib, os, sys
 sys.path.insert(0, os.getcwd())
-import {name}
-assert os.path.dirname(os.path.abspath({name}.__file__)) == os.getcwd(), {name}.__file__
+{short} = importlib.import_module({name!r})
+assert os.path.abspath({short}.__file__) == os.path.join(os.getcwd(), {path!r}), {short}.__file__
 """
 
 SANDBOX_START = """
@@ -157,13 +172,13 @@ loss.backward()
 # exact in any IEEE arithmetic: rho = exp(0) = 1, then sums and halves of small integers
 assert loss.item() == -2.0 and logp.grad.tolist() == [[-1.0, -1.0]] and stats["tokens"] == 2
 """,
-    "chunked": """
+    "machinery.chunked": """
 import torch
 h, w, t = torch.randn(3, 4, dtype=torch.float64), torch.randn(5, 4, dtype=torch.float64), torch.tensor([0, 4, 2])
 ref = torch.log_softmax(h @ w.T, -1).gather(1, t[:, None])[:, 0]
 assert torch.allclose(chunked.chunked_logprobs(h, w, t, chunk_size=2), ref)   # float64: ~1e-15 apart, rtol 1e-5
 """,
-    "shared_prompts": """
+    "machinery.shared_prompts": """
 b = shared_prompts.shared_prompt_rows([([5, 6, 7], [[8, 9], [10]])], pad_id=0)
 assert b["input_ids"].tolist() == [[5, 6, 7, 8, 9, 10]] and b["targets"].tolist() == [8, 9, 10]
 assert b["positions"].tolist() == [2, 3, 2] and b["position_ids"].tolist() == [[0, 1, 2, 3, 4, 3]]
@@ -213,9 +228,12 @@ assert t["logprobs"].tolist() == [[0.0, -0.5, -0.25]]
 
 @pytest.mark.parametrize("name", sorted(CALLS))
 def test_copied_module_works_with_only_its_needs(name, tmp_path):
-    for f in {name} | needs(name):
-        shutil.copy(ROOT / f"{f}.py", tmp_path)
-    code = PRELUDE.format(name=name) + textwrap.dedent(CALLS[name]) + "\nprint('OK')\n"
+    for f in {name} | needs(name):   # each at its own path (machinery/engine.py), no __init__.py
+        (tmp_path / MODULES[f]).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(ROOT / MODULES[f], tmp_path / MODULES[f])
+    short = name.rsplit(".", 1)[-1]
+    code = PRELUDE.format(name=name, short=short, path=str(MODULES[name])) + textwrap.dedent(CALLS[name])
+    code += "\nprint('OK')\n"
     proc = subprocess.run([sys.executable, "-I", "-c", code], cwd=tmp_path, capture_output=True, text=True,
                           timeout=300)
     assert proc.returncode == 0 and proc.stdout.strip().endswith("OK"), (proc.stdout + proc.stderr)[-3000:]

@@ -9,19 +9,16 @@
 - a sleeping engine refuses to generate (vLLM would queue the request and never run it).
 """
 
-import sys
 from pathlib import Path
 
 import pytest
 import torch
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+import settings
+from machinery import engine, reload_check
+from world import tiny
 
-import engine  # noqa: E402
-import reload_check  # noqa: E402
-import settings  # noqa: E402
-import tiny  # noqa: E402
+ROOT = Path(__file__).resolve().parents[1]
 
 CPU = torch.device("cpu")
 

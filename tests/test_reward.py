@@ -8,13 +8,7 @@ from pathlib import Path
 import pytest
 
 import reward
-from reward import (
-    code_score,
-    extract_answer,
-    extract_code,
-    format_score,
-    math_equal,
-)
+from reward import code_score, extract_answer, extract_code, format_score, math_equal
 
 DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
 needs_data = pytest.mark.skipif(not DATA.is_dir(), reason=f"benchmark data folder {DATA} is absent")

@@ -10,12 +10,12 @@ import pytest
 import torch
 
 import data
-import engine
 import grpo
 import mas
 import reward
-import tiny
+from machinery import engine
 from rollout import rollout, samples_to_tensors
+from world import tiny
 
 TASKS = tiny.make_tasks(2, seed=0)          # one math task, one code task
 EXEC = engine.Sampling(temperature=1.0, max_tokens=12)

@@ -17,9 +17,9 @@ import pytest
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 os.environ["METAAGENT_TEST_SECRET"] = "s3cr3t-token-42"   # must never reach a child
 
-import isolation  # noqa: E402
-import mas  # noqa: E402
-import sandbox  # noqa: E402
+import mas
+import sandbox
+from machinery import isolation
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 T = 2.0          # wall limit of each hostile program

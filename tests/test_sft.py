@@ -17,17 +17,15 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 import torch
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, ROOT)
+import data
+import evaluate
+import mas
+import sft
+from machinery import engine, muon
+from tools import distill
+from world import tiny
 
-import data  # noqa: E402
-import distill  # noqa: E402
-import engine  # noqa: E402
-import evaluate  # noqa: E402
-import mas  # noqa: E402
-import muon  # noqa: E402
-import sft  # noqa: E402
-import tiny  # noqa: E402
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 torch.set_num_threads(1)
 SMALL = dict(hidden_size=64, num_layers=2)
@@ -86,7 +84,7 @@ def test_length_batches_and_schedule():
 def test_train_sft_learns_and_writes_loadable_checkpoint(tmp_path):
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from chunked import token_logprobs
+    from machinery.chunked import token_logprobs
     model, tok = tiny.build_model(seed=0, **SMALL)
     samples = add_samples(300)
     stats = sft.train_sft(model, tok, samples, steps=60, lr=3e-3, batch_size=32, out_dir=str(tmp_path / "ck"),
@@ -215,7 +213,8 @@ def test_sft_on_a_cpu_computes_nothing_in_bf16():
 FSDP_MUON = """
 import sys, torch, torch.distributed as dist
 sys.path.insert(0, sys.argv[1])
-import tiny, muon, speed
+from machinery import muon, speed
+from world import tiny
 from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
 dist.init_process_group("gloo")
 ids = torch.randint(6, 100, (4, 24), generator=torch.Generator().manual_seed(0))
@@ -413,7 +412,7 @@ def test_distill_against_vllm_server(base, tmp_path):
                 assert time.time() < deadline, "vLLM server did not come up"
                 time.sleep(3)
         tasks = _tasks_file(tmp_path, 4)
-        r = subprocess.run([sys.executable, os.path.join(ROOT, "distill.py"), "--teacher", url,
+        r = subprocess.run([sys.executable, os.path.join(ROOT, "tools", "distill.py"), "--teacher", url,
                             "--model", "tiny", "--tasks", tasks, "--out", str(tmp_path / "d"), "--template",
                             "critic", "--short"],
                            cwd=ROOT, capture_output=True, text=True, timeout=300)

@@ -7,9 +7,9 @@ import pytest
 import torch
 from qwen_helpers import EPS32, LOGP, grad_tol, grads_of, tiny_qwen3
 
-from chunked import token_logprobs
 from grpo import grpo_loss
-from shared_prompts import shared_prompt_logprobs, shared_prompt_mask, shared_prompt_rows
+from machinery.chunked import token_logprobs
+from machinery.shared_prompts import shared_prompt_logprobs, shared_prompt_mask, shared_prompt_rows
 
 
 def test_shared_prompt_rows_layout():
@@ -152,7 +152,7 @@ def test_shared_prompts_grpo_loss_matches_unshared():
 @pytest.mark.parametrize("mode, compile", [("full", False), ("selective", "aot_eager")])
 def test_shared_prompts_with_checkpointing_and_compile(mode, compile):
     """speed.prepare's layers (checkpointed, compiled) take the 4D mask and the position ids as they are."""
-    import speed
+    from machinery import speed
 
     torch._dynamo.reset()
     ref = tiny_qwen3(True)

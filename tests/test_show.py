@@ -9,7 +9,7 @@ import subprocess
 
 import pytest
 
-import show
+from tools import show
 
 EVIL = '<script>alert(1)</script> & "q"'
 EVIL_ESC = "&lt;script&gt;alert(1)&lt;/script&gt; &amp; &quot;q&quot;"

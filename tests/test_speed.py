@@ -16,8 +16,8 @@ import pytest
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-import speed
-from chunked import token_logprobs
+from machinery import speed
+from machinery.chunked import token_logprobs
 
 
 def tiny_qwen3(seed=0, layers=3):

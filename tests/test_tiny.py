@@ -8,7 +8,7 @@ import sys
 import pytest
 import torch
 
-import tiny
+from world import tiny
 
 try:
     import sandbox

@@ -25,22 +25,20 @@ import numpy as np
 import pytest
 import torch
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+import settings
+import stagewise
+import train
+from machinery import loggers, rundir
+from world import final_table
 
-import final_table  # noqa: E402
-import loggers  # noqa: E402
-import rundir  # noqa: E402
-import settings  # noqa: E402
-import stagewise  # noqa: E402
-import train  # noqa: E402
+ROOT = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture(scope="module")
 def model_dir(tmp_path_factory):
     """A tiny model that has learned the four templates a little (see the module docstring)."""
     import sft
-    import tiny
+    from world import tiny
     out = str(tmp_path_factory.mktemp("model") / "learner")
     tasks = tiny.make_tasks(400, seed=0, split="sft")
     designer, executor = tiny.sft_traces(tasks, seed=0)
@@ -444,7 +442,7 @@ def test_stale_sandbox_folders_of_dead_processes_are_removed(tmp_path):
 
 def test_heldout_tasks_share_no_text_with_training_and_cover_both_kinds():
     import data
-    import tiny
+    from world import tiny
     cfg = settings.Config(eval_tasks=40, seed=0)
     training = train.load_mix(cfg)[0]                      # the tiny RL pool: the "rl" split
     assert {tiny.split_of(t) for t in training} == {"rl"}
@@ -486,7 +484,7 @@ def test_load_model_applies_the_speed_options(model_dir, group):
     gradients."""
     if group is None:
         return
-    import speed
+    from machinery import speed
     cfg = settings.parse_config(["--ac_policy=selective", "--logprobs=chunked+keep"])
     assert settings.parse_config(["config/qwen3_4b.py"]).compile_layers    # the GPU presets compile their layers
     fast = train.load_model(str(model_dir), cfg, torch.device("cpu"))
@@ -530,7 +528,7 @@ def test_batches_hold_every_sample_once_and_the_same_count_on_every_rank(group):
     micro_batch rows; padded with fillers (no trained token) to the count every rank must forward, at least one."""
     if group is None:
         return
-    import shared_prompts
+    from machinery import shared_prompts
     samples = repeated_prompt_samples()
     values = {"adv": {k: torch.full((len(s.completion_ids),), float(k)) for k, s in enumerate(samples)}, "old": None}
     for logprobs in ("plain", "shared"):
@@ -578,7 +576,7 @@ def test_update_is_the_token_mean_loss_over_every_sample(tmp_path, group, logpro
     in which every advantage is 0 forwards one filler and still steps Adam, on a zero gradient."""
     if group is None:
         return
-    import tiny
+    from world import tiny
     tiny.save_tiny(str(tmp_path / "m"), seed=0, hidden_size=32, num_layers=2)
     samples = repeated_prompt_samples(seed=1)
     adv = torch.randn(len(samples), generator=torch.Generator().manual_seed(3))
@@ -615,7 +613,7 @@ def test_off_policy_minibatches_clip_and_correct(tmp_path, group):
     give the same numbers."""
     if group is None:
         return
-    import tiny
+    from world import tiny
     tiny.save_tiny(str(tmp_path / "m"), seed=0, hidden_size=32, num_layers=2)
     samples = {"designer": repeated_prompt_samples(seed=1), "executor": repeated_prompt_samples(seed=2)}
     adv = {r: torch.randn(len(s), generator=torch.Generator().manual_seed(3)) for r, s in samples.items()}

@@ -9,13 +9,13 @@ correct run produced is kept:
 
 written as OUT/designer.jsonl and OUT/executor.jsonl, the input of `python sft.py --data OUT`.
 
-    python distill.py --teacher http://127.0.0.1:8000 --model NAME --tasks tasks.jsonl --out DIR
+    python tools/distill.py --teacher http://127.0.0.1:8000 --model NAME --tasks tasks.jsonl --out DIR
     counts = distill(url, "NAME", tasks, "DIR")
 
 One design a task and one run of it (seed 0, temperature 0.7, up to 1024 tokens a reply, 8 requests at a time);
 the key, if the endpoint wants one, from OPENAI_API_KEY.
 
-Needs: reward.py, sandbox.py, isolation.py, mas.py, data.py
+Needs: data.py, mas.py, reward.py, sandbox.py, machinery/isolation.py
 """
 
 import argparse
@@ -27,6 +27,9 @@ import urllib.error
 import urllib.request
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
+
+# run by path (python tools/distill.py): the project's root first on the path, for its imports below
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import data
 import mas

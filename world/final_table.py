@@ -15,10 +15,11 @@ out_dir/final_table.json (or final_table_val.json) with the per-task vectors, so
 same tasks) pair task by task (ablations.py).
 
     final_table(cfg, engine, "out/tiny-rl/step_000040")     # train.py's last act, rank 0
-    python final_table.py out/tiny-rl --split val           # a finished run's table again, on another split
+    python world/final_table.py out/tiny-rl --split val           # a finished run's table again, on another split
 
-Needs: heldout.py, evaluate.py, settings.py, stagewise.py, engine.py, decode.py, chunked.py, tiny.py, rollout.py,
-mas.py, sandbox.py, isolation.py, reward.py, data.py
+Needs: evaluate.py, machinery/engine.py, machinery/rundir.py, mas.py, settings.py, world/heldout.py,
+world/tiny.py, advantage.py, data.py, rollout.py, tools/show.py, machinery/decode.py, stagewise.py,
+machinery/chunked.py, reward.py, sandbox.py, machinery/isolation.py
 """
 
 import argparse
@@ -30,13 +31,15 @@ import numpy as np
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-import engine as engine_lib
+# run by path (python world/final_table.py): the project's root first on the path, for its imports below
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
 import evaluate
-import heldout
 import mas
-import rundir
 import settings
-import tiny
+from machinery import engine as engine_lib
+from machinery import rundir
+from world import heldout, tiny
 
 
 def heldout_tasks(cfg, split="eval"):

@@ -43,7 +43,8 @@ Five pieces, each usable on its own:
 
 How these settings were chosen (the calibration runs and what moved the numbers): docs/NOTES.md.
 
-Needs: engine.py, decode.py, chunked.py, mas.py, rollout.py, sandbox.py, isolation.py, reward.py, data.py
+Needs: data.py, machinery/chunked.py, machinery/engine.py, mas.py, reward.py, rollout.py,
+sandbox.py, machinery/decode.py, machinery/isolation.py
 """
 
 import hashlib
@@ -56,13 +57,12 @@ import torch
 from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
 from transformers import PreTrainedTokenizerFast, Qwen3Config, Qwen3ForCausalLM
 
-import chunked
 import data
-import engine
 import mas
 import reward
 import rollout
 import sandbox
+from machinery import chunked, engine
 
 PAD, UNK, END = "<|pad|>", "<|unk|>", "<|end|>"
 ROLES = ("system", "user", "assistant")

@@ -19,8 +19,8 @@ for a design and s{step}-q{query}-i{i}-j{j} for an execution, and the page opens
 Everything shown is escaped (model output is untrusted); no network, no fonts, nothing outside the file.
 A malformed line of rollouts.jsonl is skipped and counted (page and stdout); of metrics.jsonl, ignored.
 
-    python show.py out/tiny-rl                   # the last 3 steps -> out/tiny-rl/rollouts.html
-    python show.py out/tiny-rl --steps 10:12     # steps 10..12 (inclusive; also 10: and :12)
+    python tools/show.py out/tiny-rl                   # the last 3 steps -> out/tiny-rl/rollouts.html
+    python tools/show.py out/tiny-rl --steps 10:12     # steps 10..12 (inclusive; also 10: and :12)
 
 Needs: no other file of this project.
 """

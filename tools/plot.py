@@ -1,6 +1,6 @@
 """plot.py: the curves of one or more train.py runs as PNG files, in the style of the paper's Figure 3.
 
-    python plot.py out/tiny-rl [out/other ...]     # -> out/tiny-rl/plots/
+    python tools/plot.py out/tiny-rl [out/other ...]     # -> out/tiny-rl/plots/
 
 Three figures from the runs' metrics.jsonl:
 - training.png: the training reward and accuracy (smoothed over 5 steps), parseable scripts, and the held-out
@@ -115,7 +115,7 @@ def structures(rows, path):
 
 def plot(dirs):
     if not dirs:
-        sys.exit("usage: python plot.py OUT_DIR [OUT_DIR ...]")
+        sys.exit("usage: python tools/plot.py OUT_DIR [OUT_DIR ...]")
     runs = {os.path.basename(os.path.normpath(d)): read(d) for d in dirs}
     out = os.path.join(dirs[0], "plots")
     os.makedirs(out, exist_ok=True)

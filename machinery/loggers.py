@@ -22,7 +22,8 @@ A killed run has logged the steps after its last checkpoint, which the resumed r
   their step ranges are disjoint. `wandb sync out_dir/wandb/offline-run-*` uploads them, each as its own run
   of the group. WANDB_PROJECT names the project (default: metaagent-x).
 
-Needs: tensorboard (through torch.utils.tensorboard) and wandb, the pip packages requirements.txt pins
+Needs: tensorboard (through torch.utils.tensorboard) and wandb, the pip packages requirements.txt
+pins
 """
 
 import dataclasses

@@ -24,8 +24,8 @@ Curve (train.py, tiny data, probe_tasks > 0): at step 0 (the cold start) and at 
 executor row, are written into the step-0 line (heldout/share/KIND/TEMPLATE), so a resumed run reads them back.
 The sampled draws use the same seeds at every probe, so the curve's steps differ by the policy, not the noise.
 
-Needs: tiny.py, rollout.py, engine.py, decode.py, chunked.py, mas.py, sandbox.py, isolation.py, reward.py,
-data.py, settings.py, stagewise.py
+Needs: machinery/engine.py, mas.py, rollout.py, settings.py, world/tiny.py, machinery/decode.py,
+data.py, reward.py, sandbox.py, stagewise.py, machinery/chunked.py, machinery/isolation.py
 """
 
 from collections import Counter
@@ -35,11 +35,11 @@ import torch
 import torch.distributed as dist
 from transformers import AutoModelForCausalLM
 
-import engine as engine_lib
 import mas
 import rollout as rollout_lib
 import settings
-import tiny
+from machinery import engine as engine_lib
+from world import tiny
 
 SAMPLES = 4                 # (design, execution) draws a task in the curve and the final table
 SEEDS = {"val": 2_000_003, "eval": 1_000_003}   # the task draw of each split, offset from the run's seed

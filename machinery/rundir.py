@@ -16,7 +16,7 @@
 
 fault(point, step) is the fault injection tests/test_train.py uses to SIGKILL a run at chosen points.
 
-Needs: settings.py, stagewise.py, mas.py
+Needs: settings.py, mas.py, stagewise.py
 """
 
 import dataclasses
