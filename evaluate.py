@@ -80,19 +80,19 @@ def load_benchmark(spec, n_tiny=100):
 
 # ----------------------------------------------------------------------------------------------- methods
 def evaluate_method(tasks, designer_engine, executor_engine, method, K=1, *, seed=0, short=False,
-                    designer_sampling=None, executor_sampling=None, chunk=32, progress=None, on_phase=None):
+                    designer_sampling=None, executor_sampling=None, chunk=32, progress=None):
     """Evaluate one method on one benchmark. Returns per-problem pass@1 and the design structures.
 
     K samples per problem are K designs executed once each (rollout with M=K, N=1), so every sample of
-    the learned Designer is a fresh script. lam=0 makes the rollout's reward exactly `correct`.
-    on_phase is rollout's weight-swap hook (separate policies sharing one engine).
+    the learned Designer is a fresh script. lam=0 makes the rollout's reward exactly `correct`. Separate
+    policies on one engine: pass each role's view of it (machinery/weights.py).
     """
     template = None if method == "auto" else method.removeprefix("template:")   # "single" is a template
     per_problem, structures = [], {s: 0 for s in STRUCTURES + ("unparseable",)}
     for start in range(0, len(tasks), chunk):
         part = tasks[start:start + chunk]
         batch = rollout_lib.rollout(part, designer_engine, executor_engine, M=K, N=1, step=start, seed=seed,
-                                    template=template, lam=0.0, short=short, on_phase=on_phase,
+                                    template=template, lam=0.0, short=short,
                                     designer_sampling=designer_sampling, executor_sampling=executor_sampling)
         correct = batch.R          # [b, K, 1]: lam = 0, so R is correct: 0 or 1 (code: every hidden test)
         per_problem += correct.mean(dim=(1, 2)).tolist()

@@ -154,16 +154,15 @@ def executor_generate(eng, sampling, seed_of, records, stats):
 
 
 def rollout(queries, designer_engine, executor_engine, M, N, step=0, *, seed=0, template=None,
-            designer_sampling=None, executor_sampling=None, short=False, lam=0.4, on_phase=None,
-            q_offset=0) -> Batch:
+            designer_sampling=None, executor_sampling=None, short=False, lam=0.4, q_offset=0) -> Batch:
     """The bi-level rollout of a batch of tasks (data.py dicts).
 
     template: None (the Designer writes the scripts) or a key of mas.TEMPLATES (a fixed structure: every one
       of the M designs is that template; designer_engine is not used and may be None).
-    on_phase: called with "designer" before the design phase (not with a template) and "executor" before the
-      execution phase, so that separate policies sharing one engine can swap weights.
+    designer_engine, executor_engine: anything with engine.py's generate; separate policies that share one
+      engine pass each role's view of it (machinery/weights.py: it holds that role's weights when it generates).
     q_offset: the global index of queries[0] in the step's batch (seeds follow global indices)."""
-    B, on_phase = len(queries), on_phase or (lambda role: None)
+    B = len(queries)
     designer_sampling = designer_sampling or engine_lib.Sampling(max_tokens=1024)
     stats = {"generate_calls": 0, "generate_s": 0.0}
 
@@ -173,7 +172,6 @@ def rollout(queries, designer_engine, executor_engine, M, N, step=0, *, seed=0, 
     scripts = [[mas.TEMPLATES[template] if template else None] * M for _ in range(B)]
     errors = [[None] * M for _ in range(B)]
     if template is None:
-        on_phase("designer")
         prompts = [mas.designer_messages(data.task_text(t, short=short), short=short) for t in queries]
         seeds = [engine_lib.derive_seed(seed, step, q_offset + q, i) for q in range(B) for i in range(M)]
         outs = designer_engine.generate([prompts[k // M] for k in range(B * M)],
@@ -192,7 +190,6 @@ def rollout(queries, designer_engine, executor_engine, M, N, step=0, *, seed=0, 
     t0 = time.perf_counter()
     keys = [(q, i, j) for q in range(B) for i in range(M) if scripts[q][i] is not None for j in range(N)]
     records, wf_runs = {}, []
-    on_phase("executor")   # always, so that after a rollout the engine holds the Executor's weights
     if keys:
         def seed_of(call):
             q, i, j = keys[call.run]

@@ -30,9 +30,9 @@ From Python:
     figures = evaluate_sft("out/x", heldout_tasks)     # the quality bar: parse rate, template accuracies
 
 Needs: data.py, evaluate.py, machinery/chunked.py, machinery/engine.py, machinery/muon.py,
-machinery/rundir.py, machinery/speed.py, mas.py, rollout.py, world/tiny.py, advantage.py,
-tools/show.py, machinery/decode.py, settings.py, reward.py, sandbox.py, stagewise.py,
-machinery/isolation.py
+machinery/rundir.py, machinery/speed.py, machinery/weights.py, mas.py, rollout.py, world/tiny.py,
+advantage.py, tools/show.py, machinery/decode.py, settings.py, machinery/reload_check.py, reward.py,
+sandbox.py, stagewise.py, machinery/isolation.py
 """
 
 import argparse
@@ -46,7 +46,6 @@ import time
 
 import torch
 import torch.distributed as dist
-from safetensors.torch import load_file
 from torch.distributed.fsdp import FSDPModule
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -55,7 +54,7 @@ import evaluate as evaluate_lib
 import mas
 import rollout
 from machinery import engine as engine_lib
-from machinery import muon, rundir, speed
+from machinery import muon, rundir, speed, weights
 from machinery.chunked import token_logprobs
 from world import tiny
 
@@ -234,18 +233,17 @@ def evaluate_sft(model_path, tasks, *, designer_path=None, seed=0):
     "single" being the single-agent baseline. A run counts as correct when reward.py's correctness is 1. With
     designer_path the Designer's weights are swapped in for the design phase (separate policies)."""
     eng = engine_lib.make_engine(model_path, backend="lean")
-    on_phase = None
-    if designer_path is not None:
-        wd, we = (load_file(os.path.join(p, "model.safetensors")) for p in (designer_path, model_path))
-        on_phase = lambda phase: eng.load_weights(wd if phase == "designer" else we)
+    designer_eng = eng
+    if designer_path is not None:   # one engine, each role's view of it holding that role's weights
+        paths = {"designer": designer_path, "executor": model_path}
+        held = weights.Held(eng, paths, held="executor")   # the engine: model_path's (the Executor's)
+        designer_eng, eng = held.view("designer"), held.view("executor")
     kw = {"short": True, "designer_sampling": engine_lib.Sampling(max_tokens=400), "chunk": max(1, len(tasks)),
           "executor_sampling": engine_lib.Sampling(max_tokens=128)}
-    d = evaluate_lib.evaluate_method(tasks, eng, eng, "auto", 1, seed=seed, on_phase=on_phase, **kw)
+    d = evaluate_lib.evaluate_method(tasks, designer_eng, eng, "auto", 1, seed=seed, **kw)
     unparsed = d["structures"].pop("unparseable")
     out = {"tasks": len(tasks), "parse": 1 - unparsed, "designer": d["pass@1"],
            "structures": {k: v / (1 - unparsed) for k, v in d["structures"].items() if v > 0}}
-    if on_phase is not None:
-        on_phase("executor")
     out["templates"], out["per_problem"] = {}, {"designs": d["per_problem"]}
     for name in mas.TEMPLATES:
         r = evaluate_lib.evaluate_method(tasks, None, eng, f"template:{name}", 1, seed=seed + 1, **kw)

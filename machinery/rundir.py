@@ -3,18 +3,19 @@
     out_dir/step_000010/      a checkpoint: {model | designer, executor}/ (HF format), optimizer.pt,
                               trainer_state.pt (step, data position, every rank's RNG, the config);
                               written to .tmp_step_000010/ and renamed, so a checkpoint is complete or absent
-    out_dir/metrics.jsonl     a line a step (step_metrics: what the step's rollout did, the update's
+    out_dir/metrics.jsonl     a line a step (recorder.py: what the step's rollout did, the update's
                               numbers, times), fsync'ed before that step's checkpoint is written
     out_dir/run.json          what made the run: commit (dirty or not), command, clock times, machine, config
-    out_dir/rollouts.jsonl    the step's tree, a line per recorded query (rollout.Batch.tree; show.py draws
-                              it), written the same way just before the metrics line
+    out_dir/rollouts.jsonl    the step's tree, a line per recorded query (rollout.Batch.tree; tools/show.py
+                              draws it), written the same way just before the metrics line
 
     save_checkpoint(cfg, step, policies, tokenizer, trainer_state, rank)   # every rank calls it (collective)
     ckpt, ts = latest(out_dir)             # the newest checkpoint's folder and trainer state (None, None)
     restore_optimizers(policies, ckpt, ts, master); restore_rng(ts, seed, rank)
     truncate_jsonl(path, ts["step"])       # a resume drops the lines of steps after its checkpoint
 
-fault(point, step) is the fault injection tests/test_train.py uses to SIGKILL a run at chosen points.
+fault(point, step) is the fault injection tests/test_train.py uses to SIGKILL a run at chosen points;
+append_jsonl writes a step's lines, durably (recorder.py calls both at their points of the step).
 
 Needs: settings.py, mas.py, stagewise.py
 """
@@ -30,7 +31,6 @@ import signal
 import subprocess
 import sys
 import time
-from collections import Counter
 
 import numpy as np
 import torch
@@ -155,8 +155,9 @@ def checkpoints(out_dir):
 
 def fault(point, step):
     """Fault injection (tests/test_train.py): METAAGENT_FAULT=point:step SIGKILLs this process when it reaches
-    `point` of step `step` (1-based). Points: executor-phase (mid-rollout), update (mid-update), checkpoint
-    (between a checkpoint's files), logged (metrics line written, checkpoint not), saved (checkpoint written)."""
+    `point` of step `step` (1-based). Points: designer-phase and executor-phase (mid-rollout: a role's first
+    generate call, weights.RoleView), update (mid-update), checkpoint (between a checkpoint's files), logged
+    (metrics line written, checkpoint not), saved (checkpoint written)."""
     if os.environ.get("METAAGENT_FAULT") == f"{point}:{step}":
         os.kill(os.getpid(), signal.SIGKILL)
 
@@ -245,86 +246,6 @@ def restore_optimizers(policies, ckpt, ts, master):
         dcp.set_optimizer_state_dict(policies[name]["model"], policies[name]["opt"][sname],
                                      optim_state_dict=saved.get(key, {}),
                                      options=dcp.StateDictOptions(full_state_dict=True, broadcast_from_rank0=True))
-
-
-def step_metrics(batch, queries, device, A_D, A_E):
-    """The rollout part of a step's metrics line, over every rank's runs: rewards, accuracy (per kind), parse and
-    error rates, structure shares, token and sample counts, the step's advantages (A_D [b, M], A_E [b, M, N],
-    as the update used them), phase times, and where the learning signal goes (signal_metrics)."""
-    recs = [r for part in gather(batch.records(queries)) for r in part]
-    R, E = torch.cat(gather(batch.R)), torch.cat(gather(batch.executed))
-    nll = [-sum(sum(s.logprobs) for s in samples) for samples in (batch.designer, batch.executor)]
-    t = torch.tensor([batch.stats["designer_tokens"], batch.stats["executor_tokens"], len(batch.designer),
-                      len(batch.executor), *nll], dtype=torch.float64, device=device)
-    dist.all_reduce(t)
-    n, parsed = max(len(recs), 1), [r for r in recs if r["parsed"]]
-    m = {"reward/mean": sum(r["reward"] for r in recs) / n, "reward/designer": R.mean(-1).mean().item(),
-         "reward/best_design": R.mean(-1).amax(-1).mean().item(), "accuracy": sum(r["correct"] for r in recs) / n,
-         "format_rate": sum(r["format"] for r in recs) / n, "parse_rate": len(parsed) / n,
-         "script_error_rate": sum(r["error"] for r in parsed) / max(len(parsed), 1),
-         "calls_per_run": sum(r["calls"] for r in recs) / n,
-         **dict(zip(("tokens/designer", "tokens/executor", "samples/designer", "samples/executor"), t[:4].tolist())),
-         **{f"time/{k}": batch.stats[f"{k}_s"] for k in ("design", "execute", "grade")}}
-    for kind in sorted({r["kind"] for r in recs}):
-        sub = [r for r in recs if r["kind"] == kind]
-        m[f"accuracy/{kind}"] = sum(r["correct"] for r in sub) / len(sub)
-    for s, c in Counter(r["structure"] for r in recs).items():
-        m[f"structure/{s}"] = c / n
-    A_D, A_E = torch.cat(gather(A_D)), torch.cat(gather(A_E))
-    for name, a in (("designer", A_D), ("executor", A_E[E])):
-        if a.numel():
-            m[f"{name}/adv_mean"], m[f"{name}/adv_std"] = a.mean().item(), a.std().item() if a.numel() > 1 else 0.0
-            m[f"{name}/adv_zero_frac"] = (a == 0).float().mean().item()
-    m.update(signal_metrics(recs, R, E, A_D, A_E))
-    for k, role in enumerate(("designer", "executor")):   # E_x~pi[-log pi(x)], over the sampled tokens
-        if t[k] > 0:
-            m[f"entropy/{role}_tokens"] = (t[4 + k] / t[k]).item()
-    return m
-
-
-def signal_metrics(recs, R, E, A_D, A_E):
-    """Where the step's learning signal goes, per query group (R, E, A_D, A_E of every rank's queries; recs in
-    (q, i, j) order):
-
-        signal/all_correct, signal/all_wrong   queries whose M*N runs are all correct / all wrong (an unparsed
-                                               script's runs count as wrong): no advantage for either role
-        designer/dead_groups                   queries whose M designer advantages are all 0
-        executor/dead_groups                   queries whose executor advantages are all 0
-        signal/reward_std                      mean over queries of std_ij R[q] (its executed runs)
-        signal/design_reward_std               mean over queries of std_i mean_j R[q, i, :]
-        entropy/designs                        mean over queries of H(structure shares of its M designs), nats
-        signal/same_structure                  queries whose M designs all have one structure
-
-(step_metrics adds entropy/{designer,executor}_tokens: the mean -log pi(token) over the sampled tokens, an
-estimate of the sampling policy's per-token entropy E_x~pi[-log pi(x)].)"""
-    B, M, N = R.shape
-    if B == 0:
-        return {}
-    correct = torch.tensor([r["correct"] for r in recs], dtype=torch.bool).reshape(B, M, N)
-    structures = [r["structure"] for r in recs]
-    m = {"signal/all_correct": correct.flatten(1).all(-1).float().mean().item(),
-         "signal/all_wrong": (~correct.flatten(1).any(-1)).float().mean().item(),
-         "designer/dead_groups": (A_D == 0).all(-1).float().mean().item(),
-         "executor/dead_groups": (A_E == 0).flatten(1).all(-1).float().mean().item()}
-    stds, design_stds, entropies, same = [], [], [], 0
-    for q in range(B):
-        ran = R[q][E[q]]
-        stds.append(ran.std().item() if ran.numel() > 1 else 0.0)
-        design_stds.append(R[q].mean(-1).std().item() if M > 1 else 0.0)
-        shares = Counter(structures[(q * M + i) * N] for i in range(M))
-        p = np.array(list(shares.values()), dtype=float) / M
-        entropies.append(float(-(p * np.log(p)).sum()))
-        same += len(shares) == 1
-    m.update({"signal/reward_std": float(np.mean(stds)), "signal/design_reward_std": float(np.mean(design_stds)),
-              "entropy/designs": float(np.mean(entropies)), "signal/same_structure": same / B})
-    return m
-
-
-def gather(obj):
-    """[obj of every rank], on every rank."""
-    out = [None] * dist.get_world_size()
-    dist.all_gather_object(out, obj)
-    return out
 
 
 def append_jsonl(path, rows):

@@ -217,6 +217,27 @@ if isolated:
 else:
     print("SKIP: no isolation here (code_score)")
 """,
+    "machinery.weights": """
+class Engine:   # an engine that says how many weight loads it has had
+    def __init__(self):
+        self.loaded = []
+    def load_weights(self, w):
+        self.loaded.append(w)
+    def generate(self, prompts, sampling):
+        return [[len(self.loaded)]]
+held = weights.Held(Engine(), {"designer": {"d": 1}, "executor": {"e": 2}})
+d, e = held.view("designer"), held.view("executor")
+assert [d.generate([], None), e.generate([], None), e.generate([], None)] == [[[1]], [[2]], [[2]]]
+assert held.eng.loaded == [{"d": 1}, {"e": 2}]   # each role's weights, loaded when the other's were held
+""",
+    "machinery.recorder": """
+import torch
+R, E = torch.tensor([[[1.4, 0.4]]]), torch.ones(1, 1, 2, dtype=torch.bool)
+recs = [{"correct": True, "structure": "single"}, {"correct": False, "structure": "single"}]
+m = recorder.signal_metrics(recs, R, E, torch.zeros(1, 1), torch.tensor([[[0.7, -0.7]]]))
+assert m["signal/all_correct"] == 0.0 and m["designer/dead_groups"] == 1.0 and m["executor/dead_groups"] == 0.0
+assert m["signal/same_structure"] == 1.0 and m["entropy/designs"] == 0.0
+""",
     "rollout": """
 s = rollout.Sample(prompt_ids=[5, 6], completion_ids=[7, 8], logprobs=[-0.5, -0.25], index=(0, 0))
 t = rollout.samples_to_tensors([s], pad_id=0)

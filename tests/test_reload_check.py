@@ -5,7 +5,7 @@
   nothing), fail it by orders of magnitude (or with NaN);
 - a layer's weights left out entirely is vLLM's own warning, raised as an error whatever vLLM's log level (in
   CI the engine's default, ERROR, at which vLLM prints no warning);
-- train.EngineWeights probes at its start and after a sync, and stops on a bad gap (check_gap);
+- weights.EngineWeights (train.py's) probes at its start and after a sync, and stops on a bad gap (check_gap);
 - a sleeping engine refuses to generate (vLLM would queue the request and never run it).
 """
 
@@ -80,7 +80,7 @@ def test_reload_check_raises_vllms_own_warnings_whatever_the_log_level(setup):
 def test_reload_check_in_the_trainers_sync(setup, tmp_path):
     import torch.distributed as dist
 
-    import train
+    from machinery.weights import EngineWeights
     eng, model, folder = setup
     eng.load_weights(model.state_dict())
     own = not dist.is_initialized()
@@ -88,13 +88,13 @@ def test_reload_check_in_the_trainers_sync(setup, tmp_path):
         dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'pg'}", rank=0, world_size=1)
     try:
         cfg = settings.Config(init_from=folder, save_every=2)
-        weights = train.EngineWeights(cfg, eng, {"designer": {"model": model}}, CPU)   # probes at its start
+        weights = EngineWeights(cfg, eng, {"designer": {"model": model}}, CPU)   # probes at its start
         updated(model, 5)
-        weights.sync()   # loads, probes (the first sync)
+        weights.sync(0)   # loads, probes (the first sync)
         assert weights.bound > 0 and weights.info["reload/probe_gap"] <= weights.bound
-        weights.check_gap({"designer/logprob_gap": 1e-7}, ["designer"])
+        weights.check_gap({"designer/logprob_gap": 1e-7}, ["designer"], 0)
         with pytest.raises(engine.ReloadError, match="step 1, designer: the engine"):
-            weights.check_gap({"designer/logprob_gap": 0.5}, ["designer"])
+            weights.check_gap({"designer/logprob_gap": 0.5}, ["designer"], 0)
         eng.load_weights(updated(model, 6) | {"model.norm.weight": torch.zeros(64)})   # a sync gone wrong
         with pytest.raises(engine.ReloadError, match="after the weight sync of step 2"):
             weights.probe("after the weight sync of step 2")

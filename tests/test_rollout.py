@@ -133,11 +133,8 @@ def test_fixed_structure_vllm(vllm_engine):
 def test_unparseable_scripts_score_zero_and_stay_in_group(hf):
     eng = Counting(hf)
     ds = engine.Sampling(temperature=1.0, max_tokens=24)
-    phases = []
-    b = rollout(TASKS, eng, eng, M=3, N=2, designer_sampling=ds, executor_sampling=EXEC, short=True,
-                on_phase=phases.append)
+    b = rollout(TASKS, eng, eng, M=3, N=2, designer_sampling=ds, executor_sampling=EXEC, short=True)
     assert eng.sizes == [6]    # all B*M designer prompts in one call; nothing executed
-    assert phases == ["designer", "executor"]   # the engine is left holding the executor, as always
     assert sorted(s.index for s in b.designer) == list(itertools.product(range(2), range(3)))
     assert b.scripts == [[None] * 3] * 2
     assert torch.equal(b.R, torch.zeros(2, 3, 2))
@@ -153,10 +150,8 @@ def test_unparseable_scripts_score_zero_and_stay_in_group(hf):
 def test_designer_mix_of_parseable_and_not(designer, hf, policies):
     tasks = tiny.make_tasks(4, seed=2)     # math, code, math, code
     ex = Counting(designer if policies == "shared" else hf)
-    phases = []
     b = rollout(tasks, designer, ex, M=2, N=3, step=3, designer_sampling=engine.Sampling(temperature=0,
-                max_tokens=64), executor_sampling=EXEC, short=True, on_phase=phases.append)
-    assert phases == ["designer", "executor"]
+                max_tokens=64), executor_sampling=EXEC, short=True)
     script, _ = mas.parse_script(SCRIPT)
     assert b.scripts == [[script] * 2 if t["kind"] == "math" else [None] * 2 for t in tasks]
     check_batch(b, designer if policies == "shared" else hf, tasks, 2, 3)
@@ -167,6 +162,43 @@ def test_designer_mix_of_parseable_and_not(designer, hf, policies):
         else:
             assert r.run is None and r.reward == 0.0
     assert len(b.designer) == 8
+
+
+class Loading:
+    """The real engine, with a record of every state dict loaded into it."""
+
+    def __init__(self, eng):
+        self.eng, self.loaded = eng, []
+
+    def generate(self, prompts, sampling):
+        return self.eng.generate(prompts, sampling)
+
+    def load_weights(self, weights):
+        self.loaded.append(weights)
+        self.eng.load_weights(weights)
+
+
+def test_one_engine_plays_two_roles_through_its_views(designer, hf):
+    """Separate policies on one engine (machinery/weights.py): each role's view loads that role's weights
+    when the engine holds the other's, and the batch is the one two engines roll out."""
+    import copy
+
+    from machinery import weights
+    tasks = tiny.make_tasks(4, seed=2)     # math, code, math, code: two tasks' scripts parse
+    kw = dict(designer_sampling=engine.Sampling(temperature=0, max_tokens=64), executor_sampling=EXEC,
+              short=True)
+    two = rollout(tasks, designer, hf, M=2, N=3, step=3, **kw)
+    one = Loading(engine.HFEngine(copy.deepcopy(designer.model), designer.tokenizer))
+    state = {"designer": designer.model.state_dict(), "executor": hf.model.state_dict()}
+    held = weights.Held(one, state, held="designer")   # the engine starts with the Designer's weights
+    got = rollout(tasks, held.view("designer"), held.view("executor"), M=2, N=3, step=3, **kw)
+    assert [w is state["executor"] for w in one.loaded] == [True]   # once, before the first agent call
+    assert torch.equal(got.R, two.R) and got.scripts == two.scripts
+    for a, b in ((got.designer, two.designer), (got.executor, two.executor)):
+        assert [(s.index, s.completion_ids) for s in a] == [(s.index, s.completion_ids) for s in b]
+    # a second rollout: the design phase loads the Designer's weights back, the execution phase the Executor's
+    rollout(tasks, held.view("designer"), held.view("executor"), M=2, N=3, step=3, **kw)
+    assert [w is state["designer"] for w in one.loaded] == [False, True, False]
 
 
 def test_reproducible(hf):

@@ -28,7 +28,7 @@ import torch
 import settings
 import stagewise
 import train
-from machinery import loggers, rundir
+from machinery import loggers, recorder, rundir
 from world import final_table
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -251,7 +251,7 @@ def test_seeded_runs_agree_with_real_advantages(model_dir, uninterrupted, tmp_pa
     for m in [start] + ma:
         assert all(0 <= m[f"heldout/{k}"] <= 1 for k in ("accuracy", "suited", "executor", "unparsed"))
         assert m["heldout/accuracy_se"] >= 0
-    # where the learning signal goes (rundir.signal_metrics), each a share or a non-negative mean
+    # where the learning signal goes (recorder.signal_metrics), each a share or a non-negative mean
     for m in ma:
         for k in ("signal/all_correct", "signal/all_wrong", "designer/dead_groups", "executor/dead_groups",
                   "signal/same_structure"):
@@ -291,7 +291,9 @@ def test_seeded_runs_agree_with_real_advantages(model_dir, uninterrupted, tmp_pa
                        for r in sc["runs"] for c in r["calls"])
             assert sc["parsed"] or not any(r["calls"] for r in sc["runs"])   # an unparsed script ran nothing
     assert any(r["calls"] for t in ta for sc in t["scripts"] for r in sc["runs"])
-    assert train.main(["show", str(b), "--steps", "2:3"]) and "s3-q0-i1-j1" in (b / "rollouts.html").read_text()
+    p = subprocess.run([sys.executable, "tools/show.py", str(b), "--steps", "2:3"], cwd=ROOT, capture_output=True,
+                       text=True, timeout=120)   # the page, as the README makes it
+    assert p.returncode == 0 and "s3-q0-i1-j1" in (b / "rollouts.html").read_text()
     assert [m["step"] for m in ma] == list(range(1, STEPS + 1))
     assert [m["active"] for m in ma] == ["executor", "designer"] * (STEPS // 2)   # the Executor first
     # designer_lr on the Designer's steps, executor_lr on the Executor's
@@ -686,7 +688,7 @@ def test_signal_metrics_on_a_known_reward_matrix():
     structures = ["tester", "tester", "single", "single", "ensemble", "ensemble", "unparsed", "unparsed"]
     recs = [{"correct": r >= 1.0, "structure": s} for r, s in zip(R.flatten().tolist(), structures)]
     A_D, A_E = advantage.designer_advantages(R), advantage.executor_advantages(R, executed=E)
-    m = rundir.signal_metrics(recs, R, E, A_D, A_E)
+    m = recorder.signal_metrics(recs, R, E, A_D, A_E)
     assert m["signal/all_correct"] == 0.5 and m["signal/all_wrong"] == 0.0
     assert m["designer/dead_groups"] == 0.5 and m["executor/dead_groups"] == 0.5
     # query 1's executed runs are 1.4 and 0.4 (std 0.7071); its designs' means 0.9 and 0.0 (std 0.6364)

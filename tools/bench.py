@@ -19,9 +19,10 @@ makes it), rolled out as train.py rolls it out (tiny_step). torch and transforme
 
 Needs: grpo.py, machinery/engine.py, machinery/speed.py, rollout.py, settings.py, train.py,
 world/tiny.py, machinery/decode.py, data.py, mas.py, reward.py, sandbox.py, stagewise.py,
-advantage.py, machinery/chunked.py, machinery/loggers.py, machinery/reload_check.py,
-machinery/rundir.py, machinery/shared_prompts.py, sft.py, tools/show.py, world/final_table.py,
-world/heldout.py, machinery/isolation.py, evaluate.py, machinery/muon.py
+advantage.py, machinery/chunked.py, machinery/recorder.py, machinery/rundir.py,
+machinery/shared_prompts.py, machinery/weights.py, sft.py, world/final_table.py, world/heldout.py,
+machinery/isolation.py, machinery/loggers.py, machinery/reload_check.py, evaluate.py,
+machinery/muon.py, tools/show.py
 """
 
 import functools

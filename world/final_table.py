@@ -17,9 +17,10 @@ same tasks) pair task by task (ablations.py).
     final_table(cfg, engine, "out/tiny-rl/step_000040")     # train.py's last act, rank 0
     python world/final_table.py out/tiny-rl --split val           # a finished run's table again, on another split
 
-Needs: evaluate.py, machinery/engine.py, machinery/rundir.py, mas.py, settings.py, world/heldout.py,
-world/tiny.py, advantage.py, data.py, rollout.py, tools/show.py, machinery/decode.py, stagewise.py,
-machinery/chunked.py, reward.py, sandbox.py, machinery/isolation.py
+Needs: evaluate.py, machinery/engine.py, machinery/rundir.py, machinery/weights.py, mas.py,
+settings.py, world/heldout.py, world/tiny.py, advantage.py, data.py, rollout.py, tools/show.py,
+machinery/decode.py, machinery/reload_check.py, stagewise.py, machinery/chunked.py, reward.py,
+sandbox.py, machinery/isolation.py
 """
 
 import argparse
@@ -38,7 +39,7 @@ import evaluate
 import mas
 import settings
 from machinery import engine as engine_lib
-from machinery import rundir
+from machinery import rundir, weights
 from world import heldout, tiny
 
 
@@ -62,14 +63,11 @@ def measure(cfg, eng, dirs, tasks, contexts, shares):
     policies: the designer's in the design phase, the executor's after."""
     loaded = {d: AutoModelForCausalLM.from_pretrained(d, dtype=torch.float32) for d in set(dirs.values())}
     models = {r: loaded[d] for r, d in dirs.items()}   # shared: one model plays both roles
-
-    def hold(role):
-        eng.load_weights(models[role].state_dict())
-
-    hold("designer")
-    on_phase = hold if cfg.policy == "separate" else None
-    designs = heldout.sampled(tasks, eng, cfg, on_phase=on_phase)
-    single = heldout.sampled(tasks, eng, cfg, template="single", on_phase=on_phase)
+    state = {d: m.state_dict() for d, m in loaded.items()}
+    held = weights.Held(eng, {r: state[d] for r, d in dirs.items()})   # each role's view holds its weights
+    d, e = held.view("designer"), held.view("executor")
+    designs = heldout.sampled(tasks, d, e, cfg)
+    single = heldout.sampled(tasks, d, e, cfg, template="single")
     tok = AutoTokenizer.from_pretrained(dirs["designer"])
     rows = heldout.exact(models["designer"], models["executor"], tok, tasks, contexts, shares)
     return designs, single, rows

@@ -14,9 +14,10 @@ or two checkpoints) pair task by task:
 Paired over T tasks, RL - SFT = mean_t (x_RL,t - x_SFT,t) with SE = std_t(x_RL,t - x_SFT,t) / sqrt(T). S draws a
 task shrink the sampling part of that variance by S; the draw of tasks remains.
 
-    acc, structures = sampled(tasks, eng, cfg, samples=4)
+    acc, structures = sampled(tasks, eng, eng, cfg, samples=4)   # separate policies: the roles' views
     rows = exact(designer_model, executor_model, tokenizer, tasks, contexts)     # shares: the cold start's
-    curve = Curve(cfg, world, rank); line = curve(step, eng, policy_of, hold)  # train.py: heldout/ keys
+    curve = Curve(cfg, world, rank)
+    line = curve(step, weights, policy_of, tokenizer)   # train.py: heldout/ keys (weights.EngineWeights)
 
 Curve (train.py, tiny data, probe_tasks > 0): at step 0 (the cold start) and at every checkpoint, probe_tasks
 "val" tasks, SAMPLES draws each, and the exact rows, into that step's metrics.jsonl line under `heldout/`
@@ -51,13 +52,14 @@ def tasks(n, seed, split):
     return tiny.make_tasks(n, seed=seed + SEEDS[split], split=split)
 
 
-def sampled(tasks, eng, cfg, samples=SAMPLES, template=None, on_phase=None, q_offset=0):
+def sampled(tasks, designer_engine, executor_engine, cfg, samples=SAMPLES, template=None, q_offset=0):
     """(per-task accuracy over `samples` draws, Counter of the draws' structures): rollout with M=samples,
     N=1 (template: a fixed structure, e.g. "single"); lam=0, so R is the correctness (0 or 1)."""
-    b = rollout_lib.rollout(tasks, eng, eng, samples, 1, PROBE_STEP, seed=cfg.seed + 31, template=template,
+    b = rollout_lib.rollout(tasks, designer_engine, executor_engine, samples, 1, PROBE_STEP,
+                            seed=cfg.seed + 31, template=template,
                             designer_sampling=engine_lib.Sampling(max_tokens=cfg.designer_max_tokens),
                             executor_sampling=engine_lib.Sampling(max_tokens=cfg.max_tokens),
-                            short=True, lam=0.0, on_phase=on_phase, q_offset=q_offset)
+                            short=True, lam=0.0, q_offset=q_offset)
     structures = Counter(r.structure or "unparsed" for r in b.runs)
     return b.R.mean(dim=(1, 2)).tolist(), structures
 
@@ -122,12 +124,13 @@ class Curve:
         f = tiny.exact_figures(model, tokenizer, self.tasks, executor=False)
         return cold_start_shares(f["choice"], [t["kind"] for t in self.tasks])
 
-    def __call__(self, step, eng, policy_of, hold, tokenizer):
-        """hold(role): puts that role's weights into the engine (train.EngineWeights.hold)."""
+    def __call__(self, step, weights, policy_of, tokenizer):
+        """weights: the trainer's weights in the engine (machinery/weights.py); each role samples through its
+        view, which holds that role's weights."""
         part = np.array_split(np.arange(len(self.tasks)), self.world)[self.rank]
         mine = [self.tasks[k] for k in part]
-        hold("designer")
-        acc, structures = sampled(mine, eng, self.cfg, on_phase=hold, q_offset=int(part[0]) if len(part) else 0)
+        d, e = weights.view("designer"), weights.view("executor")
+        acc, structures = sampled(mine, d, e, self.cfg, q_offset=int(part[0]) if len(part) else 0)
         acc = gather_list(acc, self.world)
         models = {r: policy_of[r]["model"] for r in ("designer", "executor")}
         if self.shares is None and step > 0:   # no step-0 line to read them from: the cold start's own
@@ -136,7 +139,6 @@ class Curve:
         for model in {id(m): m for m in models.values()}.values():
             if hasattr(model, "reshard"):   # FSDP2: a forward without grad leaves the root gathered
                 model.reshard()
-        hold("designer")
         line = {"heldout/accuracy": float(np.mean(acc)),
                 "heldout/accuracy_se": float(np.std(acc, ddof=1) / np.sqrt(len(acc))) if len(acc) > 1 else 0.0,
                 "heldout/suited": float(np.mean(rows["suited"])),

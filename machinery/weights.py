@@ -1,0 +1,139 @@
+"""weights.py: the weights an engine generates with, and the engine as each role sees it.
+
+One policy plays both roles by default, so the engine always holds the right weights. With separate policies
+one engine serves both roles and holds whichever role is generating: a role's view of the engine puts that
+role's weights in before it generates, when the engine holds the other's.
+
+    view(role).generate(prompts, sampling) = holder.hold(role); engine.generate(prompts, sampling)
+
+rollout.py takes a designer engine and an executor engine; pass it the two views, and it never needs to know
+whose weights the engine holds. Two holders:
+
+    weights = EngineWeights(cfg, eng, policy_of, device)   # train.py: the trainer's weights (probed now)
+    batch = rollout(queries, weights.view("designer", step), weights.view("executor", step), M, N, step)
+    weights.sleep(); ...the update...; weights.check_gap(stats, roles, step); weights.sync(step)
+
+    held = Held(eng, {"designer": "out/run/step_000300/designer", "executor": "out/run/.../executor"})
+    batch = rollout(queries, held.view("designer"), held.view("executor"), M, N)   # saved models
+
+EngineWeights.sync puts the trainer's new weights into the engine after each update, gathered one tensor at a
+time (FSDP2: each full tensor on every rank) and reloaded in place. Every reload is checked (reload_check.py):
+a probe at the engine's start, after the first sync and every save_every steps (its gap and bound in that
+step's metrics line: `info`), and check_gap on each step's own engine/trainer log-prob gap. A view given the
+step is also the fault-injection point of that role's phase (rundir.fault "designer-phase", "executor-phase":
+tests/test_train.py SIGKILLs a run there, at the phase's first generate call).
+
+Needs: machinery/reload_check.py, machinery/rundir.py, machinery/engine.py, settings.py,
+machinery/decode.py, mas.py, stagewise.py
+"""
+
+import glob
+import math
+import os
+
+import torch
+import torch.distributed as dist
+from safetensors import safe_open
+
+from machinery import reload_check, rundir
+
+
+class RoleView:
+    """The engine as one role sees it: generate() holds the role's weights first (holder.hold(role)). With a
+    step, the fault point of the role's phase in that step comes first (rundir.fault, 1-based steps)."""
+
+    def __init__(self, holder, role, step=None):
+        self.holder, self.role, self.step = holder, role, step
+
+    def generate(self, prompts, sampling):
+        if self.step is not None:
+            rundir.fault(f"{self.role}-phase", self.step + 1)
+        self.holder.hold(self.role)
+        return self.holder.eng.generate(prompts, sampling)
+
+
+class Held:
+    """One engine, each role's weights: a state dict, or a saved model's folder (read one tensor at a time at
+    each load: nothing stays in memory). hold(role) loads the role's weights when the engine holds another
+    role's; one object for both roles (one model) is loaded once. held: the role whose weights the engine
+    holds already (None: nobody's, so the first hold loads)."""
+
+    def __init__(self, eng, weights, held=None):
+        self.eng, self.weights, self.held = eng, weights, held
+
+    def hold(self, role):
+        if self.held is None or self.weights[role] is not self.weights[self.held]:
+            src = self.weights[role]
+            self.eng.load_weights(folder_weights(src) if isinstance(src, str) else src)
+        self.held = role
+
+    def view(self, role):
+        return RoleView(self, role)
+
+
+def folder_weights(path):
+    """(name, tensor) of a saved HF model, one tensor at a time: every *.safetensors file of the folder."""
+    files = sorted(glob.glob(os.path.join(path, "*.safetensors")))
+    if not files:
+        raise FileNotFoundError(f"{path}: no *.safetensors file (a model folder, as train.py saves them)")
+    for f in files:
+        with safe_open(f, framework="pt") as weights:
+            for name in weights.keys():
+                yield name, weights.get_tensor(name)
+
+
+class EngineWeights:
+    """The trainer's weights in the engine: policy_of[role]["model"] is the model that plays each role."""
+
+    def __init__(self, cfg, eng, policy_of, device):
+        self.cfg, self.eng, self.policy_of, self.device = cfg, eng, policy_of, device
+        self.held, self.info = None, {}
+        self.cuda = device.type == "cuda"
+        self.dtype = torch.bfloat16 if self.cuda else None   # what vLLM computes in on a GPU
+        self.probe("at the engine's start")
+
+    def view(self, role, step=None):
+        return RoleView(self, role, step)
+
+    def load(self, role):
+        model = self.policy_of[role]["model"]
+        self.eng.load_weights(rundir.full_state(model, self.dtype))   # one tensor at a time
+        self.held = role
+
+    def hold(self, role):
+        """The engine holds this role's weights (one policy plays both: it always does)."""
+        if self.cfg.policy == "separate" and self.held != role:
+            self.load(role)
+
+    def sleep(self):
+        """vLLM on a GPU frees its KV cache and weights while the trainer runs (a no-op elsewhere)."""
+        if self.cuda:
+            self.eng.sleep()
+
+    def sync(self, step):
+        """The weights of step `step`'s update into the engine: the Designer's (asleep, its weights wake
+        first: engine.py; separate policies: the Executor's at its phase), probed on the first step and on the
+        steps that save (save_every: the same steps after a resume)."""
+        self.info = {}
+        self.load("designer")
+        if self.cuda:
+            self.eng.wake()
+        if step == 0 or (step + 1) % self.cfg.save_every == 0:
+            self.probe(f"after the weight sync of step {step + 1}")
+
+    def probe(self, when):
+        """reload_check.probe on every rank; the largest gap (NaN as inf) and S of all of them decide."""
+        gap, S = reload_check.probe(self.eng, self.policy_of["designer"]["model"], self.device)
+        t = torch.tensor([gap if gap == gap else math.inf, S], dtype=torch.float64, device=self.device)
+        dist.all_reduce(t, op=dist.ReduceOp.MAX)
+        gap, S = t.tolist()
+        self.bound = reload_check.limit(self.dtype or torch.float32, S)
+        self.info = {"reload/probe_gap": gap, "reload/probe_limit": self.bound}   # in the step's metrics
+        reload_check.check(gap, self.bound, when)
+
+    def check_gap(self, stats, roles, step):
+        """The engine sampled step `step` with the trainer's weights: each role's mean engine/trainer gap over
+        its trained tokens (update's stats, the same on every rank) within the last probe's bound."""
+        for r in roles:
+            if f"{r}/logprob_gap" in stats:
+                reload_check.check(stats[f"{r}/logprob_gap"], self.bound, f"step {step + 1}, {r}")
