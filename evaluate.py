@@ -14,32 +14,37 @@ A script or program that crashes is simply wrong; it never aborts the run.
 
     python evaluate.py --model Qwen/Qwen3-8B --tasks aime24 aime25 olympiadbench --samples 16 --out out/eval
     python evaluate.py --model M --tasks my.jsonl --mode single template:ensemble auto
+    python evaluate.py --designer RUN/step_000300/designer --executor RUN/step_000300/executor --tasks aime24
     python evaluate.py --model out/tiny-sft --tasks tiny --short-prompt --max-tokens 128 \
         --designer-max-tokens 400 --temperature 1 --top-p 1           # the tiny world's held-out tasks
 
 --tasks takes task files in data.py's format, or the names aime24 / aime25 / olympiadbench (read from
 ../shared/data through data.py's converters) and tiny (held-out tiny-world tasks). Results go to
 OUT/results.md (Tables 1-2 and 6 of the paper, as Markdown) and OUT/results.json (every number plus exactly
-what was evaluated: problem ids, data-file hashes, the model, K, sampling settings). One model plays both
-roles (a shared policy); a separate-policies run is scored by its own final table (final_table.py).
+what was evaluated: problem ids, data-file hashes, the models, K, sampling settings). --model: one model
+plays both roles (a shared policy); --designer and --executor: separate policies, one engine holding each
+role's weights in its phase (machinery/weights.py), as train.py runs them. A model that is not there ends the
+run in one line that says so.
 
-One query of your own, as a page of its tree (show.py): M designs, N runs each, graded when a gold is given;
+One query of your own, as a page of its tree (tools/show.py): M designs, N runs each, graded when a gold is given;
 with --against, a second model on the same query and seeds, below the first (the paper's Table 7 cases):
 
     python evaluate.py ask "Compute 9-7+8." --model out/tiny-rl --against out/tiny-sft --gold 10 \
         --short-prompt --max-tokens 128 --designer-max-tokens 400 --temperature 1 --top-p 1
 
-paired_margin gives the honest error bar of a difference on the same problems (final_table.py, sft.py's
+paired_margin gives the honest error bar of a difference on the same problems (world/final_table.py, sft.py's
 quality bar).
 
-Needs: advantage.py, data.py, machinery/engine.py, mas.py, rollout.py, tools/show.py, world/tiny.py,
-machinery/decode.py, reward.py, sandbox.py, machinery/chunked.py, machinery/isolation.py
+Needs: advantage.py, data.py, machinery/engine.py, machinery/weights.py, mas.py, rollout.py,
+tools/show.py, world/tiny.py, machinery/decode.py, machinery/reload_check.py, machinery/rundir.py,
+reward.py, sandbox.py, machinery/chunked.py, settings.py, machinery/isolation.py, stagewise.py
 """
 
 import argparse
 import hashlib
 import json
 import math
+import os
 import sys
 from pathlib import Path
 
@@ -50,6 +55,7 @@ import data
 import mas
 import rollout as rollout_lib
 from machinery import engine as engine_lib
+from machinery import weights
 from tools import show
 from world import tiny
 
@@ -154,10 +160,36 @@ def paired_margin(a, b):
 
 
 # ----------------------------------------------------------------------------------------------- main
-def load_engine(path, backend):
-    if not (Path(path) / "config.json").exists() and str(path).count("/") != 1:
-        raise SystemExit(f"model not found: {path} (a folder with config.json, or a hub name: Qwen/Qwen3-8B)")
+def sha256(path):
+    """The file's SHA-256 (hex), or None for no file (the tiny tasks are made, not read)."""
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest() if path else None
+
+
+MAKES = "train.py writes RUN/step_N/model, or its designer/ and executor/; sft.py writes out/tiny-sft"
+
+
+def load_engine(path, backend, flag="--model"):
+    """The engine of a model folder or hub id; a missing one ends the program in one line."""
+    why = engine_lib.missing_model(path)
+    if why:
+        raise SystemExit(f"evaluate.py: {flag}: {why} ({MAKES}; or a hub id: Qwen/Qwen3-8B)")
     return engine_lib.make_engine(str(path), backend=backend)
+
+
+def load_policies(a):
+    """(the Designer's engine, the Executor's): one model playing both roles (--model), or separate policies
+    (--designer, --executor: two model folders) on one engine, each role's view of it holding that role's
+    weights (machinery/weights.py), as train.py's separate policies run."""
+    if a.model:
+        eng = load_engine(a.model, a.backend)
+        return eng, eng
+    for flag, path in (("--designer", a.designer), ("--executor", a.executor)):
+        why = engine_lib.missing_model(path) or (None if os.path.isdir(path) else f"no model folder {path}")
+        if why:   # (a hub id is no folder: the weights are read from the folder's safetensors)
+            raise SystemExit(f"evaluate.py: {flag}: {why} ({MAKES})")
+    eng = load_engine(a.designer, a.backend, "--designer")
+    held = weights.Held(eng, {"designer": a.designer, "executor": a.executor}, held="designer")
+    return held.view("designer"), held.view("executor")
 
 
 def ask(a, sampling):
@@ -171,7 +203,7 @@ def ask(a, sampling):
             raise SystemExit(f"--gold for a code query is the tests as JSON ({e})") from None
     records, metrics = [], {}
     for k, path in enumerate([a.model] + ([a.against] if a.against else []), start=1):
-        eng = load_engine(path, a.backend)
+        eng = load_engine(path, a.backend, "--model" if k == 1 else "--against")
         batch = rollout_lib.rollout([task], eng, eng, a.M, a.N, seed=a.seed, short=a.short_prompt,
                                     designer_sampling=sampling[0], executor_sampling=sampling[1])
         A_D = advantage.designer_advantages(batch.R)
@@ -201,7 +233,9 @@ def parse_args(argv):
         p.add_argument("--kind", default="math", choices=["math", "code"])
         p.add_argument("--M", type=int, default=4, help="designs")
         p.add_argument("--N", type=int, default=4, help="runs per design")
-    p.add_argument("--model", required=True, help="one model playing both roles (shared policy)")
+    p.add_argument("--model", help="one model playing both roles (shared policy)")
+    p.add_argument("--designer", help="the Designer's model folder (separate policies, with --executor)")
+    p.add_argument("--executor", help="the Executor's model folder (separate policies, with --designer)")
     p.add_argument("--tasks", nargs="+", required=argv[:1] != ["ask"],
                    help="task files, aime24/aime25/olympiadbench, tiny")
     p.add_argument("--mode", nargs="+", default=None,
@@ -225,24 +259,29 @@ def main(argv=None):
     dsamp = engine_lib.Sampling(temperature=a.temperature, top_p=a.top_p, max_tokens=a.designer_max_tokens)
     esamp = engine_lib.Sampling(temperature=a.temperature, top_p=a.top_p, max_tokens=a.max_tokens)
     if argv[:1] == ["ask"]:
-        if min(a.M, a.N) < 1:
-            raise SystemExit("evaluate.py ask: M and N must be >= 1")
+        if not a.model or a.designer or a.executor or min(a.M, a.N) < 1:
+            raise SystemExit("evaluate.py ask: give --model (and --against), M and N >= 1")
         return ask(a, (dsamp, esamp))
+    both = "evaluate.py: give --model (one model, both roles), or --designer and --executor"
+    if a.model and (a.designer or a.executor):
+        raise SystemExit(both)
+    if not a.model and not (a.designer and a.executor):
+        raise SystemExit(both)
     if bad := [m for m in a.mode or [] if m not in ("auto", "single") and not m.startswith("template:")]:
         raise SystemExit(f"unknown mode {bad[0]!r}: use auto, single or template:NAME")
     methods = a.mode or ["single"] + [f"template:{t}" for t in mas.TEMPLATES if t != "single"] + ["auto"]
     benchmarks = [load_benchmark(t, a.n_tiny) for t in a.tasks]
     names = [b[0] for b in benchmarks]
-    eng = load_engine(a.model, a.backend)
-    res = evaluate_all(benchmarks, eng, eng, methods, a.samples, seed=a.seed, short=a.short_prompt,
-                       designer_sampling=dsamp, executor_sampling=esamp)
+    designer_eng, executor_eng = load_policies(a)
+    res = evaluate_all(benchmarks, designer_eng, executor_eng, methods, a.samples, seed=a.seed,
+                       short=a.short_prompt, designer_sampling=dsamp, executor_sampling=esamp)
     tables = [("pass@1 (%)", results_table(res, names))]
     if "auto" in res:
         tables.append(("structure shares of the learned Designer (%)", structure_table(res["auto"])))
-    sha = lambda src: hashlib.sha256(Path(src).read_bytes()).hexdigest() if src else None
-    record = {"tasks": {n: {"file": str(src) if src else None, "sha256": sha(src),
+    models = {"shared": a.model} if a.model else {"designer": a.designer, "executor": a.executor}
+    record = {"tasks": {n: {"file": str(src) if src else None, "sha256": sha256(src),
                             "ids": [str(t["id"]) for t in tasks]} for n, tasks, src in benchmarks},
-              "model": a.model, "samples": a.samples, "backend": a.backend, "seed": a.seed,
+              "models": models, "samples": a.samples, "backend": a.backend, "seed": a.seed,
               "sampling": {"designer": vars(dsamp), "executor": vars(esamp)}, "results": res}
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)

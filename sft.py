@@ -306,6 +306,13 @@ def main(argv):
                    help="tiny: the share of designer samples that show a template other than the suited one")
     p.add_argument("--seed", type=int, default=0)
     a = p.parse_args(argv)
+    if a.model is not None and engine_lib.missing_model(a.model):   # before any process group or model
+        sys.exit(f"sft.py: --model: {engine_lib.missing_model(a.model)} (a Hugging Face model folder, as "
+                 f"from_pretrained reads it, or a hub id; no --model: the tiny world's model)")
+    for name in ("designer.jsonl", "executor.jsonl") if a.data is not None else ():
+        if not os.path.isfile(os.path.join(a.data, name)):
+            sys.exit(f"sft.py: --data: no {os.path.join(a.data, name)} (python tools/distill.py --out "
+                     f"{a.data} writes designer.jsonl and executor.jsonl)")
     device = init_distributed()
     rank, world = dist_info()
     tiny_world = a.data is None

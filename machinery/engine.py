@@ -57,6 +57,7 @@ transformers).
 import hashlib
 import logging
 import os
+import re
 import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -515,6 +516,18 @@ def vllm_available() -> bool:
     return True
 
 
+def missing_model(path):
+    """Why `path` names no model, in a few words, or None when it does: a local folder with config.json, or a
+    hub id ("Qwen/Qwen3-8B": org/name, whose org is no local folder). Entry points say it in one line."""
+    p = str(path)
+    if os.path.isdir(p):
+        return None if os.path.isfile(os.path.join(p, "config.json")) else f"{p} holds no config.json"
+    org = p.split("/")[0]
+    if re.fullmatch(r"[A-Za-z0-9][\w.-]*/[\w.-]+", p) and not os.path.isdir(org):
+        return None
+    return f"no model folder {p}"
+
+
 def make_engine(model_path, backend="auto", **kw):
     """backend "auto" picks vLLM when it can be imported, else transformers."""
     if backend == "auto":
@@ -526,4 +539,5 @@ def make_engine(model_path, backend="auto", **kw):
 
 
 __all__ = ["ReloadError", "Sampling", "Completion", "derive_seed", "eos_ids", "end_of_turn_id", "prompt_ids",
-           "encode_samples", "HFEngine", "LeanEngine", "VLLMEngine", "make_engine", "vllm_available"]
+           "encode_samples", "HFEngine", "LeanEngine", "VLLMEngine", "make_engine", "missing_model",
+           "vllm_available"]

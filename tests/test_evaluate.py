@@ -26,12 +26,14 @@ def test_named_benchmarks_load_through_the_converters(name, n):
 def test_clear_errors(tmp_path):
     with pytest.raises(SystemExit, match="task file not found"):
         evaluate.load_benchmark(str(tmp_path / "missing.jsonl"))
-    with pytest.raises(SystemExit, match="model not found"):
+    with pytest.raises(SystemExit, match="--model: no model folder"):
         evaluate.main(["--model", str(tmp_path / "nope"), "--tasks", "tiny"])
     with pytest.raises(SystemExit, match="unknown mode"):
         evaluate.main(["--model", "x", "--tasks", "tiny", "--mode", "bogus"])
-    with pytest.raises(SystemExit):   # argparse: --model is required
-        evaluate.main(["--tasks", "tiny"])
+    both = "give --model .one model, both roles., or --designer and --executor"
+    for args in ([], ["--designer", "x"], ["--model", "x", "--executor", "y"]):
+        with pytest.raises(SystemExit, match=both):
+            evaluate.main([*args, "--tasks", "tiny"])
 
 
 def test_tables_shape():
@@ -72,10 +74,34 @@ def test_end_to_end_on_tiny_tasks_and_real_format(tiny_model, tmp_path):
             # fp64 shares k/n of 6 categories (Python floats): their sum is within ~6·2^-53 ~ 1e-15 of 1
             assert abs(sum(bench["structures"].values()) - 1.0) < 1e-12
     assert len(rec["tasks"]["tiny"]["ids"]) == 2 and rec["samples"] == 2
-    assert rec["model"] == str(tiny_model) and rec["tasks"]["tiny"]["sha256"] is None
+    assert rec["models"] == {"shared": str(tiny_model)} and rec["tasks"]["tiny"]["sha256"] is None
     if SHARED.exists():   # a task file is recorded with its hash
         assert len(rec["tasks"]["aime25_head"]["sha256"]) == 64
     # an untrained designer writes garbage: every one of its designs is unparseable, and it is scored, not raised
     assert res["auto"]["tiny"]["structures"]["unparseable"] == 1.0
     assert res["single"]["tiny"]["structures"]["single"] == 1.0
     assert "| method |" in (tmp_path / "results.md").read_text()
+
+
+def test_separate_policies_each_role_generates_with_its_own_model(tiny_model, tmp_path):
+    """--designer D --executor E: one engine (D's), each role's view of it holding that role's weights: the
+    Designer's view samples what an engine of D samples, the Executor's what an engine of E samples, in turn;
+    results.json records both models."""
+    from machinery import engine
+    from world import tiny
+    other = tiny.save_tiny(tmp_path / "other", seed=1)   # another model of the same shapes
+    a = evaluate.parse_args(["--designer", str(tiny_model), "--executor", str(other), "--tasks", "tiny",
+                             "--backend", "hf"])
+    d, e = evaluate.load_policies(a)
+    prompt = [{"role": "user", "content": "Compute 2+3."}]
+    sampling = engine.Sampling(max_tokens=12, seed=7)
+    want = {r: engine.make_engine(str(p), backend="hf").generate([prompt], sampling)[0][0].token_ids
+            for r, p in (("designer", tiny_model), ("executor", other))}
+    assert want["designer"] != want["executor"]   # the two models differ, so the check can fail
+    for view in (d, e, d, e):   # each role's weights come back after the other's
+        assert view.generate([prompt], sampling)[0][0].token_ids == want[view.role]
+    evaluate.main(["--designer", str(tiny_model), "--executor", str(other), "--tasks", "tiny", "--mode", "auto",
+                   "--backend", "hf", "--n-tiny", "2", "--short-prompt", "--max-tokens", "8",
+                   "--designer-max-tokens", "16", "--out", str(tmp_path / "eval")])
+    rec = json.loads((tmp_path / "eval" / "results.json").read_text())
+    assert rec["models"] == {"designer": str(tiny_model), "executor": str(other)}

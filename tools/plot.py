@@ -29,6 +29,8 @@ ROLES = ("designer", "executor")
 
 def read(run_dir):
     path = os.path.join(run_dir, "metrics.jsonl")
+    if not os.path.isdir(run_dir):
+        sys.exit(f"plot.py: no run folder {run_dir} (train.py makes it: its --out_dir)")
     if not os.path.exists(path):
         sys.exit(f"plot.py: no metrics.jsonl in {run_dir} (train.py writes one a run)")
     with open(path) as f:

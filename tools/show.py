@@ -164,6 +164,8 @@ def renders(r):
 def write(run_dir, steps=None):
     """run_dir/rollouts.html of the steps a..b (steps=(a, b), either None: open; default the last 3)."""
     path = os.path.join(run_dir, "rollouts.jsonl")
+    if not os.path.isdir(run_dir):
+        raise SystemExit(f"show.py: no run folder {run_dir} (train.py makes it: its --out_dir)")
     if not os.path.exists(path):
         raise SystemExit(f"show.py: no {path} (train.py writes it as it trains)")
     rows, skipped = read_jsonl(path)

@@ -159,7 +159,9 @@ def main(argv):
     p.add_argument("--split", default="eval", choices=sorted(heldout.SEEDS))
     p.add_argument("--tasks", type=int, default=None, help="held-out tasks (default: the run's eval_tasks)")
     a = p.parse_args(argv)
-    steps = rundir.checkpoints(a.run_dir) if os.path.isdir(a.run_dir) else []
+    if not os.path.isdir(a.run_dir):
+        sys.exit(f"final_table.py: no run folder {a.run_dir} (train.py makes it: its --out_dir)")
+    steps = rundir.checkpoints(a.run_dir)
     if not steps:
         sys.exit(f"final_table.py: {a.run_dir!r} holds no checkpoint (train.py writes them: step_000040/ ...)")
     ckpt = os.path.join(a.run_dir, steps[-1])
