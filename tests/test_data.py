@@ -12,11 +12,17 @@ from pathlib import Path
 import pytest
 
 import data
+import sandbox
 
 ROOT = Path(__file__).resolve().parents[1]
 FIX = Path(__file__).resolve().parent / "fixtures"
 DATA = ROOT.parent / "shared" / "data"
 needs_data = pytest.mark.skipif(not DATA.is_dir(), reason=f"benchmark data folder {DATA} is absent")
+try:   # grading a program runs it in the sandbox, which needs unprivileged user namespaces
+    ISOLATION, WHY = sandbox.isolation(), ""
+except sandbox.SandboxUnavailable as e:
+    ISOLATION, WHY = None, str(e).splitlines()[0]
+needs_sandbox = pytest.mark.skipif(ISOLATION is None, reason=f"no sandbox here: {WHY}")
 
 
 def _convert(source, path, tmp_path, **kw):
@@ -89,8 +95,8 @@ def test_apps_fixture_with_introductory_filter(tmp_path):
     assert len(all_tasks) == 4 and skipped == 0
 
 
+@needs_sandbox
 def test_apps_solutions_pass_their_tests(tmp_path):
-    pytest.importorskip("sandbox")
     import reward
     rows = [json.loads(line) for line in open(FIX / "apps.jsonl")]
     tasks, _ = _convert("apps", FIX / "apps.jsonl", tmp_path, difficulty=None)
@@ -112,12 +118,17 @@ def test_livecodebench_real_row(tmp_path):
     assert t["id"] == "livecodebench-1873_A" and t["tests"]["fn_name"] is None
     assert len(t["public_tests"]["inputs"]) == 1 and len(t["tests"]["inputs"]) > 1
     assert t["tests"]["inputs"][0] == t["public_tests"]["inputs"][0]
-    if pytest.importorskip("sandbox"):
-        import reward
-        sol = ("for _ in range(int(input())):\n    s = input().strip()\n"
-               "    print('YES' if sum(a != b for a, b in zip(s, 'abc')) in (0, 2) else 'NO')\n")
-        assert reward.code_score(sol, t["tests"]) == 1.0
-        assert reward.code_score("print('YES')", t["tests"]) < 1.0
+
+
+@needs_data
+@needs_sandbox
+def test_livecodebench_real_row_grades_a_solution(tmp_path):
+    import reward
+    (t,), _ = _convert("livecodebench", DATA / "samples" / "livecodebench_row.jsonl", tmp_path)
+    sol = ("for _ in range(int(input())):\n    s = input().strip()\n"
+           "    print('YES' if sum(a != b for a, b in zip(s, 'abc')) in (0, 2) else 'NO')\n")
+    assert reward.code_score(sol, t["tests"]) == 1.0
+    assert reward.code_score("print('YES')", t["tests"]) < 1.0
 
 
 def test_livecodebench_functional_fixture(tmp_path):

@@ -6,6 +6,7 @@ import json
 import re
 import shutil
 import subprocess
+import sys
 
 import pytest
 
@@ -133,8 +134,17 @@ def test_main_steps_and_bad_ranges(tmp_path, capsys):
             show.main([str(d), "--steps", bad])
 
 
-def test_docstring_needs_line():
-    assert show.__doc__.strip().splitlines()[-1] == "Needs: no other file of this project."
+def test_runs_alone_as_its_needs_line_says(tmp_path):
+    """"Needs: no other file of this project": show.py copied alone into an empty folder, run by path in a
+    fresh interpreter that sees no project file (python -I), writes the page of a run folder."""
+    shutil.copy(show.__file__, tmp_path / "show.py")
+    (tmp_path / "run").mkdir()
+    d = run_dir(tmp_path / "run")
+    p = subprocess.run([sys.executable, "-I", str(tmp_path / "show.py"), str(d)], cwd=tmp_path,
+                       capture_output=True, text=True, timeout=60)
+    assert p.returncode == 0, p.stderr[-2000:]
+    assert p.stdout.strip() == str(d / "rollouts.html") and steps_in((d / "rollouts.html").read_text()) == [1, 2]
+    assert "Needs: no other file of this project." in show.__doc__
 
 
 CHROMIUM = next((p for p in map(shutil.which, ("chromium", "chromium-browser", "google-chrome", "headless_shell"))
