@@ -1,7 +1,7 @@
 """evaluate.py: the paper's evaluation -- benchmarks, baselines, tables and structure shares.
 
-Every method is evaluated through the same rollout and reward code that training uses, so a number here and
-a reward during training mean the same thing. For each problem and each of K samples:
+Every method is evaluated through the same rollout and reward code that training uses, so a number
+here and a reward during training mean the same thing. For each problem and each of K samples:
 
     learned designer ("auto"):   the Designer writes one script, the Executor runs it once
     fixed template ("template:NAME"):  mas.TEMPLATES[NAME] runs once (no Designer)
@@ -9,8 +9,8 @@ a reward during training mean the same thing. For each problem and each of K sam
 
     pass@1 (avg@K) of a problem = (1/K) * sum_k correct_k ,     correct_k in {0, 1}  (reward.py, lam = 0)
 
-averaged over the problems of a benchmark, and the benchmarks averaged with equal weight (the paper's "Avg").
-A script or program that crashes is simply wrong; it never aborts the run.
+averaged over the problems of a benchmark, and the benchmarks averaged with equal weight (the
+paper's "Avg"). A script or program that crashes is simply wrong; it never aborts the run.
 
     python evaluate.py --model Qwen/Qwen3-8B --tasks aime24 aime25 olympiadbench --samples 16 --out out/eval
     python evaluate.py --model M --tasks my.jsonl --mode single template:ensemble auto
@@ -18,22 +18,23 @@ A script or program that crashes is simply wrong; it never aborts the run.
     python evaluate.py --model out/tiny-sft --tasks tiny --short-prompt --max-tokens 128 \
         --designer-max-tokens 400 --temperature 1 --top-p 1           # the tiny world's held-out tasks
 
---tasks takes task files in data.py's format, or the names aime24 / aime25 / olympiadbench (read from
-../shared/data through data.py's converters) and tiny (held-out tiny-world tasks). Results go to
-OUT/results.md (Tables 1-2 and 6 of the paper, as Markdown) and OUT/results.json (every number plus exactly
-what was evaluated: problem ids, data-file hashes, the models, K, sampling settings). --model: one model
-plays both roles (a shared policy); --designer and --executor: separate policies, one engine holding each
-role's weights in its phase (machinery/weights.py), as train.py runs them. A model that is not there ends the
-run in one line that says so.
+--tasks takes task files in data.py's format, or the names aime24 / aime25 / olympiadbench (read
+from ../shared/data through data.py's converters) and tiny (held-out tiny-world tasks). Results go
+to OUT/results.md (Tables 1-2 and 6 of the paper, as Markdown) and OUT/results.json (every number
+plus exactly what was evaluated: problem ids, data-file hashes, the models, K, sampling settings).
+--model: one model plays both roles (a shared policy); --designer and --executor: separate policies,
+one engine holding each role's weights in its phase (machinery/weights.py), as train.py runs them. A
+model that is not there ends the run in one line that says so.
 
-One query of your own, as a page of its tree (tools/show.py): M designs, N runs each, graded when a gold is given;
-with --against, a second model on the same query and seeds, below the first (the paper's Table 7 cases):
+One query of your own, as a page of its tree (tools/show.py): M designs, N runs each, graded when a
+gold is given; with --against, a second model on the same query and seeds, below the first (the
+paper's Table 7 cases):
 
     python evaluate.py ask "Compute 9-7+8." --model out/tiny-rl --against out/tiny-sft --gold 10 \
         --short-prompt --max-tokens 128 --designer-max-tokens 400 --temperature 1 --top-p 1
 
-paired_margin gives the honest error bar of a difference on the same problems (world/final_table.py, sft.py's
-quality bar).
+paired_margin gives the honest error bar of a difference on the same problems (world/final_table.py,
+sft.py's quality bar).
 
 Needs: advantage.py, data.py, machinery/engine.py, machinery/weights.py, mas.py, rollout.py,
 tools/show.py, world/tiny.py, machinery/decode.py, machinery/reload_check.py, machinery/rundir.py,
@@ -61,58 +62,94 @@ from world import tiny
 
 ROOT = Path(__file__).resolve().parent
 SHARED = ROOT.parent / "shared" / "data" / "benchmarks"
-NAMED = ("aime24", "aime25", "olympiadbench")     # SHARED/NAME.jsonl, as published
+NAMED = ("aime24", "aime25", "olympiadbench")  # SHARED/NAME.jsonl, as published
 STRUCTURES = ("single", "ensemble", "critic", "tester", "other")
-TINY_EVAL_SEED = 10_007      # held-out tiny tasks: the "eval" split (tiny.SPLITS), which SFT and RL never see
+TINY_EVAL_SEED = (
+    10_007  # held-out tiny tasks: the "eval" split (tiny.SPLITS), which SFT and RL never see
+)
 
 
 # ----------------------------------------------------------------------------------------------- tasks
 def load_benchmark(spec, n_tiny=100):
-    """(name, tasks, source file or None) for a benchmark name or a task file; clear errors otherwise."""
+    """(name, tasks, source file or None) for a benchmark name or a task file; clear errors
+    otherwise."""
     if spec == "tiny":
         return "tiny", tiny.make_tasks(n_tiny, seed=TINY_EVAL_SEED, split="eval"), None
     if spec in NAMED:
         path = SHARED / f"{spec}.jsonl"
         if not path.exists():
-            raise SystemExit(f"benchmark {spec!r}: {path} not found (the published file, see data.py)")
-        convert = data.CONVERTERS[spec]      # the tested converter, each task validated
+            raise SystemExit(
+                f"benchmark {spec!r}: {path} not found (the published file, see data.py)"
+            )
+        convert = data.CONVERTERS[spec]  # the tested converter, each task validated
         tasks = [data.validate_task(convert(row, k)) for k, row in enumerate(data.read_jsonl(path))]
         return spec, tasks, path
     path = Path(spec)
     if not path.exists():
-        raise SystemExit(f"task file not found: {spec} (give a task file or one of {[*NAMED, 'tiny']})")
+        raise SystemExit(
+            f"task file not found: {spec} (give a task file or one of {[*NAMED, 'tiny']})"
+        )
     return path.stem, data.load_tasks(path), path
 
 
 # ----------------------------------------------------------------------------------------------- methods
-def evaluate_method(tasks, designer_engine, executor_engine, method, K=1, *, seed=0, short=False,
-                    designer_sampling=None, executor_sampling=None, chunk=32, progress=None):
+def evaluate_method(
+    tasks,
+    designer_engine,
+    executor_engine,
+    method,
+    K=1,
+    *,
+    seed=0,
+    short=False,
+    designer_sampling=None,
+    executor_sampling=None,
+    chunk=32,
+    progress=None,
+):
     """Evaluate one method on one benchmark. Returns per-problem pass@1 and the design structures.
 
-    K samples per problem are K designs executed once each (rollout with M=K, N=1), so every sample of
-    the learned Designer is a fresh script. lam=0 makes the rollout's reward exactly `correct`. Separate
-    policies on one engine: pass each role's view of it (machinery/weights.py).
+    K samples per problem are K designs executed once each (rollout with M=K, N=1), so every sample
+    of the learned Designer is a fresh script. lam=0 makes the rollout's reward exactly `correct`.
+    Separate policies on one engine: pass each role's view of it (machinery/weights.py).
     """
-    template = None if method == "auto" else method.removeprefix("template:")   # "single" is a template
+    template = (
+        None if method == "auto" else method.removeprefix("template:")
+    )  # "single" is a template
     per_problem, structures = [], {s: 0 for s in STRUCTURES + ("unparseable",)}
     for start in range(0, len(tasks), chunk):
-        part = tasks[start:start + chunk]
-        batch = rollout_lib.rollout(part, designer_engine, executor_engine, M=K, N=1, step=start, seed=seed,
-                                    template=template, lam=0.0, short=short,
-                                    designer_sampling=designer_sampling, executor_sampling=executor_sampling)
-        correct = batch.R          # [b, K, 1]: lam = 0, so R is correct: 0 or 1 (code: every hidden test)
+        part = tasks[start : start + chunk]
+        batch = rollout_lib.rollout(
+            part,
+            designer_engine,
+            executor_engine,
+            M=K,
+            N=1,
+            step=start,
+            seed=seed,
+            template=template,
+            lam=0.0,
+            short=short,
+            designer_sampling=designer_sampling,
+            executor_sampling=executor_sampling,
+        )
+        correct = batch.R  # [b, K, 1]: lam = 0, so R is correct: 0 or 1 (code: every hidden test)
         per_problem += correct.mean(dim=(1, 2)).tolist()
         for run in batch.runs:
             structures[run.structure or "unparseable"] += 1
         if progress is not None:
             progress.update(len(part))
     n = max(1, sum(structures.values()))
-    return {"pass@1": sum(per_problem) / max(1, len(per_problem)), "per_problem": per_problem,
-            "structures": {k: v / n for k, v in structures.items()}}
+    return {
+        "pass@1": sum(per_problem) / max(1, len(per_problem)),
+        "per_problem": per_problem,
+        "structures": {k: v / n for k, v in structures.items()},
+    }
 
 
 def evaluate_all(benchmarks, designer_engine, executor_engine, methods, K=1, **kw):
-    """results[method][benchmark] = evaluate_method(...); a tqdm bar over all problems of all methods."""
+    """results[method][benchmark] = evaluate_method(...); a tqdm bar over all problems of all
+    methods."""
     total = sum(len(t) for _, t, _ in benchmarks) * len(methods)
     results = {}
     with tqdm(total=total, desc="evaluate", unit="problem", file=sys.stderr) as bar:
@@ -120,7 +157,8 @@ def evaluate_all(benchmarks, designer_engine, executor_engine, methods, K=1, **k
             for name, tasks, _ in benchmarks:
                 bar.set_postfix_str(f"{method} on {name}")
                 results.setdefault(method, {})[name] = evaluate_method(
-                    tasks, designer_engine, executor_engine, method, K, progress=bar, **kw)
+                    tasks, designer_engine, executor_engine, method, K, progress=bar, **kw
+                )
     return results
 
 
@@ -131,10 +169,15 @@ def _pct(x):
 
 def results_table(results, bench_names):
     """Tables 1-2 of the paper: benchmarks as columns, methods as rows, the average last."""
-    lines = ["| method | " + " | ".join(bench_names) + " | Avg |", "|---" * (len(bench_names) + 2) + "|"]
+    lines = [
+        "| method | " + " | ".join(bench_names) + " | Avg |",
+        "|---" * (len(bench_names) + 2) + "|",
+    ]
     for method, per in results.items():
         vals = [per[b]["pass@1"] for b in bench_names]
-        lines.append(f"| {method} | " + " | ".join(map(_pct, vals)) + f" | {_pct(sum(vals) / len(vals))} |")
+        lines.append(
+            f"| {method} | " + " | ".join(map(_pct, vals)) + f" | {_pct(sum(vals) / len(vals))} |"
+        )
     return "\n".join(lines)
 
 
@@ -143,14 +186,17 @@ def structure_table(per_bench):
     cols = list(STRUCTURES) + ["unparseable"]
     lines = ["| benchmark | " + " | ".join(cols) + " |", "|---" * (len(cols) + 1) + "|"]
     for name, r in per_bench.items():
-        lines.append(f"| {name} | " + " | ".join(_pct(r["structures"].get(c, 0.0)) for c in cols) + " |")
+        lines.append(
+            f"| {name} | " + " | ".join(_pct(r["structures"].get(c, 0.0)) for c in cols) + " |"
+        )
     return "\n".join(lines)
 
 
 # ----------------------------------------------------------------------------------------------- statistics
 def paired_margin(a, b):
     """Mean of a - b over the same problems, and its standard error (the spread of the per-problem
-    differences / sqrt(n)): the draw of problems cancels, so this is the honest error bar of a margin."""
+    differences / sqrt(n)): the draw of problems cancels, so this is the honest error bar of a
+    margin."""
     d = [x - y for x, y in zip(a, b)]
     if not d:
         return float("nan"), float("nan")
@@ -165,7 +211,9 @@ def sha256(path):
     return hashlib.sha256(Path(path).read_bytes()).hexdigest() if path else None
 
 
-MAKES = "train.py writes RUN/step_N/model, or its designer/ and executor/; sft.py writes out/tiny-sft"
+MAKES = (
+    "train.py writes RUN/step_N/model, or its designer/ and executor/; sft.py writes out/tiny-sft"
+)
 
 
 def load_engine(path, backend, flag="--model"):
@@ -177,15 +225,17 @@ def load_engine(path, backend, flag="--model"):
 
 
 def load_policies(a):
-    """(the Designer's engine, the Executor's): one model playing both roles (--model), or separate policies
-    (--designer, --executor: two model folders) on one engine, each role's view of it holding that role's
-    weights (machinery/weights.py), as train.py's separate policies run."""
+    """(the Designer's engine, the Executor's): one model playing both roles (--model), or separate
+    policies (--designer, --executor: two model folders) on one engine, each role's view of it
+    holding that role's weights (machinery/weights.py), as train.py's separate policies run."""
     if a.model:
         eng = load_engine(a.model, a.backend)
         return eng, eng
     for flag, path in (("--designer", a.designer), ("--executor", a.executor)):
-        why = engine_lib.missing_model(path) or (None if os.path.isdir(path) else f"no model folder {path}")
-        if why:   # (a hub id is no folder: the weights are read from the folder's safetensors)
+        why = engine_lib.missing_model(path) or (
+            None if os.path.isdir(path) else f"no model folder {path}"
+        )
+        if why:  # (a hub id is no folder: the weights are read from the folder's safetensors)
             raise SystemExit(f"evaluate.py: {flag}: {why} ({MAKES})")
     eng = load_engine(a.designer, a.backend, "--designer")
     held = weights.Held(eng, {"designer": a.designer, "executor": a.executor}, held="designer")
@@ -193,10 +243,19 @@ def load_policies(a):
 
 
 def ask(a, sampling):
-    """`evaluate.py ask QUERY`: the tree of one query (kind a.kind, graded against a.gold when given) under
-    --model and, with --against, the other model on the same seeds; written as one page by show.py."""
-    task = {"id": "ask", "kind": a.kind, "question": a.query, "answer": a.gold or "", "source": "ask"}
-    if a.kind == "code" and a.gold:   # code: the gold is the hidden tests, {"inputs", "outputs", "fn_name"}
+    """`evaluate.py ask QUERY`: the tree of one query (kind a.kind, graded against a.gold when
+    given) under --model and, with --against, the other model on the same seeds; written as one page
+    by show.py."""
+    task = {
+        "id": "ask",
+        "kind": a.kind,
+        "question": a.query,
+        "answer": a.gold or "",
+        "source": "ask",
+    }
+    if (
+        a.kind == "code" and a.gold
+    ):  # code: the gold is the hidden tests, {"inputs", "outputs", "fn_name"}
         try:
             task.update(answer="", tests=json.loads(a.gold))
         except json.JSONDecodeError as e:
@@ -204,17 +263,32 @@ def ask(a, sampling):
     records, metrics = [], {}
     for k, path in enumerate([a.model] + ([a.against] if a.against else []), start=1):
         eng = load_engine(path, a.backend, "--model" if k == 1 else "--against")
-        batch = rollout_lib.rollout([task], eng, eng, a.M, a.N, seed=a.seed, short=a.short_prompt,
-                                    designer_sampling=sampling[0], executor_sampling=sampling[1])
+        batch = rollout_lib.rollout(
+            [task],
+            eng,
+            eng,
+            a.M,
+            a.N,
+            seed=a.seed,
+            short=a.short_prompt,
+            designer_sampling=sampling[0],
+            executor_sampling=sampling[1],
+        )
         A_D = advantage.designer_advantages(batch.R)
         A_E = advantage.executor_advantages(batch.R, executed=batch.executed)
         for rec in batch.tree([task], A_D, A_E, k, "ask", a.short_prompt):
-            if not a.gold:   # nothing to grade against: correct unknown, R is the format reward alone
+            if (
+                not a.gold
+            ):  # nothing to grade against: correct unknown, R is the format reward alone
                 for run in (r for sc in rec["scripts"] for r in sc["runs"]):
                     run["correct"] = None
             records.append(rec)
-        metrics[k] = {"step": k, "model": path, "R mean": float(batch.R[batch.executed].mean()) if
-                      batch.executed.any() else 0.0, "graded": bool(a.gold)}
+        metrics[k] = {
+            "step": k,
+            "model": path,
+            "R mean": float(batch.R[batch.executed].mean()) if batch.executed.any() else 0.0,
+            "graded": bool(a.gold),
+        }
         del eng
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -224,29 +298,51 @@ def ask(a, sampling):
 
 
 def parse_args(argv):
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     if argv[:1] == ["ask"]:
         p.add_argument("ask")
         p.add_argument("query", help="the query, as the Designer will see it")
-        p.add_argument("--against", help="a second model on the same query and seeds (e.g. its cold start)")
-        p.add_argument("--gold", help="the answer (math) or the tests as JSON (code); without it, ungraded")
+        p.add_argument(
+            "--against", help="a second model on the same query and seeds (e.g. its cold start)"
+        )
+        p.add_argument(
+            "--gold", help="the answer (math) or the tests as JSON (code); without it, ungraded"
+        )
         p.add_argument("--kind", default="math", choices=["math", "code"])
         p.add_argument("--M", type=int, default=4, help="designs")
         p.add_argument("--N", type=int, default=4, help="runs per design")
     p.add_argument("--model", help="one model playing both roles (shared policy)")
-    p.add_argument("--designer", help="the Designer's model folder (separate policies, with --executor)")
-    p.add_argument("--executor", help="the Executor's model folder (separate policies, with --designer)")
-    p.add_argument("--tasks", nargs="+", required=argv[:1] != ["ask"],
-                   help="task files, aime24/aime25/olympiadbench, tiny")
-    p.add_argument("--mode", nargs="+", default=None,
-                   help="methods: auto (learned designer), single, template:NAME; default all of them")
-    p.add_argument("--samples", type=int, default=1, help="K: pass@1 averaged over K samples per problem")
+    p.add_argument(
+        "--designer", help="the Designer's model folder (separate policies, with --executor)"
+    )
+    p.add_argument(
+        "--executor", help="the Executor's model folder (separate policies, with --designer)"
+    )
+    p.add_argument(
+        "--tasks",
+        nargs="+",
+        required=argv[:1] != ["ask"],
+        help="task files, aime24/aime25/olympiadbench, tiny",
+    )
+    p.add_argument(
+        "--mode",
+        nargs="+",
+        default=None,
+        help="methods: auto (learned designer), single, template:NAME; default all of them",
+    )
+    p.add_argument(
+        "--samples", type=int, default=1, help="K: pass@1 averaged over K samples per problem"
+    )
     p.add_argument("--backend", default="auto", choices=["auto", "vllm", "hf"])
     p.add_argument("--temperature", type=float, default=0.6)
     p.add_argument("--top-p", type=float, default=0.95)
     p.add_argument("--max-tokens", type=int, default=4096, help="per Executor call")
     p.add_argument("--designer-max-tokens", type=int, default=2048)
-    p.add_argument("--short-prompt", action="store_true", help="the tiny world's one-line Designer prompt")
+    p.add_argument(
+        "--short-prompt", action="store_true", help="the tiny world's one-line Designer prompt"
+    )
     p.add_argument("--n-tiny", type=int, default=100)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out", default="out/eval")
@@ -256,7 +352,9 @@ def parse_args(argv):
 def main(argv=None):
     argv = sys.argv[1:] if argv is None else list(argv)
     a = parse_args(argv)
-    dsamp = engine_lib.Sampling(temperature=a.temperature, top_p=a.top_p, max_tokens=a.designer_max_tokens)
+    dsamp = engine_lib.Sampling(
+        temperature=a.temperature, top_p=a.top_p, max_tokens=a.designer_max_tokens
+    )
     esamp = engine_lib.Sampling(temperature=a.temperature, top_p=a.top_p, max_tokens=a.max_tokens)
     if argv[:1] == ["ask"]:
         if not a.model or a.designer or a.executor or min(a.M, a.N) < 1:
@@ -267,25 +365,54 @@ def main(argv=None):
         raise SystemExit(both)
     if not a.model and not (a.designer and a.executor):
         raise SystemExit(both)
-    if bad := [m for m in a.mode or [] if m not in ("auto", "single") and not m.startswith("template:")]:
+    if bad := [
+        m for m in a.mode or [] if m not in ("auto", "single") and not m.startswith("template:")
+    ]:
         raise SystemExit(f"unknown mode {bad[0]!r}: use auto, single or template:NAME")
-    methods = a.mode or ["single"] + [f"template:{t}" for t in mas.TEMPLATES if t != "single"] + ["auto"]
+    methods = a.mode or ["single"] + [f"template:{t}" for t in mas.TEMPLATES if t != "single"] + [
+        "auto"
+    ]
     benchmarks = [load_benchmark(t, a.n_tiny) for t in a.tasks]
     names = [b[0] for b in benchmarks]
     designer_eng, executor_eng = load_policies(a)
-    res = evaluate_all(benchmarks, designer_eng, executor_eng, methods, a.samples, seed=a.seed,
-                       short=a.short_prompt, designer_sampling=dsamp, executor_sampling=esamp)
+    res = evaluate_all(
+        benchmarks,
+        designer_eng,
+        executor_eng,
+        methods,
+        a.samples,
+        seed=a.seed,
+        short=a.short_prompt,
+        designer_sampling=dsamp,
+        executor_sampling=esamp,
+    )
     tables = [("pass@1 (%)", results_table(res, names))]
     if "auto" in res:
-        tables.append(("structure shares of the learned Designer (%)", structure_table(res["auto"])))
+        tables.append(
+            ("structure shares of the learned Designer (%)", structure_table(res["auto"]))
+        )
     models = {"shared": a.model} if a.model else {"designer": a.designer, "executor": a.executor}
-    record = {"tasks": {n: {"file": str(src) if src else None, "sha256": sha256(src),
-                            "ids": [str(t["id"]) for t in tasks]} for n, tasks, src in benchmarks},
-              "models": models, "samples": a.samples, "backend": a.backend, "seed": a.seed,
-              "sampling": {"designer": vars(dsamp), "executor": vars(esamp)}, "results": res}
+    record = {
+        "tasks": {
+            n: {
+                "file": str(src) if src else None,
+                "sha256": sha256(src),
+                "ids": [str(t["id"]) for t in tasks],
+            }
+            for n, tasks, src in benchmarks
+        },
+        "models": models,
+        "samples": a.samples,
+        "backend": a.backend,
+        "seed": a.seed,
+        "sampling": {"designer": vars(dsamp), "executor": vars(esamp)},
+        "results": res,
+    }
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
-    (out / "results.md").write_text("\n\n".join(f"### {title}\n\n{table}" for title, table in tables) + "\n")
+    (out / "results.md").write_text(
+        "\n\n".join(f"### {title}\n\n{table}" for title, table in tables) + "\n"
+    )
     (out / "results.json").write_text(json.dumps(record, indent=1))
     for title, table in tables:
         print(f"\n{title}\n{table}")

@@ -35,19 +35,31 @@ import torch
 
 
 def token_logprobs(model, input_ids, attention_mask=None):
-    """[B, T-1] fp32 log-probs of input_ids[:, 1:] (fp64 for an fp64 model); padding scores finite values."""
-    logits = model(input_ids=input_ids, attention_mask=attention_mask, use_cache=False).logits[:, :-1]
+    """[B, T-1] fp32 log-probs of input_ids[:, 1:] (fp64 for an fp64 model); padding scores finite
+    values."""
+    logits = model(input_ids=input_ids, attention_mask=attention_mask, use_cache=False).logits[
+        :, :-1
+    ]
     logp = logits.to(torch.promote_types(logits.dtype, torch.float32)).log_softmax(-1)
     return logp.gather(-1, input_ids[:, 1:, None]).squeeze(-1)
 
 
-def grpo_loss(logprobs, old_logprobs, advantages, mask, num_tokens=None, engine_logprobs=None, tis_cap=0.0,
-              clip_eps=0.2):
+def grpo_loss(
+    logprobs,
+    old_logprobs,
+    advantages,
+    mask,
+    num_tokens=None,
+    engine_logprobs=None,
+    tis_cap=0.0,
+    clip_eps=0.2,
+):
     """The clipped GRPO surrogate, token-mean. Returns (loss, stats).
 
-    logprobs, old_logprobs (None: on-policy), mask and engine_logprobs: [B, T]; advantages [B] (one a
-    sequence) or [B, T]. Masked positions must hold finite values: 0 * inf is NaN. stats: tokens, ratio_mean,
-    clip_frac and, with engine log-probs, logprob_gap(_max) = |logp_old - logp_engine| (engine vs trainer)."""
+    logprobs, old_logprobs (None: on-policy), mask and engine_logprobs: [B, T]; advantages [B] (one
+    a sequence) or [B, T]. Masked positions must hold finite values: 0 * inf is NaN. stats: tokens,
+    ratio_mean, clip_frac and, with engine log-probs, logprob_gap(_max) = |logp_old - logp_engine|
+    (engine vs trainer)."""
     mask = mask.to(logprobs.dtype)
     old = logprobs.detach() if old_logprobs is None else old_logprobs
     adv = advantages[:, None] if advantages.dim() == 1 else advantages
@@ -65,5 +77,7 @@ def grpo_loss(logprobs, old_logprobs, advantages, mask, num_tokens=None, engine_
         stats = {"tokens": int(n.item()), "ratio_mean": mean(ratio), "clip_frac": clip_frac}
         if engine_logprobs is not None:
             gap = (old - engine_logprobs).abs() * mask
-            stats.update(logprob_gap=mean(gap), logprob_gap_max=gap.max().item() if gap.numel() else 0.0)
+            stats.update(
+                logprob_gap=mean(gap), logprob_gap_max=gap.max().item() if gap.numel() else 0.0
+            )
     return loss, stats

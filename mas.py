@@ -1,9 +1,10 @@
 """mas.py: the workflow-script language the Designer writes.
 
-A multi-agent system (MAS) is a short Python script that defines `workflow(task) -> str`. It builds agents
-and wires them together with plain Python; the sandbox (sandbox.run_workflows) runs it in a child process
-and relays each agent call to the trainer, where one batched engine call answers all pending calls (so the
-Executor's rollout is batched across every running script). What a script may call:
+A multi-agent system (MAS) is a short Python script that defines `workflow(task) -> str`. It builds
+agents and wires them together with plain Python; the sandbox (sandbox.run_workflows) runs it in a
+child process and relays each agent call to the trainer, where one batched engine call answers all
+pending calls (so the Executor's rollout is batched across every running script). What a script may
+call:
 
     Agent(role, instructions)   an agent; agent(message) -> str makes one Executor call and returns the text
                                 inside the reply's <answer> tag ("" if none). Only that part flows on; the
@@ -15,8 +16,9 @@ Executor's rollout is batched across every running script). What a script may ca
     run_tests(code)             run a program on the task's VISIBLE tests -> "PASS 3/3" or "FAIL 1/3 ..."
 
 The four templates (TEMPLATES) are the fixed structures of the paper: single agent, ensemble voting,
-solver-critic and solver-tester. parse_script takes a script out of a Designer completion, or says why it
-cannot; structure_of names a script's structure from what it calls (for the structure-share tables).
+solver-critic and solver-tester. parse_script takes a script out of a Designer completion, or says
+why it cannot; structure_of names a script's structure from what it calls (for the structure-share
+tables).
 
 Needs: no other file of this project.
 """
@@ -40,44 +42,56 @@ def answer_of(reply):
 
 @dataclass
 class Limits:
-    max_calls: int = 16         # agent calls per execution; agent.sample(m, n) counts n
-    timeout: float = 60.0       # wall seconds per execution, not counting time spent waiting on the trainer
-    max_output: int = 8192      # chars of the answer, of captured stdout, of a run_python/run_tests reply
+    max_calls: int = 16  # agent calls per execution; agent.sample(m, n) counts n
+    timeout: float = (
+        60.0  # wall seconds per execution, not counting time spent waiting on the trainer
+    )
+    max_output: int = (
+        8192  # chars of the answer, of captured stdout, of a run_python/run_tests reply
+    )
     code_timeout: float = 10.0  # wall seconds of one run_python / run_tests from a script
 
 
 # ---------------------------------------------------------------------------------------------------------
 # Prompts
 
+
 def agent_messages(role, instructions, message, short=False):
     """The Executor's chat prompt for one agent call. short=True: `role: instructions`, for the tiny
-    character-level model (the answer tag is learned from the SFT replies, not read from the prompt)."""
-    system = f"{role}: {instructions}" if short else \
-        f"You are the {role}. {instructions} Put the final answer in <{ANSWER_TAG}></{ANSWER_TAG}>."
-    return [{"role": "system", "content": system.replace("  ", " ")}, {"role": "user", "content": message}]
+    character-level model (the answer tag is learned from the SFT replies, not read from the
+    prompt)."""
+    system = (
+        f"{role}: {instructions}"
+        if short
+        else f"You are the {role}. {instructions} Put the final answer in <{ANSWER_TAG}></{ANSWER_TAG}>."
+    )
+    return [
+        {"role": "system", "content": system.replace("  ", " ")},
+        {"role": "user", "content": message},
+    ]
 
 
 TEMPLATES = {
-    "single": '''def workflow(task):
+    "single": """def workflow(task):
     solver = Agent("solver", "Solve the task.")
     return solver(task)
-''',
-    "ensemble": '''def workflow(task):
+""",
+    "ensemble": """def workflow(task):
     solver = Agent("solver", "Solve the task.")
     return vote(solver.sample(task, 3))
-''',
-    "critic": '''def workflow(task):
+""",
+    "critic": """def workflow(task):
     solver = Agent("solver", "Solve the task.")
     critic = Agent("critic", "Check the answer and correct it.")
     answer = solver(task)
     return critic(f"{task}\\nAnswer: {answer}")
-''',
-    "tester": '''def workflow(task):
+""",
+    "tester": """def workflow(task):
     coder = Agent("coder", "Write a Python program.")
     code = coder(task)
     report = run_tests(code)
     return code if report.startswith("PASS") else coder(f"{task}\\nCode:\\n{code}\\nTests: {report}")
-''',
+""",
 }
 
 _DESIGNER = """You design a multi-agent workflow for the task. Write a Python function workflow(task) -> str \
@@ -115,21 +129,58 @@ def script_completion(script):
 # Parsing and naming scripts
 
 _CODE_RE = re.compile(r"```(?:python|py)?[ \t]*\n(.*?)```", re.S)
-SAFE_IMPORTS = {"math", "re", "json", "itertools", "collections", "functools", "fractions", "statistics",
-                "string", "random", "heapq", "bisect", "operator", "decimal"}
-FORBIDDEN_NAMES = {"open", "exec", "eval", "compile", "__import__", "globals", "locals", "vars", "getattr",
-                   "setattr", "delattr", "breakpoint", "input", "exit", "quit", "help", "memoryview"}
+SAFE_IMPORTS = {
+    "math",
+    "re",
+    "json",
+    "itertools",
+    "collections",
+    "functools",
+    "fractions",
+    "statistics",
+    "string",
+    "random",
+    "heapq",
+    "bisect",
+    "operator",
+    "decimal",
+}
+FORBIDDEN_NAMES = {
+    "open",
+    "exec",
+    "eval",
+    "compile",
+    "__import__",
+    "globals",
+    "locals",
+    "vars",
+    "getattr",
+    "setattr",
+    "delattr",
+    "breakpoint",
+    "input",
+    "exit",
+    "quit",
+    "help",
+    "memoryview",
+}
 
 
 def _forbidden(tree):
     for node in ast.walk(tree):
         line = getattr(node, "lineno", "?")
         if isinstance(node, ast.Import | ast.ImportFrom):
-            names = [a.name for a in node.names] if isinstance(node, ast.Import) else [node.module or "."]
+            names = (
+                [a.name for a in node.names]
+                if isinstance(node, ast.Import)
+                else [node.module or "."]
+            )
             bad = [n for n in names if n.split(".")[0] not in SAFE_IMPORTS]
             if bad:
                 return f"import {bad[0]} (line {line})"
-        elif isinstance(node, ast.Name) and (node.id in FORBIDDEN_NAMES or node.id.startswith("__")):
+        elif isinstance(node, ast.Name) and (
+            node.id in FORBIDDEN_NAMES or node.id.startswith("__")
+        ):
             return f"{node.id} (line {line})"
         elif isinstance(node, ast.Attribute) and node.attr.startswith("__"):
             return f"dunder attribute .{node.attr} (line {line})"
@@ -167,17 +218,21 @@ def parse_script(completion):
 
 
 def structure_of(script):
-    """"single" | "ensemble" | "critic" | "tester" | "other", from what the script calls:
-    tester = runs code (run_tests / run_python); ensemble = samples or votes; critic = two or more agents;
-    single = one agent called once outside any loop. A mix of these, or anything else, is "other"."""
+    """ "single" | "ensemble" | "critic" | "tester" | "other", from what the script calls: tester =
+    runs code (run_tests / run_python); ensemble = samples or votes; critic = two or more agents;
+    single = one agent called once outside any loop. A mix of these, or anything else, is
+    "other"."""
     try:
         tree = ast.parse(script)
     except (SyntaxError, ValueError, TypeError, RecursionError, MemoryError):
         return "other"
     agents, n_agents, calls, in_loop, feats = set(), 0, 0, False, set()
     for node in ast.walk(tree):
-        if isinstance(node, ast.Assign) and isinstance(node.value, ast.Call) and \
-                getattr(node.value.func, "id", None) == "Agent":
+        if (
+            isinstance(node, ast.Assign)
+            and isinstance(node.value, ast.Call)
+            and getattr(node.value.func, "id", None) == "Agent"
+        ):
             agents |= {t.id for t in node.targets if isinstance(t, ast.Name)}
     loops = [n for n in ast.walk(tree) if isinstance(n, ast.For | ast.While | ast.comprehension)]
     looped = {id(c) for lp in loops for c in ast.walk(lp) if isinstance(c, ast.Call)}
@@ -236,8 +291,16 @@ class Agent:
         _need_str("message", message)
         if not isinstance(n, int) or n < 1:
             raise ValueError("n must be a positive int")
-        return _request({"op": "agent", "role": self.role, "instructions": self.instructions,
-                         "message": message, "n": n, "many": True})
+        return _request(
+            {
+                "op": "agent",
+                "role": self.role,
+                "instructions": self.instructions,
+                "message": message,
+                "n": n,
+                "many": True,
+            }
+        )
 
     def __repr__(self):
         return f"Agent({self.role!r})"
@@ -246,8 +309,9 @@ class Agent:
 def majority(answers, equal):
     """The most common of `answers` (strings), two answers being the same when they are equal up to
     whitespace or when equal(a, b) says so; first seen wins ties; "" when no answer is non-empty.
-    What vote() returns, computed in the trainer (sandbox.run_workflows) with the equal it was given."""
-    groups = []   # [representative, count]
+    What vote() returns, computed in the trainer (sandbox.run_workflows) with the equal it was
+    given."""
+    groups = []  # [representative, count]
     for a in answers:
         a = str(a).strip()
         if not a:
@@ -261,12 +325,12 @@ def majority(answers, equal):
     return max(groups, key=lambda g: g[1])[0] if groups else ""
 
 
-MAX_VOTE = 64   # answers one vote() may compare
+MAX_VOTE = 64  # answers one vote() may compare
 
 
 def vote(answers):
-    """The most common answer (majority(answers, equal) with the trainer's equal, e.g. math equivalence);
-    "" for no non-empty answers."""
+    """The most common answer (majority(answers, equal) with the trainer's equal, e.g. math
+    equivalence); "" for no non-empty answers."""
     if isinstance(answers, str) or not hasattr(answers, "__iter__"):
         raise TypeError("vote takes a list of answers")
     answers = [str(a) for a in answers]
@@ -283,12 +347,20 @@ def run_python(code, input=""):  # noqa: A002 - the name a script uses
 
 
 def run_tests(code):
-    """Run a program on the task's visible tests: "PASS k/k", or "FAIL j/k" with the first failing case."""
+    """Run a program on the task's visible tests: "PASS k/k", or "FAIL j/k" with the first failing
+    case."""
     _need_str("code", code)
     return _request({"op": "run_tests", "code": code})
 
 
 def script_globals():
     """The namespace a workflow script runs in."""
-    return {"__name__": "workflow", "__builtins__": builtins, "Agent": Agent, "vote": vote,
-            "run_python": run_python, "run_tests": run_tests, "answer_of": answer_of}
+    return {
+        "__name__": "workflow",
+        "__builtins__": builtins,
+        "Agent": Agent,
+        "vote": vote,
+        "run_python": run_python,
+        "run_tests": run_tests,
+        "answer_of": answer_of,
+    }

@@ -11,17 +11,17 @@ the fraction passed, stays a diagnostic).
     format   = share of the execution's executor replies that carry exactly one well-formed answer tag
 
 Math equivalence is math-verify (SymPy underneath) behind a pre-normalisation of our own for what it
-misses (text answers, degrees vs radians, multiple answers as sets, plain numbers). math-verify's own
-timeouts use SIGALRM, which only works on the main thread; so we call it with its timeouts disabled and
-enforce a hard deadline ourselves: each comparison that needs SymPy runs in a long-lived grader process
-(SymPy imported once), and a comparison that outlives its deadline gets that process killed (answer: not
-equal). Plain numbers never leave the caller. Grading happens in the trainer, never inside a sandbox job
-(whose seccomp filter forbids starting a grader): a script's vote() is counted there too, by
-sandbox.run_workflows(..., equal=math_equal).
+misses (text answers, degrees vs radians, multiple answers as sets, plain numbers). math-verify's
+own timeouts use SIGALRM, which only works on the main thread; so we call it with its timeouts
+disabled and enforce a hard deadline ourselves: each comparison that needs SymPy runs in a
+long-lived grader process (SymPy imported once), and a comparison that outlives its deadline gets
+that process killed (answer: not equal). Plain numbers never leave the caller. Grading happens in
+the trainer, never inside a sandbox job (whose seccomp filter forbids starting a grader): a script's
+vote() is counted there too, by sandbox.run_workflows(..., equal=math_equal).
 
 Programs run in the sandbox (all tests of one program in one sandbox child); their raw outputs are
-compared in the trainer as LiveCodeBench does (sandbox.outputs_match: whitespace-stripped lines, numbers
-with a tolerance).
+compared in the trainer as LiveCodeBench does (sandbox.outputs_match: whitespace-stripped lines,
+numbers with a tolerance).
 
     from reward import math_equal, code_score, reward
     math_equal("\\boxed{025}", "25")                        # True
@@ -52,11 +52,13 @@ import sandbox
 from mas import ANSWER_TAG
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-LAM = 0.4                       # the paper's λ
-FLOAT_TOL = sandbox.FLOAT_TOL   # relative/absolute tolerance for non-integer numbers (as in program output)
-MAX_ANSWER_CHARS = 4000         # a longer "answer" is a runaway generation, never a final answer
-GRADER_MEMORY = 4 << 30         # address space of one grader process: a blow-up dies, the trainer does not
-GRADER_STARTUP = 120.0          # seconds a grader process may take to import SymPy on a busy machine
+LAM = 0.4  # the paper's λ
+FLOAT_TOL = (
+    sandbox.FLOAT_TOL
+)  # relative/absolute tolerance for non-integer numbers (as in program output)
+MAX_ANSWER_CHARS = 4000  # a longer "answer" is a runaway generation, never a final answer
+GRADER_MEMORY = 4 << 30  # address space of one grader process: a blow-up dies, the trainer does not
+GRADER_STARTUP = 120.0  # seconds a grader process may take to import SymPy on a busy machine
 
 _TAG_RE = re.compile(rf"<{ANSWER_TAG}>(.*?)</{ANSWER_TAG}>", re.S)
 
@@ -64,8 +66,10 @@ _TAG_RE = re.compile(rf"<{ANSWER_TAG}>(.*?)</{ANSWER_TAG}>", re.S)
 # ---------------------------------------------------------------------------------------------------------
 # Answer extraction
 
+
 def _last_boxed(text):
-    """Content of the last \\boxed{...} (or \\fbox{...}) with nested braces; None if there is none."""
+    """Content of the last \\boxed{...} (or \\fbox{...}) with nested braces; None if there is
+    none."""
     best = None
     for m in re.finditer(r"\\(?:boxed|fbox)\s*\{", text):
         depth, i = 1, m.end()
@@ -73,16 +77,17 @@ def _last_boxed(text):
             depth += {"{": 1, "}": -1}.get(text[i], 0)
             i += 1
         if depth == 0:
-            best = text[m.end(): i - 1]
-    if best is None:       # "\boxed 5" (no braces), as some models write it
+            best = text[m.end() : i - 1]
+    if best is None:  # "\boxed 5" (no braces), as some models write it
         m = list(re.finditer(r"\\boxed ([^\s$]+)", text))
         best = m[-1].group(1) if m else None
     return best
 
 
 def extract_answer(text):
-    """The content of the last answer tag; failing that, of the last \\boxed{}; failing that, None."""
-    tagged = mas.answer_of(text)   # (None for a non-string too)
+    """The content of the last answer tag; failing that, of the last \\boxed{}; failing that,
+    None."""
+    tagged = mas.answer_of(text)  # (None for a non-string too)
     if tagged is not None or not isinstance(text, str):
         return tagged
     boxed = _last_boxed(text)
@@ -92,20 +97,36 @@ def extract_answer(text):
 # ---------------------------------------------------------------------------------------------------------
 # Math equivalence: normalisation (cheap, pure Python), then math-verify
 
-_UNICODE = {"−": "-", "–": "-", "π": "\\pi ", "∞": "\\infty ", "√": "\\sqrt", "×": "\\times ", "·": "\\cdot ",
-            "°": "^\\circ", "≤": "\\le ", "≥": "\\ge ", "±": "\\pm ", "∪": "\\cup ", "∈": "\\in "}
+_UNICODE = {
+    "−": "-",
+    "–": "-",
+    "π": "\\pi ",
+    "∞": "\\infty ",
+    "√": "\\sqrt",
+    "×": "\\times ",
+    "·": "\\cdot ",
+    "°": "^\\circ",
+    "≤": "\\le ",
+    "≥": "\\ge ",
+    "±": "\\pm ",
+    "∪": "\\cup ",
+    "∈": "\\in ",
+}
 _NUM_RE = re.compile(r"[+-]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d{1,3})?")
 _FRAC_RE = re.compile(r"([+-]?\d{1,50})\s*/\s*(\d{1,50})")
 _WORDS_RE = re.compile(r"[A-Za-z]+(?: [A-Za-z]+)*")
 _DEGREE_RE = re.compile(r"(\d+(?:\.\d+)?)\s*(?:\^\s*\{?\s*\\circ\s*\}?|\\degree)")
 # "x = 3", "x_1 = 3", "\alpha = 3", "f(x) = 3": the right-hand side is the answer
-_ASSIGN_RE = re.compile(r"^\s*(?:[A-Za-z](?:_\{?[\w\\ ]+\}?)?|\\[A-Za-z]+|[A-Za-z]\([A-Za-z]\))"
-                        r"\s*=\s*(?P<rhs>[^=]+)$")
+_ASSIGN_RE = re.compile(
+    r"^\s*(?:[A-Za-z](?:_\{?[\w\\ ]+\}?)?|\\[A-Za-z]+|[A-Za-z]\([A-Za-z]\))"
+    r"\s*=\s*(?P<rhs>[^=]+)$"
+)
 _TEXT_RE = re.compile(r"\\(?:text|textbf|textit|mathrm|mbox|operatorname)\s*\{([^{}]*)\}")
 
 
 def _clean(s):
-    """Strip what never changes an answer's value: delimiters, boxes, spacing commands, a trailing period."""
+    """Strip what never changes an answer's value: delimiters, boxes, spacing commands, a trailing
+    period."""
     s = str(s).strip()
     boxed = _last_boxed(s)
     if boxed is not None:
@@ -120,7 +141,7 @@ def _clean(s):
     s = re.sub(r"(?<!\\)%", r"\\%", s)
     s = re.sub(r"\s+(?:and|or)\s+|\\text\{\s*(?:and|or)\s*\}", ", ", s)
     s = re.sub(r"\s+", " ", s).strip().rstrip(".").strip()
-    if re.fullmatch(r"-?\d{1,3}(?:,\d{3})+(?:\.\d+)?", s):     # 1,000 is a thousand, not a set
+    if re.fullmatch(r"-?\d{1,3}(?:,\d{3})+(?:\.\d+)?", s):  # 1,000 is a thousand, not a set
         s = s.replace(",", "")
     return s
 
@@ -137,7 +158,8 @@ def _number(s):
 
 
 def _words(s):
-    """Lower-cased text of a text answer ("Yes", "\\text{no solution}"); None for anything mathematical."""
+    """Lower-cased text of a text answer ("Yes", "\\text{no solution}"); None for anything
+    mathematical."""
     t = _TEXT_RE.sub(r"\1", s).strip()
     return t.lower() if _WORDS_RE.fullmatch(t) and len(t.replace(" ", "")) >= 3 else None
 
@@ -145,7 +167,8 @@ def _words(s):
 def _fast_equal(pred, gold):
     """Decide without SymPy where that is safe: True/False, or None (needs math-verify).
 
-    Integers compare exactly, other numbers within FLOAT_TOL; a text answer equals only the same text."""
+    Integers compare exactly, other numbers within FLOAT_TOL; a text answer equals only the same
+    text."""
     p, g = _clean(pred), _clean(gold)
     if not p or not g:
         return False
@@ -153,10 +176,17 @@ def _fast_equal(pred, gold):
         return True
     a, b = _number(p), _number(g)
     if a is not None and b is not None:
-        return a == b if a.denominator == b.denominator == 1 else abs(a - b) <= FLOAT_TOL * max(1, abs(b))
-    if p.startswith("def ") and g.startswith("def "):   # two programs (a vote over code) are the same answer
-        return False                                   # only as text (above): math-verify would call
-        # `def f(): return 3` and `def g(): return 3` equal (it reads the constant), and a test calls f, not g
+        return (
+            a == b
+            if a.denominator == b.denominator == 1
+            else abs(a - b) <= FLOAT_TOL * max(1, abs(b))
+        )
+    if p.startswith("def ") and g.startswith(
+        "def "
+    ):  # two programs (a vote over code) are the same answer
+        return False  # only as text (above): math-verify would call
+        # `def f(): return 3` and `def g(): return 3` equal (it reads the constant), and a test
+        # calls f, not g
     wp, wg = _words(p), _words(g)
     if wp is not None or wg is not None:
         return wp == wg
@@ -164,8 +194,8 @@ def _fast_equal(pred, gold):
 
 
 def _split_top(s):
-    """Split at commas outside brackets: "(1,2), (3,4)" -> ["(1,2)", "(3,4)"] (a set's \\{ \\} are brackets too:
-    their braces count)."""
+    """Split at commas outside brackets: "(1,2), (3,4)" -> ["(1,2)", "(3,4)"] (a set's \\{ \\} are
+    brackets too: their braces count)."""
     items, depth, cur = [], 0, ""
     for c in s:
         if c in "([{":
@@ -182,8 +212,9 @@ def _split_top(s):
 
 
 def _items(s):
-    """The answers of a multiple answer: "\\{1, 2\\}" -> ["1", "2"] (a set written as a set compares like
-    a list); "1 \\pm \\sqrt 2" -> ["1+(\\sqrt 2)", "1-(\\sqrt 2)"] (one \\pm only; more: math-verify's)."""
+    """The answers of a multiple answer: "\\{1, 2\\}" -> ["1", "2"] (a set written as a set compares
+    like a list); "1 \\pm \\sqrt 2" -> ["1+(\\sqrt 2)", "1-(\\sqrt 2)"] (one \\pm only; more:
+    math-verify's)."""
     if s.startswith("\\{") and s.endswith("\\}") and len(_split_top(s)) == 1:
         s = s[2:-2].strip()
     if s.count("\\pm") == 1 and "," not in s:
@@ -197,9 +228,10 @@ def _to_radians(s):
 
 
 def _verify(p, g):
-    """math-verify with its own (SIGALRM) timeouts off. Imported here, not at the top: it pulls in SymPy,
-    which a grader process needs and the trainer does not."""
+    """math-verify with its own (SIGALRM) timeouts off. Imported here, not at the top: it pulls in
+    SymPy, which a grader process needs and the trainer does not."""
     import math_verify as mv
+
     gp, pp = mv.parse(f"${g}$", parsing_timeout=None), mv.parse(f"${p}$", parsing_timeout=None)
     return bool(gp and pp and mv.verify(gp, pp, timeout_seconds=None))
 
@@ -208,9 +240,9 @@ def _equal_one(p, g):
     fast = _fast_equal(p, g)
     if fast is not None:
         return fast
-    if ("=" in p) != ("=" in g):      # "x = 3" vs "3"
+    if ("=" in p) != ("=" in g):  # "x = 3" vs "3"
         p, g = (_ASSIGN_RE.sub(r"\g<rhs>", s).strip() for s in (p, g))
-    if "\\pi" in p + g:               # "90^\circ" vs "\frac{\pi}{2}"
+    if "\\pi" in p + g:  # "90^\circ" vs "\frac{\pi}{2}"
         p, g = _to_radians(p), _to_radians(g)
     return _verify(p, g)
 
@@ -222,7 +254,8 @@ def _equal(pred, gold):
         return False
     if _equal_one(p, g):
         return True
-    # several answers: compare as multisets, item by item (math-verify's own set parsing misses many)
+    # several answers: compare as multisets, item by item (math-verify's own set parsing misses
+    # many)
     ps, gs = _items(p), _items(g)
     if len(ps) != len(gs) or len(gs) < 2:
         return False
@@ -238,12 +271,14 @@ def _equal(pred, gold):
 def _serve_grader():
     """Grader process main loop: one JSON [pred, gold] per line in, one JSON bool per line out."""
     out = os.fdopen(os.dup(1), "w")
-    os.dup2(2, 1)                     # stray prints must not corrupt the protocol
+    os.dup2(2, 1)  # stray prints must not corrupt the protocol
     with contextlib.suppress(ValueError, OSError):
         resource.setrlimit(resource.RLIMIT_AS, (GRADER_MEMORY, GRADER_MEMORY))
-    logging.getLogger("math_verify").setLevel(logging.ERROR)   # its threaded-mode warning: deadlines are ours
+    logging.getLogger("math_verify").setLevel(
+        logging.ERROR
+    )  # its threaded-mode warning: deadlines are ours
     for p, g in (("\\frac12", "0.5"), ("x+1", "1+x"), ("[1,2)", "[1,2)"), ("x=1", "1")):
-        _equal(p, g)                  # math-verify builds its parsers on first use: before any deadline
+        _equal(p, g)  # math-verify builds its parsers on first use: before any deadline
     out.write("ready\n")
     out.flush()
     for line in sys.stdin:
@@ -261,15 +296,21 @@ class _Grader:
 
     def __init__(self):
         boot = "import sys; sys.path.insert(0, sys.argv[1]); import reward; reward._serve_grader()"
-        self.proc = subprocess.Popen([sys.executable, "-c", boot, HERE], stdin=subprocess.PIPE,
-                                     stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, bufsize=0)
+        self.proc = subprocess.Popen(
+            [sys.executable, "-c", boot, HERE],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            bufsize=0,
+        )
         if self._readline(GRADER_STARTUP) != b"ready":
             self.kill()
             raise OSError("grader process failed to start")
 
     def _readline(self, timeout):
-        """The next line, or None after `timeout` seconds or at the process's end. Each line is written
-        at once (shorter than PIPE_BUF), so once the pipe is readable the whole line is there."""
+        """The next line, or None after `timeout` seconds or at the process's end. Each line is
+        written at once (shorter than PIPE_BUF), so once the pipe is readable the whole line is
+        there."""
         if not select.select([self.proc.stdout], [], [], timeout)[0]:
             return None
         return self.proc.stdout.readline().rstrip(b"\n") or None
@@ -291,7 +332,8 @@ class _Grader:
 
 
 class _Pool:
-    """Idle grader processes; a thread takes one per comparison, so concurrent callers grade in parallel."""
+    """Idle grader processes; a thread takes one per comparison, so concurrent callers grade in
+    parallel."""
 
     def __init__(self):
         self.lock, self.idle = threading.Lock(), []
@@ -301,7 +343,7 @@ class _Pool:
             g = self.idle.pop() if self.idle else None
         g = g or _Grader()
         ok = g.ask(pred, gold, timeout)
-        if ok is None:                # stuck on a pathological expression (or died): kill, answer "no"
+        if ok is None:  # stuck on a pathological expression (or died): kill, answer "no"
             g.kill()
             return False
         with self.lock:
@@ -317,12 +359,14 @@ class _Pool:
 
 _POOL = _Pool()
 atexit.register(_POOL.close)
-os.register_at_fork(after_in_child=_POOL.__init__)   # a forked child: the parent's graders are not its own
+os.register_at_fork(
+    after_in_child=_POOL.__init__
+)  # a forked child: the parent's graders are not its own
 
 
 def math_equal(pred, gold, timeout=5.0):
-    """Is the answer `pred` equivalent to the reference `gold`? Safe from any thread; a comparison that
-    needs more than `timeout` seconds of SymPy is killed and counts as not equal."""
+    """Is the answer `pred` equivalent to the reference `gold`? Safe from any thread; a comparison
+    that needs more than `timeout` seconds of SymPy is killed and counts as not equal."""
     if pred is None or gold is None:
         return False
     pred, gold = str(pred), str(gold)
@@ -335,9 +379,10 @@ def math_equal(pred, gold, timeout=5.0):
 # ---------------------------------------------------------------------------------------------------------
 # Programs
 
+
 def extract_code(text):
-    """The program in a reply: inside the answer tag if there is one, the last ```python block (or the
-    last fenced block, or an unclosed one cut off by the length limit), else the text itself."""
+    """The program in a reply: inside the answer tag if there is one, the last ```python block (or
+    the last fenced block, or an unclosed one cut off by the length limit), else the text itself."""
     if not isinstance(text, str):
         return ""
     inner = _TAG_RE.findall(text)
@@ -347,24 +392,31 @@ def extract_code(text):
     if blocks:
         py = [code for lang, code in blocks if lang.lower() in ("python", "py", "python3")]
         return (py or [blocks[-1][1]])[-1].strip("\n")
-    m = re.search(r"```[\w+-]*[^\n]*\n(.*)$", text, re.S)   # an unclosed block: cut off by the length limit
+    m = re.search(
+        r"```[\w+-]*[^\n]*\n(.*)$", text, re.S
+    )  # an unclosed block: cut off by the length limit
     return (m.group(1) if m else text).strip("\n")
 
 
 def code_score(code, tests, timeout=4.0):
-    """Fraction of `tests` ({"inputs", "outputs", "fn_name"}) the program passes: all tests in one sandbox
-    child with `timeout` seconds each; outputs compared as sandbox.outputs_match / call_output_match do."""
+    """Fraction of `tests` ({"inputs", "outputs", "fn_name"}) the program passes: all tests in one
+    sandbox child with `timeout` seconds each; outputs compared as sandbox.outputs_match /
+    call_output_match do."""
     if not tests["inputs"] or not code.strip():
         return 0.0
     fn = tests.get("fn_name")
     match = sandbox.call_output_match if fn else sandbox.outputs_match
-    outcomes = sandbox.run_tests(sandbox.CALL_HEADER + code if fn else code, tests, timeout_per_test=timeout)
-    return sum(o.status == "ok" and match(o.output, exp) for o, exp in zip(outcomes, tests["outputs"])) \
-        / len(tests["inputs"])
+    outcomes = sandbox.run_tests(
+        sandbox.CALL_HEADER + code if fn else code, tests, timeout_per_test=timeout
+    )
+    return sum(
+        o.status == "ok" and match(o.output, exp) for o, exp in zip(outcomes, tests["outputs"])
+    ) / len(tests["inputs"])
 
 
 # ---------------------------------------------------------------------------------------------------------
 # Format and the reward
+
 
 def well_formed(reply):
     """Exactly one <answer>...</answer>, opened before it is closed, with something inside."""
@@ -372,21 +424,22 @@ def well_formed(reply):
     if not isinstance(reply, str) or reply.count(o) != 1 or reply.count(c) != 1:
         return False
     i, j = reply.index(o), reply.index(c)
-    return i < j and reply[i + len(o): j].strip() != ""
+    return i < j and reply[i + len(o) : j].strip() != ""
 
 
 def format_score(run):
-    """The paper's format reward (weighted by λ = 0.4 in R): the share of the execution's executor replies
-    (run.calls[k].reply) that carry exactly one well-formed answer tag; 0 when there were no replies.
-    Only the tag's content goes back to the script: a reply without one gives the script "" from
-    agent(message), so a badly formatted reply also starves the workflow."""
+    """The paper's format reward (weighted by λ = 0.4 in R): the share of the execution's executor
+    replies (run.calls[k].reply) that carry exactly one well-formed answer tag; 0 when there were no
+    replies. Only the tag's content goes back to the script: a reply without one gives the script ""
+    from agent(message), so a badly formatted reply also starves the workflow."""
     return sum(well_formed(c.reply) for c in run.calls) / len(run.calls) if run.calls else 0.0
 
 
 def graded_part(kind, answer):
-    """The part of an answer that correctness grades on a task of this kind: the answer, or what its answer
-    tag or \\boxed{} holds (math); the program it holds (code); None for no answer. correctness(task, answer)
-    depends on nothing but the task and this, so two answers with the same graded part score the same."""
+    """The part of an answer that correctness grades on a task of this kind: the answer, or what its
+    answer tag or \\boxed{} holds (math); the program it holds (code); None for no answer.
+    correctness(task, answer) depends on nothing but the task and this, so two answers with the same
+    graded part score the same."""
     if answer is None:
         return None
     answer = str(answer)
@@ -398,8 +451,8 @@ def graded_part(kind, answer):
 
 
 def correctness(task, answer):
-    """correct(e) in {0, 1}: math_equal on the returned answer, or whether its program passes every hidden
-    test."""
+    """correct(e) in {0, 1}: math_equal on the returned answer, or whether its program passes every
+    hidden test."""
     if answer is None:
         return 0.0
     kind = task.get("kind")
@@ -407,23 +460,25 @@ def correctness(task, answer):
     if kind == "math":
         return float(math_equal(graded, task.get("answer")))
     if kind == "code":
-        return float(code_score(graded, task["tests"]) == 1.0)   # k/n == 1.0 exactly when k == n
+        return float(code_score(graded, task["tests"]) == 1.0)  # k/n == 1.0 exactly when k == n
     raise ValueError(f"task {task.get('id')!r}: unknown kind {kind!r} (expected 'math' or 'code')")
 
 
 def reward(task, run, lam=LAM):
-    """R = correct + λ·format (the paper's; a run that failed to parse or run just earns no correctness)."""
+    """R = correct + λ·format (the paper's; a run that failed to parse or run just earns no
+    correctness)."""
     return correctness(task, run.answer) + lam * format_score(run)
 
 
 def grade_runs(pairs, workers=4):
-    """[correctness(task, run.answer) for (task, run) in pairs], each distinct (task, graded part) graded
-    once. Many runs of a step return the same program or answer (the N executions of a script, designs with
-    the same template), and correctness depends on nothing else (graded_part), so each is graded once, keyed
-    by the task object itself (every run of a query holds the same dict). In threads: grading waits on
-    sandbox children (hidden tests) and grader processes (math_equal), both safe to drive from threads."""
+    """[correctness(task, run.answer) for (task, run) in pairs], each distinct (task, graded part)
+    graded once. Many runs of a step return the same program or answer (the N executions of a
+    script, designs with the same template), and correctness depends on nothing else (graded_part),
+    so each is graded once, keyed by the task object itself (every run of a query holds the same
+    dict). In threads: grading waits on sandbox children (hidden tests) and grader processes
+    (math_equal), both safe to drive from threads."""
     keys = [(id(task), graded_part(task.get("kind"), run.answer)) for task, run in pairs]
-    first = {}   # key -> the first run that has it: that run's answer is graded
+    first = {}  # key -> the first run that has it: that run's answer is graded
     for k, key in enumerate(keys):
         first.setdefault(key, k)
     grade = lambda k: correctness(pairs[k][0], pairs[k][1].answer)

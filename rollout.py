@@ -1,26 +1,29 @@
 """rollout.py: the bi-level tree rollout of MetaAgent-X.
 
-For each query q of a batch of B tasks the Designer writes M workflow scripts d_1..d_M, and every script that
-parses is executed N times e_i1..e_iN by the Executor. Every run gets a reward
+For each query q of a batch of B tasks the Designer writes M workflow scripts d_1..d_M, and every
+script that parses is executed N times e_i1..e_iN by the Executor. Every run gets a reward
 
     R[q, i, j] = correct(e_ij) + lam * format(e_ij)       (reward.py; a script that does not parse is never
                                                            run and scores 0)
 
-so R is a [B, M, N] tensor: advantage.py turns it into the Designer's advantage (per script, over the M
-scripts of a query) and the Executor's (per run, over the runs of a query). Unparseable scripts stay in the
-Designer's group: they are its failures and must pull its advantage down. Their runs never happened, so
-batch.executed [B, M, N] marks the runs that did: the Executor's advantage leaves the others out of its group.
+so R is a [B, M, N] tensor: advantage.py turns it into the Designer's advantage (per script, over
+the M scripts of a query) and the Executor's (per run, over the runs of a query). Unparseable
+scripts stay in the Designer's group: they are its failures and must pull its advantage down. Their
+runs never happened, so batch.executed [B, M, N] marks the runs that did: the Executor's advantage
+leaves the others out of its group.
 
-Batching is what makes this fast. The design phase is one engine.generate call for all B*M prompts. The
-execution phase is ONE sandbox.run_workflows call for all B*M*N runs; each tick, every agent call pending
-across all live scripts goes to the engine as one generate call. Every completion is seeded from
-(seed, step, q, i) or (seed, step, q, i, j, call index), so a seeded rollout does not depend on the order in
-which scripts reach their calls. q counts from q_offset: a rank that rolls out queries b..b+B-1 of the global
-batch passes q_offset=b and draws exactly what one process rolling out the whole batch would.
+Batching is what makes this fast. The design phase is one engine.generate call for all B*M prompts.
+The execution phase is ONE sandbox.run_workflows call for all B*M*N runs; each tick, every agent
+call pending across all live scripts goes to the engine as one generate call. Every completion is
+seeded from (seed, step, q, i) or (seed, step, q, i, j, call index), so a seeded rollout does not
+depend on the order in which scripts reach their calls. q counts from q_offset: a rank that rolls
+out queries b..b+B-1 of the global batch passes q_offset=b and draws exactly what one process
+rolling out the whole batch would.
 
-What comes out is trajectories as token ids, exactly as the engine generated them (never re-tokenized): a
-designer sample is (designer prompt, script completion) for (q, i); an executor sample is one agent call
-(call prompt, reply) for (q, i, j). samples_to_tensors packs them for grpo.token_logprobs.
+What comes out is trajectories as token ids, exactly as the engine generated them (never
+re-tokenized): a designer sample is (designer prompt, script completion) for (q, i); an executor
+sample is one agent call (call prompt, reply) for (q, i, j). samples_to_tensors packs them for
+grpo.token_logprobs.
 
     batch = rollout(tasks, engine, engine, M=4, N=4, step=t)           # shared policy
     batch = rollout(tasks, eng_d, eng_e, M=4, N=4, step=t)             # separate policies, two engines
@@ -46,62 +49,77 @@ from machinery import engine as engine_lib
 
 @dataclass
 class Sample:
-    """One generated sequence to train on: prompt and completion token ids, the engine's log-probs."""
+    """One generated sequence to train on: prompt and completion token ids, the engine's
+    log-probs."""
+
     prompt_ids: list[int]
     completion_ids: list[int]
     logprobs: list[float]
-    index: tuple[int, ...]   # (q, i) for a designer sample, (q, i, j) for an executor sample
-    call: int = -1           # executor: the call's index within its run
+    index: tuple[int, ...]  # (q, i) for a designer sample, (q, i, j) for an executor sample
+    call: int = -1  # executor: the call's index within its run
 
 
 @dataclass
 class RunInfo:
     """What happened in one execution e_ij of script d_i for query q."""
+
     q: int
     i: int
     j: int
-    structure: str | None    # mas.structure_of(script); None when the script did not parse
+    structure: str | None  # mas.structure_of(script); None when the script did not parse
     error: str | None
     n_calls: int
-    tokens: int              # executor completion tokens generated for this run
+    tokens: int  # executor completion tokens generated for this run
     answer: str | None
     correct: float
     format: float
-    reward: float            # correct + lam * format
-    run: object = None       # the sandbox.WorkflowRun (None when the script was not executed)
+    reward: float  # correct + lam * format
+    run: object = None  # the sandbox.WorkflowRun (None when the script was not executed)
 
 
 @dataclass
 class Batch:
-    R: torch.Tensor                    # [B, M, N] rewards
-    executed: torch.Tensor             # [B, M, N] bool: the run happened (its script parsed)
-    designer: list[Sample]             # one per designer completion (none in fixed-structure mode)
-    executor: list[Sample]             # one per agent call, in (q, i, j, call) order
-    runs: list[RunInfo]                # B*M*N, in (q, i, j) order
-    scripts: list[list[str | None]]    # [B][M] parsed scripts (None: unparseable)
-    designer_texts: list[list[str]]    # [B][M] raw designer completions ("" with a template)
-    stats: dict = field(default_factory=dict)   # timings, generate calls, token counts
+    R: torch.Tensor  # [B, M, N] rewards
+    executed: torch.Tensor  # [B, M, N] bool: the run happened (its script parsed)
+    designer: list[Sample]  # one per designer completion (none in fixed-structure mode)
+    executor: list[Sample]  # one per agent call, in (q, i, j, call) order
+    runs: list[RunInfo]  # B*M*N, in (q, i, j) order
+    scripts: list[list[str | None]]  # [B][M] parsed scripts (None: unparseable)
+    designer_texts: list[list[str]]  # [B][M] raw designer completions ("" with a template)
+    stats: dict = field(default_factory=dict)  # timings, generate calls, token counts
 
     def run(self, q, i, j) -> RunInfo:
         M, N = self.R.shape[1], self.R.shape[2]
         return self.runs[(q * M + i) * N + j]
 
     def records(self, queries):
-        """Per-run facts as plain values (small enough to gather over ranks): what train.py logs of a run."""
-        return [{"reward": r.reward, "correct": r.correct == 1.0, "format": r.format, "calls": r.n_calls,
-                 "structure": r.structure or "unparsed", "error": r.error is not None,
-                 "parsed": r.structure is not None, "tokens": r.tokens, "kind": queries[r.q]["kind"]}
-                for r in self.runs]
+        """Per-run facts as plain values (small enough to gather over ranks): what train.py logs of
+        a run."""
+        return [
+            {
+                "reward": r.reward,
+                "correct": r.correct == 1.0,
+                "format": r.format,
+                "calls": r.n_calls,
+                "structure": r.structure or "unparsed",
+                "error": r.error is not None,
+                "parsed": r.structure is not None,
+                "tokens": r.tokens,
+                "kind": queries[r.q]["kind"],
+            }
+            for r in self.runs
+        ]
 
     def tree(self, queries, A_D, A_E, step, role, short=False):
-        """The step's tree, one plain dict per query (a line of out_dir/rollouts.jsonl; show.py draws it):
+        """The step's tree, one plain dict per query (a line of out_dir/rollouts.jsonl; show.py
+        draws it):
 
             {step, role, query, task: {id, kind, text, gold}, R: [M][N],
              scripts: [{text, parsed, error, structure, A_D,
                         runs: [{calls: [{role, prompt, reply}], answer, correct, format, R, A_E, error}]}]}
 
-        queries: the batch's, or its first few (those are recorded); task.text is what the Designer was shown;
-        A_E is None for a run that did not happen."""
+        queries: the batch's, or its first few (those are recorded); task.text is what the Designer
+        was shown; A_E is None for a run that did not happen."""
         _, M, N = self.R.shape
         out = []
         for q, t in enumerate(queries):
@@ -109,20 +127,46 @@ class Batch:
             for i in range(M):
                 runs = [self.run(q, i, j) for j in range(N)]
                 parsed = self.scripts[q][i] is not None
-                scripts.append({
-                    "text": self.designer_texts[q][i] or self.scripts[q][i] or "", "parsed": parsed,
-                    "error": None if parsed else runs[0].error, "A_D": float(A_D[q, i]),
-                    "structure": runs[0].structure,   # None when the script did not parse
-                    "runs": [{"calls": [{"role": c.role, "prompt": c.messages, "reply": c.reply}
-                                        for c in (r.run.calls if r.run is not None else [])],
-                              "answer": r.answer, "correct": r.correct, "format": r.format, "R": r.reward,
-                              "error": r.error,
-                              "A_E": float(A_E[q, i, j]) if self.executed[q, i, j] else None}
-                             for j, r in enumerate(runs)]})   # A_E None: the run did not happen
+                scripts.append(
+                    {
+                        "text": self.designer_texts[q][i] or self.scripts[q][i] or "",
+                        "parsed": parsed,
+                        "error": None if parsed else runs[0].error,
+                        "A_D": float(A_D[q, i]),
+                        "structure": runs[0].structure,  # None when the script did not parse
+                        "runs": [
+                            {
+                                "calls": [
+                                    {"role": c.role, "prompt": c.messages, "reply": c.reply}
+                                    for c in (r.run.calls if r.run is not None else [])
+                                ],
+                                "answer": r.answer,
+                                "correct": r.correct,
+                                "format": r.format,
+                                "R": r.reward,
+                                "error": r.error,
+                                "A_E": float(A_E[q, i, j]) if self.executed[q, i, j] else None,
+                            }
+                            for j, r in enumerate(runs)
+                        ],
+                    }
+                )  # A_E None: the run did not happen
             text = data.task_text(t, short=short)
-            out.append({"step": step, "role": role, "query": q, "R": self.R[q].tolist(), "scripts": scripts,
-                        "task": {"id": t.get("id"), "kind": t.get("kind"), "text": text,
-                                 "gold": t.get("answer") or t.get("tests")}})
+            out.append(
+                {
+                    "step": step,
+                    "role": role,
+                    "query": q,
+                    "R": self.R[q].tolist(),
+                    "scripts": scripts,
+                    "task": {
+                        "id": t.get("id"),
+                        "kind": t.get("kind"),
+                        "text": text,
+                        "gold": t.get("answer") or t.get("tests"),
+                    },
+                }
+            )
         return out
 
 
@@ -131,8 +175,9 @@ def _sample(comp, index, call=-1):
 
 
 def executor_generate(eng, sampling, seed_of, records, stats):
-    """The `generate` callback for sandbox.run_workflows: one engine.generate call per tick. seed_of(call)
-    gives each call's seed; every completion is stored in records[(run, index)]."""
+    """The `generate` callback for sandbox.run_workflows: one engine.generate call per tick.
+    seed_of(call) gives each call's seed; every completion is stored in records[(run, index)]."""
+
     def generate(calls):
         if not calls:
             return []
@@ -141,8 +186,8 @@ def executor_generate(eng, sampling, seed_of, records, stats):
             samplings = [replace(sampling, seed=seed_of(c)) for c in calls]
             outs = eng.generate([c.messages for c in calls], samplings)
         except Exception as e:
-            # the sandbox would turn this into failed runs (reward 0); an engine failure is ours, not the
-            # model's, so rollout re-raises it after the sandbox has cleaned up
+            # the sandbox would turn this into failed runs (reward 0); an engine failure is ours,
+            # not the model's, so rollout re-raises it after the sandbox has cleaned up
             stats.setdefault("engine_error", e)
             raise
         stats["generate_calls"] += 1
@@ -150,11 +195,26 @@ def executor_generate(eng, sampling, seed_of, records, stats):
         for c, out in zip(calls, outs, strict=True):
             records[(c.run, c.index)] = out[0]
         return [o[0] for o in outs]
+
     return generate
 
 
-def rollout(queries, designer_engine, executor_engine, M, N, step=0, *, seed=0, template=None,
-            designer_sampling=None, executor_sampling=None, short=False, lam=0.4, q_offset=0) -> Batch:
+def rollout(
+    queries,
+    designer_engine,
+    executor_engine,
+    M,
+    N,
+    step=0,
+    *,
+    seed=0,
+    template=None,
+    designer_sampling=None,
+    executor_sampling=None,
+    short=False,
+    lam=0.4,
+    q_offset=0,
+) -> Batch:
     """The bi-level rollout of a batch of tasks (data.py dicts).
 
     template: None (the Designer writes the scripts) or a key of mas.TEMPLATES (a fixed structure: every one
@@ -172,10 +232,20 @@ def rollout(queries, designer_engine, executor_engine, M, N, step=0, *, seed=0, 
     scripts = [[mas.TEMPLATES[template] if template else None] * M for _ in range(B)]
     errors = [[None] * M for _ in range(B)]
     if template is None:
-        prompts = [mas.designer_messages(data.task_text(t, short=short), short=short) for t in queries]
-        seeds = [engine_lib.derive_seed(seed, step, q_offset + q, i) for q in range(B) for i in range(M)]
-        outs = designer_engine.generate([prompts[k // M] for k in range(B * M)],
-                                        [replace(designer_sampling, seed=s) for s in seeds]) if B else []
+        prompts = [
+            mas.designer_messages(data.task_text(t, short=short), short=short) for t in queries
+        ]
+        seeds = [
+            engine_lib.derive_seed(seed, step, q_offset + q, i) for q in range(B) for i in range(M)
+        ]
+        outs = (
+            designer_engine.generate(
+                [prompts[k // M] for k in range(B * M)],
+                [replace(designer_sampling, seed=s) for s in seeds],
+            )
+            if B
+            else []
+        )
         for k, out in enumerate(outs):
             (q, i), comp = divmod(k, M), out[0]
             if comp.finish_reason == "error":
@@ -188,24 +258,37 @@ def rollout(queries, designer_engine, executor_engine, M, N, step=0, *, seed=0, 
 
     # ---- execution phase: every parsed script N times, all B*M*N runs in ONE run_workflows call
     t0 = time.perf_counter()
-    keys = [(q, i, j) for q in range(B) for i in range(M) if scripts[q][i] is not None for j in range(N)]
+    keys = [
+        (q, i, j) for q in range(B) for i in range(M) if scripts[q][i] is not None for j in range(N)
+    ]
     records, wf_runs = {}, []
     if keys:
+
         def seed_of(call):
             q, i, j = keys[call.run]
             return engine_lib.derive_seed(seed, step, q_offset + q, i, j, call.index)
+
         sampling = executor_sampling or engine_lib.Sampling()
         gen = executor_generate(executor_engine, sampling, seed_of, records, stats)
-        wf_runs = sandbox.run_workflows([scripts[q][i] for q, i, _ in keys], [queries[q] for q, _, _ in keys],
-                                        gen, equal=reward_lib.math_equal, short=short)
+        wf_runs = sandbox.run_workflows(
+            [scripts[q][i] for q, i, _ in keys],
+            [queries[q] for q, _, _ in keys],
+            gen,
+            equal=reward_lib.math_equal,
+            short=short,
+        )
         if "engine_error" in stats:
             e = stats.pop("engine_error")
-            raise RuntimeError(f"the executor engine failed in the rollout: {type(e).__name__}: {e}") from e
+            raise RuntimeError(
+                f"the executor engine failed in the rollout: {type(e).__name__}: {e}"
+            ) from e
     stats["execute_s"] = time.perf_counter() - t0
 
     # ---- rewards: R = correct + lam * format (reward.py grades each distinct answer of a query once)
     t0 = time.perf_counter()
-    correct = reward_lib.grade_runs([(queries[q], run) for (q, _, _), run in zip(keys, wf_runs, strict=True)])
+    correct = reward_lib.grade_runs(
+        [(queries[q], run) for (q, _, _), run in zip(keys, wf_runs, strict=True)]
+    )
     stats["grade_s"] = time.perf_counter() - t0
 
     # ---- assemble: executor samples in (q, i, j, call) order, per-run info, R
@@ -218,7 +301,7 @@ def rollout(queries, designer_engine, executor_engine, M, N, step=0, *, seed=0, 
     done, runs = {key: k for k, key in enumerate(keys)}, []
     for q, i, j in ((q, i, j) for q in range(B) for i in range(M) for j in range(N)):
         k = done.get((q, i, j))
-        if k is None:   # an unparsed script: not run, reward 0, still in the Designer's group
+        if k is None:  # an unparsed script: not run, reward 0, still in the Designer's group
             why = f"unparseable script: {errors[q][i]}"
             runs.append(RunInfo(q, i, j, None, why, 0, 0, None, 0.0, 0.0, 0.0))
             continue
@@ -226,18 +309,32 @@ def rollout(queries, designer_engine, executor_engine, M, N, step=0, *, seed=0, 
         R[q, i, j] = r = correct[k] + lam * fmt
         executed[q, i, j] = True
         tokens = sum(len(c.token_ids) for c in by_run.get(k, []))
-        runs.append(RunInfo(q, i, j, mas.structure_of(scripts[q][i]), wr.error, len(wr.calls), tokens,
-                            wr.answer, correct[k], fmt, r, wr))
+        runs.append(
+            RunInfo(
+                q,
+                i,
+                j,
+                mas.structure_of(scripts[q][i]),
+                wr.error,
+                len(wr.calls),
+                tokens,
+                wr.answer,
+                correct[k],
+                fmt,
+                r,
+                wr,
+            )
+        )
     stats["executor_tokens"] = sum(len(s.completion_ids) for s in executor)
     stats["designer_tokens"] = sum(len(s.completion_ids) for s in designer)
     return Batch(R, executed, designer, executor, runs, scripts, texts, stats)
 
 
 def samples_to_tensors(samples, pad_id, device=None):
-    """Pack samples into right-padded tensors aligned with grpo.token_logprobs ([S, T-1]: position t holds the
-    log-prob of token t+1). completion_mask marks the completion tokens (the only ones trained on); logprobs
-    holds the engine's log-probs at those positions and 0 elsewhere. Every sample needs a prompt (its first
-    completion token is predicted from the prompt's last)."""
+    """Pack samples into right-padded tensors aligned with grpo.token_logprobs ([S, T-1]: position t
+    holds the log-prob of token t+1). completion_mask marks the completion tokens (the only ones
+    trained on); logprobs holds the engine's log-probs at those positions and 0 elsewhere. Every
+    sample needs a prompt (its first completion token is predicted from the prompt's last)."""
     T = max(2, max((len(s.prompt_ids) + len(s.completion_ids) for s in samples), default=2))
     input_ids = torch.full((len(samples), T), pad_id, dtype=torch.long)
     attention_mask = torch.zeros(len(samples), T, dtype=torch.long)
@@ -245,12 +342,18 @@ def samples_to_tensors(samples, pad_id, device=None):
     for k, s in enumerate(samples):
         P, L = len(s.prompt_ids), len(s.completion_ids)
         if P == 0:
-            raise ValueError("samples_to_tensors: without a prompt, a sample's first token has no predictor")
-        input_ids[k, :P + L] = torch.tensor(s.prompt_ids + s.completion_ids, dtype=torch.long)
-        attention_mask[k, :P + L] = 1
+            raise ValueError(
+                "samples_to_tensors: without a prompt, a sample's first token has no predictor"
+            )
+        input_ids[k, : P + L] = torch.tensor(s.prompt_ids + s.completion_ids, dtype=torch.long)
+        attention_mask[k, : P + L] = 1
         # completion token c sits at position P + c and is predicted at position P + c - 1
-        completion_mask[k, P - 1:P + L - 1] = 1
-        logprobs[k, P - 1:P + L - 1] = torch.tensor(s.logprobs, dtype=torch.float)
-    out = {"input_ids": input_ids, "attention_mask": attention_mask, "completion_mask": completion_mask,
-           "logprobs": logprobs}
+        completion_mask[k, P - 1 : P + L - 1] = 1
+        logprobs[k, P - 1 : P + L - 1] = torch.tensor(s.logprobs, dtype=torch.float)
+    out = {
+        "input_ids": input_ids,
+        "attention_mask": attention_mask,
+        "completion_mask": completion_mask,
+        "logprobs": logprobs,
+    }
     return {k: v.to(device) for k, v in out.items()} if device is not None else out

@@ -1,10 +1,12 @@
-"""sandbox.py: running model-written code as the method needs it: workflow scripts, whose agent calls are
-relayed to the trainer and batched, and programs under test; the limits; comparing outputs.
+"""sandbox.py: running model-written code as the method needs it: workflow scripts, whose agent
+calls are relayed to the trainer and batched, and programs under test; the limits; comparing
+outputs.
 
-How a workflow script runs. run_workflows(scripts, tasks, generate) starts one sandbox job per script: a
-child process that can hurt nothing (isolation.py: namespaces, read-only files, no network, seccomp,
-rlimits). There the script's workflow(task) runs, and each helper it calls (mas.py) sends one request to the
-trainer over the job's socket and blocks on the reply. Here, in the trainer:
+How a workflow script runs. run_workflows(scripts, tasks, generate) starts one sandbox job per
+script: a child process that can hurt nothing (isolation.py: namespaces, read-only files, no
+network, seccomp, rlimits). There the script's workflow(task) runs, and each helper it calls
+(mas.py) sends one request to the trainer over the job's socket and blocks on the reply. Here, in
+the trainer:
 
     Agent(role, instructions)(message), agent.sample(message, n)
         queued as n AgentCalls; when EVERY live script waits on an agent call, ONE generate(calls) answers
@@ -16,26 +18,29 @@ trainer over the job's socket and blocks on the reply. Here, in the trainer:
     run_tests(code)   the program on the task's VISIBLE tests (public_tests; hidden tests never enter a
                       script): tests_report's "PASS k/k", or "FAIL j/k" and the first failing case
 
-Limits (mas.Limits): max_calls agent calls a run (sample(m, n) counts n); `timeout` wall seconds a run, not
-counting the time it waits on the trainer (but counting a vote's count); max_output characters of an
-answer, of stdout, of a helper's reply; code_timeout seconds a run_python (run_tests: at most 4 a test).
-Every job: isolation.MEMORY bytes of memory more than the fork-server's, 16 MiB files, 64 open files, CPU
-seconds = its timeout + 1. Nothing a script does raises in the trainer: every failure (syntax, exception,
-limit, timeout, crash, protocol violation, engine failure) is its WorkflowRun.error.
+Limits (mas.Limits): max_calls agent calls a run (sample(m, n) counts n); `timeout` wall seconds a
+run, not counting the time it waits on the trainer (but counting a vote's count); max_output
+characters of an answer, of stdout, of a helper's reply; code_timeout seconds a run_python
+(run_tests: at most 4 a test). Every job: isolation.MEMORY bytes of memory more than the
+fork-server's, 16 MiB files, 64 open files, CPU seconds = its timeout + 1. Nothing a script does
+raises in the trainer: every failure (syntax, exception, limit, timeout, crash, protocol violation,
+engine failure) is its WorkflowRun.error.
 
 Programs under test, outside workflows (reward.code_score grades with run_tests):
 
     run_code(code, stdin="", timeout=10.0) -> RunResult(stdout, stderr, status, duration, returncode)
     run_tests(code, tests, timeout_per_test=4.0) -> [TestOutcome(status, output, error)]   (one job)
 
-A stdin test runs in a fresh interpreter; call-based tests ({"fn_name": f}) share one, in turn, as LeetCode's
-and LiveCodeBench's harnesses run them (module state persists from call to call), and a fresh one after any
-test that does not return, so that no test can sink another. outputs_match (stdout) and call_output_match
-(return values) compare outputs as LiveCodeBench does, for a script's run_tests and reward.code_score alike.
+A stdin test runs in a fresh interpreter; call-based tests ({"fn_name": f}) share one, in turn, as
+LeetCode's and LiveCodeBench's harnesses run them (module state persists from call to call), and a
+fresh one after any test that does not return, so that no test can sink another. outputs_match
+(stdout) and call_output_match (return values) compare outputs as LiveCodeBench does, for a script's
+run_tests and reward.code_score alike.
 
-start(unsafe=None) starts the fork-server (else the first job does) and returns a line for the log; without
-unprivileged user namespaces it raises SandboxUnavailable, saying what to enable, unless
-METAAGENT_UNSAFE_SANDBOX=1 or start(unsafe=True): then it warns on every start and every run_workflows.
+start(unsafe=None) starts the fork-server (else the first job does) and returns a line for the log;
+without unprivileged user namespaces it raises SandboxUnavailable, saying what to enable, unless
+METAAGENT_UNSAFE_SANDBOX=1 or start(unsafe=True): then it warns on every start and every
+run_workflows.
 
 Needs: machinery/isolation.py (the child processes), mas.py (the script language), data.py
 (task_text: what a script receives)
@@ -55,7 +60,12 @@ import mas
 from machinery import isolation as iso  # as iso: isolation() below is the function of that name
 
 # the fork-server's interface, part of this one
-start, stop, isolation, remove_stale_bases = iso.start, iso.stop, iso.isolation, iso.remove_stale_bases
+start, stop, isolation, remove_stale_bases = (
+    iso.start,
+    iso.stop,
+    iso.isolation,
+    iso.remove_stale_bases,
+)
 SandboxUnavailable, UNSAFE_ENV, MEMORY = iso.SandboxUnavailable, iso.UNSAFE_ENV, iso.MEMORY
 
 
@@ -63,34 +73,34 @@ SandboxUnavailable, UNSAFE_ENV, MEMORY = iso.SandboxUnavailable, iso.UNSAFE_ENV,
 class RunResult:
     stdout: str
     stderr: str
-    status: str             # "ok" | "error" | "timeout" | "memory" | "killed"
+    status: str  # "ok" | "error" | "timeout" | "memory" | "killed"
     duration: float
     returncode: int | None  # exit code, or -signal; None when it never ran
 
 
 @dataclass
 class TestOutcome:
-    status: str             # as RunResult.status
-    output: str             # stdout (stdin tests) or JSON of the return value (call tests)
+    status: str  # as RunResult.status
+    output: str  # stdout (stdin tests) or JSON of the return value (call tests)
     error: str | None
 
 
 @dataclass
 class AgentCall:
-    run: int                # which of the scripts
-    index: int              # which of its agent calls (0, 1, ...)
+    run: int  # which of the scripts
+    index: int  # which of its agent calls (0, 1, ...)
     role: str
     instructions: str
     message: str
-    messages: list          # the Executor's prompt: mas.agent_messages(role, instructions, message)
+    messages: list  # the Executor's prompt: mas.agent_messages(role, instructions, message)
 
 
 @dataclass
 class CallRecord:
     role: str
     messages: list
-    reply: str              # the full reply text (only answer_of(reply) went back to the script)
-    completion: object      # whatever generate returned (token ids, log-probs, ...)
+    reply: str  # the full reply text (only answer_of(reply) went back to the script)
+    completion: object  # whatever generate returned (token ids, log-probs, ...)
     index: int = 0
 
 
@@ -105,22 +115,31 @@ class WorkflowRun:
 # ---------------------------------------------------------------------------------------------------------
 # Programs under test
 
+
 def run_code(code, stdin="", timeout=10.0, *, memory=MEMORY):
-    """Run one Python program in a sandbox job, as `python -c` would; nothing it does raises here."""
+    """Run one Python program in a sandbox job, as `python -c` would; nothing it does raises
+    here."""
     job = iso.Job("code", {"code": str(code), "stdin": str(stdin)}, timeout, 1 << 20, memory)
     iso.drive([job])
     return RunResult(*iso.outcome(job))
 
 
-def _tests_job(code, tests, per_test, max_output, **callbacks):   # tests["inputs"]: never empty
-    payload = {"code": str(code), "inputs": tests["inputs"], "fn_name": tests.get("fn_name"),
-               "max_output": max_output, "timeout_per_test": per_test}
-    return iso.Job("tests", payload, len(tests["inputs"]) * (per_test + 0.5) + 5.0, max_output, **callbacks)
+def _tests_job(code, tests, per_test, max_output, **callbacks):  # tests["inputs"]: never empty
+    payload = {
+        "code": str(code),
+        "inputs": tests["inputs"],
+        "fn_name": tests.get("fn_name"),
+        "max_output": max_output,
+        "timeout_per_test": per_test,
+    }
+    return iso.Job(
+        "tests", payload, len(tests["inputs"]) * (per_test + 0.5) + 5.0, max_output, **callbacks
+    )
 
 
 def _outcomes(job, n):
     outs = [TestOutcome(**m) for m in job.messages[:n]]
-    if len(outs) < n:   # the harness was killed (its overall deadline) or died: the rest did not run
+    if len(outs) < n:  # the harness was killed (its overall deadline) or died: the rest did not run
         _, err, status, _, _ = iso.outcome(job)
         why = status if status != "ok" else "error"
         outs += [TestOutcome(why, "", iso.last_line(err) or why)] * (n - len(outs))
@@ -130,26 +149,28 @@ def _outcomes(job, n):
 def run_tests(code, tests, timeout_per_test=4.0, *, max_output=1 << 20):
     """Run one program on every test, all in ONE sandbox job; raw outputs back, compared elsewhere.
 
-    tests: {"inputs": [...], "outputs": [...], "fn_name": str|None}. A stdin test's input is the stdin text
-    and its output stdout; a call test's input is the list of positional arguments (or their JSON lines) and
-    its output the JSON of the return value."""
+    tests: {"inputs": [...], "outputs": [...], "fn_name": str|None}. A stdin test's input is the
+    stdin text and its output stdout; a call test's input is the list of positional arguments (or
+    their JSON lines) and its output the JSON of the return value."""
     n = len((tests or {}).get("inputs") or [])
     if not n:
         return []
     job = _tests_job(code, tests, timeout_per_test, max_output)
-    iso.drive([job], until=lambda: len(job.messages) >= n)   # every outcome is in: not its exit too
+    iso.drive([job], until=lambda: len(job.messages) >= n)  # every outcome is in: not its exit too
     return _outcomes(job, n)
 
 
 # ---------------------------------------------------------------------------------------------------------
 # Comparing outputs with expected ones, as LiveCodeBench does
 
-FLOAT_TOL = 1e-6            # relative/absolute tolerance for non-integer numbers in outputs
-# What LeetCode-style solutions take for granted (their starter code says `List[int]`), as LiveCodeBench's
-# harness provides it; prepended to programs under call-based tests.
-CALL_HEADER = ("from typing import *\nfrom collections import *\nfrom heapq import *\nfrom bisect import *\n"
-               "from itertools import *\nfrom functools import *\n"
-               "import bisect, collections, functools, heapq, itertools, math, re, string\n")
+FLOAT_TOL = 1e-6  # relative/absolute tolerance for non-integer numbers in outputs
+# What LeetCode-style solutions take for granted (their starter code says `List[int]`), as
+# LiveCodeBench's harness provides it; prepended to programs under call-based tests.
+CALL_HEADER = (
+    "from typing import *\nfrom collections import *\nfrom heapq import *\nfrom bisect import *\n"
+    "from itertools import *\nfrom functools import *\n"
+    "import bisect, collections, functools, heapq, itertools, math, re, string\n"
+)
 
 
 def _tokens_equal(a, b):
@@ -157,35 +178,47 @@ def _tokens_equal(a, b):
         x, y = Decimal(a), Decimal(b)
     except InvalidOperation:
         return False
-    integers = "." not in a + b and "e" not in (a + b).lower()   # integers compare exactly
-    return x.is_finite() and y.is_finite() and (x == y or not integers and
-                                                 abs(x - y) <= Decimal(FLOAT_TOL) * max(Decimal(1), abs(y)))
+    integers = "." not in a + b and "e" not in (a + b).lower()  # integers compare exactly
+    return (
+        x.is_finite()
+        and y.is_finite()
+        and (x == y or not integers and abs(x - y) <= Decimal(FLOAT_TOL) * max(Decimal(1), abs(y)))
+    )
 
 
 def outputs_match(got, expected):
-    """LiveCodeBench's stdout comparison: the same number of whitespace-stripped lines, each equal as text or,
-    token by token, as numbers (integers exactly, others within FLOAT_TOL)."""
+    """LiveCodeBench's stdout comparison: the same number of whitespace-stripped lines, each equal
+    as text or, token by token, as numbers (integers exactly, others within FLOAT_TOL)."""
     g, e = ([line.strip() for line in str(t).strip().split("\n")] for t in (got, expected))
-    return len(g) == len(e) and all(a == b or len(a.split()) == len(b.split()) and
-                                    all(map(_tokens_equal, a.split(), b.split())) for a, b in zip(g, e))
+    return len(g) == len(e) and all(
+        a == b or len(a.split()) == len(b.split()) and all(map(_tokens_equal, a.split(), b.split()))
+        for a, b in zip(g, e)
+    )
 
 
 def _values_equal(got, expected):
-    """Return values compared as JSON values: floats within FLOAT_TOL, tuples as lists, bools as bools."""
+    """Return values compared as JSON values: floats within FLOAT_TOL, tuples as lists, bools as
+    bools."""
     if isinstance(expected, bool) or isinstance(got, bool):
         return got is expected
     if isinstance(expected, int | float) and isinstance(got, int | float):
-        return got == expected if isinstance(expected, int) and isinstance(got, int) else \
-            math.isclose(got, expected, rel_tol=FLOAT_TOL, abs_tol=FLOAT_TOL)
+        return (
+            got == expected
+            if isinstance(expected, int) and isinstance(got, int)
+            else math.isclose(got, expected, rel_tol=FLOAT_TOL, abs_tol=FLOAT_TOL)
+        )
     if isinstance(expected, list | tuple) and isinstance(got, list | tuple):
         return len(got) == len(expected) and all(map(_values_equal, got, expected))
     if isinstance(expected, dict) and isinstance(got, dict):
-        return got.keys() == expected.keys() and all(_values_equal(got[k], expected[k]) for k in expected)
+        return got.keys() == expected.keys() and all(
+            _values_equal(got[k], expected[k]) for k in expected
+        )
     return got == expected
 
 
 def call_output_match(output, expected):
-    """A call test: `output` is the JSON text of the return value, `expected` the expected JSON value."""
+    """A call test: `output` is the JSON text of the return value, `expected` the expected JSON
+    value."""
     try:
         return _values_equal(json.loads(output), expected)
     except (ValueError, TypeError):
@@ -197,30 +230,43 @@ def _text(value):
 
 
 def tests_report(outcomes, tests):
-    """The text run_tests(code) gives a script: 'PASS 3/3', or 'FAIL 1/3' and the first failing case."""
+    """The text run_tests(code) gives a script: 'PASS 3/3', or 'FAIL 1/3' and the first failing
+    case."""
     expected, call = tests.get("outputs") or [], bool(tests.get("fn_name"))
-    fails = [k for k, (o, e) in enumerate(zip(outcomes, expected)) if o.status != "ok" or
-             not (call_output_match(o.output, e) if call else outputs_match(o.output, _text(e)))]
+    fails = [
+        k
+        for k, (o, e) in enumerate(zip(outcomes, expected))
+        if o.status != "ok"
+        or not (call_output_match(o.output, e) if call else outputs_match(o.output, _text(e)))
+    ]
     n = len(expected)
     if not fails:
         return f"PASS {n}/{n}"
     o, k = outcomes[fails[0]], fails[0]
     got = o.output if o.status == "ok" else f"{o.status}: {o.error}"
-    return (f"FAIL {n - len(fails)}/{n}\ninput: {_text(tests['inputs'][k])[:300]}\n"
-            f"expected: {_text(expected[k])[:300]}\ngot: {got[:300]}")
+    return (
+        f"FAIL {n - len(fails)}/{n}\ninput: {_text(tests['inputs'][k])[:300]}\n"
+        f"expected: {_text(expected[k])[:300]}\ngot: {got[:300]}"
+    )
 
 
 # ---------------------------------------------------------------------------------------------------------
 # Workflows
 
+
 def _task_parts(task, short=False):
-    """(the text a script receives, the visible tests) of a task (data.py's format) or of plain text."""
-    return (task, None) if isinstance(task, str) else (data.task_text(task, short=short),
-                                                       task.get("public_tests") or None)
+    """(the text a script receives, the visible tests) of a task (data.py's format) or of plain
+    text."""
+    return (
+        (task, None)
+        if isinstance(task, str)
+        else (data.task_text(task, short=short), task.get("public_tests") or None)
+    )
 
 
 def run_workflows(scripts, tasks, generate, *, equal=None, limits=None, width=None, short=False):
-    """Run every (scripts[k], tasks[k]) pair concurrently in sandbox jobs; return one WorkflowRun each.
+    """Run every (scripts[k], tasks[k]) pair concurrently in sandbox jobs; return one WorkflowRun
+    each.
 
     generate(calls: [AgentCall]) -> [str, or an object with .text], one completion a call.
     equal(a, b) -> bool: how a script's vote() compares two answers (rollout passes reward.math_equal); None:
@@ -229,55 +275,86 @@ def run_workflows(scripts, tasks, generate, *, equal=None, limits=None, width=No
     short: the tiny world's compact prompts (data.task_text(short=True), mas.agent_messages(short=True))."""
     lim = limits or mas.Limits()
     assert len(scripts) == len(tasks), (len(scripts), len(tasks))
-    if iso.server().unsafe:   # the opt-in is repeated in every step's log
+    if iso.server().unsafe:  # the opt-in is repeated in every step's log
         print(f"WARNING: sandbox {isolation()}", file=sys.stderr, flush=True)
     runs = [WorkflowRun(None, None) for _ in scripts]
     parts = [_task_parts(t, short) for t in tasks]
-    todo, live, jobs = deque(range(len(scripts))), {}, []   # live: job -> its script, in launch order
+    todo, live, jobs = (
+        deque(range(len(scripts))),
+        {},
+        [],
+    )  # live: job -> its script, in launch order
 
     def launch():
         while todo and len(live) < (width or len(scripts)):
             k = todo.popleft()
             payload = {"script": str(scripts[k]), "task": parts[k][0], "max_output": lim.max_output}
-            jobs.append(iso.Job("workflow", payload, lim.timeout, lim.max_output, iso.MEMORY, request, ended))
+            jobs.append(
+                iso.Job(
+                    "workflow", payload, lim.timeout, lim.max_output, iso.MEMORY, request, ended
+                )
+            )
             # a live script: its run k; the agent calls it used; what it waits on (None: it runs |
-            # [AgentCalls, many] | the job of its run_python or run_tests); done: it sent its answer or error
+            # [AgentCalls, many] | the job of its run_python or run_tests); done: it sent its answer
+            # or error
             live[jobs[-1]] = SimpleNamespace(k=k, job=jobs[-1], used=0, waiting=None, done=False)
 
-    def request(job, msg):   # one request from a script's helpers (mas.py)
+    def request(job, msg):  # one request from a script's helpers (mas.py)
         s, op = live[job], msg.get("op")
-        if s.waiting is not None or s.done:   # (the helpers wait for each reply, and end with "done")
+        if (
+            s.waiting is not None or s.done
+        ):  # (the helpers wait for each reply, and end with "done")
             job.kill("protocol violation: a request while another was pending, or after the answer")
-        elif op == "done":   # its answer, or why it has none
-            s.done, answer, error = True, msg.get("answer"), str(msg.get("error", "unknown error"))[:1000]
+        elif op == "done":  # its answer, or why it has none
+            s.done, answer, error = (
+                True,
+                msg.get("answer"),
+                str(msg.get("error", "unknown error"))[:1000],
+            )
             r = runs[s.k]
-            r.answer, r.error = (answer[:lim.max_output], None) if isinstance(answer, str) else (None, error)
+            r.answer, r.error = (
+                (answer[: lim.max_output], None) if isinstance(answer, str) else (None, error)
+            )
         elif op == "agent":
             role, ins, text, n = (msg.get(key) for key in ("role", "instructions", "message", "n"))
-            if not all(isinstance(x, str) for x in (role, ins, text)) or not isinstance(n, int) or n < 1:
-                return job.kill("bad agent call: role, instructions and message must be strings, n >= 1")
+            if (
+                not all(isinstance(x, str) for x in (role, ins, text))
+                or not isinstance(n, int)
+                or n < 1
+            ):
+                return job.kill(
+                    "bad agent call: role, instructions and message must be strings, n >= 1"
+                )
             if s.used + n > lim.max_calls:
                 return job.kill(f"limit exceeded: more than max_calls={lim.max_calls} agent calls")
             prompt = mas.agent_messages(role, ins, text, short)
             calls = [AgentCall(s.k, s.used + i, role, ins, text, prompt) for i in range(n)]
             s.waiting, s.used = [calls, msg.get("many")], s.used + n
-            job.paused_at = time.monotonic()   # its clock stops while it waits on the trainer
+            job.paused_at = time.monotonic()  # its clock stops while it waits on the trainer
         elif op == "vote":
             votes = msg.get("answers")
-            if not isinstance(votes, list) or len(votes) > mas.MAX_VOTE or {type(a) for a in votes} - {str}:
+            if (
+                not isinstance(votes, list)
+                or len(votes) > mas.MAX_VOTE
+                or {type(a) for a in votes} - {str}
+            ):
                 return job.kill(f"bad vote call: at most {mas.MAX_VOTE} answers, each a string")
             if equal is None:
-                return job.kill("vote() needs run_workflows(..., equal=...): how two answers are compared")
-            t0, won = time.monotonic(), None   # the count runs on the voting script's clock
+                return job.kill(
+                    "vote() needs run_workflows(..., equal=...): how two answers are compared"
+                )
+            t0, won = time.monotonic(), None  # the count runs on the voting script's clock
             try:
-                won = mas.majority(votes, lambda a, b: time.monotonic() < job.deadline and bool(equal(a, b)))
+                won = mas.majority(
+                    votes, lambda a, b: time.monotonic() < job.deadline and bool(equal(a, b))
+                )
             except Exception as e:  # noqa: BLE001 - a grader failing on odd answers fails this run only
                 job.kill(f"vote failed: {type(e).__name__}: {e}")
             if time.monotonic() >= job.deadline:
                 job.kill(f"timeout after {job.timeout:g}s (counting a vote)")
             elif won is not None:
                 job.reply({"ok": won})
-            for other in jobs:   # and on no other script's: they waited on this loop meanwhile
+            for other in jobs:  # and on no other script's: they waited on this loop meanwhile
                 if other is not job and other.paused_at is None:
                     other.deadline += time.monotonic() - t0
         elif op in ("run_python", "run_tests"):
@@ -285,28 +362,49 @@ def run_workflows(scripts, tasks, generate, *, equal=None, limits=None, width=No
             if not isinstance(code, str) or not isinstance(stdin, str):
                 return job.kill(f"bad {op} call: code and input must be strings")
             if op == "run_python":
-                s.waiting = iso.Job("code", {"code": code, "stdin": stdin}, lim.code_timeout, lim.max_output,
-                                on_end=lambda sub: answer_with(s, sub, _program_text(sub)))
+                s.waiting = iso.Job(
+                    "code",
+                    {"code": code, "stdin": stdin},
+                    lim.code_timeout,
+                    lim.max_output,
+                    on_end=lambda sub: answer_with(s, sub, _program_text(sub)),
+                )
             elif not (tests or {}).get("inputs"):
                 return job.reply({"ok": "PASS 0/0 (no visible tests)"})
             else:
-                def report(sub, _=None):   # once every outcome is in: the script goes on while the job exits
+
+                def report(
+                    sub, _=None
+                ):  # once every outcome is in: the script goes on while the job exits
                     if len(sub.messages) >= len(tests["inputs"]) or sub.finished:
-                        answer_with(s, sub, tests_report(_outcomes(sub, len(tests["inputs"])), tests))
-                code = CALL_HEADER + code if tests.get("fn_name") else code   # as reward.code_score runs it
-                s.waiting = _tests_job(code, tests, min(4.0, lim.code_timeout), lim.max_output,
-                                       on_message=report, on_end=report)
-            job.paused_at = time.monotonic()   # its clock stops while it waits on the trainer
+                        answer_with(
+                            s, sub, tests_report(_outcomes(sub, len(tests["inputs"])), tests)
+                        )
+
+                code = (
+                    CALL_HEADER + code if tests.get("fn_name") else code
+                )  # as reward.code_score runs it
+                s.waiting = _tests_job(
+                    code,
+                    tests,
+                    min(4.0, lim.code_timeout),
+                    lim.max_output,
+                    on_message=report,
+                    on_end=report,
+                )
+            job.paused_at = time.monotonic()  # its clock stops while it waits on the trainer
             jobs.append(s.waiting)
         else:
             job.kill(f"protocol violation: unknown request {str(op)[:40]!r}")
 
-    def answer_with(s, sub, text):   # a run_python / run_tests reply, once (a script may wait on a later one)
+    def answer_with(
+        s, sub, text
+    ):  # a run_python / run_tests reply, once (a script may wait on a later one)
         if s.waiting is sub and not s.job.finished:
             s.waiting = None
-            s.job.reply({"ok": text[:lim.max_output]})
+            s.job.reply({"ok": text[: lim.max_output]})
 
-    def tick():   # when every live script waits on an agent call: ONE generate for all of them
+    def tick():  # when every live script waits on an agent call: ONE generate for all of them
         waiting = [s for s in live.values() if not s.done and s.job.kill_reason is None]
         if not waiting or not all(isinstance(s.waiting, list) for s in waiting):
             return
@@ -314,7 +412,9 @@ def run_workflows(scripts, tasks, generate, *, equal=None, limits=None, width=No
         try:
             outs = list(generate([c for _, c in batch]))
             if len(outs) != len(batch):
-                raise ValueError(f"generate returned {len(outs)} completions for {len(batch)} calls")
+                raise ValueError(
+                    f"generate returned {len(outs)} completions for {len(batch)} calls"
+                )
         except Exception as e:  # noqa: BLE001 - the engine failed; those runs fail, the trainer goes on
             for s in waiting:
                 s.job.kill(f"generate failed: {type(e).__name__}: {e}")
@@ -339,8 +439,11 @@ def run_workflows(scripts, tasks, generate, *, equal=None, limits=None, width=No
             r.answer, r.error = None, r.error or job.kill_reason
         elif r.answer is None and r.error is None:
             _, err, _, _, rc = iso.outcome(job)
-            r.error = iso.last_line(err) if rc is None or rc < 0 else \
-                f"the script exited (code {rc}) without returning: {iso.last_line(err) or 'no message'}"
+            r.error = (
+                iso.last_line(err)
+                if rc is None or rc < 0
+                else f"the script exited (code {rc}) without returning: {iso.last_line(err) or 'no message'}"
+            )
         launch()
 
     launch()

@@ -1,16 +1,17 @@
-"""settings.py: train.py's settings -- the Config dataclass, the config-file / command-line parser, and the checks
-that run before any model loads.
+"""settings.py: train.py's settings -- the Config dataclass, the config-file / command-line parser,
+and the checks that run before any model loads.
 
-A config file is a Python file that assigns some of Config's names; `--name=value` overrides anything (values are
-Python literals; strings may be bare, `--flag` alone means True). Unknown names, wrong types, missing data files
-and settings that contradict each other stop the run with a ConfigError that names the setting. The paper's values
-are marked [paper]; [authors] marks a default taken from the authors' released config where the paper is silent;
-everything else is ours.
+A config file is a Python file that assigns some of Config's names; `--name=value` overrides
+anything (values are Python literals; strings may be bare, `--flag` alone means True). Unknown
+names, wrong types, missing data files and settings that contradict each other stop the run with a
+ConfigError that names the setting. The paper's values are marked [paper]; [authors] marks a default
+taken from the authors' released config where the paper is silent; everything else is ours.
 
     cfg = parse_config(["config/qwen3_8b.py", "--M=8", "--backend=hf"])   # no file: config/tiny.py
     validate(cfg, world=8)                                                 # raises ConfigError
 
-run_files / clear_run: what a run writes into out_dir (a fresh run refuses such a folder; --overwrite deletes it).
+run_files / clear_run: what a run writes into out_dir (a fresh run refuses such a folder;
+--overwrite deletes it).
 
 Needs: mas.py, stagewise.py
 """
@@ -31,46 +32,54 @@ import stagewise
 class Config:
     # the run
     out_dir: str = "out/tiny-rl"
-    init_from: str = "out/tiny-sft"     # the cold start (HF model dir; separate policies: its designer/, executor/)
-    resume: bool = False                # continue from the last checkpoint in out_dir
-    overwrite: bool = False             # start over in an out_dir that holds a run (deletes that run's files)
+    init_from: str = (
+        "out/tiny-sft"  # the cold start (HF model dir; separate policies: its designer/, executor/)
+    )
+    resume: bool = False  # continue from the last checkpoint in out_dir
+    overwrite: bool = False  # start over in an out_dir that holds a run (deletes that run's files)
     steps: int = 200
-    save_every: int = 10                # a checkpoint every save_every steps, and at the end
-    record_queries: int = 2             # queries a step written to rollouts.jsonl, rank 0's first (show.py)
-    loggers: str = ""                   # metrics also to: tensorboard | wandb | tensorboard,wandb (loggers.py)
+    save_every: int = 10  # a checkpoint every save_every steps, and at the end
+    record_queries: int = 2  # queries a step written to rollouts.jsonl, rank 0's first (show.py)
+    loggers: str = ""  # metrics also to: tensorboard | wandb | tensorboard,wandb (loggers.py)
     seed: int = 0
-    device: str = "auto"                # auto | cpu | cuda
+    device: str = "auto"  # auto | cpu | cuda
     # data
-    data_mix: dict = field(default_factory=lambda: {"tiny": 1.0})   # {path.jsonl or TINY_SOURCES: weight}
-    eval_tasks: int = 0                 # held-out tiny tasks in the final table (0: no table)
-    probe_tasks: int = 0                # tiny "val" tasks of the held-out curve, probed at each checkpoint
+    data_mix: dict = field(
+        default_factory=lambda: {"tiny": 1.0}
+    )  # {path.jsonl or TINY_SOURCES: weight}
+    eval_tasks: int = 0  # held-out tiny tasks in the final table (0: no table)
+    probe_tasks: int = 0  # tiny "val" tasks of the held-out curve, probed at each checkpoint
     # the method
-    M: int = 4                          # [paper] designs per query
-    N: int = 4                          # [paper] executions per design
-    K: int = 30                         # [paper] stage length: steps per role
-    mode: str = "stagewise"             # [paper] stagewise | coupled | designer | executor (stagewise.py)
-    first_role: str = "executor"        # [authors] the role of the first stage (stagewise.py)
-    policy: str = "shared"              # [paper] shared (one model plays both roles) | separate
-    lam: float = 0.4                    # [paper] R = correct + lam * format
-    template: str = ""                  # a fixed structure (mas.TEMPLATES), no Designer: "single" = single-agent GRPO
+    M: int = 4  # [paper] designs per query
+    N: int = 4  # [paper] executions per design
+    K: int = 30  # [paper] stage length: steps per role
+    mode: str = "stagewise"  # [paper] stagewise | coupled | designer | executor (stagewise.py)
+    first_role: str = "executor"  # [authors] the role of the first stage (stagewise.py)
+    policy: str = "shared"  # [paper] shared (one model plays both roles) | separate
+    lam: float = 0.4  # [paper] R = correct + lam * format
+    template: str = (
+        ""  # a fixed structure (mas.TEMPLATES), no Designer: "single" = single-agent GRPO
+    )
     # the update
-    batch_size: int = 8                 # [paper] B queries per step (global, over all ranks)
-    executor_batch_size: int = 0        # > 0: an Executor-only step rolls out this many queries instead
-    designer_lr: float = 5e-6           # [paper] the Designer's updates
-    executor_lr: float = 5e-6           # [paper] the Executor's updates
-    tis_cap: float = 0.0                # > 0: truncated importance sampling engine -> trainer, capped here
-    minibatches: int = 1                # optimizer steps per rollout (1: on-policy; the paper does not say;
-                                        # [authors] verl's ppo_mini_batch_size of 16 rows takes several)
-    micro_batch: int = 8                # sequences per forward/backward
-    logprobs: str = "plain"             # how the update computes log-probs: plain | shared | chunked[+compile][+keep]
+    batch_size: int = 8  # [paper] B queries per step (global, over all ranks)
+    executor_batch_size: int = 0  # > 0: an Executor-only step rolls out this many queries instead
+    designer_lr: float = 5e-6  # [paper] the Designer's updates
+    executor_lr: float = 5e-6  # [paper] the Executor's updates
+    tis_cap: float = 0.0  # > 0: truncated importance sampling engine -> trainer, capped here
+    minibatches: int = 1  # optimizer steps per rollout (1: on-policy; the paper does not say;
+    # [authors] verl's ppo_mini_batch_size of 16 rows takes several)
+    micro_batch: int = 8  # sequences per forward/backward
+    logprobs: str = (
+        "plain"  # how the update computes log-probs: plain | shared | chunked[+compile][+keep]
+    )
     # generation
-    backend: str = "auto"               # auto | vllm | hf | lean (engine.make_engine)
+    backend: str = "auto"  # auto | vllm | hf | lean (engine.make_engine)
     engine_kwargs: dict = field(default_factory=dict)
-    max_tokens: int = 8192              # [paper] per executor completion
-    designer_max_tokens: int = 8192     # [paper] per designer completion
+    max_tokens: int = 8192  # [paper] per executor completion
+    designer_max_tokens: int = 8192  # [paper] per designer completion
     # GPU
-    ac_policy: str = "off"              # activation checkpointing: off | full | selective (speed.py)
-    compile_layers: bool = False        # torch.compile each decoder layer (speed.py)
+    ac_policy: str = "off"  # activation checkpointing: off | full | selective (speed.py)
+    compile_layers: bool = False  # torch.compile each decoder layer (speed.py)
 
 
 CONFIG_KEYS = {f.name: f for f in dataclasses.fields(Config)}
@@ -83,7 +92,8 @@ class ConfigError(ValueError):
 
 
 def _coerce(name, value):
-    """Check one value against the type of its Config field (ints are fine where floats are expected)."""
+    """Check one value against the type of its Config field (ints are fine where floats are
+    expected)."""
     if name not in CONFIG_KEYS:
         close = difflib.get_close_matches(name, CONFIG_KEYS, n=3)
         hint = f" (did you mean {', '.join(close)}?)" if close else ""
@@ -92,12 +102,15 @@ def _coerce(name, value):
     if want is float and isinstance(value, int) and not isinstance(value, bool):
         value = float(value)
     if (want is int and isinstance(value, bool)) or not isinstance(value, want):
-        raise ConfigError(f"config key {name!r} must be {want.__name__}, got {type(value).__name__} {value!r}")
+        raise ConfigError(
+            f"config key {name!r} must be {want.__name__}, got {type(value).__name__} {value!r}"
+        )
     return value
 
 
 def parse_config(argv):
-    """argv (without the program name) -> Config. Files are exec'd, `--k=v` / `--flag` override them."""
+    """argv (without the program name) -> Config. Files are exec'd, `--k=v` / `--flag` override
+    them."""
     files = [a for a in argv if not a.startswith("--")] or [TINY_PRESET]
     values = {}
     for path in files:
@@ -114,60 +127,90 @@ def parse_config(argv):
                     raise ConfigError(f"{path}: {e}") from None
     for flag in (a for a in argv if a.startswith("--")):
         key, eq, raw = flag[2:].partition("=")
-        raw = raw if eq else "True"   # --resume
+        raw = raw if eq else "True"  # --resume
         try:
             value = ast.literal_eval(raw)
         except (ValueError, SyntaxError):
-            value = raw    # a bare string: --backend=hf
+            value = raw  # a bare string: --backend=hf
         if key in CONFIG_KEYS and CONFIG_KEYS[key].type is str:
-            value = raw    # never turn a path like "123" into an int
+            value = raw  # never turn a path like "123" into an int
         values[key] = _coerce(key, value)
     return Config(**values)
 
 
-TINY_SOURCES = ("tiny", "tiny:math", "tiny:code")   # tiny.SOURCES: the tiny world's tasks, or one kind of them
+TINY_SOURCES = (
+    "tiny",
+    "tiny:math",
+    "tiny:code",
+)  # tiny.SOURCES: the tiny world's tasks, or one kind of them
 
 
 def is_tiny(cfg):
-    """The embedded tiny world: its data only (its one-line prompts, its cold start, its final table)."""
+    """The embedded tiny world: its data only (its one-line prompts, its cold start, its final
+    table)."""
     return bool(cfg.data_mix) and set(cfg.data_mix) <= set(TINY_SOURCES)
 
 
 def validate(cfg, world=1):
     """Every check that needs no model: fails fast with a message that names the setting."""
     problems = []
-    for k in ("M", "N", "K", "steps", "batch_size", "minibatches", "micro_batch", "save_every", "max_tokens",
-              "designer_max_tokens"):
+    for k in (
+        "M",
+        "N",
+        "K",
+        "steps",
+        "batch_size",
+        "minibatches",
+        "micro_batch",
+        "save_every",
+        "max_tokens",
+        "designer_max_tokens",
+    ):
         if getattr(cfg, k) < 1:
             problems.append(f"{k} must be >= 1, got {getattr(cfg, k)}")
     try:
         stagewise.active_roles(0, cfg.mode, max(cfg.K, 1), cfg.first_role)
     except ValueError as e:
         problems.append(f"mode/first_role: {e}")
-    choices = {"policy": ("shared", "separate"), "backend": ("auto", "vllm", "hf", "lean"),
-               "device": ("auto", "cpu", "cuda"), "ac_policy": ("off", "full", "selective"), "logprobs": LOGPROBS}
+    choices = {
+        "policy": ("shared", "separate"),
+        "backend": ("auto", "vllm", "hf", "lean"),
+        "device": ("auto", "cpu", "cuda"),
+        "ac_policy": ("off", "full", "selective"),
+        "logprobs": LOGPROBS,
+    }
     for k, allowed in choices.items():
         if getattr(cfg, k) not in allowed:
             problems.append(f"{k} must be one of {allowed}, got {getattr(cfg, k)!r}")
     if any(n not in ("tensorboard", "wandb") for n in cfg.loggers.split(",") if n):
-        problems.append(f"loggers must be '', 'tensorboard', 'wandb' or 'tensorboard,wandb', got {cfg.loggers!r}")
+        problems.append(
+            f"loggers must be '', 'tensorboard', 'wandb' or 'tensorboard,wandb', got {cfg.loggers!r}"
+        )
     for k in ("record_queries", "probe_tasks", "eval_tasks"):
         if getattr(cfg, k) < 0:
             problems.append(f"{k} must be >= 0, got {getattr(cfg, k)}")
     if cfg.template and cfg.template not in mas.TEMPLATES:
-        problems.append(f"template must be '' or one of {sorted(mas.TEMPLATES)}, got {cfg.template!r}")
-    if cfg.template and cfg.mode != "executor":   # no Designer: its stages would train nothing
-        problems.append(f"template={cfg.template!r} has no Designer to train: set mode='executor' "
-                        f"(got mode={cfg.mode!r})")
+        problems.append(
+            f"template must be '' or one of {sorted(mas.TEMPLATES)}, got {cfg.template!r}"
+        )
+    if cfg.template and cfg.mode != "executor":  # no Designer: its stages would train nothing
+        problems.append(
+            f"template={cfg.template!r} has no Designer to train: set mode='executor' "
+            f"(got mode={cfg.mode!r})"
+        )
     for k in ("batch_size", "executor_batch_size"):
         if getattr(cfg, k) % world:
-            problems.append(f"{k}={getattr(cfg, k)} must be divisible by the number of ranks ({world})")
+            problems.append(
+                f"{k}={getattr(cfg, k)} must be divisible by the number of ranks ({world})"
+            )
     if cfg.designer_lr <= 0 or cfg.executor_lr <= 0:
         problems.append("designer_lr and executor_lr must be > 0")
     if cfg.policy == "shared" and cfg.mode == "coupled" and cfg.designer_lr != cfg.executor_lr:
         # one optimizer step serves both roles then; Adam's step cannot be split between them
-        problems.append("designer_lr != executor_lr needs one role per step (mode stagewise, designer or "
-                        "executor) or policy='separate'")
+        problems.append(
+            "designer_lr != executor_lr needs one role per step (mode stagewise, designer or "
+            "executor) or policy='separate'"
+        )
     if not cfg.data_mix:
         problems.append("data_mix is empty: give at least one {path.jsonl or 'tiny': weight}")
     for src, w in cfg.data_mix.items():
@@ -176,36 +219,57 @@ def validate(cfg, world=1):
         if src not in TINY_SOURCES and not os.path.isfile(str(src)):
             problems.append(f"data file {src!r} (in data_mix) not found")
     if cfg.resume and cfg.overwrite:
-        problems.append("resume and overwrite exclude each other: --resume continues the run in out_dir, "
-                        "--overwrite deletes it")
+        problems.append(
+            "resume and overwrite exclude each other: --resume continues the run in out_dir, "
+            "--overwrite deletes it"
+        )
     held = run_files(cfg.out_dir)
     if held and not cfg.resume and not cfg.overwrite:
-        problems.append(f"out_dir={cfg.out_dir!r} holds a run ({', '.join(held[:3])}"
-                        f"{', ...' if len(held) > 3 else ''}): continue it with --resume, start over with "
-                        f"--overwrite (deletes those files), or choose another --out_dir")
+        problems.append(
+            f"out_dir={cfg.out_dir!r} holds a run ({', '.join(held[:3])}"
+            f"{', ...' if len(held) > 3 else ''}): continue it with --resume, start over with "
+            f"--overwrite (deletes those files), or choose another --out_dir"
+        )
     for path in model_dirs(cfg).values():
-        if not cfg.resume and not os.path.isdir(path) and not is_tiny(cfg):   # tiny: the cold start makes it
+        if (
+            not cfg.resume and not os.path.isdir(path) and not is_tiny(cfg)
+        ):  # tiny: the cold start makes it
             problems.append(f"init_from: {path!r} is not a model directory")
     if problems:
         raise ConfigError("bad config:\n  " + "\n  ".join(problems))
 
 
 def model_dirs(cfg):
-    """{policy name: its cold start}: {"model": init_from}, or init_from's designer/ and executor/ folders."""
+    """{policy name: its cold start}: {"model": init_from}, or init_from's designer/ and executor/
+    folders."""
     if cfg.policy == "shared":
         return {"model": cfg.init_from}
     return {r: os.path.join(cfg.init_from, r) for r in ("designer", "executor")}
 
 
 def run_files(out_dir):
-    """What a run writes into out_dir (checkpoints, metrics, table): a fresh run refuses a folder that holds any
-    of them, and --overwrite deletes exactly these."""
+    """What a run writes into out_dir (checkpoints, metrics, table): a fresh run refuses a folder
+    that holds any of them, and --overwrite deletes exactly these."""
     if not os.path.isdir(out_dir):
         return []
-    names = ("metrics.jsonl", "rollouts.jsonl", "rollouts.html", "run.json", "final_table.json",
-             "final_table_val.json", "plots", "tensorboard", "wandb")
-    return [d for d in sorted(os.listdir(out_dir)) if d in names
-            or re.fullmatch(r"\.?(tmp_)?step_\d+", d) or re.fullmatch(r"\.(metrics|rollouts)\.jsonl\.\d+\.tmp", d)]
+    names = (
+        "metrics.jsonl",
+        "rollouts.jsonl",
+        "rollouts.html",
+        "run.json",
+        "final_table.json",
+        "final_table_val.json",
+        "plots",
+        "tensorboard",
+        "wandb",
+    )
+    return [
+        d
+        for d in sorted(os.listdir(out_dir))
+        if d in names
+        or re.fullmatch(r"\.?(tmp_)?step_\d+", d)
+        or re.fullmatch(r"\.(metrics|rollouts)\.jsonl\.\d+\.tmp", d)
+    ]
 
 
 def clear_run(out_dir):
@@ -215,6 +279,7 @@ def clear_run(out_dir):
 
 
 def step_batch(cfg, active):
-    """B, the queries of a step whose active roles are `active`: executor_batch_size for an Executor-only step."""
+    """B, the queries of a step whose active roles are `active`: executor_batch_size for an
+    Executor-only step."""
     only_executor = cfg.executor_batch_size > 0 and set(active) == {"executor"}
     return cfg.executor_batch_size if only_executor else cfg.batch_size

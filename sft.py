@@ -1,19 +1,19 @@
 """sft.py: the supervised cold start of both roles (SFT), before RL.
 
-A sample is a chat prompt and the completion the model should write: {"messages": [...], "completion": str}.
-Designer samples pair the Designer prompt with a workflow script, Executor samples pair one agent call's
-prompt with its reply. The prompt is rendered with the tokenizer's chat template (add_generation_prompt=True),
-exactly as the engine renders it at rollout time; the completion ids and the end-of-turn token are appended.
-Only the completion is trained on:
+A sample is a chat prompt and the completion the model should write: {"messages": [...],
+"completion": str}. Designer samples pair the Designer prompt with a workflow script, Executor
+samples pair one agent call's prompt with its reply. The prompt is rendered with the tokenizer's
+chat template (add_generation_prompt=True), exactly as the engine renders it at rollout time; the
+completion ids and the end-of-turn token are appended. Only the completion is trained on:
 
     L(theta) = - (1 / |C|) * sum_{t in C} log pi_theta(y_t | prompt, y_<t)
 
-where C is the set of completion tokens (plus the end-of-turn token, so the model learns to stop) of the
-whole batch on all ranks: a token-mean, with the token count all-reduced so every rank divides by the same
-number. Log-probs come from chunked.token_logprobs (never the full-vocabulary logits in fp32). Batches are
-length-bucketed (samples of similar length together, little padding); AdamW, or Muon on the hidden matrices
-(muon.py; the tiny default), with linear warmup and cosine decay; gradient-norm clipping; Hugging Face
-checkpoints (model and tokenizer).
+where C is the set of completion tokens (plus the end-of-turn token, so the model learns to stop) of
+the whole batch on all ranks: a token-mean, with the token count all-reduced so every rank divides
+by the same number. Log-probs come from chunked.token_logprobs (never the full-vocabulary logits in
+fp32). Batches are length-bucketed (samples of similar length together, little padding); AdamW, or
+Muon on the hidden matrices (muon.py; the tiny default), with linear warmup and cosine decay;
+gradient-norm clipping; Hugging Face checkpoints (model and tokenizer).
 
     python sft.py                                   # tiny default: build, train on CPU, write out/tiny-sft/,
                                                     # print the quality-bar figures on held-out tasks
@@ -21,9 +21,9 @@ checkpoints (model and tokenizer).
     python sft.py --model Qwen3-8B --data DIR --out out/sft-8b --no-eval    # DIR has designer/executor.jsonl
     torchrun --nproc_per_node=8 sft.py --model ... # FSDP2 (nccl on GPU, gloo on CPU), data sharded by rank
 
-Roles: "both" trains one model on both sample sets (shared policy) into OUT; "separate" trains one model a
-role, OUT/designer and OUT/executor, each from the same base weights.
-At scale the data comes from a teacher (distill.py); in the tiny world from tiny.sft_traces.
+Roles: "both" trains one model on both sample sets (shared policy) into OUT; "separate" trains one
+model a role, OUT/designer and OUT/executor, each from the same base weights. At scale the data
+comes from a teacher (distill.py); in the tiny world from tiny.sft_traces.
 
 From Python:
     stats = train_sft(model, tokenizer, samples, steps=300, lr=2e-3, batch_size=64, out_dir="out/x")
@@ -58,41 +58,46 @@ from machinery import muon, rundir, speed, weights
 from machinery.chunked import token_logprobs
 from world import tiny
 
-# the tiny default: Muon, 1300 steps of 8 samples on the traces of 3000 tasks of the sft split, 600 of them
-# with their designer sample (the calibration behind it: docs/NOTES.md)
-TINY = dict(steps=1300, lr=2e-3, batch_size=8, train_tasks=3000, designer_tasks=600, optimizer="muon")
+# the tiny default: Muon, 1300 steps of 8 samples on the traces of 3000 tasks of the sft split, 600
+# of them with their designer sample (the calibration behind it: docs/NOTES.md)
+TINY = dict(
+    steps=1300, lr=2e-3, batch_size=8, train_tasks=3000, designer_tasks=600, optimizer="muon"
+)
 
 # ----------------------------------------------------------------------------------------------------------
 # batching: samples tokenized by engine.encode_samples (chat-template prompt + completion + end of turn)
 
 
 def length_batches(lengths, batch_size, rng, bucket=32):
-    """Shuffle, then sort within windows of bucket*batch_size samples so each batch holds similar lengths;
-    the batch order is shuffled again so long and short batches interleave."""
+    """Shuffle, then sort within windows of bucket*batch_size samples so each batch holds similar
+    lengths; the batch order is shuffled again so long and short batches interleave."""
     order = list(range(len(lengths)))
     rng.shuffle(order)
     batches = []
     window = batch_size * bucket
     for s in range(0, len(order), window):
-        part = sorted(order[s:s + window], key=lengths.__getitem__)
-        batches += [part[k:k + batch_size] for k in range(0, len(part), batch_size)]
+        part = sorted(order[s : s + window], key=lengths.__getitem__)
+        batches += [part[k : k + batch_size] for k in range(0, len(part), batch_size)]
     rng.shuffle(batches)
     return batches
 
 
 def collate(encoded, idx, pad_id, device):
     """Right-padded input_ids/attention_mask [B, T] and the loss mask [B, T-1] aligned with
-    grpo.token_logprobs (position t scores token t+1): 1 on completion tokens only. The trainer's own packing
-    (rollout.samples_to_tensors), as tiny.exact_figures packs its sequences."""
+    grpo.token_logprobs (position t scores token t+1): 1 on completion tokens only. The trainer's
+    own packing (rollout.samples_to_tensors), as tiny.exact_figures packs its sequences."""
     pairs = [encoded[k] for k in idx]
-    seqs = [rollout.Sample(ids[:p], ids[p:], [0.0] * (len(ids) - p), (r,))
-            for r, (ids, p) in enumerate(pairs)]
+    seqs = [
+        rollout.Sample(ids[:p], ids[p:], [0.0] * (len(ids) - p), (r,))
+        for r, (ids, p) in enumerate(pairs)
+    ]
     b = rollout.samples_to_tensors(seqs, pad_id, device)
     return b["input_ids"], b["attention_mask"], b["completion_mask"]
 
 
 def cosine_lr(step, steps, warmup, min_ratio=0.1):
-    """Multiplier of the peak lr: linear warmup over `warmup` steps, then cosine down to min_ratio."""
+    """Multiplier of the peak lr: linear warmup over `warmup` steps, then cosine down to
+    min_ratio."""
     if step < warmup:
         return (step + 1) / warmup
     progress = min(1.0, (step - warmup) / max(1, steps - warmup))
@@ -108,7 +113,8 @@ def dist_info():
 
 
 def init_distributed():
-    """Initialise the process group when launched by torchrun (gloo on CPU, nccl on GPU); returns device."""
+    """Initialise the process group when launched by torchrun (gloo on CPU, nccl on GPU); returns
+    device."""
     if "RANK" in os.environ and "WORLD_SIZE" in os.environ and not dist.is_initialized():
         if torch.cuda.is_available():
             local = int(os.environ.get("LOCAL_RANK", 0))
@@ -116,15 +122,19 @@ def init_distributed():
             dist.init_process_group("nccl", device_id=torch.device("cuda", local))
         else:
             dist.init_process_group("gloo")
-    return torch.device("cuda", torch.cuda.current_device()) if torch.cuda.is_available() else torch.device("cpu")
+    return (
+        torch.device("cuda", torch.cuda.current_device())
+        if torch.cuda.is_available()
+        else torch.device("cpu")
+    )
 
 
 def save_checkpoint(model, tokenizer, out_dir):
-    """HF-format model + tokenizer (rundir.save_hf, as train.py writes its checkpoints), written to a
-    temporary folder and renamed into place. Under FSDP every rank takes part in gathering the weights (a
-    collective, one tensor at a time); rank 0 keeps and writes them."""
+    """HF-format model + tokenizer (rundir.save_hf, as train.py writes its checkpoints), written to
+    a temporary folder and renamed into place. Under FSDP every rank takes part in gathering the
+    weights (a collective, one tensor at a time); rank 0 keeps and writes them."""
     rank, world = dist_info()
-    state = rundir.gathered_state(model, rank)   # collective: every rank takes part
+    state = rundir.gathered_state(model, rank)  # collective: every rank takes part
     if rank == 0:
         out_dir = os.path.abspath(out_dir)
         tmp, old = out_dir + ".tmp", out_dir + ".old"
@@ -143,13 +153,29 @@ def save_checkpoint(model, tokenizer, out_dir):
 # training
 
 
-def train_sft(model, tokenizer, samples, steps=300, lr=2e-3, batch_size=64, out_dir=None, *, seed=0,
-              weight_decay=0.01, clip=1.0, min_lr_ratio=0.1, log_every=25, log=print, optimizer="adamw"):
-    """Train `model` on chat samples for `steps` optimizer steps; save to out_dir (HF format) if given.
+def train_sft(
+    model,
+    tokenizer,
+    samples,
+    steps=300,
+    lr=2e-3,
+    batch_size=64,
+    out_dir=None,
+    *,
+    seed=0,
+    weight_decay=0.01,
+    clip=1.0,
+    min_lr_ratio=0.1,
+    log_every=25,
+    log=print,
+    optimizer="adamw",
+):
+    """Train `model` on chat samples for `steps` optimizer steps; save to out_dir (HF format) if
+    given.
 
-    batch_size is samples per rank per step. Under torchrun the model is sharded with FSDP2 (speed.prepare's
-    layout, unless it already is), each rank trains on its own share of the length-bucketed batches, and FSDP
-    reduces the gradients. Returns a stats dict."""
+    batch_size is samples per rank per step. Under torchrun the model is sharded with FSDP2
+    (speed.prepare's layout, unless it already is), each rank trains on its own share of the
+    length-bucketed batches, and FSDP reduces the gradients. Returns a stats dict."""
     rank, world = dist_info()
     torch.manual_seed(seed)
     device = next(model.parameters()).device
@@ -159,22 +185,28 @@ def train_sft(model, tokenizer, samples, steps=300, lr=2e-3, batch_size=64, out_
     if world > 1 and not isinstance(model, FSDPModule):
         speed.prepare(model, shard=True, bf16=device.type == "cuda")
     model.train()
-    pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+    pad_id = (
+        tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+    )
     warmup = max(1, steps // 20)
     opt = muon.make_optimizer(model, optimizer, lr, weight_decay)
-    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: cosine_lr(s, steps, warmup, min_lr_ratio))
-    bf16 = device.type == "cuda" and not isinstance(model, FSDPModule)   # (FSDP2 computes in bf16 itself)
+    sched = torch.optim.lr_scheduler.LambdaLR(
+        opt, lambda s: cosine_lr(s, steps, warmup, min_lr_ratio)
+    )
+    bf16 = device.type == "cuda" and not isinstance(
+        model, FSDPModule
+    )  # (FSDP2 computes in bf16 itself)
     autocast = torch.autocast("cuda", dtype=torch.bfloat16, enabled=bf16)
 
     def my_batches():
-        """Every rank builds the same batch list (same seed) and takes batches rank, rank+world, ...:
-        disjoint shards, the same number of steps on every rank."""
+        """Every rank builds the same batch list (same seed) and takes batches rank, rank+world,
+        ...: disjoint shards, the same number of steps on every rank."""
         rng, lengths = random.Random(seed), [len(e[0]) for e in encoded]
         while True:
             bs = length_batches(lengths, batch_size, rng)
             while len(bs) < world:
                 bs = bs + bs
-            yield from bs[:len(bs) - len(bs) % world][rank::world]
+            yield from bs[: len(bs) - len(bs) % world][rank::world]
 
     stream = my_batches()
     losses, tokens, t0 = [], 0, time.perf_counter()
@@ -199,25 +231,48 @@ def train_sft(model, tokenizer, samples, steps=300, lr=2e-3, batch_size=64, out_
         tokens += int(n_tok.item())
         if rank == 0 and log is not None and (step % log_every == 0 or step == steps - 1):
             gn = gnorm.full_tensor() if hasattr(gnorm, "full_tensor") else gnorm
-            log(f"sft step {step:5d}/{steps}  loss {losses[-1]:.4f}  lr {sched.get_last_lr()[0]:.2e}  "
-                f"gnorm {float(gn):.2f}  {tokens / (time.perf_counter() - t0):.0f} tok/s")
+            log(
+                f"sft step {step:5d}/{steps}  loss {losses[-1]:.4f}  lr {sched.get_last_lr()[0]:.2e}  "
+                f"gnorm {float(gn):.2f}  {tokens / (time.perf_counter() - t0):.0f} tok/s"
+            )
     wall = time.perf_counter() - t0
     if out_dir is not None:
         save_checkpoint(model, tokenizer, out_dir)
     model.eval()
-    return {"steps": steps, "loss": losses[-1], "losses": losses, "trained_tokens": tokens, "wall_s": wall,
-            "samples": len(encoded)}
+    return {
+        "steps": steps,
+        "loss": losses[-1],
+        "losses": losses,
+        "trained_tokens": tokens,
+        "wall_s": wall,
+        "samples": len(encoded),
+    }
 
 
 def cold_start(out, seed=0, separate=False):
-    """The tiny world's cold start, `python sft.py --no-eval` in a process of its own (not a rank of the
-    caller's torchrun job): out/ holds the model, or out/designer and out/executor with separate=True."""
+    """The tiny world's cold start, `python sft.py --no-eval` in a process of its own (not a rank of
+    the caller's torchrun job): out/ holds the model, or out/designer and out/executor with
+    separate=True."""
     print(f"{out} is missing: running the SFT cold start (python sft.py)", flush=True)
     ours = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
-    env = {k: v for k, v in os.environ.items() if k not in ours and not k.startswith("TORCHELASTIC")}
+    env = {
+        k: v for k, v in os.environ.items() if k not in ours and not k.startswith("TORCHELASTIC")
+    }
     roles = ["--roles", "separate"] if separate else []
-    subprocess.run([sys.executable, os.path.abspath(__file__), "--no-eval", "--seed", str(seed), "--out", out,
-                    *roles], check=True, env=env)
+    subprocess.run(
+        [
+            sys.executable,
+            os.path.abspath(__file__),
+            "--no-eval",
+            "--seed",
+            str(seed),
+            "--out",
+            out,
+            *roles,
+        ],
+        check=True,
+        env=env,
+    )
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -227,53 +282,74 @@ def cold_start(out, seed=0, separate=False):
 def evaluate_sft(model_path, tasks, *, designer_path=None, seed=0):
     """Quality-bar figures of a tiny cold start on held-out tasks.
 
-    parse: share of Designer completions that parse into a script (one design per task);
-    designer: accuracy of executing those designs once each; structures: their structure shares;
-    templates[name]: accuracy of fixed template `name` (rollout's fixed-structure mode, one execution a task),
-    "single" being the single-agent baseline. A run counts as correct when reward.py's correctness is 1. With
-    designer_path the Designer's weights are swapped in for the design phase (separate policies)."""
+    parse: share of Designer completions that parse into a script (one design per task); designer:
+    accuracy of executing those designs once each; structures: their structure shares;
+    templates[name]: accuracy of fixed template `name` (rollout's fixed-structure mode, one
+    execution a task), "single" being the single-agent baseline. A run counts as correct when
+    reward.py's correctness is 1. With designer_path the Designer's weights are swapped in for the
+    design phase (separate policies)."""
     eng = engine_lib.make_engine(model_path, backend="lean")
     designer_eng = eng
-    if designer_path is not None:   # one engine, each role's view of it holding that role's weights
+    if designer_path is not None:  # one engine, each role's view of it holding that role's weights
         paths = {"designer": designer_path, "executor": model_path}
-        held = weights.Held(eng, paths, held="executor")   # the engine: model_path's (the Executor's)
+        held = weights.Held(
+            eng, paths, held="executor"
+        )  # the engine: model_path's (the Executor's)
         designer_eng, eng = held.view("designer"), held.view("executor")
-    kw = {"short": True, "designer_sampling": engine_lib.Sampling(max_tokens=400), "chunk": max(1, len(tasks)),
-          "executor_sampling": engine_lib.Sampling(max_tokens=128)}
+    kw = {
+        "short": True,
+        "designer_sampling": engine_lib.Sampling(max_tokens=400),
+        "chunk": max(1, len(tasks)),
+        "executor_sampling": engine_lib.Sampling(max_tokens=128),
+    }
     d = evaluate_lib.evaluate_method(tasks, designer_eng, eng, "auto", 1, seed=seed, **kw)
     unparsed = d["structures"].pop("unparseable")
-    out = {"tasks": len(tasks), "parse": 1 - unparsed, "designer": d["pass@1"],
-           "structures": {k: v / (1 - unparsed) for k, v in d["structures"].items() if v > 0}}
+    out = {
+        "tasks": len(tasks),
+        "parse": 1 - unparsed,
+        "designer": d["pass@1"],
+        "structures": {k: v / (1 - unparsed) for k, v in d["structures"].items() if v > 0},
+    }
     out["templates"], out["per_problem"] = {}, {"designs": d["per_problem"]}
     for name in mas.TEMPLATES:
-        r = evaluate_lib.evaluate_method(tasks, None, eng, f"template:{name}", 1, seed=seed + 1, **kw)
+        r = evaluate_lib.evaluate_method(
+            tasks, None, eng, f"template:{name}", 1, seed=seed + 1, **kw
+        )
         out["templates"][name], out["per_problem"][name] = r["pass@1"], r["per_problem"]
     out["kinds"] = [t.get("kind", "?") for t in tasks]
     return out
 
 
 def format_figures(fig):
-    """The quality bar as text, from evaluate_sft's figures (every template, "single" among them, per task)."""
+    """The quality bar as text, from evaluate_sft's figures (every template, "single" among them,
+    per task)."""
     t, pp, kinds = fig["templates"], fig["per_problem"], fig["kinds"]
     best = max((k for k in t if k != "single"), key=t.get)
     _, se = evaluate_lib.paired_margin(pp[best], pp["single"])
-    lines = [f"held-out tasks: {fig['tasks']}",
-             f"(a) designer completions that parse: {100 * fig['parse']:.1f}%   (target >= 95%)",
-             f"    learned designs, executed once: {100 * fig['designer']:.1f}% correct; structures "
-             + ", ".join(f"{k} {100 * v:.0f}%" for k, v in sorted(fig["structures"].items())),
-             f"(b) single agent accuracy: {100 * t['single']:.1f}%   (target 30-80%)",
-             "(c) fixed templates: " + ", ".join(f"{k} {100 * v:.1f}%" for k, v in t.items()),
-             f"    best template {best} beats single by {100 * (t[best] - t['single']):+.1f} points (paired "
-             f"standard error {100 * se:.1f}; clear when above 2 standard errors)"]
+    lines = [
+        f"held-out tasks: {fig['tasks']}",
+        f"(a) designer completions that parse: {100 * fig['parse']:.1f}%   (target >= 95%)",
+        f"    learned designs, executed once: {100 * fig['designer']:.1f}% correct; structures "
+        + ", ".join(f"{k} {100 * v:.0f}%" for k, v in sorted(fig["structures"].items())),
+        f"(b) single agent accuracy: {100 * t['single']:.1f}%   (target 30-80%)",
+        "(c) fixed templates: " + ", ".join(f"{k} {100 * v:.1f}%" for k, v in t.items()),
+        f"    best template {best} beats single by {100 * (t[best] - t['single']):+.1f} points (paired "
+        f"standard error {100 * se:.1f}; clear when above 2 standard errors)",
+    ]
     if len(set(kinds)) > 1:
         # which structure pays depends on the kind of task: the learned Designer's whole premise
         for kind in sorted(set(kinds)):
             idx = [i for i, k in enumerate(kinds) if k == kind]
             acc = {name: sum(pp[name][i] for i in idx) / len(idx) for name in pp}
             top = max((k for k in acc if k not in ("single", "designs")), key=acc.get)
-            m, se = evaluate_lib.paired_margin([pp[top][i] for i in idx], [pp["single"][i] for i in idx])
-            lines.append(f"    {kind} ({len(idx)} tasks): " + ", ".join(f"{k} {100 * v:.1f}%" for k, v in acc.items())
-                         + f"; best template {top} {100 * m:+.1f} +- {100 * se:.1f} over single")
+            m, se = evaluate_lib.paired_margin(
+                [pp[top][i] for i in idx], [pp["single"][i] for i in idx]
+            )
+            lines.append(
+                f"    {kind} ({len(idx)} tasks): "
+                + ", ".join(f"{k} {100 * v:.1f}%" for k, v in acc.items())
+                + f"; best template {top} {100 * m:+.1f} +- {100 * se:.1f} over single"
+            )
     return "\n".join(lines)
 
 
@@ -293,26 +369,44 @@ def _load_base(model_path, device, seed):
 
 
 def main(argv):
-    p = argparse.ArgumentParser(description="SFT cold start (no arguments: the tiny default on CPU)")
-    p.add_argument("--model", default=None, help="HF model dir (default: the tiny model from tiny.py)")
-    p.add_argument("--data", default=None, help="dir with designer/executor.jsonl (default: tiny traces)")
+    p = argparse.ArgumentParser(
+        description="SFT cold start (no arguments: the tiny default on CPU)"
+    )
+    p.add_argument(
+        "--model", default=None, help="HF model dir (default: the tiny model from tiny.py)"
+    )
+    p.add_argument(
+        "--data", default=None, help="dir with designer/executor.jsonl (default: tiny traces)"
+    )
     p.add_argument("--out", default="out/tiny-sft")
     p.add_argument("--roles", default="both", choices=["both", "separate"])
     p.add_argument("--steps", type=int, default=None)
     p.add_argument("--lr", type=float, default=None)
     p.add_argument("--batch-size", type=int, default=None)
-    p.add_argument("--no-eval", action="store_true", help="tiny: skip the quality bar on 200 val tasks")
-    p.add_argument("--other-share", type=float, default=tiny.OTHER_SHARE,
-                   help="tiny: the share of designer samples that show a template other than the suited one")
+    p.add_argument(
+        "--no-eval", action="store_true", help="tiny: skip the quality bar on 200 val tasks"
+    )
+    p.add_argument(
+        "--other-share",
+        type=float,
+        default=tiny.OTHER_SHARE,
+        help="tiny: the share of designer samples that show a template other than the suited one",
+    )
     p.add_argument("--seed", type=int, default=0)
     a = p.parse_args(argv)
-    if a.model is not None and engine_lib.missing_model(a.model):   # before any process group or model
-        sys.exit(f"sft.py: --model: {engine_lib.missing_model(a.model)} (a Hugging Face model folder, as "
-                 f"from_pretrained reads it, or a hub id; no --model: the tiny world's model)")
+    if a.model is not None and engine_lib.missing_model(
+        a.model
+    ):  # before any process group or model
+        sys.exit(
+            f"sft.py: --model: {engine_lib.missing_model(a.model)} (a Hugging Face model folder, as "
+            f"from_pretrained reads it, or a hub id; no --model: the tiny world's model)"
+        )
     for name in ("designer.jsonl", "executor.jsonl") if a.data is not None else ():
         if not os.path.isfile(os.path.join(a.data, name)):
-            sys.exit(f"sft.py: --data: no {os.path.join(a.data, name)} (python tools/distill.py --out "
-                     f"{a.data} writes designer.jsonl and executor.jsonl)")
+            sys.exit(
+                f"sft.py: --data: no {os.path.join(a.data, name)} (python tools/distill.py --out "
+                f"{a.data} writes designer.jsonl and executor.jsonl)"
+            )
     device = init_distributed()
     rank, world = dist_info()
     tiny_world = a.data is None
@@ -322,26 +416,38 @@ def main(argv):
         tasks = tiny.make_tasks(TINY["train_tasks"], seed=a.seed, split="sft")
         designer, executor = tiny.sft_traces(tasks, seed=a.seed, other_share=a.other_share)
         # the four scripts are learned from fewer samples than the executor's arithmetic needs
-        designer = designer[:TINY["designer_tasks"]]
+        designer = designer[: TINY["designer_tasks"]]
         if rank == 0:
-            print(f"tiny traces: {len(designer)} designer + {len(executor)} executor samples from {len(tasks)} tasks "
-                  f"in {time.perf_counter() - t0:.1f}s")
+            print(
+                f"tiny traces: {len(designer)} designer + {len(executor)} executor samples from {len(tasks)} tasks "
+                f"in {time.perf_counter() - t0:.1f}s"
+            )
     else:
         defaults = dict(steps=1000, lr=1e-5, batch_size=8, optimizer="adamw")
         designer = data.read_jsonl(os.path.join(a.data, "designer.jsonl"))
         executor = data.read_jsonl(os.path.join(a.data, "executor.jsonl"))
     hp = {k: getattr(a, k) if getattr(a, k, None) is not None else v for k, v in defaults.items()}
-    jobs = [(a.out, designer + executor)] if a.roles == "both" else \
-        [(os.path.join(a.out, "designer"), designer), (os.path.join(a.out, "executor"), executor)]
+    jobs = (
+        [(a.out, designer + executor)]
+        if a.roles == "both"
+        else [
+            (os.path.join(a.out, "designer"), designer),
+            (os.path.join(a.out, "executor"), executor),
+        ]
+    )
     t0 = time.perf_counter()
     for out_dir, samples in jobs:
-        model, tok = _load_base(a.model, device, a.seed)   # every role starts cold from the same base
+        model, tok = _load_base(
+            a.model, device, a.seed
+        )  # every role starts cold from the same base
         if rank == 0:
             print(f"sft -> {out_dir}: {len(samples)} samples, {hp}, world {world}")
         stats = train_sft(model, tok, samples, out_dir=out_dir, seed=a.seed, **hp)
         if rank == 0:
-            print(f"sft done: {stats['steps']} steps, final loss {stats['loss']:.4f}, "
-                  f"{stats['trained_tokens']} tokens, {stats['wall_s']:.1f}s")
+            print(
+                f"sft done: {stats['steps']} steps, final loss {stats['loss']:.4f}, "
+                f"{stats['trained_tokens']} tokens, {stats['wall_s']:.1f}s"
+            )
         del model
     if world > 1:
         dist.destroy_process_group()
@@ -349,9 +455,17 @@ def main(argv):
         return
     print(f"SFT wall time: {time.perf_counter() - t0:.1f}s")
     if tiny_world and not a.no_eval:
-        held = tiny.make_tasks(200, seed=a.seed + 2_000_003, split="val")   # heldout.tasks(200, seed, "val")
-        paths = dict(model_path=a.out) if a.roles == "both" else \
-            dict(model_path=os.path.join(a.out, "executor"), designer_path=os.path.join(a.out, "designer"))
+        held = tiny.make_tasks(
+            200, seed=a.seed + 2_000_003, split="val"
+        )  # heldout.tasks(200, seed, "val")
+        paths = (
+            dict(model_path=a.out)
+            if a.roles == "both"
+            else dict(
+                model_path=os.path.join(a.out, "executor"),
+                designer_path=os.path.join(a.out, "designer"),
+            )
+        )
         print(format_figures(evaluate_sft(tasks=held, seed=a.seed, **paths)))
 
 

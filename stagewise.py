@@ -1,17 +1,18 @@
 """stagewise.py: which role (Designer, Executor) is trained at RL step t.
 
-Why stagewise co-evolution: the two roles are each other's environment. The Designer's reward depends on how
-well the Executor carries out its scripts; the Executor's prompts and reward depend on which scripts the
-Designer writes. Updating both at once makes each chase a moving target (a non-stationary environment), so
-the default trains one role at a time for `stage_len` steps while the other is frozen, then swaps:
+Why stagewise co-evolution: the two roles are each other's environment. The Designer's reward
+depends on how well the Executor carries out its scripts; the Executor's prompts and reward depend
+on which scripts the Designer writes. Updating both at once makes each chase a moving target (a
+non-stationary environment), so the default trains one role at a time for `stage_len` steps while
+the other is frozen, then swaps:
 
     active(t) = {first}   if floor(t / stage_len) is even
                 {other}   otherwise
 
 first = "executor" by default, as in the authors' released configs (PettingLLMs, config/autoevol:
-first_phase_trains: executor): the Executor's first stage trains on the cold start's designs, and the
-Designer then learns which structures the trained Executor carries out best. (The paper does not say which
-role goes first.)
+first_phase_trains: executor): the Executor's first stage trains on the cold start's designs, and
+the Designer then learns which structures the trained Executor carries out best. (The paper does not
+say which role goes first.)
 
 The ablations: "coupled" trains both roles every step; "designer" / "executor" train one role only.
 Samples of the inactive role are dropped before the forward pass (no compute is spent on them).

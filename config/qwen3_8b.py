@@ -1,41 +1,53 @@
-"""Qwen3-8B, the paper's main setting: 8xH200, `torchrun --nproc_per_node=8 train.py config/qwen3_8b.py`.
+"""Qwen3-8B, the paper's main setting: 8xH200, `torchrun --nproc_per_node=8 train.py
+config/qwen3_8b.py`.
 
-[paper] marks the values the paper gives, [authors] those of the authors' released config where the paper is
-silent; everything else is ours. init_from is an SFT cold start of Qwen3-8B (python sft.py --model Qwen3-8B
---data DIR --out out/sft-qwen3-8b), data files in data.py's format (python data.py convert ...).
+[paper] marks the values the paper gives, [authors] those of the authors' released config where the
+paper is silent; everything else is ours. init_from is an SFT cold start of Qwen3-8B (python sft.py
+--model Qwen3-8B --data DIR --out out/sft-qwen3-8b), data files in data.py's format (python data.py
+convert ...).
 """
 
 out_dir = "out/qwen3-8b-rl"
 init_from = "out/sft-qwen3-8b"
-# [paper] Polaris + APPS + CodeContests (the authors' code data: code_contests); ours: equal math/code weights
+# [paper] Polaris + APPS + CodeContests (the authors' code data: code_contests); ours: equal
+# math/code weights
 data_mix = {"data/polaris.jsonl": 1.0, "data/apps.jsonl": 0.5, "data/codecontests.jsonl": 0.5}
 
-M = 4                       # [paper]
-N = 4                       # [paper]
-K = 30                      # [paper] stage length
-mode = "stagewise"          # [paper]
-first_role = "executor"     # [authors] (the paper is silent)
-policy = "shared"           # [paper] default: one model plays both roles
-lam = 0.4                   # [paper]
+M = 4  # [paper]
+N = 4  # [paper]
+K = 30  # [paper] stage length
+mode = "stagewise"  # [paper]
+first_role = "executor"  # [authors] (the paper is silent)
+policy = "shared"  # [paper] default: one model plays both roles
+lam = 0.4  # [paper]
 
-batch_size = 8              # [paper] queries per step (1 per GPU on 8xH200)
-designer_lr = 5e-6          # [paper]
-executor_lr = 5e-6          # [paper]
-steps = 300                 # ours
-minibatches = 1             # ours: on-policy (the paper does not say; clip 0.2 both ways, no KL: [authors])
-micro_batch = 4             # ours
-logprobs = "chunked"        # ours: the lm head a chunk at a time (chunked.py); shared-prompt rows (a custom 4D
-                            # mask) are tested on CPU only, and the compiled/kept-logit variants wait for
-                            # `python tools/bench.py train` on an H200
-max_tokens = 8192           # [paper] per completion
+batch_size = 8  # [paper] queries per step (1 per GPU on 8xH200)
+designer_lr = 5e-6  # [paper]
+executor_lr = 5e-6  # [paper]
+steps = 300  # ours
+minibatches = 1  # ours: on-policy (the paper does not say; clip 0.2 both ways, no KL: [authors])
+micro_batch = 4  # ours
+logprobs = (
+    "chunked"  # ours: the lm head a chunk at a time (chunked.py); shared-prompt rows (a custom 4D
+)
+# mask) are tested on CPU only, and the compiled/kept-logit variants wait for
+# `python tools/bench.py train` on an H200
+max_tokens = 8192  # [paper] per completion
 designer_max_tokens = 8192  # [paper]
-# Sampling: untruncated (top_p 1, no top-k, no repetition penalty), a deliberate difference from the authors'
-# rollouts (top_p 0.9, top_k 20, a repetition penalty): the trainer's log-probs are then the sampler's own.
+# Sampling: untruncated (top_p 1, no top-k, no repetition penalty), a deliberate difference from the
+# authors' rollouts (top_p 0.9, top_k 20, a repetition penalty): the trainer's log-probs are then
+# the sampler's own.
 
 backend = "vllm"
-engine_kwargs = {"max_model_len": 16384, "gpu_memory_utilization": 0.45, "enable_thinking": False}  # ours: no thinking
+engine_kwargs = {
+    "max_model_len": 16384,
+    "gpu_memory_utilization": 0.45,
+    "enable_thinking": False,
+}  # ours: no thinking
 device = "cuda"
-ac_policy = "full"          # ours: "selective" keeps every matmul output, which micro-batches of 4-8 sequences
-                            # of up to 16k tokens cannot hold (the figures: docs/NOTES.md, bench.py gpu)
-compile_layers = True       # ours: compiled decoder layers (bench.py gpu)
+ac_policy = (
+    "full"  # ours: "selective" keeps every matmul output, which micro-batches of 4-8 sequences
+)
+# of up to 16k tokens cannot hold (the figures: docs/NOTES.md, bench.py gpu)
+compile_layers = True  # ours: compiled decoder layers (bench.py gpu)
 save_every = 20

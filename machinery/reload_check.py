@@ -1,9 +1,11 @@
-"""reload_check.py: proof that the engine computes with the trainer's weights, after every weight sync.
+"""reload_check.py: proof that the engine computes with the trainer's weights, after every weight
+sync.
 
-A weight sync can fail without a sound: vLLM logs, and goes on, when a reload leaves weights out; a fused
-layer given only part of its weights (q_proj without k_proj) keeps the old rest without a word; an engine
-woken from a level-2 sleep without its reload holds garbage. RL then trains on another policy's samples.
-Three checks, each stopping the run with a ReloadError that says what went wrong:
+A weight sync can fail without a sound: vLLM logs, and goes on, when a reload leaves weights out; a
+fused layer given only part of its weights (q_proj without k_proj) keeps the old rest without a
+word; an engine woken from a level-2 sleep without its reload holds garbage. RL then trains on
+another policy's samples. Three checks, each stopping the run with a ReloadError that says what went
+wrong:
 
 1. vLLM's own reload warnings ("Following weights were not loaded", "<Layer>: Failed to load weights") are
    errors whatever VLLM_LOGGING_LEVEL says (engine.VLLMEngine.load_weights).
@@ -39,26 +41,36 @@ ReloadError = engine_lib.ReloadError
 
 
 def limit(dtype, S):
-    """The largest mean engine/trainer log-prob gap two correct forwards in `dtype` can have (see above)."""
+    """The largest mean engine/trainer log-prob gap two correct forwards in `dtype` can have (see
+    above)."""
     return 16 * torch.finfo(dtype).eps * S
 
 
 @torch.no_grad()
 def probe(eng, model, device, max_tokens=32):
-    """(gap, S): the engine samples PROBE (seeded, T = 1), the trainer's model scores the same tokens."""
-    c = eng.generate([PROBE], engine_lib.Sampling(temperature=1.0, max_tokens=max_tokens, seed=0))[0][0]
+    """(gap, S): the engine samples PROBE (seeded, T = 1), the trainer's model scores the same
+    tokens."""
+    c = eng.generate([PROBE], engine_lib.Sampling(temperature=1.0, max_tokens=max_tokens, seed=0))[
+        0
+    ][0]
     if c.finish_reason == "error" or not c.token_ids:
         raise ReloadError(f"the reload probe generated nothing: {c.error or c.finish_reason}")
     ids = torch.tensor([c.prompt_ids + c.token_ids], device=device)
-    z = model(input_ids=ids, use_cache=False).logits[0, len(c.prompt_ids) - 1:-1].float()
-    if hasattr(model, "reshard"):   # FSDP2 keeps the root's weights gathered after a forward; the update's
-        model.reshard()             # backward would then reduce those gradients wrongly
-    lp = z.log_softmax(-1).gather(-1, ids[0, len(c.prompt_ids):, None]).squeeze(-1).cpu()
-    return (lp - torch.tensor(c.logprobs)).abs().mean().item(), z.abs().max().item() + math.log(z.shape[-1])
+    z = model(input_ids=ids, use_cache=False).logits[0, len(c.prompt_ids) - 1 : -1].float()
+    if hasattr(
+        model, "reshard"
+    ):  # FSDP2 keeps the root's weights gathered after a forward; the update's
+        model.reshard()  # backward would then reduce those gradients wrongly
+    lp = z.log_softmax(-1).gather(-1, ids[0, len(c.prompt_ids) :, None]).squeeze(-1).cpu()
+    return (lp - torch.tensor(c.logprobs)).abs().mean().item(), z.abs().max().item() + math.log(
+        z.shape[-1]
+    )
 
 
 def check(gap, bound, when):
-    if not gap <= bound:   # NaN fails too
-        raise ReloadError(f"{when}: the engine's log-probs are {gap:.3g} apart from the trainer's on average, "
-                          f"above {bound:.3g}, what rounding allows: the engine does not hold the trainer's "
-                          f"weights (a tensor left out or corrupted in the sync, or a sleep without a reload)")
+    if not gap <= bound:  # NaN fails too
+        raise ReloadError(
+            f"{when}: the engine's log-probs are {gap:.3g} apart from the trainer's on average, "
+            f"above {bound:.3g}, what rounding allows: the engine does not hold the trainer's "
+            f"weights (a tensor left out or corrupted in the sync, or a sleep without a reload)"
+        )

@@ -14,8 +14,9 @@
     restore_optimizers(policies, ckpt, ts, master); restore_rng(ts, seed, rank)
     truncate_jsonl(path, ts["step"])       # a resume drops the lines of steps after its checkpoint
 
-fault(point, step) is the fault injection tests/test_train.py uses to SIGKILL a run at chosen points;
-append_jsonl writes a step's lines, durably (recorder.py calls both at their points of the step).
+fault(point, step) is the fault injection tests/test_train.py uses to SIGKILL a run at chosen
+points; append_jsonl writes a step's lines, durably (recorder.py calls both at their points of the
+step).
 
 Needs: settings.py, mas.py, stagewise.py
 """
@@ -43,15 +44,17 @@ import settings
 
 
 def full_state(model, dtype=None):
-    """Yield (name, full tensor) one parameter at a time; under FSDP2 each is all-gathered on every rank."""
+    """Yield (name, full tensor) one parameter at a time; under FSDP2 each is all-gathered on every
+    rank."""
     for name, t in model.state_dict().items():
         t = t.full_tensor() if isinstance(t, DTensor) else t
         yield name, (t.detach().to(dtype) if dtype is not None else t.detach())
 
 
 def gathered_state(model, rank):
-    """The full weights on rank 0, in CPU memory ({} on the other ranks). Collective: every rank must call it
-    (each tensor is gathered on all of them, one at a time, and kept by rank 0 alone)."""
+    """The full weights on rank 0, in CPU memory ({} on the other ranks). Collective: every rank
+    must call it (each tensor is gathered on all of them, one at a time, and kept by rank 0
+    alone)."""
     state = {}
     for name, t in full_state(model):
         if rank == 0:
@@ -60,8 +63,9 @@ def gathered_state(model, rank):
 
 
 def save_hf(path, state, model, tokenizer):
-    """HF folder loadable by from_pretrained and vLLM (config, generation config, safetensors, tokenizer). The
-    generation config is where Qwen3 keeps its second EOS (<|endoftext|>; engine.eos_ids reads both)."""
+    """HF folder loadable by from_pretrained and vLLM (config, generation config, safetensors,
+    tokenizer). The generation config is where Qwen3 keeps its second EOS (<|endoftext|>;
+    engine.eos_ids reads both)."""
     os.makedirs(path, exist_ok=True)
     config = model.config
     config.architectures = [type(model).__name__.removeprefix("FSDP")]
@@ -70,13 +74,20 @@ def save_hf(path, state, model, tokenizer):
         model.generation_config.save_pretrained(path)
     if getattr(config, "tie_word_embeddings", False):
         state = {k: v for k, v in state.items() if k != "lm_head.weight"}
-    save_file({k: v.contiguous().cpu() for k, v in state.items()}, os.path.join(path, "model.safetensors"),
-              metadata={"format": "pt"})
+    save_file(
+        {k: v.contiguous().cpu() for k, v in state.items()},
+        os.path.join(path, "model.safetensors"),
+        metadata={"format": "pt"},
+    )
     tokenizer.save_pretrained(path)
 
 
 def rng_state():
-    st = {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state()}
+    st = {
+        "python": random.getstate(),
+        "numpy": np.random.get_state(),
+        "torch": torch.get_rng_state(),
+    }
     if torch.cuda.is_available():
         st["cuda"] = torch.cuda.get_rng_state_all()
     return st
@@ -91,7 +102,8 @@ def set_rng_state(st):
 
 
 def restore_rng(ts, seed, rank):
-    """Every RNG as the checkpoint's trainer state left it on this rank, or seeded afresh (ts None)."""
+    """Every RNG as the checkpoint's trainer state left it on this rank, or seeded afresh (ts
+    None)."""
     if ts is not None:
         return set_rng_state(ts["rng"][rank] if rank < len(ts["rng"]) else ts["rng"][0])
     random.seed(seed + rank)
@@ -100,17 +112,21 @@ def restore_rng(ts, seed, rank):
 
 
 def prepare(cfg):
-    """out_dir made; with --overwrite, the run it holds deleted first (its files only: settings.run_files)."""
+    """out_dir made; with --overwrite, the run it holds deleted first (its files only:
+    settings.run_files)."""
     if cfg.overwrite and settings.run_files(cfg.out_dir):
-        print(f"--overwrite: deleting the run in {cfg.out_dir} ({', '.join(settings.run_files(cfg.out_dir))})")
+        print(
+            f"--overwrite: deleting the run in {cfg.out_dir} ({', '.join(settings.run_files(cfg.out_dir))})"
+        )
         settings.clear_run(cfg.out_dir)
     os.makedirs(cfg.out_dir, exist_ok=True)
 
 
 def provenance(cfg, argv, end=False):
-    """out_dir/run.json: what made this run, one entry a start (a resume adds one): the commit and whether the
-    tree had uncommitted changes, the full command, clock times (start; end once the run is done), the machine
-    (CPU model, cores, torch and Python versions); and the run's config. Written atomically by rank 0."""
+    """out_dir/run.json: what made this run, one entry a start (a resume adds one): the commit and
+    whether the tree had uncommitted changes, the full command, clock times (start; end once the run
+    is done), the machine (CPU model, cores, torch and Python versions); and the run's config.
+    Written atomically by rank 0."""
     path = os.path.join(cfg.out_dir, "run.json")
     info = {"config": dataclasses.asdict(cfg), "starts": []}
     if os.path.exists(path):
@@ -122,12 +138,22 @@ def provenance(cfg, argv, end=False):
     else:
         here = os.path.dirname(os.path.abspath(__file__))
         git = ["git", "-C", here]
-        commit = subprocess.run([*git, "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip()
-        dirty = subprocess.run([*git, "status", "--porcelain", "--untracked-files=no"], capture_output=True,
-                               text=True).stdout.strip()
-        info["starts"].append({
-            "commit": commit or None, "dirty": bool(dirty), "command": [sys.executable, *sys.argv[:1], *argv],
-            "start": now, "end": None, "machine": machine()})
+        commit = subprocess.run(
+            [*git, "rev-parse", "HEAD"], capture_output=True, text=True
+        ).stdout.strip()
+        dirty = subprocess.run(
+            [*git, "status", "--porcelain", "--untracked-files=no"], capture_output=True, text=True
+        ).stdout.strip()
+        info["starts"].append(
+            {
+                "commit": commit or None,
+                "dirty": bool(dirty),
+                "command": [sys.executable, *sys.argv[:1], *argv],
+                "start": now,
+                "end": None,
+                "machine": machine(),
+            }
+        )
     tmp = path + ".tmp"
     with open(tmp, "w") as f:
         json.dump(info, f, indent=1)
@@ -142,33 +168,43 @@ def machine():
             names = [ln.split(":", 1)[1].strip() for ln in f if ln.startswith("model name")]
         cpu = names[0] if names else cpu
     gpu = torch.cuda.get_device_name(0) if torch.cuda.is_available() else None
-    return {"cpu": cpu, "cores": len(os.sched_getaffinity(0)), "gpu": gpu, "torch": torch.__version__,
-            "python": platform.python_version(), "host": platform.node()}
+    return {
+        "cpu": cpu,
+        "cores": len(os.sched_getaffinity(0)),
+        "gpu": gpu,
+        "torch": torch.__version__,
+        "python": platform.python_version(),
+        "host": platform.node(),
+    }
 
 
 def checkpoints(out_dir):
     """The step_N folders in out_dir, oldest first (by step number)."""
     if not os.path.isdir(out_dir):
         return []
-    return sorted((d for d in os.listdir(out_dir) if re.fullmatch(r"step_\d+", d)), key=lambda d: int(d[5:]))
+    return sorted(
+        (d for d in os.listdir(out_dir) if re.fullmatch(r"step_\d+", d)), key=lambda d: int(d[5:])
+    )
 
 
 def fault(point, step):
-    """Fault injection (tests/test_train.py): METAAGENT_FAULT=point:step SIGKILLs this process when it reaches
-    `point` of step `step` (1-based). Points: designer-phase and executor-phase (mid-rollout: a role's first
-    generate call, weights.RoleView), update (mid-update), checkpoint (between a checkpoint's files), logged
-    (metrics line written, checkpoint not), saved (checkpoint written)."""
+    """Fault injection (tests/test_train.py): METAAGENT_FAULT=point:step SIGKILLs this process when
+    it reaches `point` of step `step` (1-based). Points: designer-phase and executor-phase
+    (mid-rollout: a role's first generate call, weights.RoleView), update (mid-update), checkpoint
+    (between a checkpoint's files), logged (metrics line written, checkpoint not), saved (checkpoint
+    written)."""
     if os.environ.get("METAAGENT_FAULT") == f"{point}:{step}":
         os.kill(os.getpid(), signal.SIGKILL)
 
 
 def save_checkpoint(cfg, step, policies, tokenizer, trainer_state, rank, keep=2):
-    """out_dir/step_{step}/: {model | designer, executor}/ (HF format), optimizer.pt, trainer_state.pt, written
-    into a temp folder and renamed (atomic: a checkpoint folder is either complete or absent); the `keep` newest
-    checkpoints stay. Only rank 0 holds full tensors in CPU memory: the weights are gathered one tensor at a time
-    and kept on rank 0 alone, the optimizer state is gathered with cpu_offload (rank 0 alone). An optimizer
-    state that has never stepped is not saved: torch's state-dict helpers would initialise it with a zero step,
-    which shifts Adam's bias correction of that state's first real step."""
+    """out_dir/step_{step}/: {model | designer, executor}/ (HF format), optimizer.pt,
+    trainer_state.pt, written into a temp folder and renamed (atomic: a checkpoint folder is either
+    complete or absent); the `keep` newest checkpoints stay. Only rank 0 holds full tensors in CPU
+    memory: the weights are gathered one tensor at a time and kept on rank 0 alone, the optimizer
+    state is gathered with cpu_offload (rank 0 alone). An optimizer state that has never stepped is
+    not saved: torch's state-dict helpers would initialise it with a zero step, which shifts Adam's
+    bias correction of that state's first real step."""
     final = os.path.join(cfg.out_dir, f"step_{step:06d}")
     tmp = os.path.join(cfg.out_dir, f".tmp_step_{step:06d}")
     opts = dcp.StateDictOptions(full_state_dict=True, cpu_offload=True)
@@ -176,20 +212,29 @@ def save_checkpoint(cfg, step, policies, tokenizer, trainer_state, rank, keep=2)
         shutil.rmtree(tmp)
     optim = {}
     for name, pol in policies.items():
-        state = gathered_state(pol["model"], rank)   # collective
+        state = gathered_state(pol["model"], rank)  # collective
         if rank == 0:
             save_hf(os.path.join(tmp, name), state, pol["model"], tokenizer)
         del state
         for sname, opt in pol["opt"].items():
-            if opt.state:   # the same on every rank: they step together
-                optim[f"{name}/{sname}"] = dcp.get_optimizer_state_dict(pol["model"], opt, options=opts)
+            if opt.state:  # the same on every rank: they step together
+                optim[f"{name}/{sname}"] = dcp.get_optimizer_state_dict(
+                    pol["model"], opt, options=opts
+                )
         fault("checkpoint", step)
     rngs = [None] * dist.get_world_size()
     dist.all_gather_object(rngs, rng_state())
     if rank == 0:
-        torch.save(optim, os.path.join(tmp, "optimizer.pt"))   # loaded on rank 0 alone at resume
-        torch.save({**trainer_state, "optimizers": sorted(optim), "rng": rngs, "config": dataclasses.asdict(cfg)},
-                   os.path.join(tmp, "trainer_state.pt"))
+        torch.save(optim, os.path.join(tmp, "optimizer.pt"))  # loaded on rank 0 alone at resume
+        torch.save(
+            {
+                **trainer_state,
+                "optimizers": sorted(optim),
+                "rng": rngs,
+                "config": dataclasses.asdict(cfg),
+            },
+            os.path.join(tmp, "trainer_state.pt"),
+        )
         os.replace(tmp, final)
         for old in checkpoints(cfg.out_dir)[:-keep]:
             shutil.rmtree(os.path.join(cfg.out_dir, old), ignore_errors=True)
@@ -197,11 +242,11 @@ def save_checkpoint(cfg, step, policies, tokenizer, trainer_state, rank, keep=2)
 
 
 def truncate_jsonl(path, step):
-    """After a resume from the checkpoint of `step`, drop the lines of later steps from metrics.jsonl or
-    rollouts.jsonl (a kill between a step's lines and its checkpoint leaves some; a kill mid-write leaves a
-    partial last line). Atomic: the kept lines go to a hidden temporary file (.NAME.PID.tmp, which
-    settings.run_files covers) that replaces the file, so a second kill cannot lose them. Returns the kept
-    rows."""
+    """After a resume from the checkpoint of `step`, drop the lines of later steps from
+    metrics.jsonl or rollouts.jsonl (a kill between a step's lines and its checkpoint leaves some; a
+    kill mid-write leaves a partial last line). Atomic: the kept lines go to a hidden temporary file
+    (.NAME.PID.tmp, which settings.run_files covers) that replaces the file, so a second kill cannot
+    lose them. Returns the kept rows."""
     if not os.path.exists(path):
         return []
     with open(path) as f:
@@ -211,9 +256,11 @@ def truncate_jsonl(path, step):
         try:
             row = json.loads(ln)
         except json.JSONDecodeError:
-            if k == len(lines) - 1:   # the partial line of a write the kill interrupted
+            if k == len(lines) - 1:  # the partial line of a write the kill interrupted
                 break
-            raise ValueError(f"{path}: line {k + 1} is not JSON; the run folder is damaged") from None
+            raise ValueError(
+                f"{path}: line {k + 1} is not JSON; the run folder is damaged"
+            ) from None
         if row["step"] <= step:
             keep.append(ln if ln.endswith("\n") else ln + "\n")
     tmp = os.path.join(os.path.dirname(path), f".{os.path.basename(path)}.{os.getpid()}.tmp")
@@ -226,7 +273,8 @@ def truncate_jsonl(path, step):
 
 
 def latest(out_dir):
-    """(folder, trainer state) of the newest checkpoint in out_dir, or (None, None) when it holds none."""
+    """(folder, trainer state) of the newest checkpoint in out_dir, or (None, None) when it holds
+    none."""
     if not checkpoints(out_dir):
         return None, None
     ckpt = os.path.join(out_dir, checkpoints(out_dir)[-1])
@@ -238,19 +286,28 @@ def restore_optimizers(policies, ckpt, ts, master):
     set_optimizer_state_dict broadcasts them to the other ranks."""
     have = sorted(f"{n}/{s}" for n, pol in policies.items() for s in pol["opt"])
     if not set(ts["optimizers"]) <= set(have):
-        raise settings.ConfigError(f"the checkpoint's optimizer states {ts['optimizers']} do not fit this config "
-                                   f"({have}): resume with the policy and mode it was written with")
-    saved = torch.load(os.path.join(ckpt, "optimizer.pt"), weights_only=False, mmap=True) if master else {}
+        raise settings.ConfigError(
+            f"the checkpoint's optimizer states {ts['optimizers']} do not fit this config "
+            f"({have}): resume with the policy and mode it was written with"
+        )
+    saved = (
+        torch.load(os.path.join(ckpt, "optimizer.pt"), weights_only=False, mmap=True)
+        if master
+        else {}
+    )
     for key in ts["optimizers"]:
         name, sname = key.split("/")
-        dcp.set_optimizer_state_dict(policies[name]["model"], policies[name]["opt"][sname],
-                                     optim_state_dict=saved.get(key, {}),
-                                     options=dcp.StateDictOptions(full_state_dict=True, broadcast_from_rank0=True))
+        dcp.set_optimizer_state_dict(
+            policies[name]["model"],
+            policies[name]["opt"][sname],
+            optim_state_dict=saved.get(key, {}),
+            options=dcp.StateDictOptions(full_state_dict=True, broadcast_from_rank0=True),
+        )
 
 
 def append_jsonl(path, rows):
-    """A step's lines (its metrics line; its rollouts.jsonl records), on disk (fsync) before the step's checkpoint
-    is written: no kill loses them."""
+    """A step's lines (its metrics line; its rollouts.jsonl records), on disk (fsync) before the
+    step's checkpoint is written: no kill loses them."""
     with open(path, "a") as f:
         f.writelines(json.dumps(m) + "\n" for m in rows)
         f.flush()

@@ -1,13 +1,13 @@
 """weights.py: the weights an engine generates with, and the engine as each role sees it.
 
-One policy plays both roles by default, so the engine always holds the right weights. With separate policies
-one engine serves both roles and holds whichever role is generating: a role's view of the engine puts that
-role's weights in before it generates, when the engine holds the other's.
+One policy plays both roles by default, so the engine always holds the right weights. With separate
+policies one engine serves both roles and holds whichever role is generating: a role's view of the
+engine puts that role's weights in before it generates, when the engine holds the other's.
 
     view(role).generate(prompts, sampling) = holder.hold(role); engine.generate(prompts, sampling)
 
-rollout.py takes a designer engine and an executor engine; pass it the two views, and it never needs to know
-whose weights the engine holds. Two holders:
+rollout.py takes a designer engine and an executor engine; pass it the two views, and it never needs
+to know whose weights the engine holds. Two holders:
 
     weights = EngineWeights(cfg, eng, policy_of, device)   # train.py: the trainer's weights (probed now)
     batch = rollout(queries, weights.view("designer", step), weights.view("executor", step), M, N, step)
@@ -16,12 +16,13 @@ whose weights the engine holds. Two holders:
     held = Held(eng, {"designer": "out/run/step_000300/designer", "executor": "out/run/.../executor"})
     batch = rollout(queries, held.view("designer"), held.view("executor"), M, N)   # saved models
 
-EngineWeights.sync puts the trainer's new weights into the engine after each update, gathered one tensor at a
-time (FSDP2: each full tensor on every rank) and reloaded in place. Every reload is checked (reload_check.py):
-a probe at the engine's start, after the first sync and every save_every steps (its gap and bound in that
-step's metrics line: `info`), and check_gap on each step's own engine/trainer log-prob gap. A view given the
-step is also the fault-injection point of that role's phase (rundir.fault "designer-phase", "executor-phase":
-tests/test_train.py SIGKILLs a run there, at the phase's first generate call).
+EngineWeights.sync puts the trainer's new weights into the engine after each update, gathered one
+tensor at a time (FSDP2: each full tensor on every rank) and reloaded in place. Every reload is
+checked (reload_check.py): a probe at the engine's start, after the first sync and every save_every
+steps (its gap and bound in that step's metrics line: `info`), and check_gap on each step's own
+engine/trainer log-prob gap. A view given the step is also the fault-injection point of that role's
+phase (rundir.fault "designer-phase", "executor-phase": tests/test_train.py SIGKILLs a run there, at
+the phase's first generate call).
 
 Needs: machinery/reload_check.py, machinery/rundir.py, machinery/engine.py, settings.py,
 machinery/decode.py, mas.py, stagewise.py
@@ -39,8 +40,9 @@ from machinery import reload_check, rundir
 
 
 class RoleView:
-    """The engine as one role sees it: generate() holds the role's weights first (holder.hold(role)). With a
-    step, the fault point of the role's phase in that step comes first (rundir.fault, 1-based steps)."""
+    """The engine as one role sees it: generate() holds the role's weights first
+    (holder.hold(role)). With a step, the fault point of the role's phase in that step comes first
+    (rundir.fault, 1-based steps)."""
 
     def __init__(self, holder, role, step=None):
         self.holder, self.role, self.step = holder, role, step
@@ -53,10 +55,10 @@ class RoleView:
 
 
 class Held:
-    """One engine, each role's weights: a state dict, or a saved model's folder (read one tensor at a time at
-    each load: nothing stays in memory). hold(role) loads the role's weights when the engine holds another
-    role's; one object for both roles (one model) is loaded once. held: the role whose weights the engine
-    holds already (None: nobody's, so the first hold loads)."""
+    """One engine, each role's weights: a state dict, or a saved model's folder (read one tensor at
+    a time at each load: nothing stays in memory). hold(role) loads the role's weights when the
+    engine holds another role's; one object for both roles (one model) is loaded once. held: the
+    role whose weights the engine holds already (None: nobody's, so the first hold loads)."""
 
     def __init__(self, eng, weights, held=None):
         self.eng, self.weights, self.held = eng, weights, held
@@ -72,10 +74,13 @@ class Held:
 
 
 def folder_weights(path):
-    """(name, tensor) of a saved HF model, one tensor at a time: every *.safetensors file of the folder."""
+    """(name, tensor) of a saved HF model, one tensor at a time: every *.safetensors file of the
+    folder."""
     files = sorted(glob.glob(os.path.join(path, "*.safetensors")))
     if not files:
-        raise FileNotFoundError(f"{path}: no *.safetensors file (a model folder, as train.py saves them)")
+        raise FileNotFoundError(
+            f"{path}: no *.safetensors file (a model folder, as train.py saves them)"
+        )
     for f in files:
         with safe_open(f, framework="pt") as weights:
             for name in weights.keys():
@@ -83,13 +88,14 @@ def folder_weights(path):
 
 
 class EngineWeights:
-    """The trainer's weights in the engine: policy_of[role]["model"] is the model that plays each role."""
+    """The trainer's weights in the engine: policy_of[role]["model"] is the model that plays each
+    role."""
 
     def __init__(self, cfg, eng, policy_of, device):
         self.cfg, self.eng, self.policy_of, self.device = cfg, eng, policy_of, device
         self.held, self.info = None, {}
         self.cuda = device.type == "cuda"
-        self.dtype = torch.bfloat16 if self.cuda else None   # what vLLM computes in on a GPU
+        self.dtype = torch.bfloat16 if self.cuda else None  # what vLLM computes in on a GPU
         self.probe("at the engine's start")
 
     def view(self, role, step=None):
@@ -97,7 +103,7 @@ class EngineWeights:
 
     def load(self, role):
         model = self.policy_of[role]["model"]
-        self.eng.load_weights(rundir.full_state(model, self.dtype))   # one tensor at a time
+        self.eng.load_weights(rundir.full_state(model, self.dtype))  # one tensor at a time
         self.held = role
 
     def hold(self, role):
@@ -106,14 +112,15 @@ class EngineWeights:
             self.load(role)
 
     def sleep(self):
-        """vLLM on a GPU frees its KV cache and weights while the trainer runs (a no-op elsewhere)."""
+        """vLLM on a GPU frees its KV cache and weights while the trainer runs (a no-op
+        elsewhere)."""
         if self.cuda:
             self.eng.sleep()
 
     def sync(self, step):
-        """The weights of step `step`'s update into the engine: the Designer's (asleep, its weights wake
-        first: engine.py; separate policies: the Executor's at its phase), probed on the first step and on the
-        steps that save (save_every: the same steps after a resume)."""
+        """The weights of step `step`'s update into the engine: the Designer's (asleep, its weights
+        wake first: engine.py; separate policies: the Executor's at its phase), probed on the first
+        step and on the steps that save (save_every: the same steps after a resume)."""
         self.info = {}
         self.load("designer")
         if self.cuda:
@@ -122,18 +129,25 @@ class EngineWeights:
             self.probe(f"after the weight sync of step {step + 1}")
 
     def probe(self, when):
-        """reload_check.probe on every rank; the largest gap (NaN as inf) and S of all of them decide."""
+        """reload_check.probe on every rank; the largest gap (NaN as inf) and S of all of them
+        decide."""
         gap, S = reload_check.probe(self.eng, self.policy_of["designer"]["model"], self.device)
-        t = torch.tensor([gap if gap == gap else math.inf, S], dtype=torch.float64, device=self.device)
+        t = torch.tensor(
+            [gap if gap == gap else math.inf, S], dtype=torch.float64, device=self.device
+        )
         dist.all_reduce(t, op=dist.ReduceOp.MAX)
         gap, S = t.tolist()
         self.bound = reload_check.limit(self.dtype or torch.float32, S)
-        self.info = {"reload/probe_gap": gap, "reload/probe_limit": self.bound}   # in the step's metrics
+        self.info = {
+            "reload/probe_gap": gap,
+            "reload/probe_limit": self.bound,
+        }  # in the step's metrics
         reload_check.check(gap, self.bound, when)
 
     def check_gap(self, stats, roles, step):
-        """The engine sampled step `step` with the trainer's weights: each role's mean engine/trainer gap over
-        its trained tokens (update's stats, the same on every rank) within the last probe's bound."""
+        """The engine sampled step `step` with the trainer's weights: each role's mean
+        engine/trainer gap over its trained tokens (update's stats, the same on every rank) within
+        the last probe's bound."""
         for r in roles:
             if f"{r}/logprob_gap" in stats:
                 reload_check.check(stats[f"{r}/logprob_gap"], self.bound, f"step {step + 1}, {r}")

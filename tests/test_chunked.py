@@ -1,5 +1,6 @@
-"""chunked.py: the lm head a chunk at a time gives the reference's log-probs and gradients (every option,
-tied or not, any chunk size), keeps no full logits for the backward, and works under FSDP2's root call."""
+"""chunked.py: the lm head a chunk at a time gives the reference's log-probs and gradients (every
+option, tied or not, any chunk size), keeps no full logits for the backward, and works under FSDP2's
+root call."""
 
 import copy
 import subprocess
@@ -11,11 +12,16 @@ from qwen_helpers import EPS32, LOGP, batch, grad_tol, grads_of, naive_token_log
 
 from machinery.chunked import chunked_logprobs, token_logprobs
 
-# The options of token_logprobs. compile uses torch.compile's "aot_eager" backend here: it traces the plain
-# element-wise functions through dynamo and AOT autograd exactly as inductor would receive them, without
-# generating C++ (seconds instead of minutes on two shared cores); the inductor kernels themselves run in
-# `python bench.py gpu`.
-OPTIONS = [{}, {"compile": "aot_eager"}, {"keep_logits": True}, {"compile": "aot_eager", "keep_logits": True}]
+# The options of token_logprobs. compile uses torch.compile's "aot_eager" backend here: it traces
+# the plain element-wise functions through dynamo and AOT autograd exactly as inductor would receive
+# them, without generating C++ (seconds instead of minutes on two shared cores); the inductor
+# kernels themselves run in `python bench.py gpu`.
+OPTIONS = [
+    {},
+    {"compile": "aot_eager"},
+    {"keep_logits": True},
+    {"compile": "aot_eager", "keep_logits": True},
+]
 
 
 @pytest.mark.parametrize("options", OPTIONS, ids=lambda o: "+".join(o) or "reference")
@@ -30,16 +36,21 @@ def test_token_logprobs_matches_naive(tie, chunk_size, options):
     got_grads = grads_of(model, got, w)
     want = naive_token_logprobs(model, ids, mask)
     want_grads = grads_of(model, want, w)
-    torch.testing.assert_close(got, want, **LOGP)   # no mask against a mask, chunked head against full logits
+    torch.testing.assert_close(
+        got, want, **LOGP
+    )  # no mask against a mask, chunked head against full logits
     for name, g in want_grads.items():
         torch.testing.assert_close(got_grads[name], g, **grad_tol(g), msg=name)
     with torch.no_grad():  # scoring old / reference log-probs
-        torch.testing.assert_close(token_logprobs(model, ids, mask, chunk_size, **options), want.detach(), **LOGP)
+        torch.testing.assert_close(
+            token_logprobs(model, ids, mask, chunk_size, **options), want.detach(), **LOGP
+        )
 
 
 def test_token_logprobs_left_padding_keeps_its_mask():
-    # right padding runs without a mask (a real token's causal past holds no padding: the test above); left
-    # padding does not, and keeps it: without one, real tokens would attend to the padding before them
+    # right padding runs without a mask (a real token's causal past holds no padding: the test
+    # above); left padding does not, and keeps it: without one, real tokens would attend to the
+    # padding before them
     model = tiny_qwen3(True)
     ids, _, _ = batch()
     mask = torch.ones_like(ids)
@@ -47,7 +58,9 @@ def test_token_logprobs_left_padding_keeps_its_mask():
     mask[2, :2] = 0
     got = token_logprobs(model, ids, mask)
     torch.testing.assert_close(got, naive_token_logprobs(model, ids, mask), **LOGP)
-    assert (got - token_logprobs(model, ids, torch.ones_like(ids))).abs()[mask[:, 1:] == 1].max() > 1e-3
+    assert (got - token_logprobs(model, ids, torch.ones_like(ids))).abs()[
+        mask[:, 1:] == 1
+    ].max() > 1e-3
 
 
 @pytest.mark.parametrize("options", OPTIONS, ids=lambda o: "+".join(o) or "reference")
@@ -56,12 +69,15 @@ def test_chunked_logprobs_gradcheck(options):
     h = torch.randn(9, 5, dtype=torch.float64, generator=g, requires_grad=True)
     w = torch.randn(11, 5, dtype=torch.float64, generator=g, requires_grad=True)
     targets = torch.randint(0, 11, (9,), generator=g)
-    assert torch.autograd.gradcheck(lambda h, w: chunked_logprobs(h, w, targets, 4, **options), (h, w))
+    assert torch.autograd.gradcheck(
+        lambda h, w: chunked_logprobs(h, w, targets, 4, **options), (h, w)
+    )
 
 
 def test_options_agree_with_the_reference_in_bf16():
-    """In bf16 (the GPU dtype) every option gives the reference's values and gradients: the same bf16 logits,
-    fp32 arithmetic after them, the same cast of dL/dz back to bf16 before the two matmuls."""
+    """In bf16 (the GPU dtype) every option gives the reference's values and gradients: the same
+    bf16 logits, fp32 arithmetic after them, the same cast of dL/dz back to bf16 before the two
+    matmuls."""
     g = torch.Generator().manual_seed(3)
     h = torch.randn(40, 16, generator=g).bfloat16().requires_grad_()
     w = (0.5 * torch.randn(300, 16, generator=g)).bfloat16().requires_grad_()
@@ -70,38 +86,57 @@ def test_options_agree_with_the_reference_in_bf16():
     for options in OPTIONS:
         logp = chunked_logprobs(h, w, targets, 16, **options)
         results.append((logp.detach(), *torch.autograd.grad((logp * g_out).sum(), (h, w))))
-    # logp: fp32 arithmetic after the same bf16 logits (|z| <= ~9, V = 300): LOGP's 16·eps·S bound, S ~ 19.
-    # Gradients: dL/dz is the same fp32 math in another op order (a few ulps), then rounded to bf16 (8 significant
-    # bits: one ulp is 2^-8 to 2^-7 of the value); an entry within those ulps of a rounding boundary can round the
-    # other way. Each bf16 result then differs by at most: its own rounding flipped (<= 2^-7), one flipped input
-    # term (<= 2^-7 of one product, <~ 2^-7·max), and grad_w's bf16 accumulator over the 3 chunks rounds 3 times:
-    # <= 3 ulps, 3·2^-7 ~ 0.023 of the entry or of max|g|.
-    bf16 = 3 * 2.0 ** -7
+    # logp: fp32 arithmetic after the same bf16 logits (|z| <= ~9, V = 300): LOGP's 16·eps·S bound,
+    # S ~ 19. Gradients: dL/dz is the same fp32 math in another op order (a few ulps), then rounded
+    # to bf16 (8 significant bits: one ulp is 2^-8 to 2^-7 of the value); an entry within those ulps
+    # of a rounding boundary can round the other way. Each bf16 result then differs by at most: its
+    # own rounding flipped (<= 2^-7), one flipped input term (<= 2^-7 of one product, <~ 2^-7·max),
+    # and grad_w's bf16 accumulator over the 3 chunks rounds 3 times: <= 3 ulps, 3·2^-7 ~ 0.023 of
+    # the entry or of max|g|.
+    bf16 = 3 * 2.0**-7
     for options, (logp, gh, gw) in zip(OPTIONS[1:], results[1:]):
-        torch.testing.assert_close(logp, results[0][0], rtol=0.0, atol=16 * EPS32 * 19, msg=str(options))
-        torch.testing.assert_close(gh, results[0][1], rtol=bf16, atol=bf16 * gh.abs().max().item(), msg=str(options))
-        torch.testing.assert_close(gw, results[0][2], rtol=bf16, atol=bf16 * gw.abs().max().item(), msg=str(options))
+        torch.testing.assert_close(
+            logp, results[0][0], rtol=0.0, atol=16 * EPS32 * 19, msg=str(options)
+        )
+        torch.testing.assert_close(
+            gh, results[0][1], rtol=bf16, atol=bf16 * gh.abs().max().item(), msg=str(options)
+        )
+        torch.testing.assert_close(
+            gw, results[0][2], rtol=bf16, atol=bf16 * gw.abs().max().item(), msg=str(options)
+        )
 
 
-@pytest.mark.parametrize("options, keeps", [({}, 0), ({"compile": "aot_eager"}, 0), ({"keep_logits": True}, 1)],
-                         ids=["reference", "compile", "keep_logits"])
+@pytest.mark.parametrize(
+    "options, keeps",
+    [({}, 0), ({"compile": "aot_eager"}, 0), ({"keep_logits": True}, 1)],
+    ids=["reference", "compile", "keep_logits"],
+)
 def test_backward_keeps_no_full_logits(options, keeps):
-    """Autograd saves no [tokens x vocab] tensor: the backward recomputes each chunk's logits. keep_logits saves
-    them instead, chunk by chunk, in the model's dtype (tokens x vocab in all), and only when a gradient is needed."""
+    """Autograd saves no [tokens x vocab] tensor: the backward recomputes each chunk's logits.
+    keep_logits saves them instead, chunk by chunk, in the model's dtype (tokens x vocab in all),
+    and only when a gradient is needed."""
     vocab = 3001
     model = tiny_qwen3(True, vocab=vocab)
     ids, mask, _ = batch(vocab)
     n_tokens = int(mask[:, 1:].sum())
-    for fn, full in ((lambda *a: token_logprobs(*a, chunk_size=16, **options), False), (naive_token_logprobs, True)):
+    for fn, full in (
+        (lambda *a: token_logprobs(*a, chunk_size=16, **options), False),
+        (naive_token_logprobs, True),
+    ):
         saved = []
-        with torch.autograd.graph.saved_tensors_hooks(lambda t, saved=saved: saved.append(t) or t, lambda t: t):
+        with torch.autograd.graph.saved_tensors_hooks(
+            lambda t, saved=saved: saved.append(t) or t, lambda t: t
+        ):
             fn(model, ids, mask)
         assert (max(t.numel() for t in saved) >= n_tokens * vocab) == full
         if not full:
             chunks = [t for t in saved if t.dim() == 2 and t.shape[1] == vocab and t.shape[0] <= 16]
             assert sum(t.numel() for t in chunks) == keeps * n_tokens * vocab
     model.zero_grad()
-    with torch.no_grad(), torch.autograd.graph.saved_tensors_hooks(lambda t: pytest.fail("saved"), lambda t: t):
+    with (
+        torch.no_grad(),
+        torch.autograd.graph.saved_tensors_hooks(lambda t: pytest.fail("saved"), lambda t: t),
+    ):
         token_logprobs(model, ids, mask, chunk_size=16, **options)
 
 
@@ -113,9 +148,23 @@ def test_fsdp2_root_call(tmp_path):
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.fsdp import fully_shard
 
-    if dist.is_initialized():   # an earlier test (vLLM) owns this process's group: run in a fresh interpreter
-        proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
-                               f"{__file__}::test_fsdp2_root_call"], capture_output=True, text=True, timeout=600)
+    if (
+        dist.is_initialized()
+    ):  # an earlier test (vLLM) owns this process's group: run in a fresh interpreter
+        proc = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "pytest",
+                "-q",
+                "-p",
+                "no:cacheprovider",
+                f"{__file__}::test_fsdp2_root_call",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
         assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
         return
     dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'pg'}", rank=0, world_size=1)
@@ -131,15 +180,18 @@ def test_fsdp2_root_call(tmp_path):
         got_grads = {n: g.full_tensor() for n, g in grads_of(model, got, w).items()}
         want = token_logprobs(ref, ids, mask, chunk_size=5)
         want_grads = grads_of(ref, want, w)
-        # one rank: the same kernels on the same shapes (FSDP2 only all-gathers, i.e. copies, and reduce-scatters
-        # over one rank); in case its gradient reduction reorders a sum, the same tolerances as any two computations
+        # one rank: the same kernels on the same shapes (FSDP2 only all-gathers, i.e. copies, and
+        # reduce-scatters over one rank); in case its gradient reduction reorders a sum, the same
+        # tolerances as any two computations
         torch.testing.assert_close(got, want, **LOGP)
         for name, g in want_grads.items():
             torch.testing.assert_close(got_grads[name], g, **grad_tol(g), msg=name)
         with pytest.raises(RuntimeError, match="DTensor"):  # why we go through the root module
             model.model(input_ids=ids, attention_mask=mask)
-        rows, _ = shared_batch()   # shared prompts: the same root call, with a 4D mask and position ids
-        model.zero_grad()   # before the forward: between forward and backward the root's parameters are unsharded
+        rows, _ = (
+            shared_batch()
+        )  # shared prompts: the same root call, with a 4D mask and position ids
+        model.zero_grad()  # before the forward: between forward and backward the root's parameters are unsharded
         got = shared_logprobs(model, rows, chunk_size=5)
         w = torch.randn(got.shape, generator=torch.Generator().manual_seed(0))
         got_grads = {n: g.full_tensor() for n, g in grads_of(model, got, w).items()}
@@ -150,5 +202,3 @@ def test_fsdp2_root_call(tmp_path):
             torch.testing.assert_close(got_grads[name], g, **grad_tol(g), msg=name)
     finally:
         dist.destroy_process_group()
-
-

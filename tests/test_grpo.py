@@ -1,5 +1,5 @@
-"""grpo.py: the clipped GRPO loss against hand-computed values and a token-by-token loop, and the reference
-token_logprobs against the full-logits formula."""
+"""grpo.py: the clipped GRPO loss against hand-computed values and a token-by-token loop, and the
+reference token_logprobs against the full-logits formula."""
 
 import math
 
@@ -43,31 +43,39 @@ def test_hand_computed():
     adv = torch.tensor([1.0, -1.0])
     mask = torch.tensor([[1, 1, 1], [1, 1, 0]])
     loss, stats = grpo_loss(logp, old, adv, mask)
-    # fp32 against exact decimals: each rho = exp(log(x)) is within ~2 ulps of x (<= 1.5: 2.4e-7), clipped values
-    # are the exact bounds rounded once; 5 terms summed and divided: |error| <= 5·2.4e-7 / 5 + a few ulps ~ 5e-7
-    # (and alike for ratio_mean and the IS figures below): abs=1e-6
-    # per token: -min(rho*A, clip(rho)*A) = -1.2 (clipped), -0.5, -1.1 | 0.9, 0.8 (clipped); last masked out
+    # fp32 against exact decimals: each rho = exp(log(x)) is within ~2 ulps of x (<= 1.5: 2.4e-7),
+    # clipped values are the exact bounds rounded once; 5 terms summed and divided: |error| <=
+    # 5·2.4e-7 / 5 + a few ulps ~ 5e-7 (and alike for ratio_mean and the IS figures below): abs=1e-6
+    # per token: -min(rho*A, clip(rho)*A) = -1.2 (clipped), -0.5, -1.1 | 0.9, 0.8 (clipped); last
+    # masked out
     assert loss.item() == pytest.approx((-1.2 - 0.5 - 1.1 + 0.9 + 0.8) / 5, abs=1e-6)
-    assert stats["clip_frac"] == pytest.approx(2 / 5)   # a count (2) over 5: 0.4 rounded to fp32, 2^-24 relative
+    assert stats["clip_frac"] == pytest.approx(
+        2 / 5
+    )  # a count (2) over 5: 0.4 rounded to fp32, 2^-24 relative
     assert stats["ratio_mean"] == pytest.approx((1.5 + 0.5 + 1.1 + 0.9 + 0.5) / 5, abs=1e-6)
     assert stats["tokens"] == 5 and "logprob_gap" not in stats
     loss.backward()
     # d/dlogp of -rho*A is -rho*A / 5 where unclipped, 0 where clipped or masked
     expected = torch.tensor([[0.0, -0.5, -1.1], [0.9, 0.0, 0.0]]) / 5
-    torch.testing.assert_close(logp.grad, expected)   # rho·A/5: ~3 ulps, within the fp32 default rtol 1.3e-6
+    torch.testing.assert_close(
+        logp.grad, expected
+    )  # rho·A/5: ~3 ulps, within the fp32 default rtol 1.3e-6
 
 
 def test_hand_computed_is_and_gap():
     logp, mask = torch.zeros(1, 2), torch.ones(1, 2)
-    # truncated IS: weights exp(old - engine) = [e^2 -> capped at 2, 0.5]; rho = 1, A = 1 -> -w per token
+    # truncated IS: weights exp(old - engine) = [e^2 -> capped at 2, 0.5]; rho = 1, A = 1 -> -w per
+    # token
     engine = torch.tensor([[-2.0, math.log(2)]])
     loss, stats = grpo_loss(logp, logp, torch.ones(1), mask, engine_logprobs=engine, tis_cap=2.0)
     assert loss.item() == pytest.approx(-(2.0 + 0.5) / 2, abs=1e-6)
     # the engine/trainer gap |old - engine|: 2 and log 2 (fp32: a few ulps of 2)
     assert stats["logprob_gap"] == pytest.approx((2 + math.log(2)) / 2, abs=1e-6)
     assert stats["logprob_gap_max"] == pytest.approx(2.0, abs=1e-6)
-    loss, _ = grpo_loss(logp, logp, torch.ones(1), mask, engine_logprobs=engine)   # cap 0: no correction
-    assert loss.item() == -1.0   # exact: -(1 + 1) / 2
+    loss, _ = grpo_loss(
+        logp, logp, torch.ones(1), mask, engine_logprobs=engine
+    )  # cap 0: no correction
+    assert loss.item() == -1.0  # exact: -(1 + 1) / 2
 
 
 @pytest.mark.parametrize("seed", range(4))
@@ -77,9 +85,12 @@ def test_random_against_naive_loop_and_gradients(seed, per_token_adv):
     for extra in ({}, {"engine_logprobs": engine, "tis_cap": 1.5}):
         loss, _ = grpo_loss(logp, old, adv, mask, clip_eps=0.15, **extra)
         (grad,) = torch.autograd.grad(loss, logp)
-        want = naive_loss(logp, old, adv, mask, eps=0.15, engine=engine, cap=extra.get("tis_cap", 0.0))
+        want = naive_loss(
+            logp, old, adv, mask, eps=0.15, engine=engine, cap=extra.get("tis_cap", 0.0)
+        )
         (want_grad,) = torch.autograd.grad(want, logp)
-        # float64 both (eps 2.2e-16), ~20 terms of size <~ 3 summed in another order: ~1e-14; 1e-12 / 1e-10
+        # float64 both (eps 2.2e-16), ~20 terms of size <~ 3 summed in another order: ~1e-14; 1e-12
+        # / 1e-10
         torch.testing.assert_close(loss, want, rtol=1e-10, atol=1e-12)
         torch.testing.assert_close(grad, want_grad, rtol=1e-10, atol=1e-12)
 
@@ -92,8 +103,15 @@ def test_micro_batches_sum_to_one_batch():
     n = mask.sum()
     total, total_grad = 0.0, torch.zeros_like(logp)
     for sl in (slice(0, 1), slice(1, 4), slice(4, 6)):  # uneven micro-batches, as ranks would have
-        part, _ = grpo_loss(logp[sl], old[sl], adv[sl], mask[sl], num_tokens=n, engine_logprobs=engine[sl],
-                            tis_cap=1.5)
+        part, _ = grpo_loss(
+            logp[sl],
+            old[sl],
+            adv[sl],
+            mask[sl],
+            num_tokens=n,
+            engine_logprobs=engine[sl],
+            tis_cap=1.5,
+        )
         (g,) = torch.autograd.grad(part, logp)
         total, total_grad = total + part.detach(), total_grad + g
     # float64: ~35 terms of size <~ 5 in three partial sums instead of one: ~35·5·eps64 ~ 4e-14
@@ -103,28 +121,47 @@ def test_micro_batches_sum_to_one_batch():
 
 def test_degenerate_inputs_no_nan():
     logp = torch.zeros(2, 3, requires_grad=True)
-    loss, stats = grpo_loss(logp, logp.detach(), torch.zeros(2), torch.zeros(2, 3))  # nothing to train on
+    loss, stats = grpo_loss(
+        logp, logp.detach(), torch.zeros(2), torch.zeros(2, 3)
+    )  # nothing to train on
     loss.backward()
-    # exact, on any IEEE arithmetic: a sum of masked zeros; below, exp(0) = 1 and the mean of ones is 1
+    # exact, on any IEEE arithmetic: a sum of masked zeros; below, exp(0) = 1 and the mean of ones
+    # is 1
     assert loss.item() == 0.0 and torch.isfinite(logp.grad).all() and stats["tokens"] == 0
     assert all(math.isfinite(v) for v in stats.values())
-    loss, stats = grpo_loss(logp, None, torch.zeros(2), torch.ones(2, 3))  # old=None: on-policy, zero advantage
+    loss, stats = grpo_loss(
+        logp, None, torch.zeros(2), torch.ones(2, 3)
+    )  # old=None: on-policy, zero advantage
     assert loss.item() == 0.0 and stats["ratio_mean"] == 1.0 and stats["clip_frac"] == 0.0
-    far = torch.tensor([[0.0, -300.0, 0.0]], requires_grad=True)  # a stale or mismatched old log-prob
-    loss, stats = grpo_loss(far, torch.tensor([[0.0, 0.0, -300.0]]), torch.tensor([-1.0]), torch.ones(1, 3),
-                            engine_logprobs=torch.zeros(1, 3), tis_cap=2.0)
+    far = torch.tensor(
+        [[0.0, -300.0, 0.0]], requires_grad=True
+    )  # a stale or mismatched old log-prob
+    loss, stats = grpo_loss(
+        far,
+        torch.tensor([[0.0, 0.0, -300.0]]),
+        torch.tensor([-1.0]),
+        torch.ones(1, 3),
+        engine_logprobs=torch.zeros(1, 3),
+        tis_cap=2.0,
+    )
     loss.backward()
     assert math.isfinite(loss.item()) and torch.isfinite(far.grad).all()
 
 
 @pytest.mark.parametrize("tie", [True, False])
 def test_token_logprobs_is_the_full_logits_formula(tie):
-    """The reference: log_softmax of the model's logits at the target, right or left padding (the mask)."""
+    """The reference: log_softmax of the model's logits at the target, right or left padding (the
+    mask)."""
     model = tiny_qwen3(tie)
     ids, mask, w = batch()
-    for m in (mask, torch.ones_like(mask).index_fill_(1, torch.tensor([0, 1]), 0)):   # right, then left padding
+    for m in (
+        mask,
+        torch.ones_like(mask).index_fill_(1, torch.tensor([0, 1]), 0),
+    ):  # right, then left padding
         got = token_logprobs(model, ids, m) * m[:, 1:]
-        assert got.shape == (3, 20) and got.dtype == torch.float32 and (got[m[:, 1:] == 1] < 0).all()
+        assert (
+            got.shape == (3, 20) and got.dtype == torch.float32 and (got[m[:, 1:] == 1] < 0).all()
+        )
         got_grads = grads_of(model, got, w)
         want = naive_token_logprobs(model, ids, m)
         # the same formula on the same logits, summed and exponentiated in another order: LOGP

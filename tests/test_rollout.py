@@ -1,6 +1,7 @@
-"""Tests for rollout.py on tiny Qwen3 models from tiny.py (1 layer, hidden 64), transformers backend, and vLLM
-when it is installed. A random model writes no parseable script, so the Designer paths use a model trained
-here for a few seconds to answer math prompts with a one-agent script and code prompts with junk."""
+"""Tests for rollout.py on tiny Qwen3 models from tiny.py (1 layer, hidden 64), transformers
+backend, and vLLM when it is installed. A random model writes no parseable script, so the Designer
+paths use a model trained here for a few seconds to answer math prompts with a one-agent script and
+code prompts with junk."""
 
 import itertools
 import math
@@ -17,7 +18,7 @@ from machinery import engine
 from rollout import rollout, samples_to_tensors
 from world import tiny
 
-TASKS = tiny.make_tasks(2, seed=0)          # one math task, one code task
+TASKS = tiny.make_tasks(2, seed=0)  # one math task, one code task
 EXEC = engine.Sampling(temperature=1.0, max_tokens=12)
 SCRIPT = '```python\ndef workflow(task):\n    return Agent("a")(task)\n```'
 
@@ -35,7 +36,9 @@ class Counting:
 
 @pytest.fixture(scope="module")
 def tiny_dir(tmp_path_factory):
-    return str(tiny.save_tiny(tmp_path_factory.mktemp("tiny"), seed=0, num_layers=1, hidden_size=64))
+    return str(
+        tiny.save_tiny(tmp_path_factory.mktemp("tiny"), seed=0, num_layers=1, hidden_size=64)
+    )
 
 
 @pytest.fixture(scope="module")
@@ -51,12 +54,16 @@ def vllm_engine(tiny_dir):
 
 @pytest.fixture(scope="module")
 def designer():
-    """A tiny model taught (masked SFT, a few seconds) to reply SCRIPT to math prompts and "no" to code."""
+    """A tiny model taught (masked SFT, a few seconds) to reply SCRIPT to math prompts and "no" to
+    code."""
     model, tok = tiny.build_model(seed=1, num_layers=1, hidden_size=64)
     seqs = []
     for t in tiny.make_tasks(4, seed=1):
-        p = tok.apply_chat_template(mas.designer_messages(data.task_text(t), short=True), tokenize=False,
-                                    add_generation_prompt=True)
+        p = tok.apply_chat_template(
+            mas.designer_messages(data.task_text(t), short=True),
+            tokenize=False,
+            add_generation_prompt=True,
+        )
         p = tok(p, add_special_tokens=False)["input_ids"]
         c = tok(SCRIPT if t["kind"] == "math" else "no", add_special_tokens=False)["input_ids"]
         seqs.append((p, c + [tok.eos_token_id]))
@@ -65,15 +72,15 @@ def designer():
     labels = torch.full((len(seqs), T), -100)
     mask = torch.zeros(len(seqs), T, dtype=torch.long)
     for k, (p, c) in enumerate(seqs):
-        ids[k, :len(p) + len(c)] = torch.tensor(p + c)
-        mask[k, :len(p) + len(c)] = 1
-        labels[k, len(p):len(p) + len(c)] = torch.tensor(c)
+        ids[k, : len(p) + len(c)] = torch.tensor(p + c)
+        mask[k, : len(p) + len(c)] = 1
+        labels[k, len(p) : len(p) + len(c)] = torch.tensor(c)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
     target = labels[:, 1:] != -100
     for _ in range(200):
         out = model(input_ids=ids, attention_mask=mask, labels=labels)
         if torch.equal(out.logits[:, :-1].argmax(-1)[target], labels[:, 1:][target]):
-            break   # greedy decoding now writes exactly the targets
+            break  # greedy decoding now writes exactly the targets
         opt.zero_grad()
         out.loss.backward()
         opt.step()
@@ -81,16 +88,21 @@ def designer():
 
 
 def check_batch(b, eng, tasks, M, N, lam=0.4):
-    """Everything that must hold for any batch: shapes, indices, token ids vs recorded replies, rewards."""
+    """Everything that must hold for any batch: shapes, indices, token ids vs recorded replies,
+    rewards."""
     B = len(tasks)
     assert b.R.shape == b.executed.shape == (B, M, N) and b.executed.dtype == torch.bool
-    assert [(r.q, r.i, r.j) for r in b.runs] == list(itertools.product(range(B), range(M), range(N)))
+    assert [(r.q, r.i, r.j) for r in b.runs] == list(
+        itertools.product(range(B), range(M), range(N))
+    )
     per_run = Counter(s.index for s in b.executor)
     for r in b.runs:
         assert b.run(r.q, r.i, r.j) is r
-        assert b.R[r.q, r.i, r.j].item() == pytest.approx(r.reward)   # r.reward rounded to fp32: 2^-24 relative
+        assert b.R[r.q, r.i, r.j].item() == pytest.approx(
+            r.reward
+        )  # r.reward rounded to fp32: 2^-24 relative
         assert b.executed[r.q, r.i, r.j].item() == (r.run is not None)
-        if r.run is None:   # not executed
+        if r.run is None:  # not executed
             assert r.structure is None and r.n_calls == 0 and per_run[(r.q, r.i, r.j)] == 0
             continue
         assert per_run[(r.q, r.i, r.j)] == r.n_calls == len(r.run.calls)
@@ -98,8 +110,8 @@ def check_batch(b, eng, tasks, M, N, lam=0.4):
     for s in b.executor:
         rec = b.run(*s.index).run.calls[s.call]
         assert rec.index == s.call
-        # the trained-on ids are the engine's: they decode to the reply the script saw, and the prompt ids
-        # are the call's chat prompt
+        # the trained-on ids are the engine's: they decode to the reply the script saw, and the
+        # prompt ids are the call's chat prompt
         assert eng.tokenizer.decode(s.completion_ids, skip_special_tokens=True) == rec.reply
         assert s.prompt_ids == eng.encode_prompt(rec.messages)
         assert len(s.logprobs) == len(s.completion_ids) > 0
@@ -109,7 +121,9 @@ def check_batch(b, eng, tasks, M, N, lam=0.4):
         assert r.tokens == sum(len(s.completion_ids) for s in mine)
 
 
-@pytest.mark.parametrize("template,ticks", [("critic", [8, 8]), ("ensemble", [24]), ("single", [8])])
+@pytest.mark.parametrize(
+    "template,ticks", [("critic", [8, 8]), ("ensemble", [24]), ("single", [8])]
+)
 def test_fixed_structure_hf(hf, template, ticks):
     eng = Counting(hf)
     b = rollout(TASKS, None, eng, M=2, N=2, template=template, executor_sampling=EXEC)
@@ -134,7 +148,7 @@ def test_unparseable_scripts_score_zero_and_stay_in_group(hf):
     eng = Counting(hf)
     ds = engine.Sampling(temperature=1.0, max_tokens=24)
     b = rollout(TASKS, eng, eng, M=3, N=2, designer_sampling=ds, executor_sampling=EXEC, short=True)
-    assert eng.sizes == [6]    # all B*M designer prompts in one call; nothing executed
+    assert eng.sizes == [6]  # all B*M designer prompts in one call; nothing executed
     assert sorted(s.index for s in b.designer) == list(itertools.product(range(2), range(3)))
     assert b.scripts == [[None] * 3] * 2
     assert torch.equal(b.R, torch.zeros(2, 3, 2))
@@ -142,20 +156,31 @@ def test_unparseable_scripts_score_zero_and_stay_in_group(hf):
     assert b.executor == []
     check_batch(b, hf, TASKS, 3, 2)
     for s in b.designer:
-        assert hf.tokenizer.decode(s.completion_ids, skip_special_tokens=True) == b.designer_texts[s.index[0]][
-            s.index[1]]
+        assert (
+            hf.tokenizer.decode(s.completion_ids, skip_special_tokens=True)
+            == b.designer_texts[s.index[0]][s.index[1]]
+        )
 
 
 @pytest.mark.parametrize("policies", ["shared", "separate"])
 def test_designer_mix_of_parseable_and_not(designer, hf, policies):
-    tasks = tiny.make_tasks(4, seed=2)     # math, code, math, code
+    tasks = tiny.make_tasks(4, seed=2)  # math, code, math, code
     ex = Counting(designer if policies == "shared" else hf)
-    b = rollout(tasks, designer, ex, M=2, N=3, step=3, designer_sampling=engine.Sampling(temperature=0,
-                max_tokens=64), executor_sampling=EXEC, short=True)
+    b = rollout(
+        tasks,
+        designer,
+        ex,
+        M=2,
+        N=3,
+        step=3,
+        designer_sampling=engine.Sampling(temperature=0, max_tokens=64),
+        executor_sampling=EXEC,
+        short=True,
+    )
     script, _ = mas.parse_script(SCRIPT)
     assert b.scripts == [[script] * 2 if t["kind"] == "math" else [None] * 2 for t in tasks]
     check_batch(b, designer if policies == "shared" else hf, tasks, 2, 3)
-    assert ex.sizes == [12]    # 2 math tasks x M=2 x N=3 runs, one call each, all in one tick
+    assert ex.sizes == [12]  # 2 math tasks x M=2 x N=3 runs, one call each, all in one tick
     for r in b.runs:
         if tasks[r.q]["kind"] == "math":
             assert r.structure == mas.structure_of(script) and r.error is None and r.n_calls == 1
@@ -179,42 +204,85 @@ class Loading:
 
 
 def test_one_engine_plays_two_roles_through_its_views(designer, hf):
-    """Separate policies on one engine (machinery/weights.py): each role's view loads that role's weights
-    when the engine holds the other's, and the batch is the one two engines roll out."""
+    """Separate policies on one engine (machinery/weights.py): each role's view loads that role's
+    weights when the engine holds the other's, and the batch is the one two engines roll out."""
     import copy
 
     from machinery import weights
-    tasks = tiny.make_tasks(4, seed=2)     # math, code, math, code: two tasks' scripts parse
-    kw = dict(designer_sampling=engine.Sampling(temperature=0, max_tokens=64), executor_sampling=EXEC,
-              short=True)
+
+    tasks = tiny.make_tasks(4, seed=2)  # math, code, math, code: two tasks' scripts parse
+    kw = dict(
+        designer_sampling=engine.Sampling(temperature=0, max_tokens=64),
+        executor_sampling=EXEC,
+        short=True,
+    )
     two = rollout(tasks, designer, hf, M=2, N=3, step=3, **kw)
     one = Loading(engine.HFEngine(copy.deepcopy(designer.model), designer.tokenizer))
     state = {"designer": designer.model.state_dict(), "executor": hf.model.state_dict()}
-    held = weights.Held(one, state, held="designer")   # the engine starts with the Designer's weights
+    held = weights.Held(
+        one, state, held="designer"
+    )  # the engine starts with the Designer's weights
     got = rollout(tasks, held.view("designer"), held.view("executor"), M=2, N=3, step=3, **kw)
-    assert [w is state["executor"] for w in one.loaded] == [True]   # once, before the first agent call
+    assert [w is state["executor"] for w in one.loaded] == [
+        True
+    ]  # once, before the first agent call
     assert torch.equal(got.R, two.R) and got.scripts == two.scripts
     for a, b in ((got.designer, two.designer), (got.executor, two.executor)):
         assert [(s.index, s.completion_ids) for s in a] == [(s.index, s.completion_ids) for s in b]
-    # a second rollout: the design phase loads the Designer's weights back, the execution phase the Executor's
+    # a second rollout: the design phase loads the Designer's weights back, the execution phase the
+    # Executor's
     rollout(tasks, held.view("designer"), held.view("executor"), M=2, N=3, step=3, **kw)
     assert [w is state["designer"] for w in one.loaded] == [False, True, False]
 
 
 def test_reproducible(hf):
     ds = engine.Sampling(temperature=1.0, max_tokens=16)
-    go = lambda step, template: rollout(TASKS, hf, hf, M=2, N=2, step=step, template=template, short=True,
-                                        designer_sampling=ds, executor_sampling=EXEC)
-    key = lambda b: (b.R.tolist(), [(s.index, s.call, s.prompt_ids, s.completion_ids, s.logprobs)
-                                    for s in b.designer + b.executor],
-                     [(r.answer, r.error, r.n_calls, r.tokens) for r in b.runs], b.designer_texts)
-    for template in ("critic", None):   # bit for bit: the same computation twice, same batch, same process
+    go = lambda step, template: rollout(
+        TASKS,
+        hf,
+        hf,
+        M=2,
+        N=2,
+        step=step,
+        template=template,
+        short=True,
+        designer_sampling=ds,
+        executor_sampling=EXEC,
+    )
+    key = lambda b: (
+        b.R.tolist(),
+        [
+            (s.index, s.call, s.prompt_ids, s.completion_ids, s.logprobs)
+            for s in b.designer + b.executor
+        ],
+        [(r.answer, r.error, r.n_calls, r.tokens) for r in b.runs],
+        b.designer_texts,
+    )
+    for template in (
+        "critic",
+        None,
+    ):  # bit for bit: the same computation twice, same batch, same process
         assert key(go(5, template)) == key(go(5, template))
-    # two ranks each rolling out half of the batch (q_offset = their first global query) draw exactly what
-    # one process rolling out the whole batch draws
-    whole = rollout(TASKS, hf, hf, M=2, N=2, step=5, short=True, designer_sampling=ds, executor_sampling=EXEC)
-    halves = [rollout(TASKS[k:k + 1], hf, hf, M=2, N=2, step=5, short=True, designer_sampling=ds,
-                      executor_sampling=EXEC, q_offset=k) for k in range(len(TASKS))]
+    # two ranks each rolling out half of the batch (q_offset = their first global query) draw
+    # exactly what one process rolling out the whole batch draws
+    whole = rollout(
+        TASKS, hf, hf, M=2, N=2, step=5, short=True, designer_sampling=ds, executor_sampling=EXEC
+    )
+    halves = [
+        rollout(
+            TASKS[k : k + 1],
+            hf,
+            hf,
+            M=2,
+            N=2,
+            step=5,
+            short=True,
+            designer_sampling=ds,
+            executor_sampling=EXEC,
+            q_offset=k,
+        )
+        for k in range(len(TASKS))
+    ]
     toks = lambda samples: [(s.index[1:], s.call, s.completion_ids) for s in samples]
     assert toks(whole.designer) == [t for h in halves for t in toks(h.designer)]
     assert toks(whole.executor) == [t for h in halves for t in toks(h.executor)]
@@ -225,7 +293,15 @@ def test_reproducible(hf):
 
 
 def test_samples_to_tensors_aligned_with_token_logprobs(hf):
-    b = rollout(TASKS, None, hf, M=1, N=2, template="critic", executor_sampling=engine.Sampling(max_tokens=12))
+    b = rollout(
+        TASKS,
+        None,
+        hf,
+        M=1,
+        N=2,
+        template="critic",
+        executor_sampling=engine.Sampling(max_tokens=12),
+    )
     t = samples_to_tensors(b.executor, pad_id=hf.pad_id)
     S = len(b.executor)
     T = max(len(s.prompt_ids) + len(s.completion_ids) for s in b.executor)
@@ -236,10 +312,10 @@ def test_samples_to_tensors_aligned_with_token_logprobs(hf):
         lp = grpo.token_logprobs(hf.model, t["input_ids"], t["attention_mask"])
         z = hf.model(input_ids=t["input_ids"], attention_mask=t["attention_mask"]).logits[:, :-1]
     m = t["completion_mask"].bool()
-    # the engine's KV-cache steps (left padding) and the trainer's one forward (right padding): two fp32
-    # computations of logp = z/T - logsumexp(z/T), numbers up to S = max|z/T| + log V, each within ~8 ulps of S
-    # of the exact value (test_engine.logp_tol): 16·eps·S apart at most
-    tol = 16 * 2.0 ** -23 * (z[m].abs().max().item() + math.log(z.shape[-1]))
+    # the engine's KV-cache steps (left padding) and the trainer's one forward (right padding): two
+    # fp32 computations of logp = z/T - logsumexp(z/T), numbers up to S = max|z/T| + log V, each
+    # within ~8 ulps of S of the exact value (test_engine.logp_tol): 16·eps·S apart at most
+    tol = 16 * 2.0**-23 * (z[m].abs().max().item() + math.log(z.shape[-1]))
     torch.testing.assert_close(lp[m], t["logprobs"][m], rtol=0, atol=tol)
     # position t predicts token t+1: the mask starts at the last prompt token
     s0 = b.executor[0]
@@ -249,7 +325,8 @@ def test_samples_to_tensors_aligned_with_token_logprobs(hf):
 
 
 class Failing:
-    """The real engine, which fails (as vLLM does when its core dies) once it has served `ok` calls."""
+    """The real engine, which fails (as vLLM does when its core dies) once it has served `ok`
+    calls."""
 
     def __init__(self, eng, ok):
         self.eng, self.tokenizer, self.ok = eng, eng.tokenizer, ok
@@ -262,13 +339,15 @@ class Failing:
 
 
 def test_engine_failure_is_raised_not_scored(hf):
-    # the sandbox turns a failed generate into failed runs; rollout must not hand those to the trainer
+    # the sandbox turns a failed generate into failed runs; rollout must not hand those to the
+    # trainer
     with pytest.raises(RuntimeError, match="engine core died"):
         rollout(TASKS, None, Failing(hf, ok=1), M=1, N=2, template="critic", executor_sampling=EXEC)
 
 
 class Canned:
-    """An engine that replies from a short list, in turn: many runs of a batch return the same answer."""
+    """An engine that replies from a short list, in turn: many runs of a batch return the same
+    answer."""
 
     def __init__(self, replies):
         self.replies, self.served = replies, 0
@@ -289,40 +368,63 @@ def _counting_correctness(monkeypatch):
     def counting(task, answer, *a, **k):
         graded.append((task["id"], answer))
         return real(task, answer, *a, **k)
+
     monkeypatch.setattr(reward, "correctness", counting)
     return graded
 
 
 def test_grade_each_distinct_answer_once_same_rewards(monkeypatch):
-    # a real batch: right and wrong programs and answers, the same answer with and without a well-formed tag
-    # (same correctness, different format)
+    # a real batch: right and wrong programs and answers, the same answer with and without a
+    # well-formed tag (same correctness, different format)
     code = TASKS[1]["metadata"]["solution"]
-    replies = [f"<answer>{code}</answer>", "<answer>3</answer>", f"<answer>{code}</answer> <answer>",
-               "<answer>def f(x): return x</answer>", f"<answer>```python\n{code}\n```</answer>"]
+    replies = [
+        f"<answer>{code}</answer>",
+        "<answer>3</answer>",
+        f"<answer>{code}</answer> <answer>",
+        "<answer>def f(x): return x</answer>",
+        f"<answer>```python\n{code}\n```</answer>",
+    ]
     b = rollout(TASKS, None, Canned(replies), M=2, N=3, template="single")
     pairs = [(TASKS[r.q], r.run) for r in b.runs]
     graded = _counting_correctness(monkeypatch)
-    every = [reward.correctness(t, r.answer) for t, r in pairs]   # each run on its own
+    every = [reward.correctness(t, r.answer) for t, r in pairs]  # each run on its own
     assert len(graded) == 12
     graded.clear()
     assert reward.grade_runs(pairs) == every == [r.correct for r in b.runs]
-    assert len(graded) == len({(t["id"], reward.graded_part(t["kind"], r.answer)) for t, r in pairs}) < 12
+    assert (
+        len(graded)
+        == len({(t["id"], reward.graded_part(t["kind"], r.answer)) for t, r in pairs})
+        < 12
+    )
     # R = correct + 0.4 format, exactly as rollout computes it from them
-    assert [r.reward for r in b.runs] == [c + 0.4 * reward.format_score(r.run) for c, r in zip(every, b.runs)]
-    assert b.R.flatten().tolist() == pytest.approx([r.reward for r in b.runs], abs=1e-7)   # stored in fp32
-    assert len({r.reward for r in b.runs}) >= 3                                   # rewards do differ
-    # a hand-made list: the same answer in several runs, with different replies (format) and errors, a None
-    # answer, equal tasks in two dicts (graded apart: the key is the task object)
+    assert [r.reward for r in b.runs] == [
+        c + 0.4 * reward.format_score(r.run) for c, r in zip(every, b.runs)
+    ]
+    assert b.R.flatten().tolist() == pytest.approx(
+        [r.reward for r in b.runs], abs=1e-7
+    )  # stored in fp32
+    assert len({r.reward for r in b.runs}) >= 3  # rewards do differ
+    # a hand-made list: the same answer in several runs, with different replies (format) and errors,
+    # a None answer, equal tasks in two dicts (graded apart: the key is the task object)
     from sandbox import CallRecord, WorkflowRun
-    run = lambda answer, replies, error=None: WorkflowRun(answer, error, [CallRecord("a", [], r, None)
-                                                                          for r in replies])
+
+    run = lambda answer, replies, error=None: WorkflowRun(
+        answer, error, [CallRecord("a", [], r, None) for r in replies]
+    )
     math, fn = TASKS
-    fn2 = dict(fn, tests=dict(fn["tests"], outputs=[100] * 5))    # same id, other hidden tests
-    pairs = [(math, run("3", ["<answer>3</answer>"])), (math, run("<answer>3</answer>", ["x"])),
-             (math, run("\\boxed{3}", ["<answer>3</answer>", "y"])), (math, run("4", ["<answer>4</answer>"])),
-             (math, run(None, ["<answer>3</answer>"], "NameError")), (fn, run(code, ["<answer>1</answer>"])),
-             (fn, run(f"```python\n{code}\n```", [])), (fn, run(code, ["z"], "late error")),
-             (fn2, run(code, ["<answer>1</answer>"])), (dict(fn), run("def f(x): return x", []))]
+    fn2 = dict(fn, tests=dict(fn["tests"], outputs=[100] * 5))  # same id, other hidden tests
+    pairs = [
+        (math, run("3", ["<answer>3</answer>"])),
+        (math, run("<answer>3</answer>", ["x"])),
+        (math, run("\\boxed{3}", ["<answer>3</answer>", "y"])),
+        (math, run("4", ["<answer>4</answer>"])),
+        (math, run(None, ["<answer>3</answer>"], "NameError")),
+        (fn, run(code, ["<answer>1</answer>"])),
+        (fn, run(f"```python\n{code}\n```", [])),
+        (fn, run(code, ["z"], "late error")),
+        (fn2, run(code, ["<answer>1</answer>"])),
+        (dict(fn), run("def f(x): return x", [])),
+    ]
     graded.clear()
     every = [reward.reward(t, r, lam=0.4) for t, r in pairs]
     graded.clear()
@@ -331,4 +433,4 @@ def test_grade_each_distinct_answer_once_same_rewards(monkeypatch):
         assert [c + 0.4 * reward.format_score(r) for c, (_, r) in zip(correct, pairs)] == every
     # fp64 sums of 1, 0.4 x (0, 1/2, 1): exact up to one rounding of 0.4 * x
     assert every == pytest.approx([1.4, 1.0, 1.2, 0.4, 0.4, 1.4, 1.0, 1.0, 0.4, 0.0])
-    assert len(graded) == 2 * 6      # per call: 3, 4, None; code, fn2's code, the wrong program
+    assert len(graded) == 2 * 6  # per call: 3, 4, None; code, fn2's code, the wrong program

@@ -7,7 +7,9 @@ D, E = frozenset({"designer"}), frozenset({"executor"})
 
 
 def test_stagewise_schedule():
-    got = [active_roles(t, stage_len=3) for t in range(13)]     # the Executor first (the authors' default)
+    got = [
+        active_roles(t, stage_len=3) for t in range(13)
+    ]  # the Executor first (the authors' default)
     assert got == [E] * 3 + [D] * 3 + [E] * 3 + [D] * 3 + [E]
     assert [active_roles(t, stage_len=2, first="designer") for t in range(5)] == [D, D, E, E, D]
     assert active_roles(29) == E and active_roles(30) == D and active_roles(60) == E
@@ -24,13 +26,16 @@ def test_other_modes():
     assert isinstance(active_roles(0), frozenset)
 
 
-@pytest.mark.parametrize("kwargs, words", [
-    ({"mode": "alternate"}, "stagewise, coupled, designer, executor"),
-    ({"first": "critic"}, "designer, executor"),
-    ({"stage_len": 0}, "stage_len"),
-    ({"stage_len": 2.5}, "stage_len"),
-    ({"step": -1}, "step"),
-])
+@pytest.mark.parametrize(
+    "kwargs, words",
+    [
+        ({"mode": "alternate"}, "stagewise, coupled, designer, executor"),
+        ({"first": "critic"}, "designer, executor"),
+        ({"stage_len": 0}, "stage_len"),
+        ({"stage_len": 2.5}, "stage_len"),
+        ({"step": -1}, "step"),
+    ],
+)
 def test_errors_name_allowed_values(kwargs, words):
     kwargs = {"step": 0, **kwargs}
     with pytest.raises(ValueError, match=words):

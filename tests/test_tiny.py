@@ -12,8 +12,9 @@ from world import tiny
 
 try:
     import sandbox
+
     SANDBOX, WHY = sandbox.isolation(), ""
-except Exception as e:   # no user namespaces here (SandboxUnavailable), or sandbox.py missing
+except Exception as e:  # no user namespaces here (SandboxUnavailable), or sandbox.py missing
     SANDBOX, WHY = None, str(e)
 needs_sandbox = pytest.mark.skipif(SANDBOX is None, reason=f"no sandbox here: {WHY}")
 
@@ -51,7 +52,9 @@ def test_chat_template(tok):
     no_gen = tok.apply_chat_template(msgs, tokenize=False)
     assert no_gen == "<|system|>Be brief.<|end|><|user|>1+1?<|end|>"
     full = msgs + [{"role": "assistant", "content": "<answer>2</answer>"}]
-    assert tok.apply_chat_template(full, tokenize=False).endswith("<|assistant|><answer>2</answer><|end|>")
+    assert tok.apply_chat_template(full, tokenize=False).endswith(
+        "<|assistant|><answer>2</answer><|end|>"
+    )
     ids = tok.apply_chat_template(msgs, add_generation_prompt=True)["input_ids"]
     assert ids[-1] == tok.convert_tokens_to_ids("<|assistant|>")
     assert tok.decode(ids) == text
@@ -72,9 +75,11 @@ def test_model_saves_and_reloads(tmp_path):
     ids = torch.tensor([tok2("Compute 2+3.")["input_ids"]])
     with torch.no_grad():
         # bit for bit: same weights (an exact fp32 round trip), same input, same shapes, one process
-        assert torch.equal(model(ids).logits, model2(ids).logits)   # same seed, same weights
+        assert torch.equal(model(ids).logits, model2(ids).logits)  # same seed, same weights
     msgs = [{"role": "user", "content": "hi"}]
-    assert tok2.apply_chat_template(msgs, tokenize=False) == tok.apply_chat_template(msgs, tokenize=False)
+    assert tok2.apply_chat_template(msgs, tokenize=False) == tok.apply_chat_template(
+        msgs, tokenize=False
+    )
     assert tok2.decode(tok2("a\nb é")["input_ids"]) == "a\nb <|unk|>"
     out = model2.generate(ids, max_new_tokens=5, do_sample=False, pad_token_id=tok2.pad_token_id)
     assert out.shape == (1, ids.shape[1] + 5) or out[0, -1].item() == tok2.eos_token_id
@@ -84,7 +89,7 @@ def test_make_tasks_is_deterministic_and_well_formed():
     a = tiny.make_tasks(40, seed=7)
     assert a == tiny.make_tasks(40, seed=7)
     assert a != tiny.make_tasks(40, seed=8)
-    assert json.loads(json.dumps(a)) == a     # plain JSON, as data.save_tasks writes it
+    assert json.loads(json.dumps(a)) == a  # plain JSON, as data.save_tasks writes it
     assert len({t["id"] for t in a}) == 40
     assert [t["kind"] for t in a[:4]] == ["math", "code", "math", "code"]
     assert {t["kind"] for t in tiny.make_tasks(6, 0, kinds=("code",))} == {"code"}
@@ -93,18 +98,21 @@ def test_make_tasks_is_deterministic_and_well_formed():
         if t["kind"] == "code":
             for k in ("tests", "public_tests"):
                 assert t[k]["fn_name"] == "f" and len(t[k]["inputs"]) == len(t[k]["outputs"])
-            assert not set(map(tuple, t["tests"]["inputs"])) & set(map(tuple, t["public_tests"]["inputs"]))
+            assert not set(map(tuple, t["tests"]["inputs"])) & set(
+                map(tuple, t["public_tests"]["inputs"])
+            )
 
 
 def test_splits_share_no_problem_whatever_the_seeds():
     import data
+
     draws = {s: tiny.make_tasks(600, seed=0 if s == "sft" else 1, split=s) for s in tiny.SPLITS}
     texts = {s: {data.task_text(t) for t in ts} for s, ts in draws.items()}
     for s, ts in draws.items():
         assert {tiny.split_of(t) for t in ts} == {s} and {t["kind"] for t in ts} == {"math", "code"}
     names = sorted(texts)
-    for k, a in enumerate(names):   # sft, rl, val (tuning) and eval: no text in two of them
-        for b in names[k + 1:]:
+    for k, a in enumerate(names):  # sft, rl, val (tuning) and eval: no text in two of them
+        for b in names[k + 1 :]:
             assert not texts[a] & texts[b], (a, b)
     # the same seed without a split draws from the whole world, so its tasks fall into every split
     assert {tiny.split_of(t) for t in tiny.make_tasks(100, seed=0)} == set(tiny.SPLITS)
@@ -115,7 +123,7 @@ def test_splits_share_no_problem_whatever_the_seeds():
 def test_math_answers_are_exact():
     for t in tiny.make_tasks(60, seed=1, kinds=("math",)):
         expr = re.fullmatch(r"Compute ([0-9+\-*()]+)\.", t["question"]).group(1)
-        assert str(eval(expr)) == t["answer"]      # Python's own precedence: the parentheses are right
+        assert str(eval(expr)) == t["answer"]  # Python's own precedence: the parentheses are right
         steps = t["metadata"]["steps"]
         assert len(steps) == 2
         assert steps[-1].endswith("=" + t["answer"])
@@ -136,13 +144,20 @@ def test_code_solutions_pass_hidden_and_visible_tests_in_a_subprocess():
         "print(json.dumps(res))\n"
     )
     jobs = [(t["metadata"]["solution"], t[k]) for t in tasks for k in ("tests", "public_tests")]
-    out = subprocess.run([sys.executable, "-c", prog], input=json.dumps(jobs), capture_output=True, text=True,
-                         timeout=60, check=True)
+    out = subprocess.run(
+        [sys.executable, "-c", prog],
+        input=json.dumps(jobs),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
     assert all(json.loads(out.stdout))
 
 
 def test_visible_examples_single_out_the_function():
-    # any catalogue function that fits the visible tests also fits the hidden ones: tester-of-k is sound
+    # any catalogue function that fits the visible tests also fits the hidden ones: tester-of-k is
+    # sound
     for t in tiny.make_tasks(40, seed=11, kinds=("code",)):
         pub, hid = t["public_tests"], t["tests"]
         for e in tiny.CATALOGUE:
@@ -156,7 +171,7 @@ def test_wrong_reply_is_wrong_and_well_formed():
 
     for t in tiny.make_tasks(20, seed=4):
         bad, good = tiny.wrong_reply(t), tiny.oracle_reply(t)
-        assert bad == tiny.wrong_reply(t)                             # frozen: the same for every policy
+        assert bad == tiny.wrong_reply(t)  # frozen: the same for every policy
         assert reward.correctness(t, mas.answer_of(good)) == 1.0
         assert mas.answer_of(bad) is not None and reward.correctness(t, mas.answer_of(bad)) == 0.0
 
@@ -170,17 +185,29 @@ def test_one_shown_example_is_often_ambiguous_and_the_wrong_reply_fits_it():
     for t in tasks:
         pub = t["public_tests"]
         (x0,), y0 = pub["inputs"][0], pub["outputs"][0]
-        assert data.task_text(t, short=True) == f"Write f(x).\nf({x0})=={y0}"    # one of the three tests shown
-        (step,) = t["metadata"]["steps"]          # K read off the shown example, as a math chain step
+        assert (
+            data.task_text(t, short=True) == f"Write f(x).\nf({x0})=={y0}"
+        )  # one of the three tests shown
+        (step,) = t["metadata"]["steps"]  # K read off the shown example, as a math chain step
         lhs, k = step.split("=")
-        assert str(eval(lhs)) == k and re.fullmatch(r"\d+[+-]\d+", lhs) and k in t["metadata"]["solution"]
+        assert (
+            str(eval(lhs)) == k
+            and re.fullmatch(r"\d+[+-]\d+", lhs)
+            and k in t["metadata"]["solution"]
+        )
         assert tiny.oracle_reply(t) == f"{step}\n<answer>{t['metadata']['solution']}</answer>"
         fits = [e for e in tiny.CATALOGUE if tiny._apply(e, x0) == y0]
         wrong = mas.answer_of(tiny.wrong_reply(t)).removeprefix("def f(x): return ")
-        if any(any(tiny._apply(e, *i) != o for i, o in zip(pub["inputs"], pub["outputs"])) for e in fits):
+        if any(
+            any(tiny._apply(e, *i) != o for i, o in zip(pub["inputs"], pub["outputs"]))
+            for e in fits
+        ):
             ambiguous += 1
-            assert wrong in fits       # the natural mistake: it fits the shown example, a visible test catches it
-    # x+K, x-K, K-x on 0..9: an example (x, y) with y > x fits x+K and K-x when x + y <= 9, and so on
+            assert (
+                wrong in fits
+            )  # the natural mistake: it fits the shown example, a visible test catches it
+    # x+K, x-K, K-x on 0..9: an example (x, y) with y > x fits x+K and K-x when x + y <= 9, and so
+    # on
     assert 0.3 * len(tasks) < ambiguous < 0.7 * len(tasks)
 
 
@@ -198,13 +225,13 @@ def test_sft_traces_run_the_real_templates_with_oracle_replies():
         script, why = mas.parse_script(d["completion"])
         assert why is None, why
         structures.append((t["kind"], mas.structure_of(script)))
-    assert set(s for _, s in structures) == set(mas.TEMPLATES)     # every template shows up
+    assert set(s for _, s in structures) == set(mas.TEMPLATES)  # every template shows up
     suited = sum(s == tiny.SUITED[k] for k, s in structures)
-    assert suited > len(tasks) / 3                                   # and the suited one most often
+    assert suited > len(tasks) / 3  # and the suited one most often
     golds = {mas.answer_of(tiny.oracle_reply(t)) for t in tasks}
     for s in executor:
         assert s["messages"][0]["role"] == "system" and s["messages"][1]["role"] == "user"
-        assert mas.answer_of(s["completion"]) in golds                # targets are always correct
+        assert mas.answer_of(s["completion"]) in golds  # targets are always correct
     users = [s["messages"][1]["content"] for s in executor]
     # with wrong_share=1 every critic/tester run on code shows its second call something to fix
     assert any("\nAnswer: " in u for u in users)
@@ -217,9 +244,11 @@ def test_oracle_runs_score_full_reward():
     import reward
 
     tasks = tiny.make_tasks(8, seed=9)
-    runs = sandbox.run_workflows([mas.TEMPLATES["tester"]] * 8, tasks, tiny.oracle_generate(tasks, {1, 3}))
+    runs = sandbox.run_workflows(
+        [mas.TEMPLATES["tester"]] * 8, tasks, tiny.oracle_generate(tasks, {1, 3})
+    )
     assert [reward.correctness(t, r.answer) for t, r in zip(tasks, runs)] == [1.0] * 8
-    assert [len(r.calls) for r in runs[:4]] == [1, 2, 1, 2]            # the wrong first code got repaired
+    assert [len(r.calls) for r in runs[:4]] == [1, 2, 1, 2]  # the wrong first code got repaired
 
 
 @needs_sandbox
@@ -232,34 +261,48 @@ def test_exact_figures_are_the_teacher_forced_sequence_logprobs():
     tok = tiny.build_tokenizer()
     model = AutoModelForCausalLM.from_config(tiny.tiny_config(hidden_size=64, num_layers=2)).eval()
     tasks = tiny.make_tasks(3, seed=5)
-    f = tiny.exact_figures(model, tok, tasks, batch_size=5)       # padded batches mixing designer and executor
-    one = tiny.exact_figures(model, tok, tasks, batch_size=1)     # no padding at all
-    # Sums of ~100-240 fp32 token log-probs from two computations (other batch rows and padding). Each token's
-    # logp = z - logsumexp(z) is within ~8 ulps of its magnitude per side (test_engine.logp_tol: here |z| <= ~1.2,
-    # so logsumexp ~ log V dominates); all are negative, so the sums are within 16·eps·|sum| (fp32 eps = 2^-23)
-    # whatever the CPU. A padding or mask error moves a token by >= 1e-2.
-    rel = 16 * 2.0 ** -23
+    f = tiny.exact_figures(
+        model, tok, tasks, batch_size=5
+    )  # padded batches mixing designer and executor
+    one = tiny.exact_figures(model, tok, tasks, batch_size=1)  # no padding at all
+    # Sums of ~100-240 fp32 token log-probs from two computations (other batch rows and padding).
+    # Each token's logp = z - logsumexp(z) is within ~8 ulps of its magnitude per side
+    # (test_engine.logp_tol: here |z| <= ~1.2, so logsumexp ~ log V dominates); all are negative, so
+    # the sums are within 16·eps·|sum| (fp32 eps = 2^-23) whatever the CPU. A padding or mask error
+    # moves a token by >= 1e-2.
+    rel = 16 * 2.0**-23
     for a, b in zip(f["choice_logp"], one["choice_logp"]):
         assert all(a[n] == pytest.approx(b[n], rel=rel, abs=0) for n in a)
     for c in tiny.CONTEXTS:
         for a, b in zip(f["contexts_logp"][c], one["contexts_logp"][c]):
             assert (a is None and b is None) or a == pytest.approx(b, rel=rel, abs=0)
-    # tasks 0, 2 are math, 1 code: a repair only where visible tests can fail; the critic on both kinds
+    # tasks 0, 2 are math, 1 code: a repair only where visible tests can fail; the critic on both
+    # kinds
     assert [v is None for v in f["contexts"]["repair"]] == [True, False, True]
     assert all(v is not None for c in ("solver", "coder", "keep", "fix") for v in f["contexts"][c])
     assert f["oracle"] == f["contexts"]["solver"]
     ex = tiny.exact_figures(model, tok, tasks, batch_size=5, designer=False)
-    assert "choice" not in ex and ex["contexts"]["fix"] == pytest.approx(f["contexts"]["fix"], rel=rel, abs=0)
-    # one sequence by hand: the Designer writing the tester script for task 0, closed by the end-of-turn token
-    text = sandbox._task_parts(tasks[0], short=True)[0]   # the text the sandbox hands a script
-    prompt = tok.apply_chat_template(mas.designer_messages(text, short=True),
-                                     tokenize=False, add_generation_prompt=True)
+    assert "choice" not in ex and ex["contexts"]["fix"] == pytest.approx(
+        f["contexts"]["fix"], rel=rel, abs=0
+    )
+    # one sequence by hand: the Designer writing the tester script for task 0, closed by the
+    # end-of-turn token
+    text = sandbox._task_parts(tasks[0], short=True)[0]  # the text the sandbox hands a script
+    prompt = tok.apply_chat_template(
+        mas.designer_messages(text, short=True), tokenize=False, add_generation_prompt=True
+    )
     p_ids = tok(prompt, add_special_tokens=False)["input_ids"]
-    c_ids = tok(mas.script_completion(mas.TEMPLATES["tester"]), add_special_tokens=False)["input_ids"]
+    c_ids = tok(mas.script_completion(mas.TEMPLATES["tester"]), add_special_tokens=False)[
+        "input_ids"
+    ]
     ids = torch.tensor([p_ids + c_ids + [tok.eos_token_id]])
     with torch.no_grad():
-        lp = torch.log_softmax(model(ids).logits[0, :-1].double(), -1).gather(-1, ids[0, 1:, None])[:, 0]
-    assert f["choice_logp"][0]["tester"] == pytest.approx(lp[len(p_ids) - 1:].sum().item(), rel=rel, abs=0)   # as above
+        lp = torch.log_softmax(model(ids).logits[0, :-1].double(), -1).gather(-1, ids[0, 1:, None])[
+            :, 0
+        ]
+    assert f["choice_logp"][0]["tester"] == pytest.approx(
+        lp[len(p_ids) - 1 :].sum().item(), rel=rel, abs=0
+    )  # as above
     assert set(f["choice"][0]) == set(mas.TEMPLATES) and len(f["oracle"]) == len(tasks)
     assert all(0.0 <= p <= 1.0 for c in f["choice"] for p in c.values())
     assert all(x < 0 for x in f["contexts_logp"]["solver"])
@@ -272,25 +315,38 @@ def test_executor_contexts_are_the_prompts_a_rollout_shows():
     tasks = tiny.make_tasks(2, seed=5, kinds=("code",))
     ctx = tiny.executor_contexts(tasks)
     for k, t in enumerate(tasks):
-        shown = sandbox._task_parts(t, short=True)[0]   # the text the sandbox hands a script
+        shown = sandbox._task_parts(t, short=True)[0]  # the text the sandbox hands a script
         wrong = mas.answer_of(tiny.wrong_reply(t))
         for c in tiny.CONTEXTS:
             messages, completion = ctx[c][k]
             assert completion == tiny.oracle_reply(t) and messages[1]["content"].startswith(shown)
         assert ctx["solver"][k][0][0]["content"].startswith("solver:")
         assert ctx["coder"][k][0][1]["content"] == shown
-        repair = ctx["repair"][k][0][1]["content"]      # the frozen wrong program and its real test report
-        assert repair.startswith(f"{shown}\nCode:\n{wrong}\nTests: FAIL ") and "expected: " in repair
+        repair = ctx["repair"][k][0][1][
+            "content"
+        ]  # the frozen wrong program and its real test report
+        assert (
+            repair.startswith(f"{shown}\nCode:\n{wrong}\nTests: FAIL ") and "expected: " in repair
+        )
         assert ctx["keep"][k][0][1]["content"] == f"{shown}\nAnswer: {t['metadata']['solution']}"
         assert ctx["fix"][k][0][1]["content"] == f"{shown}\nAnswer: {wrong}"
 
 
 def test_executor_score_weights_each_structures_contexts():
-    contexts = {"solver": [0.5, 0.2], "coder": [0.1, 0.3], "repair": [None, 0.7], "keep": [0.9, 0.6],
-                "fix": [0.3, 0.0]}
-    shares = {"math": {"single": 0.5, "tester": 0.5, "ensemble": 0.0, "critic": 0.0},
-              "code": {"single": 0.0, "ensemble": 0.25, "critic": 0.25, "tester": 0.5}}
+    contexts = {
+        "solver": [0.5, 0.2],
+        "coder": [0.1, 0.3],
+        "repair": [None, 0.7],
+        "keep": [0.9, 0.6],
+        "fix": [0.3, 0.0],
+    }
+    shares = {
+        "math": {"single": 0.5, "tester": 0.5, "ensemble": 0.0, "critic": 0.0},
+        "code": {"single": 0.0, "ensemble": 0.25, "critic": 0.25, "tester": 0.5},
+    }
     got = tiny.executor_score(contexts, ["math", "code"], shares)
-    # math: single -> solver, tester -> coder (no repair on math); code: solver, (solver+keep+fix)/3, (coder+repair)/2
-    assert got == pytest.approx([0.5 * 0.5 + 0.5 * 0.1, 0.25 * 0.2 + 0.25 * (0.2 + 0.6 + 0.0) / 3 + 0.5 * 0.5],
-                                rel=1e-15)
+    # math: single -> solver, tester -> coder (no repair on math); code: solver,
+    # (solver+keep+fix)/3, (coder+repair)/2
+    assert got == pytest.approx(
+        [0.5 * 0.5 + 0.5 * 0.1, 0.25 * 0.2 + 0.25 * (0.2 + 0.6 + 0.0) / 3 + 0.5 * 0.5], rel=1e-15
+    )

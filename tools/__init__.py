@@ -1,5 +1,5 @@
-"""tools/: the programs a user runs around the method, not read on the path: the curves (plot.py), the trees as
-a page (show.py), speed measurements (bench.py), the paper's ablations (ablations.py), a GPU node's first run
-(first_gpu_run.py) and SFT data from a teacher (distill.py). Each runs by path from the project's root:
-`python tools/plot.py out/tiny-rl`.
+"""tools/: the programs a user runs around the method, not read on the path: the curves (plot.py),
+the trees as a page (show.py), speed measurements (bench.py), the paper's ablations (ablations.py),
+a GPU node's first run (first_gpu_run.py) and SFT data from a teacher (distill.py). Each runs by
+path from the project's root: `python tools/plot.py out/tiny-rl`.
 """

@@ -1,15 +1,17 @@
-"""ablations.py: the paper's ablations in miniature, on the tiny world, with several seeds, at equal budgets.
+"""ablations.py: the paper's ablations in miniature, on the tiny world, with several seeds, at equal
+budgets.
 
-Every run is `python train.py config/tiny.py` plus a few overrides (`runs()` below), so a run here and the
-tiny default differ only in what that table says. All runs start from the same SFT cold start (out/tiny-sft,
-which train.py makes when it is missing), except `separate`, which starts from two role-specific ones
-(out/tiny-sft-separate/designer and executor, which train.py makes the same way); the seed varies the RL run.
-One run per (name, seed) goes to ROOT/<name>-s<seed>/: its metrics.jsonl, checkpoints, final_table.json and
-train.log.
+Every run is `python train.py config/tiny.py` plus a few overrides (`runs()` below), so a run here
+and the tiny default differ only in what that table says. All runs start from the same SFT cold
+start (out/tiny-sft, which train.py makes when it is missing), except `separate`, which starts from
+two role-specific ones (out/tiny-sft-separate/designer and executor, which train.py makes the same
+way); the seed varies the RL run. One run per (name, seed) goes to ROOT/<name>-s<seed>/: its
+metrics.jsonl, checkpoints, final_table.json and train.log.
 
-Equal budgets: every arm makes `--budget` (default 20) updates of each role it trains. A stagewise arm trains
-one role a step, so it runs 2 x budget steps; coupled trains both each step (budget steps); designer-only,
-executor-only and single-agent GRPO train one role (budget steps) and are compared on that role's row only.
+Equal budgets: every arm makes `--budget` (default 20) updates of each role it trains. A stagewise
+arm trains one role a step, so it runs 2 x budget steps; coupled trains both each step (budget
+steps); designer-only, executor-only and single-agent GRPO train one role (budget steps) and are
+compared on that role's row only.
 
     hierarchy     metaagent (the tiny default, M=4 x N=2) vs flat8 (8 x 1: as many executions a query) and
                   flat16 (16 x 1: twice as many)                                          (paper Table 3)
@@ -29,12 +31,14 @@ executor-only and single-agent GRPO train one role (budget steps) and are compar
     python tools/ablations.py publish out/ablations    # the numbers (no checkpoints) into results/ablations, its
                                                  # RESULTS.md, and the README's Results
 
-A finished run is skipped and an unfinished one resumed from its last checkpoint, so the same command
-continues an interrupted set across sittings; runs go seed by seed, and the report names what is missing.
+A finished run is skipped and an unfinished one resumed from its last checkpoint, so the same
+command continues an interrupted set across sittings; runs go seed by seed, and the report names
+what is missing.
 
-What the report computes, from each run's metrics.jsonl and final_table.json (tests/test_ablations.py checks
-that the committed results/ablations/RESULTS.md and the README's Results are what `report` makes of the
-committed numbers). Every measure is a gain, the RL model minus the run's own cold start on the same tasks:
+What the report computes, from each run's metrics.jsonl and final_table.json
+(tests/test_ablations.py checks that the committed results/ablations/RESULTS.md and the README's
+Results are what `report` makes of the committed numbers). Every measure is a gain, the RL model
+minus the run's own cold start on the same tasks:
 
     suited, executor      primary: the final table's exact rows (teacher forcing, per held-out task): the
                           Designer's P(suited template), the Executor's P(oracle reply) in its own contexts
@@ -63,11 +67,13 @@ import sys
 import threading
 from concurrent.futures import ThreadPoolExecutor
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))   # the project root: train.py runs there
-SFT_DIR = "out/tiny-sft"      # config/tiny.py's init_from: the shared cold start (relative to the repo)
-TAIL = 0.2                    # the last 20% of steps summarise a run
+REPO = os.path.dirname(
+    os.path.dirname(os.path.abspath(__file__))
+)  # the project root: train.py runs there
+SFT_DIR = "out/tiny-sft"  # config/tiny.py's init_from: the shared cold start (relative to the repo)
+TAIL = 0.2  # the last 20% of steps summarise a run
 RESULTS_DIR = os.path.join(REPO, "results", "ablations")
-README = os.path.join(REPO, "README.md")      # its Results block is written by publish
+README = os.path.join(REPO, "README.md")  # its Results block is written by publish
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -75,55 +81,86 @@ README = os.path.join(REPO, "README.md")      # its Results block is written by 
 
 
 def stage_length(paper_k, budget):
-    """The paper's stage length K (out of 1, 10, 30) scaled to a run of `budget` updates per role: K=30 is the
-    tiny default's budget/2 (two stages of each role); the others the K that divides the budget (so that both
-    roles get exactly `budget` updates) nearest to paper_k * (budget/2) / 30."""
-    return min((k for k in range(1, budget + 1) if budget % k == 0),
-               key=lambda k: (abs(k - paper_k * budget / 60), k))
+    """The paper's stage length K (out of 1, 10, 30) scaled to a run of `budget` updates per role:
+    K=30 is the tiny default's budget/2 (two stages of each role); the others the K that divides the
+    budget (so that both roles get exactly `budget` updates) nearest to paper_k * (budget/2) /
+    30."""
+    return min(
+        (k for k in range(1, budget + 1) if budget % k == 0),
+        key=lambda k: (abs(k - paper_k * budget / 60), k),
+    )
 
 
 def runs(budget):
-    """{run name: {config key: value}}: what each run sets on top of config/tiny.py, `budget` updates of each
-    role it trains. A stagewise run trains one role a step (2 * budget steps), coupled both (budget steps),
-    designer-only, executor-only and single-agent GRPO one role (budget steps)."""
-    base = {"M": 4, "N": 2, "K": stage_length(30, budget), "steps": 2 * budget}   # the tiny default
-    return {"metaagent": base, "flat8": {**base, "M": 8, "N": 1}, "flat16": {**base, "M": 16, "N": 1},
-            "coupled": {**base, "mode": "coupled", "steps": budget},
-            "designer": {**base, "mode": "designer", "steps": budget},
-            "executor": {**base, "mode": "executor", "steps": budget},
-            "separate": {**base, "policy": "separate", "init_from": "out/tiny-sft-separate"},
-            "k1": {**base, "K": stage_length(1, budget)}, "k10": {**base, "K": stage_length(10, budget)},
-            "single": {**base, "template": "single", "mode": "executor", "steps": budget}}  # single-agent GRPO
+    """{run name: {config key: value}}: what each run sets on top of config/tiny.py, `budget`
+    updates of each role it trains. A stagewise run trains one role a step (2 * budget steps),
+    coupled both (budget steps), designer-only, executor-only and single-agent GRPO one role (budget
+    steps)."""
+    base = {"M": 4, "N": 2, "K": stage_length(30, budget), "steps": 2 * budget}  # the tiny default
+    return {
+        "metaagent": base,
+        "flat8": {**base, "M": 8, "N": 1},
+        "flat16": {**base, "M": 16, "N": 1},
+        "coupled": {**base, "mode": "coupled", "steps": budget},
+        "designer": {**base, "mode": "designer", "steps": budget},
+        "executor": {**base, "mode": "executor", "steps": budget},
+        "separate": {**base, "policy": "separate", "init_from": "out/tiny-sft-separate"},
+        "k1": {**base, "K": stage_length(1, budget)},
+        "k10": {**base, "K": stage_length(10, budget)},
+        "single": {**base, "template": "single", "mode": "executor", "steps": budget},
+    }  # single-agent GRPO
 
 
 RUN_NAMES = list(runs(20))
 
-# name: (title, claims (A, B, primary rows) = "the paper found A better than B" on those rows, the paper's
-# finding, a note). A one-role arm is compared on its role's row only.
+# name: (title, claims (A, B, primary rows) = "the paper found A better than B" on those rows, the
+# paper's finding, a note). A one-role arm is compared on its role's row only.
 BOTH, DESIGNER, EXECUTOR = ("suited", "executor"), ("suited",), ("executor",)
 COMPARISONS = {
-    "hierarchy": ("Hierarchical M×N vs flat M×1 (paper Table 3)",
-                  [("metaagent", "flat8", BOTH), ("metaagent", "flat16", BOTH)], "hierarchical > flat",
-                  "metaagent is the tiny default's 4×2; flat8 (8×1) runs as many executions a query, flat16 "
-                  "(16×1) twice as many. With N = 1 the executor advantage is the designer advantage."),
-    "schedule": ("Stagewise vs coupled vs single-role training (paper Table 4, Figure 3)",
-                 [("metaagent", "coupled", BOTH), ("metaagent", "designer", DESIGNER),
-                  ("metaagent", "executor", EXECUTOR)], "stagewise > coupled > single-role",
-                 "metaagent is the stagewise run; designer-only is compared on suited and executor-only on "
-                 "executor, each per update of its role."),
-    "policy": ("Shared vs separate policies (paper Table 5)", [("metaagent", "separate", BOTH)],
-               "shared >= separate", "separate starts from its own two role-specific cold starts: gains "
-               "compare what RL added to each."),
-    "stage_length": ("Stage length K in {1, 10, 30}, scaled to the budget (paper Figure 4)",
-                     [("metaagent", "k10", BOTH), ("metaagent", "k1", BOTH)], "K=30 best",
-                     "metaagent is the K=30 point (K = budget/2), k10 K = 4, k1 K = 1."),
-    "single_agent": ("MetaAgent-X vs single-agent GRPO", [("metaagent", "single", EXECUTOR)],
-                     "MetaAgent-X > single-agent GRPO", "single: no Designer (the single template), its "
-                     "Executor trained on the same 8 executions a query, compared per Executor update."),
+    "hierarchy": (
+        "Hierarchical M×N vs flat M×1 (paper Table 3)",
+        [("metaagent", "flat8", BOTH), ("metaagent", "flat16", BOTH)],
+        "hierarchical > flat",
+        "metaagent is the tiny default's 4×2; flat8 (8×1) runs as many executions a query, flat16 "
+        "(16×1) twice as many. With N = 1 the executor advantage is the designer advantage.",
+    ),
+    "schedule": (
+        "Stagewise vs coupled vs single-role training (paper Table 4, Figure 3)",
+        [
+            ("metaagent", "coupled", BOTH),
+            ("metaagent", "designer", DESIGNER),
+            ("metaagent", "executor", EXECUTOR),
+        ],
+        "stagewise > coupled > single-role",
+        "metaagent is the stagewise run; designer-only is compared on suited and executor-only on "
+        "executor, each per update of its role.",
+    ),
+    "policy": (
+        "Shared vs separate policies (paper Table 5)",
+        [("metaagent", "separate", BOTH)],
+        "shared >= separate",
+        "separate starts from its own two role-specific cold starts: gains "
+        "compare what RL added to each.",
+    ),
+    "stage_length": (
+        "Stage length K in {1, 10, 30}, scaled to the budget (paper Figure 4)",
+        [("metaagent", "k10", BOTH), ("metaagent", "k1", BOTH)],
+        "K=30 best",
+        "metaagent is the K=30 point (K = budget/2), k10 K = 4, k1 K = 1.",
+    ),
+    "single_agent": (
+        "MetaAgent-X vs single-agent GRPO",
+        [("metaagent", "single", EXECUTOR)],
+        "MetaAgent-X > single-agent GRPO",
+        "single: no Designer (the single template), its "
+        "Executor trained on the same 8 executions a query, compared per Executor update.",
+    ),
 }
-PAIRINGS = ("## {SFT, RL} designer x {SFT, RL} executor (metaagent)\n\n`suited` depends on the Designer's "
-            "model alone and `executor` on the Executor's alone (its contexts and weights are fixed), so on the "
-            "exact rows the four pairings reduce to two differences. Paper: both roles improve. Here:\n")
+PAIRINGS = (
+    "## {SFT, RL} designer x {SFT, RL} executor (metaagent)\n\n`suited` depends on the Designer's "
+    "model alone and `executor` on the Executor's alone (its contexts and weights are fixed), so on the "
+    "exact rows the four pairings reduce to two differences. Paper: both roles improve. Here:\n"
+)
 
 
 def out_dir(root, run, seed):
@@ -132,8 +169,14 @@ def out_dir(root, run, seed):
 
 def train_command(run, seed, budget, root):
     """The train.py command line (run from the repo root) of one run."""
-    return [sys.executable, "train.py", "config/tiny.py", f"--out_dir={out_dir(root, run, seed)}",
-            f"--seed={seed}", *(f"--{k}={v}" for k, v in runs(budget)[run].items())]
+    return [
+        sys.executable,
+        "train.py",
+        "config/tiny.py",
+        f"--out_dir={out_dir(root, run, seed)}",
+        f"--seed={seed}",
+        *(f"--{k}={v}" for k, v in runs(budget)[run].items()),
+    ]
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -146,27 +189,35 @@ def read_metrics(run_dir):
         return []
     with open(path) as f:
         rows = [json.loads(ln) for ln in f if ln.strip()]
-    return [r for r in rows if r["step"] > 0]   # (a step-0 line holds the held-out curve's start alone)
+    return [
+        r for r in rows if r["step"] > 0
+    ]  # (a step-0 line holds the held-out curve's start alone)
 
 
 def is_finished(run_dir, steps):
     """All steps logged and the final table written (train.py's last act)."""
     rows = read_metrics(run_dir)
-    return bool(rows) and rows[-1]["step"] == steps and os.path.exists(f"{run_dir}/final_table.json")
+    return (
+        bool(rows) and rows[-1]["step"] == steps and os.path.exists(f"{run_dir}/final_table.json")
+    )
 
 
 # the trampoline that pins a program to some cores before it starts: python -c PIN 0,1 train.py ...
-PIN = ("import os, sys; os.sched_setaffinity(0, {int(c) for c in sys.argv[1].split(',')}); "
-       "os.execv(sys.executable, [sys.executable] + sys.argv[2:])")
+PIN = (
+    "import os, sys; os.sched_setaffinity(0, {int(c) for c in sys.argv[1].split(',')}); "
+    "os.execv(sys.executable, [sys.executable] + sys.argv[2:])"
+)
 
 
 def launch(cmd, log_path, cpus=None, echo=True):
-    """Run cmd (a Python program: cmd[0] is sys.executable) in the repo root, on the cores `cpus` when
-    given; its output is appended to log_path and, with echo, printed too. Returns rc."""
+    """Run cmd (a Python program: cmd[0] is sys.executable) in the repo root, on the cores `cpus`
+    when given; its output is appended to log_path and, with echo, printed too. Returns rc."""
     with open(log_path, "a") as log:
         log.write(f"$ {' '.join(cmd)}\n")
         argv = [cmd[0], "-c", PIN, ",".join(map(str, cpus)), *cmd[1:]] if cpus else cmd
-        p = subprocess.Popen(argv, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        p = subprocess.Popen(
+            argv, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+        )
         for line in p.stdout:
             log.write(line)
             if echo:
@@ -182,16 +233,22 @@ def run_one(run, seed, budget, root, cpus=None, echo=True):
         with open(f"{d}/run.json") as f:
             before = json.load(f)["cmd"]
         if before[1:] != cmd[1:]:
-            raise SystemExit(f"ablations.py: {d} was made by a different command:\n  {' '.join(before[1:])}\n"
-                             f"now:\n  {' '.join(cmd[1:])}\nuse another --root or delete {d}")
+            raise SystemExit(
+                f"ablations.py: {d} was made by a different command:\n  {' '.join(before[1:])}\n"
+                f"now:\n  {' '.join(cmd[1:])}\nuse another --root or delete {d}"
+            )
     if is_finished(d, runs(budget)[run]["steps"]):
         print(f"== {run} seed {seed}: finished, skipped ({d})", flush=True)
         return "skipped"
     os.makedirs(d, exist_ok=True)
     with open(f"{d}/run.json", "w") as f:
         json.dump({"cmd": cmd}, f)
-    print(f"== {run} seed {seed}: {' '.join(cmd[1:])}" + (f" (cores {cpus})" if cpus else ""), flush=True)
-    # an interrupted run continues from its last checkpoint (train.py refuses a fresh run into its folder)
+    print(
+        f"== {run} seed {seed}: {' '.join(cmd[1:])}" + (f" (cores {cpus})" if cpus else ""),
+        flush=True,
+    )
+    # an interrupted run continues from its last checkpoint (train.py refuses a fresh run into its
+    # folder)
     resume = ["--resume"] if os.path.exists(f"{d}/metrics.jsonl") else []
     rc = launch(cmd + resume, f"{d}/train.log", cpus, echo)
     print(f"== {run} seed {seed}: {'ok' if rc == 0 else f'failed (rc {rc})'}", flush=True)
@@ -199,19 +256,23 @@ def run_one(run, seed, budget, root, cpus=None, echo=True):
 
 
 def run_all(a):
-    """Every (run, seed), seed by seed, a.jobs at a time: with one job on every core, its output printed;
-    with more, each on a free one of a.jobs disjoint sets of cores (usable[k::jobs]), its output in its log
-    only (train.py sizes its threads to the cores it may use). A run whose cold start is missing makes it
-    (train.py): the runs that need the same one wait for it instead of making it twice at once."""
+    """Every (run, seed), seed by seed, a.jobs at a time: with one job on every core, its output
+    printed; with more, each on a free one of a.jobs disjoint sets of cores (usable[k::jobs]), its
+    output in its log only (train.py sizes its threads to the cores it may use). A run whose cold
+    start is missing makes it (train.py): the runs that need the same one wait for it instead of
+    making it twice at once."""
     names = [r for r in RUN_NAMES if not a.only or r in a.only]
-    print(f"ablations.py: runs {', '.join(names)}; seeds {a.seeds}; {a.budget} updates per role; root {a.root}; "
-          f"{a.jobs} at a time", flush=True)
+    print(
+        f"ablations.py: runs {', '.join(names)}; seeds {a.seeds}; {a.budget} updates per role; root {a.root}; "
+        f"{a.jobs} at a time",
+        flush=True,
+    )
     usable = sorted(os.sched_getaffinity(0))
     if a.jobs > len(usable):
         raise SystemExit(f"ablations.py: --jobs {a.jobs}, but this process has {len(usable)} cores")
     free, building = queue.Queue(), {}
     for k in range(a.jobs):
-        free.put(usable[k::a.jobs] if a.jobs > 1 else None)
+        free.put(usable[k :: a.jobs] if a.jobs > 1 else None)
 
     def one(run_seed):
         (run, seed), cpus = run_seed, free.get()
@@ -219,17 +280,21 @@ def run_all(a):
         try:
             if not os.path.isdir(init):
                 with building.setdefault(init, threading.Lock()):
-                    if not os.path.isdir(init):     # the first run here makes it
+                    if not os.path.isdir(init):  # the first run here makes it
                         return run_one(run, seed, a.budget, a.root, cpus, a.jobs == 1)
             return run_one(run, seed, a.budget, a.root, cpus, a.jobs == 1)
-        except SystemExit as e:   # a refused folder: the others go on, the summary names it
+        except SystemExit as e:  # a refused folder: the others go on, the summary names it
             return f"failed ({e})"
         finally:
             free.put(cpus)
+
     work = [(run, seed) for seed in a.seeds for run in names]
     with ThreadPoolExecutor(a.jobs) as pool:
         status = dict(zip((f"{run}-s{seed}" for run, seed in work), pool.map(one, work)))
-    print("\n".join(f"  {k}: {v}" for k, v in status.items()), f"\nthen: python tools/ablations.py report {a.root}")
+    print(
+        "\n".join(f"  {k}: {v}" for k, v in status.items()),
+        f"\nthen: python tools/ablations.py report {a.root}",
+    )
     return 1 if any(v.startswith("failed") for v in status.values()) else 0
 
 
@@ -238,43 +303,62 @@ def run_all(a):
 
 
 def summarize(run_dir, run):
-    """One run's numbers: its training curve from metrics.jsonl and, per held-out task, its final table's
-    exact and sampled measures for the RL model and the SFT cold start (None without a metrics.jsonl). The
-    sampled rows that stand for a run: its learned designs, or for single-agent GRPO the single agent."""
+    """One run's numbers: its training curve from metrics.jsonl and, per held-out task, its final
+    table's exact and sampled measures for the RL model and the SFT cold start (None without a
+    metrics.jsonl). The sampled rows that stand for a run: its learned designs, or for single-agent
+    GRPO the single agent."""
     rows = read_metrics(run_dir)
     if not rows:
         return None
     n = max(1, math.ceil(TAIL * len(rows)))
     mean = lambda key, part: sum(r.get(key, 0.0) for r in part) / len(part)
-    out = {"steps": len(rows), "train_change": mean("reward/mean", rows[-n:]) - mean("reward/mean", rows[:n]),
-           "structures": {k[len("structure/"):]: mean(k, rows[-n:]) for k in {k for r in rows[-n:] for k in r}
-                          if k.startswith("structure/")},
-           "ids": None, "gain": {}}
-    sampled = ("RL: single agent", "SFT: single agent") if run == "single" else \
-        ("RL: learned designs", "SFT: designs")
+    out = {
+        "steps": len(rows),
+        "train_change": mean("reward/mean", rows[-n:]) - mean("reward/mean", rows[:n]),
+        "structures": {
+            k[len("structure/") :]: mean(k, rows[-n:])
+            for k in {k for r in rows[-n:] for k in r}
+            if k.startswith("structure/")
+        },
+        "ids": None,
+        "gain": {},
+    }
+    sampled = (
+        ("RL: single agent", "SFT: single agent")
+        if run == "single"
+        else ("RL: learned designs", "SFT: designs")
+    )
     try:
         with open(os.path.join(run_dir, "final_table.json")) as f:
             table = json.load(f)
         exact, correct = table["per_task"]["exact"], table["per_task"]["correct"]
-        out["gain"] = {key: [r - c for r, c in zip(exact["RL"][key], exact["SFT"][key], strict=True)]
-                       for key in ("suited", "executor", "oracle")}
-        out["gain"]["accuracy"] = [r - c for r, c in zip(correct[sampled[0]], correct[sampled[1]], strict=True)]
-        out["sft"] = {key: sum(exact["SFT"][key]) / len(exact["SFT"][key]) for key in ("suited", "executor")}
+        out["gain"] = {
+            key: [r - c for r, c in zip(exact["RL"][key], exact["SFT"][key], strict=True)]
+            for key in ("suited", "executor", "oracle")
+        }
+        out["gain"]["accuracy"] = [
+            r - c for r, c in zip(correct[sampled[0]], correct[sampled[1]], strict=True)
+        ]
+        out["sft"] = {
+            key: sum(exact["SFT"][key]) / len(exact["SFT"][key]) for key in ("suited", "executor")
+        }
         out["ids"] = table["ids"]
     except (OSError, ValueError, KeyError, TypeError):
-        out["gain"] = {}   # no (readable) final table yet: the run has a curve but no held-out measures
+        out[
+            "gain"
+        ] = {}  # no (readable) final table yet: the run has a curve but no held-out measures
     return out
 
 
 def collect(root, unfinished=None):
-    """{run: {seed: summary}} for every ROOT/<run>-s<seed> with a metrics.jsonl and a final table; a run
-    without its final table yet is left out and named in `unfinished`."""
+    """{run: {seed: summary}} for every ROOT/<run>-s<seed> with a metrics.jsonl and a final table; a
+    run without its final table yet is left out and named in `unfinished`."""
     out = {}
     for name in sorted(os.listdir(root)):
         m = re.fullmatch(r"(.+)-s(\d+)", name)
         if not (m and m[1] in RUN_NAMES and (s := summarize(os.path.join(root, name), m[1]))):
             continue
-        if s["gain"]:   # train.py writes the final table after its last step
+        if s["gain"]:  # train.py writes the final table after its last step
             out.setdefault(m[1], {})[int(m[2])] = s
         elif unfinished is not None:
             unfinished.append(f"{name} ({s['steps']} steps, no final table)")
@@ -283,15 +367,22 @@ def collect(root, unfinished=None):
 
 # statistics: one rule for every difference in the report
 
+
 def t_pvalue(t, df):
-    """Two-sided p-value of Student's t with df degrees of freedom. With x = sqrt(df) tan(u) the tail
-    integral of the density becomes c * integral_{atan(|t|/sqrt(df))}^{pi/2} cos(u)^(df-1) du,
-    c = Gamma((df+1)/2) / (sqrt(pi) Gamma(df/2)): a smooth integrand, Simpson's rule on 400 intervals."""
+    """Two-sided p-value of Student's t with df degrees of freedom. With x = sqrt(df) tan(u) the
+    tail integral of the density becomes c * integral_{atan(|t|/sqrt(df))}^{pi/2} cos(u)^(df-1) du,
+    c = Gamma((df+1)/2) / (sqrt(pi) Gamma(df/2)): a smooth integrand, Simpson's rule on 400
+    intervals."""
     lo, n = math.atan(abs(t) / math.sqrt(df)), 400
     h = (math.pi / 2 - lo) / n
     f = [math.cos(lo + i * h) ** (df - 1) for i in range(n + 1)]
     integral = h / 3 * (f[0] + f[-1] + 4 * sum(f[1:-1:2]) + 2 * sum(f[2:-1:2]))
-    return 2 * math.exp(math.lgamma((df + 1) / 2) - math.lgamma(df / 2)) / math.sqrt(math.pi) * integral
+    return (
+        2
+        * math.exp(math.lgamma((df + 1) / 2) - math.lgamma(df / 2))
+        / math.sqrt(math.pi)
+        * integral
+    )
 
 
 def t_critical(alpha, df):
@@ -306,16 +397,17 @@ ALPHA = 0.05
 
 
 def paired(pairs):
-    """pairs: per seed, two lists over the same held-out tasks (x_s, y_s), or two one-number lists. Returns
-    {"D", "SE", "S", "ds", "p", "lo", "hi"} (None without pairs):
+    """pairs: per seed, two lists over the same held-out tasks (x_s, y_s), or two one-number lists.
+    Returns {"D", "SE", "S", "ds", "p", "lo", "hi"} (None without pairs):
 
         d_s  = mean over tasks of (x_st - y_st)                     (the seed's paired difference)
         D    = mean_s d_s,   SE = sd_s(d_s) / sqrt(S)                (sd with S - 1 in the denominator)
         t    = D / SE,  p = two-sided Student's t at S - 1 degrees of freedom
         [lo, hi] = D -+ t(1 - ALPHA/2, S - 1) * SE                   (the 95% interval)
 
-    The seeds are the unit: each seed's d_s already averages its tasks, and their spread holds both the
-    training run's randomness and the draw of tasks. One seed has no spread: no SE, p or interval."""
+    The seeds are the unit: each seed's d_s already averages its tasks, and their spread holds both
+    the training run's randomness and the draw of tasks. One seed has no spread: no SE, p or
+    interval."""
     if not pairs:
         return None
     ds = [sum(x) / len(x) - sum(y) / len(y) for x, y in pairs]
@@ -324,14 +416,19 @@ def paired(pairs):
     if S > 1:
         se = math.sqrt(sum((d - D) ** 2 for d in ds) / (S - 1) / S)
         half = t_critical(ALPHA, S - 1) * se
-        out.update(SE=se, p=(t_pvalue(D / se, S - 1) if se > 0 else 0.0 if D else 1.0), lo=D - half, hi=D + half)
+        out.update(
+            SE=se,
+            p=(t_pvalue(D / se, S - 1) if se > 0 else 0.0 if D else 1.0),
+            lo=D - half,
+            hi=D + half,
+        )
     return out
 
 
 def verdict(r, tests=1):
-    """The report's one rule, on paired()'s result: "held" (the paper's direction, A - B > 0) or "reversed"
-    when the 95% t interval excludes 0, else "within noise"; with `tests` > 1, a verdict that also survives
-    Bonferroni (p < ALPHA / tests) is marked so. One seed gets no verdict."""
+    """The report's one rule, on paired()'s result: "held" (the paper's direction, A - B > 0) or
+    "reversed" when the 95% t interval excludes 0, else "within noise"; with `tests` > 1, a verdict
+    that also survives Bonferroni (p < ALPHA / tests) is marked so. One seed gets no verdict."""
     if r is None:
         return "missing"
     if r["S"] < 2:
@@ -343,9 +440,9 @@ def verdict(r, tests=1):
 
 
 def measure(results, a, b, key):
-    """paired() of run a's RL − SFT gain minus run b's on `key` (per task: "suited", "executor", "oracle",
-    "accuracy"; per run: "train_change"), over the seeds both runs have and on which they saw the same held-out
-    tasks (checked by id). b = None: run a's gain itself (RL − SFT)."""
+    """paired() of run a's RL − SFT gain minus run b's on `key` (per task: "suited", "executor",
+    "oracle", "accuracy"; per run: "train_change"), over the seeds both runs have and on which they
+    saw the same held-out tasks (checked by id). b = None: run a's gain itself (RL − SFT)."""
     pairs = []
     for seed in sorted(set(results.get(a, {})) & set(results.get(b or a, {}))):
         sa, sb = results[a][seed], results[b or a][seed]
@@ -357,14 +454,18 @@ def measure(results, a, b, key):
     return paired(pairs)
 
 
-PRIMARY = [("suited", "suited"), ("executor", "executor")]             # (key, label)
-SECONDARY = [("oracle", "oracle"), ("accuracy", "accuracy (sampled)"), ("train_change", "training-reward change")]
-SCALE = {"train_change": 1}                                           # the rest in points (x100)
+PRIMARY = [("suited", "suited"), ("executor", "executor")]  # (key, label)
+SECONDARY = [
+    ("oracle", "oracle"),
+    ("accuracy", "accuracy (sampled)"),
+    ("train_change", "training-reward change"),
+]
+SCALE = {"train_change": 1}  # the rest in points (x100)
 
 
 def diff_text(r, key, interval=True):
-    """'+1.2 [−0.4, +2.8]' (primary: the 95% t interval) or '+1.2 ± 0.6' (secondary: the SE), in points
-    (reward units for the training-reward change)."""
+    """'+1.2 [−0.4, +2.8]' (primary: the 95% t interval) or '+1.2 ± 0.6' (secondary: the SE), in
+    points (reward units for the training-reward change)."""
     if r is None:
         return "n/a"
     sc, dg = SCALE.get(key, 100), 3 if key in SCALE else 2
@@ -377,18 +478,31 @@ def diff_text(r, key, interval=True):
 
 def n_tests():
     """How many primary tests the report makes: each claim's rows, and the two pairings."""
-    return sum(len(rows) for _, claims, _, _ in COMPARISONS.values() for _, _, rows in claims) + len(PRIMARY)
+    return sum(
+        len(rows) for _, claims, _, _ in COMPARISONS.values() for _, _, rows in claims
+    ) + len(PRIMARY)
 
 
 def claim_sentence(a, b, rows, results):
-    """One line per claim "a > b": on its primary rows the paired gain difference, its 95% interval and the
-    verdict; then the secondary gains' differences with their SE."""
-    prim = [f"{label} {diff_text(r := measure(results, a, b, key), key)}, {verdict(r, n_tests())}"
-            + (f" (per seed: {', '.join(f'{100 * d:+.2f}' for d in r['ds'])})" if r and r["S"] > 1 else "")
-            for key, label in PRIMARY if key in rows]
-    sec = [f"{label} {diff_text(measure(results, a, b, key), key, False)}" for key, label in SECONDARY]
+    """One line per claim "a > b": on its primary rows the paired gain difference, its 95% interval
+    and the verdict; then the secondary gains' differences with their SE."""
+    prim = [
+        f"{label} {diff_text(r := measure(results, a, b, key), key)}, {verdict(r, n_tests())}"
+        + (
+            f" (per seed: {', '.join(f'{100 * d:+.2f}' for d in r['ds'])})"
+            if r and r["S"] > 1
+            else ""
+        )
+        for key, label in PRIMARY
+        if key in rows
+    ]
+    sec = [
+        f"{label} {diff_text(measure(results, a, b, key), key, False)}" for key, label in SECONDARY
+    ]
     seeds = len(set(results.get(a, {})) & set(results.get(b, {})))
-    return f"{a} > {b} (seeds: {seeds}): " + "; ".join(prim) + "; secondary: " + ", ".join(sec) + "."
+    return (
+        f"{a} > {b} (seeds: {seeds}): " + "; ".join(prim) + "; secondary: " + ", ".join(sec) + "."
+    )
 
 
 def updates(run):
@@ -397,84 +511,148 @@ def updates(run):
 
 
 def run_row(results, r, budget):
-    """A run's row: its setting, updates per role, seeds, and each measure's RL − SFT gain (95% interval for
-    the primary rows, SE for the rest)."""
+    """A run's row: its setting, updates per role, seeds, and each measure's RL − SFT gain (95%
+    interval for the primary rows, SE for the rest)."""
     per = list(results[r].values())
     setting = " ".join(f"{k}={v}" for k, v in runs(budget)[r].items() if k != "init_from")
     nd, ne = updates(r)
-    cells = [diff_text(measure(results, r, None, key), key, key in dict(PRIMARY))
-             for key, _ in PRIMARY + SECONDARY]
-    shares = {k: sum(s["structures"].get(k, 0.0) for s in per) / len(per) for s in per for k in s["structures"]}
-    structures = ", ".join(f"{k} {v:.0%}" for k, v in sorted(shares.items(), key=lambda kv: (-kv[1], kv[0]))
-                           if v >= 0.005) or "-"
-    return " | ".join([f"| {r}", f"`{setting}`", f"{nd * budget} + {ne * budget}", str(len(per)), *cells,
-                       f"{structures} |"])
+    cells = [
+        diff_text(measure(results, r, None, key), key, key in dict(PRIMARY))
+        for key, _ in PRIMARY + SECONDARY
+    ]
+    shares = {
+        k: sum(s["structures"].get(k, 0.0) for s in per) / len(per)
+        for s in per
+        for k in s["structures"]
+    }
+    structures = (
+        ", ".join(
+            f"{k} {v:.0%}"
+            for k, v in sorted(shares.items(), key=lambda kv: (-kv[1], kv[0]))
+            if v >= 0.005
+        )
+        or "-"
+    )
+    return " | ".join(
+        [
+            f"| {r}",
+            f"`{setting}`",
+            f"{nd * budget} + {ne * budget}",
+            str(len(per)),
+            *cells,
+            f"{structures} |",
+        ]
+    )
 
 
 def summary_lines(results):
-    """Per comparison one sentence: the paper's direction and how its primary tests came out here."""
+    """Per comparison one sentence: the paper's direction and how its primary tests came out
+    here."""
     lines = []
     for title, claims, paper, _ in COMPARISONS.values():
-        tests = [verdict(measure(results, a, b, key)) for a, b, rows in claims for key, _ in PRIMARY if key in rows]
+        tests = [
+            verdict(measure(results, a, b, key))
+            for a, b, rows in claims
+            for key, _ in PRIMARY
+            if key in rows
+        ]
         if any(v in ("missing", "undecided (1 seed)") for v in tests):
             lines.append(f"- **{title}**: paper {paper}; not yet run with two or more seeds here.")
             continue
-        count = {w: sum(v.startswith(w) for v in tests) for w in ("held", "reversed", "within noise")}
-        lines.append(f"- **{title}**: paper {paper}; here " + ", ".join(
-            f"{n} {w}" for w, n in count.items() if n) + f" of its {len(tests)} primary tests.")
+        count = {
+            w: sum(v.startswith(w) for v in tests) for w in ("held", "reversed", "within noise")
+        }
+        lines.append(
+            f"- **{title}**: paper {paper}; here "
+            + ", ".join(f"{n} {w}" for w, n in count.items() if n)
+            + f" of its {len(tests)} primary tests."
+        )
     if "metaagent" in results:
         v = [verdict(measure(results, "metaagent", None, key), n_tests()) for key, _ in PRIMARY]
-        lines.append(f"- **Both roles improve** (metaagent RL − SFT): paper yes; here the Designer (suited) {v[0]}, "
-                     f"the Executor (executor) {v[1]}.")
+        lines.append(
+            f"- **Both roles improve** (metaagent RL − SFT): paper yes; here the Designer (suited) {v[0]}, "
+            f"the Executor (executor) {v[1]}."
+        )
     return lines
 
 
 def report(root):
-    """ROOT/RESULTS.md from the runs under ROOT: one table of every run, each comparison's claims, the
-    pairings, and what is missing. Returns its path."""
+    """ROOT/RESULTS.md from the runs under ROOT: one table of every run, each comparison's claims,
+    the pairings, and what is missing. Returns its path."""
     unfinished = []
     if not (results := collect(root, unfinished)):
-        raise SystemExit(f"ablations.py report: no finished <run>-s<seed> (metrics.jsonl and final table) "
-                         f"under {root}" + (f"; unfinished: {', '.join(unfinished)}" if unfinished else ""))
+        raise SystemExit(
+            f"ablations.py report: no finished <run>-s<seed> (metrics.jsonl and final table) "
+            f"under {root}" + (f"; unfinished: {', '.join(unfinished)}" if unfinished else "")
+        )
     budget = next(s["steps"] for s in results.get("metaagent", {0: {"steps": 40}}).values()) // 2
-    seeds = sorted({0, 1, 2} | {seed for per in results.values() for seed in per})   # expected of every run
+    seeds = sorted(
+        {0, 1, 2} | {seed for per in results.values() for seed in per}
+    )  # expected of every run
     m = n_tests()
     sft = next(iter(results.get("metaagent", next(iter(results.values()))).values())).get("sft", {})
-    md = ["# Ablations on the tiny world", "",
-          f"Made by `python tools/ablations.py report` from the runs in this folder (`python tools/ablations.py --jobs 2 "
-          f"--budget {budget}`, then `python tools/ablations.py publish out/ablations`). Every arm makes {budget} "
-          "updates of each role it trains (stagewise arms 2 × that many steps, coupled that many, the one-role "
-          "arms that many of their role), from the tiny default's cold start (separate: its own two); the seed "
-          "varies the RL run. Every number is a **gain**: the RL model minus its own cold start on the same 200 "
-          "held-out tasks, in points. Primary: `suited` (the Designer's exact P(suited template)) and "
-          "`executor` (the Executor's exact probability of the oracle reply in its own contexts)"
-          + (f"; the cold start has suited {100 * sft['suited']:.1f}%, executor {100 * sft['executor']:.1f}%"
-             if sft else "") + ". Secondary: `oracle` (the single agent's exact P(oracle reply)), sampled "
-          "accuracy of the learned designs (single: the single agent), the training reward's change (last "
-          "20% of steps minus the first 20%).", "",
-          "**The rule.** A claim \"A > B\" is the paper's direction. Per seed s, d_s = the mean over the held-out "
-          "tasks of A's gain minus B's (paired: a seed's runs see the same tasks); D = mean_s d_s, SE = "
-          "sd(d_s)/√S, and the 95% interval D ± t(0.975, S − 1)·SE (Student's t at S − 1 degrees of freedom; "
-          f"4.30 at S = 3). *Held* or *reversed* when the interval excludes 0, else *within noise*. The report "
-          f"makes {m} primary tests: by chance alone about {ALPHA * m:.2f} would be held or reversed; those that "
-          f"also pass Bonferroni (p < {ALPHA}/{m}) are marked. An arm that trains one role by design is "
-          "compared on that role's row only, per update of that role. Secondary differences are D ± SE.", "",
-          "## Summary", "", *summary_lines(results), "",
-          "## All runs (RL − SFT; primary rows with their 95% t interval, the rest ± SE)", "",
-          "| run | setting | updates D + E | seeds | suited | executor | oracle | accuracy | train change | "
-          "structures (end) |", "|" + "---|" * 10,
-          *(run_row(results, r, budget) for r in RUN_NAMES if r in results), ""]
+    md = [
+        "# Ablations on the tiny world",
+        "",
+        f"Made by `python tools/ablations.py report` from the runs in this folder (`python tools/ablations.py --jobs 2 "
+        f"--budget {budget}`, then `python tools/ablations.py publish out/ablations`). Every arm makes {budget} "
+        "updates of each role it trains (stagewise arms 2 × that many steps, coupled that many, the one-role "
+        "arms that many of their role), from the tiny default's cold start (separate: its own two); the seed "
+        "varies the RL run. Every number is a **gain**: the RL model minus its own cold start on the same 200 "
+        "held-out tasks, in points. Primary: `suited` (the Designer's exact P(suited template)) and "
+        "`executor` (the Executor's exact probability of the oracle reply in its own contexts)"
+        + (
+            f"; the cold start has suited {100 * sft['suited']:.1f}%, executor {100 * sft['executor']:.1f}%"
+            if sft
+            else ""
+        )
+        + ". Secondary: `oracle` (the single agent's exact P(oracle reply)), sampled "
+        "accuracy of the learned designs (single: the single agent), the training reward's change (last "
+        "20% of steps minus the first 20%).",
+        "",
+        '**The rule.** A claim "A > B" is the paper\'s direction. Per seed s, d_s = the mean over the held-out '
+        "tasks of A's gain minus B's (paired: a seed's runs see the same tasks); D = mean_s d_s, SE = "
+        "sd(d_s)/√S, and the 95% interval D ± t(0.975, S − 1)·SE (Student's t at S − 1 degrees of freedom; "
+        f"4.30 at S = 3). *Held* or *reversed* when the interval excludes 0, else *within noise*. The report "
+        f"makes {m} primary tests: by chance alone about {ALPHA * m:.2f} would be held or reversed; those that "
+        f"also pass Bonferroni (p < {ALPHA}/{m}) are marked. An arm that trains one role by design is "
+        "compared on that role's row only, per update of that role. Secondary differences are D ± SE.",
+        "",
+        "## Summary",
+        "",
+        *summary_lines(results),
+        "",
+        "## All runs (RL − SFT; primary rows with their 95% t interval, the rest ± SE)",
+        "",
+        "| run | setting | updates D + E | seeds | suited | executor | oracle | accuracy | train change | "
+        "structures (end) |",
+        "|" + "---|" * 10,
+        *(run_row(results, r, budget) for r in RUN_NAMES if r in results),
+        "",
+    ]
     for title, claims, paper, note in COMPARISONS.values():
-        md += [f"## {title}", "", note, "", f"Paper: {paper}. Here:", "",
-               *(f"- {claim_sentence(a, b, rows, results)}" for a, b, rows in claims), ""]
+        md += [
+            f"## {title}",
+            "",
+            note,
+            "",
+            f"Paper: {paper}. Here:",
+            "",
+            *(f"- {claim_sentence(a, b, rows, results)}" for a, b, rows in claims),
+            "",
+        ]
     if "metaagent" in results:
         md.append(PAIRINGS)
         for (key, label), role in zip(PRIMARY, ("Designer", "Executor")):
             r = measure(results, "metaagent", None, key)
             md.append(f"- the {role} ({label}): RL − SFT {diff_text(r, key)}, {verdict(r, m)}.")
         md.append("")
-    missing = [f"{r}-s{seed}" for r in RUN_NAMES for seed in seeds if seed not in results.get(r, {})]
-    md.append(f"Missing (seeds {', '.join(map(str, seeds))} of every run): {', '.join(missing) or 'none'}.\n")
+    missing = [
+        f"{r}-s{seed}" for r in RUN_NAMES for seed in seeds if seed not in results.get(r, {})
+    ]
+    md.append(
+        f"Missing (seeds {', '.join(map(str, seeds))} of every run): {', '.join(missing) or 'none'}.\n"
+    )
     if unfinished:
         md.append(f"Unfinished, left out: {', '.join(unfinished)}.\n")
     with open(os.path.join(root, "RESULTS.md"), "w") as f:
@@ -483,42 +661,71 @@ def report(root):
     return os.path.join(root, "RESULTS.md")
 
 
-README_BLOCK = ("<!-- results: written by `python tools/ablations.py publish`, from results/ablations -->",
-                "<!-- /results -->")
+README_BLOCK = (
+    "<!-- results: written by `python tools/ablations.py publish`, from results/ablations -->",
+    "<!-- /results -->",
+)
 
 
 def readme_block(root):
-    """The README's Results, from the runs under root: the summary sentences and a pointer to RESULTS.md."""
+    """The README's Results, from the runs under root: the summary sentences and a pointer to
+    RESULTS.md."""
     results = collect(root)
     seeds = sorted({seed for per in results.values() for seed in per})
-    return "\n".join([README_BLOCK[0], "", f"The paper's comparisons in miniature at equal update budgets, seeds "
-                      f"{', '.join(map(str, seeds))}, every number an RL − SFT gain on the exact rows `suited` and "
-                      "`executor`, judged by Student's t at S − 1 degrees of freedom "
-                      "([results/ablations/RESULTS.md](results/ablations/RESULTS.md) has the rule, every run "
-                      "and every interval):", "", *summary_lines(results), "", README_BLOCK[1]])
+    return "\n".join(
+        [
+            README_BLOCK[0],
+            "",
+            f"The paper's comparisons in miniature at equal update budgets, seeds "
+            f"{', '.join(map(str, seeds))}, every number an RL − SFT gain on the exact rows `suited` and "
+            "`executor`, judged by Student's t at S − 1 degrees of freedom "
+            "([results/ablations/RESULTS.md](results/ablations/RESULTS.md) has the rule, every run "
+            "and every interval):",
+            "",
+            *summary_lines(results),
+            "",
+            README_BLOCK[1],
+        ]
+    )
 
 
 def publish(src, dest=RESULTS_DIR, readme=README):
-    """Copy every finished run's metrics.jsonl, final_table.json and run.json from src to dest (replacing what
-    dest held; checkpoints and logs stay behind), report there, and rewrite the Results block of `readme`."""
-    names = [n for n in sorted(os.listdir(src)) if re.fullmatch(r"(.+)-s(\d+)", n)
-             and os.path.exists(os.path.join(src, n, "final_table.json"))] if os.path.isdir(src) else []
+    """Copy every finished run's metrics.jsonl, final_table.json and run.json from src to dest
+    (replacing what dest held; checkpoints and logs stay behind), report there, and rewrite the
+    Results block of `readme`."""
+    names = (
+        [
+            n
+            for n in sorted(os.listdir(src))
+            if re.fullmatch(r"(.+)-s(\d+)", n)
+            and os.path.exists(os.path.join(src, n, "final_table.json"))
+        ]
+        if os.path.isdir(src)
+        else []
+    )
     if not names:
         raise SystemExit(f"ablations.py publish: no finished runs under {src}")
     if os.path.abspath(src) != os.path.abspath(dest):
         shutil.rmtree(dest, ignore_errors=True)
-        for n in names:   # no checkpoints, no logs
-            shutil.copytree(os.path.join(src, n), os.path.join(dest, n), ignore=lambda d, files: [
-                f for f in files if f not in ("metrics.jsonl", "final_table.json", "run.json")])
+        for n in names:  # no checkpoints, no logs
+            shutil.copytree(
+                os.path.join(src, n),
+                os.path.join(dest, n),
+                ignore=lambda d, files: [
+                    f for f in files if f not in ("metrics.jsonl", "final_table.json", "run.json")
+                ],
+            )
     path = report(dest)
     with open(readme) as f:
         text = f.read()
     start, end = text.find(README_BLOCK[0]), text.find(README_BLOCK[1])
     if start < 0 or end < start:
-        raise SystemExit(f"ablations.py publish: {readme} has no Results block ({README_BLOCK[0]} ... "
-                         f"{README_BLOCK[1]}) to rewrite")
+        raise SystemExit(
+            f"ablations.py publish: {readme} has no Results block ({README_BLOCK[0]} ... "
+            f"{README_BLOCK[1]}) to rewrite"
+        )
     with open(readme, "w") as f:
-        f.write(text[:start] + readme_block(dest) + text[end + len(README_BLOCK[1]):])
+        f.write(text[:start] + readme_block(dest) + text[end + len(README_BLOCK[1]) :])
     print(f"rewrote the Results of {readme}")
     return path
 
@@ -528,20 +735,36 @@ def publish(src, dest=RESULTS_DIR, readme=README):
 
 
 def parse_args(argv):
-    p = argparse.ArgumentParser(description="the paper's ablations on the tiny world (see the docstring)")
-    p.add_argument("--root", default="out/ablations", help="one folder for every run (default out/ablations)")
+    p = argparse.ArgumentParser(
+        description="the paper's ablations on the tiny world (see the docstring)"
+    )
+    p.add_argument(
+        "--root", default="out/ablations", help="one folder for every run (default out/ablations)"
+    )
     p.add_argument("--seeds", default="0,1,2", help="comma list of seeds (default 0,1,2)")
-    p.add_argument("--budget", type=int, default=20, help="updates of each role a run trains (default 20)")
+    p.add_argument(
+        "--budget", type=int, default=20, help="updates of each role a run trains (default 20)"
+    )
     p.add_argument("--only", default="", help=f"comma list of runs to run: {', '.join(RUN_NAMES)}")
-    p.add_argument("--jobs", type=int, default=1, help="runs at a time, each on its own cores (default 1)")
+    p.add_argument(
+        "--jobs", type=int, default=1, help="runs at a time, each on its own cores (default 1)"
+    )
     a = p.parse_args(argv)
     if min(a.budget, a.jobs) < 1:
-        raise SystemExit(f"ablations.py: --budget and --jobs must be >= 1, got {a.budget} and {a.jobs}")
-    if not re.fullmatch(r"\d+(,\d+)*", a.seeds) or len(set(a.seeds.split(","))) != len(a.seeds.split(",")):
-        raise SystemExit(f"ablations.py: --seeds must be a comma list of distinct integers, got {a.seeds!r}")
+        raise SystemExit(
+            f"ablations.py: --budget and --jobs must be >= 1, got {a.budget} and {a.jobs}"
+        )
+    if not re.fullmatch(r"\d+(,\d+)*", a.seeds) or len(set(a.seeds.split(","))) != len(
+        a.seeds.split(",")
+    ):
+        raise SystemExit(
+            f"ablations.py: --seeds must be a comma list of distinct integers, got {a.seeds!r}"
+        )
     a.only = [x for x in a.only.split(",") if x]
     if bad := [x for x in a.only if x not in RUN_NAMES]:
-        raise SystemExit(f"ablations.py: unknown run {', '.join(bad)}; choose from {', '.join(RUN_NAMES)}")
+        raise SystemExit(
+            f"ablations.py: unknown run {', '.join(bad)}; choose from {', '.join(RUN_NAMES)}"
+        )
     a.seeds, a.root = [int(s) for s in a.seeds.split(",")], os.path.abspath(a.root)
     return a
 

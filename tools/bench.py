@@ -1,8 +1,9 @@
 """bench.py: performance measurements, each printed as a ratio measured side by side in one run.
 
-Speed and memory never appear in tests (machines are noisy): they live here. Each section times our code and a
-plain baseline in the same process, taking turns (`alternate`), so that load from other processes hits both
-alike and the printed ratio means something on any machine. What was measured where: docs/NOTES.md.
+Speed and memory never appear in tests (machines are noisy): they live here. Each section times our
+code and a plain baseline in the same process, taking turns (`alternate`), so that load from other
+processes hits both alike and the printed ratio means something on any machine. What was measured
+where: docs/NOTES.md.
 
     python tools/bench.py              # every section (gpu only with CUDA)
     python tools/bench.py step         # the tiny RL step's time per role: design, execute, grade, update,
@@ -13,8 +14,8 @@ alike and the printed ratio means something on any machine. What was measured wh
     python tools/bench.py gpu          # CUDA: the Qwen3-4B-shaped update (GPU_ROWS), vLLM reload and generation
     python tools/bench.py gpu:0,3      # only those rows of GPU_ROWS (each in its own process)
 
-engine measures a real tiny step: config/tiny.py's rollout from out/tiny-sft (`python sft.py`
-makes it), rolled out as train.py rolls it out (tiny_step). torch and transformers are imported at the top
+engine measures a real tiny step: config/tiny.py's rollout from out/tiny-sft (`python sft.py` makes
+it), rolled out as train.py rolls it out (tiny_step). torch and transformers are imported at the top
 (train.py needs them anyway); vLLM only through engine.py, when importable.
 
 Needs: grpo.py, machinery/engine.py, machinery/speed.py, rollout.py, settings.py, train.py,
@@ -49,9 +50,11 @@ from machinery import engine as engine_lib
 from machinery import speed
 from world import tiny
 
-HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))   # the project root
-SFT_DIR = os.path.join(HERE, "out", "tiny-sft")   # config/tiny.py's init_from: the tiny cold start
-tiny_cfg = lambda: settings.parse_config([f"--init_from={SFT_DIR}"])   # config/tiny.py, as train.py reads it
+HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the project root
+SFT_DIR = os.path.join(HERE, "out", "tiny-sft")  # config/tiny.py's init_from: the tiny cold start
+tiny_cfg = lambda: settings.parse_config(
+    [f"--init_from={SFT_DIR}"]
+)  # config/tiny.py, as train.py reads it
 
 
 def timed(fn):
@@ -61,15 +64,17 @@ def timed(fn):
 
 
 def alternate(fns, reps):
-    """fns {name: fn(rep)} called in turn, a warm-up round then `reps` timed rounds: ({name: median seconds},
-    {name: [what fn returned in the timed rounds]})."""
+    """fns {name: fn(rep)} called in turn, a warm-up round then `reps` timed rounds: ({name: median
+    seconds}, {name: [what fn returned in the timed rounds]})."""
     got = {n: [] for n in fns}
     for rep in range(reps + 1):
         for n, fn in fns.items():
             got[n].append(timed(functools.partial(fn, rep)))
-    got = {n: g[1:] for n, g in got.items()}   # round 0 warms up
-    return ({n: statistics.median(t for _, t in g) for n, g in got.items()},
-            {n: [out for out, _ in g] for n, g in got.items()})
+    got = {n: g[1:] for n, g in got.items()}  # round 0 warms up
+    return (
+        {n: statistics.median(t for _, t in g) for n, g in got.items()},
+        {n: [out for out, _ in g] for n, g in got.items()},
+    )
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -77,26 +82,48 @@ def alternate(fns, reps):
 
 
 def tiny_step(cfg, step, eng):
-    """(queries, rollout.Batch) of a step of the tiny default: B queries of the "rl" split (other ones for
-    each `step`), rolled out by the engine `eng` as train.py rolls them out."""
+    """(queries, rollout.Batch) of a step of the tiny default: B queries of the "rl" split (other
+    ones for each `step`), rolled out by the engine `eng` as train.py rolls them out."""
     queries = tiny.make_tasks(cfg.batch_size, seed=1000 + step, split="rl")
     return queries, rollout_lib.rollout(
-        queries, eng, eng, cfg.M, cfg.N, step, seed=cfg.seed * 1000, lam=cfg.lam, short=True,
+        queries,
+        eng,
+        eng,
+        cfg.M,
+        cfg.N,
+        step,
+        seed=cfg.seed * 1000,
+        lam=cfg.lam,
+        short=True,
         designer_sampling=engine_lib.Sampling(max_tokens=cfg.designer_max_tokens),
-        executor_sampling=engine_lib.Sampling(max_tokens=cfg.max_tokens))
+        executor_sampling=engine_lib.Sampling(max_tokens=cfg.max_tokens),
+    )
 
 
 STEP_PARTS = ["design", "execute", "grade", "update", "weight_sync"]
 
 
 def _step_split(label, tree, steps):
-    """`python train.py` (the tiny default, K=1 so that both roles' steps appear) for `steps` steps from
-    out/tiny-sft in the git tree `tree`, with only flags every revision accepts; prints and returns {role:
-    mean step seconds} over steps 2..N (step 1 pays for warm-up), split into STEP_PARTS and the rest."""
+    """`python train.py` (the tiny default, K=1 so that both roles' steps appear) for `steps` steps
+    from out/tiny-sft in the git tree `tree`, with only flags every revision accepts; prints and
+    returns {role: mean step seconds} over steps 2..N (step 1 pays for warm-up), split into
+    STEP_PARTS and the rest."""
     with tempfile.TemporaryDirectory() as tmp:
-        res = subprocess.run([sys.executable, "train.py", f"--out_dir={tmp}/run", f"--init_from={SFT_DIR}",
-                              f"--steps={steps}", "--K=1", "--eval_tasks=0", "--save_every=100000"],
-                             cwd=tree, capture_output=True, text=True)
+        res = subprocess.run(
+            [
+                sys.executable,
+                "train.py",
+                f"--out_dir={tmp}/run",
+                f"--init_from={SFT_DIR}",
+                f"--steps={steps}",
+                "--K=1",
+                "--eval_tasks=0",
+                "--save_every=100000",
+            ],
+            cwd=tree,
+            capture_output=True,
+            text=True,
+        )
         if res.returncode != 0:
             sys.exit(f"bench step: {label}: train.py failed:\n{res.stderr[-2000:]}")
         with open(f"{tmp}/run/metrics.jsonl") as f:
@@ -108,16 +135,19 @@ def _step_split(label, tree, steps):
         means[role] = step = statistics.mean(m["time/step"] for m in rs)
         t = {p: statistics.mean(m.get(f"time/{p}", 0.0) for m in rs) for p in STEP_PARTS}
         t["other"] = step - sum(t.values())
-        print(f"  {role:8s} step {step:5.2f}s = " + "  ".join(f"{p} {v:.2f} ({v / step:.0%})"
-                                                              for p, v in t.items()))
+        print(
+            f"  {role:8s} step {step:5.2f}s = "
+            + "  ".join(f"{p} {v:.2f} ({v / step:.0%})" for p, v in t.items())
+        )
     return means
 
 
 def bench_step(revs=(), steps=12, rounds=2):
-    """Where a tiny RL step's time goes (_step_split). With revisions (`python tools/bench.py step:9768f35`), each
-    is checked out into a temporary git worktree and run the same way; the working tree and the revisions take
-    turns `rounds` times and the ratio is that of the means over the rounds, so a machine that slows down or
-    speeds up during the run weighs on both sides alike."""
+    """Where a tiny RL step's time goes (_step_split). With revisions (`python tools/bench.py
+    step:9768f35`), each is checked out into a temporary git worktree and run the same way; the
+    working tree and the revisions take turns `rounds` times and the ratio is that of the means over
+    the rounds, so a machine that slows down or speeds up during the run weighs on both sides
+    alike."""
     revs = list(dict.fromkeys(revs))
     if not revs:
         return _step_split("working tree", HERE, steps)
@@ -134,41 +164,69 @@ def bench_step(revs=(), steps=12, rounds=2):
         finally:
             for rev in revs:
                 git("remove", "--force", trees[rev], capture_output=True)
-    mean = {label: {role: statistics.mean(m[role] for m in ms) for role in ms[0]}
-            for label, ms in got.items()}
+    mean = {
+        label: {role: statistics.mean(m[role] for m in ms) for role in ms[0]}
+        for label, ms in got.items()
+    }
     here = mean.pop("working tree")
     for rev, m in mean.items():
         for role, t in m.items():
-            print(f"{role} step: {rev} {t:.2f}s / working tree {here[role]:.2f}s = "
-                  f"{t / here[role]:.2f}x faster")
+            print(
+                f"{role} step: {rev} {t:.2f}s / working tree {here[role]:.2f}s = "
+                f"{t / here[role]:.2f}x faster"
+            )
 
 
 def bench_engine(reps=3):
-    """The tiny rollout (tiny_step) on each backend from out/tiny-sft, the backends taking turns, other
-    queries at each repeat: the design phase (one generate of B*M prompts) and the Executor's generate calls,
-    medians of `reps`, each against lean (the tiny preset's backend: decode.py's loop with exact drafts)."""
+    """The tiny rollout (tiny_step) on each backend from out/tiny-sft, the backends taking turns,
+    other queries at each repeat: the design phase (one generate of B*M prompts) and the Executor's
+    generate calls, medians of `reps`, each against lean (the tiny preset's backend: decode.py's
+    loop with exact drafts)."""
     cfg, backends = tiny_cfg(), ["lean", "hf"] + ["vllm"] * engine_lib.vllm_available()
     engines = {b: engine_lib.make_engine(SFT_DIR, backend=b) for b in backends}
-    _, outs = alternate({b: lambda rep, e=e: tiny_step(cfg, rep, e)[1].stats for b, e in engines.items()},
-                        reps)
+    _, outs = alternate(
+        {b: lambda rep, e=e: tiny_step(cfg, rep, e)[1].stats for b, e in engines.items()}, reps
+    )
     med = {b: {k: statistics.median(s[k] for s in st) for k in st[0]} for b, st in outs.items()}
-    print(f"the tiny rollout (B={cfg.batch_size} x M={cfg.M} x N={cfg.N}) from {SFT_DIR}, median of {reps}")
+    print(
+        f"the tiny rollout (B={cfg.batch_size} x M={cfg.M} x N={cfg.N}) from {SFT_DIR}, median of {reps}"
+    )
     for b, m in med.items():
         ratio = {k: m[k] / med["lean"][k] for k in ("design_s", "generate_s")}
-        print(f"{b:5s} design {m['design_s']:.2f}s ({m['designer_tokens']:.0f} tokens), executor generate "
-              f"{m['generate_s']:.2f}s ({m['executor_tokens']:.0f} tokens) | time / lean's: design "
-              f"{ratio['design_s']:.2f}x, generate {ratio['generate_s']:.2f}x")
+        print(
+            f"{b:5s} design {m['design_s']:.2f}s ({m['designer_tokens']:.0f} tokens), executor generate "
+            f"{m['generate_s']:.2f}s ({m['executor_tokens']:.0f} tokens) | time / lean's: design "
+            f"{ratio['design_s']:.2f}x, generate {ratio['generate_s']:.2f}x"
+        )
 
 
 # ----------------------------------------------------------------------------------------------------------
 # the update's log-probs and the GPU path, on random Qwen3-shaped models
 
-QWEN3_4B = {"vocab_size": 151936, "hidden_size": 2560, "intermediate_size": 9728, "num_hidden_layers": 36,
-            "num_attention_heads": 32, "num_key_value_heads": 8, "head_dim": 128, "tie_word_embeddings": True,
-            "max_position_embeddings": 40960, "rope_theta": 1e6, "use_cache": False}
-SMALL = {**QWEN3_4B, "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2,   # logits dominate
-         "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16, "vocab_size": 32768}
-PEAK_FLOPS = 989e12   # H200 (and H100 SXM) dense bf16
+QWEN3_4B = {
+    "vocab_size": 151936,
+    "hidden_size": 2560,
+    "intermediate_size": 9728,
+    "num_hidden_layers": 36,
+    "num_attention_heads": 32,
+    "num_key_value_heads": 8,
+    "head_dim": 128,
+    "tie_word_embeddings": True,
+    "max_position_embeddings": 40960,
+    "rope_theta": 1e6,
+    "use_cache": False,
+}
+SMALL = {
+    **QWEN3_4B,
+    "hidden_size": 64,
+    "intermediate_size": 128,
+    "num_hidden_layers": 2,  # logits dominate
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "head_dim": 16,
+    "vocab_size": 32768,
+}
+PEAK_FLOPS = 989e12  # H200 (and H100 SXM) dense bf16
 
 
 def qwen3(shape, device, dtype):
@@ -178,117 +236,174 @@ def qwen3(shape, device, dtype):
 
 
 def in_subprocess(call, timeout=None):
-    """`bench.<call>` in a fresh process (its own peak memory, compile caches and out-of-memory): the dict of
-    the last JSON line it prints, or {"error": its last line of stderr}."""
-    proc = subprocess.run([sys.executable, "-c", f"from tools import bench; bench.{call}"], cwd=HERE,
-                          capture_output=True, text=True, timeout=timeout)
+    """`bench.<call>` in a fresh process (its own peak memory, compile caches and out-of-memory):
+    the dict of the last JSON line it prints, or {"error": its last line of stderr}."""
+    proc = subprocess.run(
+        [sys.executable, "-c", f"from tools import bench; bench.{call}"],
+        cwd=HERE,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
     lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("{")] or ["{}"]
-    return json.loads(lines[-1]) or {"error": (proc.stderr.strip().splitlines() or ["?"])[-1][-200:]}
+    return json.loads(lines[-1]) or {
+        "error": (proc.stderr.strip().splitlines() or ["?"])[-1][-200:]
+    }
 
 
 def bench_train(variant=None, reps=3):
-    """One GRPO update (forward + backward) of a Qwen3 with a large vocabulary, where the logits dominate
-    (CUDA: Qwen3-4B's hidden size and vocabulary, two layers, bf16; CPU: a small one): each Config.logprobs of
-    chunked.token_logprobs vs plain (grpo.token_logprobs: the full logits, log_softmax, gather), through
-    train.logprobs as the loop calls it. Peak memory: each variant's update in its own process, above what was
-    allocated before it (CUDA max_memory_allocated; CPU the growth of ru_maxrss, which for compiled variants
-    includes the compiler's); speed: in this process, taking turns, medians of `reps`."""
+    """One GRPO update (forward + backward) of a Qwen3 with a large vocabulary, where the logits
+    dominate (CUDA: Qwen3-4B's hidden size and vocabulary, two layers, bf16; CPU: a small one): each
+    Config.logprobs of chunked.token_logprobs vs plain (grpo.token_logprobs: the full logits,
+    log_softmax, gather), through train.logprobs as the loop calls it. Peak memory: each variant's
+    update in its own process, above what was allocated before it (CUDA max_memory_allocated; CPU
+    the growth of ru_maxrss, which for compiled variants includes the compiler's); speed: in this
+    process, taking turns, medians of `reps`."""
     cuda = torch.cuda.is_available()
-    model = qwen3({**QWEN3_4B, "num_hidden_layers": 2} if cuda else SMALL, "cuda" if cuda else "cpu",
-                  torch.bfloat16 if cuda else torch.float32)
+    model = qwen3(
+        {**QWEN3_4B, "num_hidden_layers": 2} if cuda else SMALL,
+        "cuda" if cuda else "cpu",
+        torch.bfloat16 if cuda else torch.float32,
+    )
     B, T = (4, 4096) if cuda else (8, 512)
     b = {"input_ids": torch.randint(0, model.config.vocab_size, (B, T), device=model.device)}
     b["attention_mask"] = torch.ones_like(b["input_ids"])
 
     def update(v, rep=0):
         logp = train.logprobs(model, b, settings.Config(logprobs=v))
-        loss, _ = grpo.grpo_loss(logp, None, torch.ones(B, device=logp.device), b["attention_mask"][:, 1:])
+        loss, _ = grpo.grpo_loss(
+            logp, None, torch.ones(B, device=logp.device), b["attention_mask"][:, 1:]
+        )
         loss.backward()
         model.zero_grad(set_to_none=True)
         return torch.cuda.synchronize() if cuda else None
-    if variant:   # in its own process
-        mb = lambda: torch.cuda.max_memory_allocated() / 2**20 if cuda else \
-            resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**10   # (KB on Linux)
-        if cuda:   # compiled first (on a CPU ru_maxrss would keep the compiler's peak anyway)
+
+    if variant:  # in its own process
+        mb = lambda: (
+            torch.cuda.max_memory_allocated() / 2**20
+            if cuda
+            else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**10
+        )  # (KB on Linux)
+        if cuda:  # compiled first (on a CPU ru_maxrss would keep the compiler's peak anyway)
             update(variant)
             torch.cuda.reset_peak_memory_stats()
         base = torch.cuda.memory_allocated() / 2**20 if cuda else mb()
         update(variant)
         return print(json.dumps({"peak_mb": mb() - base}))
     peak = {v: in_subprocess(f"bench_train({v!r})") for v in settings.LOGPROBS if v != "shared"}
-    for v in [v for v in peak if "error" in peak[v]]:   # (inductor needs a C++ compiler on a CPU)
+    for v in [v for v in peak if "error" in peak[v]]:  # (inductor needs a C++ compiler on a CPU)
         print(f"{v}: skipped, {peak.pop(v)['error']}")
     med, _ = alternate({v: functools.partial(update, v) for v in peak}, reps)
     print(f"vocabulary {model.config.vocab_size}, {B * (T - 1)} tokens an update")
     for v, t in med.items():
         mb = peak[v]["peak_mb"]
-        print(f"  {v:21s} {B * (T - 1) / t:7.0f} tokens/s (x{med['plain'] / t:.2f} plain), peak memory "
-              f"{mb:6.0f} MB (plain needs {peak['plain']['peak_mb'] / max(mb, 1e-9):.1f}x)")
+        print(
+            f"  {v:21s} {B * (T - 1) / t:7.0f} tokens/s (x{med['plain'] / t:.2f} plain), peak memory "
+            f"{mb:6.0f} MB (plain needs {peak['plain']['peak_mb'] / max(mb, 1e-9):.1f}x)"
+        )
 
 
-# The update's options, one row each: Config overrides. Full checkpointing keeps little, so the whole batch
-# goes at once; selective and off keep every layer's activations, so 2 sequences a micro-batch.
-GPU_ROWS = [{"ac_policy": ac, "compile_layers": c, "micro_batch": 8 if ac == "full" else 2, "logprobs": lp}
-            for lp in ("chunked", "chunked+compile+keep") for ac in ("full", "selective", "off")
-            for c in ((False, True) if lp == "chunked" else (True,))]
+# The update's options, one row each: Config overrides. Full checkpointing keeps little, so the
+# whole batch goes at once; selective and off keep every layer's activations, so 2 sequences a
+# micro-batch.
+GPU_ROWS = [
+    {"ac_policy": ac, "compile_layers": c, "micro_batch": 8 if ac == "full" else 2, "logprobs": lp}
+    for lp in ("chunked", "chunked+compile+keep")
+    for ac in ("full", "selective", "off")
+    for c in ((False, True) if lp == "chunked" else (True,))
+]
 
 
 def bench_gpu(rows=None):
-    """CUDA only: the Qwen3-4B-shaped update of each GPU_ROWS row (gpu_row, each in its own process, first,
-    with the whole GPU free), then (all rows, vLLM installed) the same weights in a colocated vLLM engine: a
-    weight reload (what train.py's weight sync does after each update) and a batched generation, timed."""
+    """CUDA only: the Qwen3-4B-shaped update of each GPU_ROWS row (gpu_row, each in its own process,
+    first, with the whole GPU free), then (all rows, vLLM installed) the same weights in a colocated
+    vLLM engine: a weight reload (what train.py's weight sync does after each update) and a batched
+    generation, timed."""
     if not torch.cuda.is_available():
         return print("skipped: no CUDA device here (this section measures the GPU path)")
     for k in range(len(GPU_ROWS)) if rows is None else map(int, rows):
         r = in_subprocess(f"gpu_row({k})", timeout=900)
-        print(f"{GPU_ROWS[k]}: " + (r.get("error") or f"{r['s']:.2f} s, {r['tokens_per_s']:6.0f} tokens/s, "
-              f"MFU {r['mfu']:.1%}, peak {r['peak_gib']:.1f} GiB (states {r['states_gib']:.1f}), "
-              f"compile+warm-up {r['warmup_s']:.0f} s"), flush=True)
+        print(
+            f"{GPU_ROWS[k]}: "
+            + (
+                r.get("error")
+                or f"{r['s']:.2f} s, {r['tokens_per_s']:6.0f} tokens/s, "
+                f"MFU {r['mfu']:.1%}, peak {r['peak_gib']:.1f} GiB (states {r['states_gib']:.1f}), "
+                f"compile+warm-up {r['warmup_s']:.0f} s"
+            ),
+            flush=True,
+        )
     if rows is not None or not engine_lib.vllm_available():
         return
     model = qwen3(QWEN3_4B, "cuda", torch.bfloat16)
     with tempfile.TemporaryDirectory() as d:
         model.save_pretrained(d)
-        tiny.build_tokenizer().save_pretrained(d)   # any tokenizer: the weights are random anyway
+        tiny.build_tokenizer().save_pretrained(d)  # any tokenizer: the weights are random anyway
         eng = engine_lib.make_engine(d, backend="vllm", gpu_memory_utilization=0.35)
-        _, reload_s = timed(lambda: (eng.load_weights(iter(model.state_dict().items())),
-                                     torch.cuda.synchronize()))
+        _, reload_s = timed(
+            lambda: (eng.load_weights(iter(model.state_dict().items())), torch.cuda.synchronize())
+        )
         sampling = engine_lib.Sampling(temperature=1.0, max_tokens=256, seed=0)
         outs, gen_s = timed(lambda: eng.generate([list(range(10, 522))] * 64, sampling))
     n = sum(len(o[0].token_ids) for o in outs)
-    print(f"vLLM weight reload {reload_s:.2f} s; generation {n} tokens in {gen_s:.2f} s = {n / gen_s:.0f} "
-          f"tokens/s; peak memory {torch.cuda.max_memory_allocated() / 2**30:.1f} GiB")
+    print(
+        f"vLLM weight reload {reload_s:.2f} s; generation {n} tokens in {gen_s:.2f} s = {n / gen_s:.0f} "
+        f"tokens/s; peak memory {torch.cuda.max_memory_allocated() / 2**30:.1f} GiB"
+    )
 
 
 def gpu_row(k, steps=3):
-    """One row of bench_gpu, in its own process (an out-of-memory fails its row only): B=8 sequences of
-    T=4096 random tokens, one role's update by train.update itself (pack, log-probs as Config.logprobs says,
-    grpo_loss, clip, AdamW) on the model as train.load_model prepares it (speed.prepare: checkpointing,
-    per-layer compile, FSDP2 on a group of one). Weights are bf16 here (8 bytes a parameter with AdamW);
-    train.py keeps fp32 masters, sharded over the presets' 8 GPUs. MFU = 6 * params * tokens / time /
-    PEAK_FLOPS. Prints one JSON line. Without CUDA: a small model, short sequences (the path runs)."""
+    """One row of bench_gpu, in its own process (an out-of-memory fails its row only): B=8 sequences
+    of T=4096 random tokens, one role's update by train.update itself (pack, log-probs as
+    Config.logprobs says, grpo_loss, clip, AdamW) on the model as train.load_model prepares it
+    (speed.prepare: checkpointing, per-layer compile, FSDP2 on a group of one). Weights are bf16
+    here (8 bytes a parameter with AdamW); train.py keeps fp32 masters, sharded over the presets' 8
+    GPUs. MFU = 6 * params * tokens / time / PEAK_FLOPS. Prints one JSON line. Without CUDA: a small
+    model, short sequences (the path runs)."""
     cfg = settings.Config(**GPU_ROWS[k])
     _, world, device = train.setup_dist(cfg)
     cuda = device.type == "cuda"
     (B, T), shape = ((8, 4096), QWEN3_4B) if cuda else ((2, 64), SMALL)
-    model = speed.prepare(qwen3(shape, device, torch.bfloat16), shard=True, bf16=True,
-                          checkpointing=cfg.ac_policy, compile=cfg.compile_layers)
+    model = speed.prepare(
+        qwen3(shape, device, torch.bfloat16),
+        shard=True,
+        bf16=True,
+        checkpointing=cfg.ac_policy,
+        compile=cfg.compile_layers,
+    )
     params = sum(p.numel() for p in model.parameters())
-    pol = {"name": "model", "model": model, "opt": {"executor": torch.optim.AdamW(model.parameters())}}
-    ids = torch.randint(0, shape["vocab_size"], (B, T), generator=torch.Generator().manual_seed(0)).tolist()
+    pol = {
+        "name": "model",
+        "model": model,
+        "opt": {"executor": torch.optim.AdamW(model.parameters())},
+    }
+    ids = torch.randint(
+        0, shape["vocab_size"], (B, T), generator=torch.Generator().manual_seed(0)
+    ).tolist()
     samples = [rollout_lib.Sample(x[:1], x[1:], [0.0] * (T - 1), (q,)) for q, x in enumerate(ids)]
     roles = {"executor": (samples, torch.randn(B))}
-    step = lambda: (train.update(cfg, 0, roles, {"executor": pol}, 0, device, world),
-                    torch.cuda.synchronize() if cuda else None)
+    step = lambda: (
+        train.update(cfg, 0, roles, {"executor": pol}, 0, device, world),
+        torch.cuda.synchronize() if cuda else None,
+    )
     compiled = cfg.compile_layers or "compile" in cfg.logprobs
-    _, warmup_s = timed(lambda: [step() for _ in range(1 + compiled)])   # (and compilation)
+    _, warmup_s = timed(lambda: [step() for _ in range(1 + compiled)])  # (and compilation)
     dt = min(timed(step)[1] for _ in range(steps))
-    print(json.dumps({"s": dt, "tokens_per_s": B * T / dt, "mfu": 6 * params * B * T / dt / PEAK_FLOPS,
-                      "peak_gib": torch.cuda.max_memory_allocated() / 2**30 if cuda else float("nan"),
-                      "states_gib": 8 * params / 2**30, "warmup_s": warmup_s}))
+    print(
+        json.dumps(
+            {
+                "s": dt,
+                "tokens_per_s": B * T / dt,
+                "mfu": 6 * params * B * T / dt / PEAK_FLOPS,
+                "peak_gib": torch.cuda.max_memory_allocated() / 2**30 if cuda else float("nan"),
+                "states_gib": 8 * params / 2**30,
+                "warmup_s": warmup_s,
+            }
+        )
+    )
 
 
-NEED_SFT = ("step", "engine")   # they measure the tiny world from its cold start
+NEED_SFT = ("step", "engine")  # they measure the tiny world from its cold start
 SECTIONS = {"step": bench_step, "engine": bench_engine, "train": bench_train, "gpu": bench_gpu}
 
 
@@ -298,7 +413,7 @@ def main(argv):
         sys.exit(f"unknown section(s) {unknown}; choose from {sorted(SECTIONS)}")
     for name in argv or SECTIONS:
         print(f"== bench {name}", flush=True)
-        name, _, arg = name.partition(":")   # step:REV[,REV] and gpu:0,3 take a list
+        name, _, arg = name.partition(":")  # step:REV[,REV] and gpu:0,3 take a list
         if name in NEED_SFT and not os.path.isdir(SFT_DIR):
             print(f"skipped: {SFT_DIR} is missing (`python sft.py` makes it)")
         else:

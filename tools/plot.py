@@ -1,14 +1,15 @@
-"""plot.py: the curves of one or more train.py runs as PNG files, in the style of the paper's Figure 3.
+"""plot.py: the curves of one or more train.py runs as PNG files, in the style of the paper's Figure
+3.
 
     python tools/plot.py out/tiny-rl [out/other ...]     # -> out/tiny-rl/plots/
 
 Three figures from the runs' metrics.jsonl:
-- training.png: the training reward and accuracy (smoothed over 5 steps), parseable scripts, and the held-out
-  curve (heldout/: sampled accuracy of the learned designs with +-1 SE, the exact rows `suited` and `executor`,
-  at step 0 and every checkpoint), the Designer's stages shaded;
-- diagnostics.png: what an RL auditor opens first: each role's clip fraction, mean ratio, engine/trainer
-  log-prob gap and grad norm, the policy's entropy per sampled token, and where the signal goes (the share of
-  query groups whose advantages are all zero);
+- training.png: the training reward and accuracy (smoothed over 5 steps), parseable scripts, and the
+  held-out curve (heldout/: sampled accuracy of the learned designs with +-1 SE, the exact rows
+  `suited` and `executor`, at step 0 and every checkpoint), the Designer's stages shaded;
+- diagnostics.png: what an RL auditor opens first: each role's clip fraction, mean ratio,
+  engine/trainer log-prob gap and grad norm, the policy's entropy per sampled token, and where the
+  signal goes (the share of query groups whose advantages are all zero);
 - structures.png: the structure shares of the first run's designs.
 
 Needs: no other file of this project (numpy, matplotlib).
@@ -21,7 +22,7 @@ import sys
 import matplotlib
 import numpy as np
 
-matplotlib.use("Agg")   # files, no display
+matplotlib.use("Agg")  # files, no display
 import matplotlib.pyplot as plt  # noqa: E402 - after the backend is chosen
 
 ROLES = ("designer", "executor")
@@ -45,11 +46,12 @@ def smooth(y, k=5):
 
 
 def curve(ax, rows, key, label, k=5, **style):
-    """One metric over the steps that have it, smoothed over k steps (the x of each mean: its last step)."""
+    """One metric over the steps that have it, smoothed over k steps (the x of each mean: its last
+    step)."""
     xs = [r["step"] for r in rows if key in r]
     ys = smooth([r[key] for r in rows if key in r], k)
     if len(ys):
-        ax.plot(xs[len(xs) - len(ys):], ys, label=label, lw=1.6, **style)
+        ax.plot(xs[len(xs) - len(ys) :], ys, label=label, lw=1.6, **style)
 
 
 def shade_designer(ax, rows):
@@ -88,7 +90,12 @@ def panels(runs, spec, path, shade=True):
         else:
             for name, rows in runs.items():
                 for key, label in keys:
-                    curve(ax, rows, key, f"{name}: {label}" if len(runs) > 1 or len(keys) > 1 else name)
+                    curve(
+                        ax,
+                        rows,
+                        key,
+                        f"{name}: {label}" if len(runs) > 1 or len(keys) > 1 else name,
+                    )
             ax.set_title(title)
         if shade:
             shade_designer(ax, first)
@@ -105,7 +112,9 @@ def structures(rows, path):
     steps = [r for r in rows if r["step"] > 0]
     fig, ax = plt.subplots(figsize=(6, 3.4))
     shares = [[r.get(k, 0.0) for r in steps] for k in names]
-    ax.stackplot([r["step"] for r in steps], *shares, labels=[k.split("/", 1)[1] for k in names], alpha=0.85)
+    ax.stackplot(
+        [r["step"] for r in steps], *shares, labels=[k.split("/", 1)[1] for k in names], alpha=0.85
+    )
     ax.set_ylim(0, 1)
     ax.set_title("structure shares of the designs")
     ax.set_xlabel("step")
@@ -121,12 +130,20 @@ def plot(dirs):
     runs = {os.path.basename(os.path.normpath(d)): read(d) for d in dirs}
     out = os.path.join(dirs[0], "plots")
     os.makedirs(out, exist_ok=True)
-    training = [("reward", [("reward/mean", "reward")]), ("accuracy", [("accuracy", "accuracy")]),
-                ("parseable scripts", [("parse_rate", "parse rate")]), ("heldout", [])]
+    training = [
+        ("reward", [("reward/mean", "reward")]),
+        ("accuracy", [("accuracy", "accuracy")]),
+        ("parseable scripts", [("parse_rate", "parse rate")]),
+        ("heldout", []),
+    ]
     panels(runs, training, os.path.join(out, "training.png"))
     diagnostics = []
-    for stat, title in (("clip_frac", "clip fraction"), ("ratio_mean", "mean ratio"),
-                        ("logprob_gap", "engine/trainer log-prob gap"), ("grad_norm", "grad norm")):
+    for stat, title in (
+        ("clip_frac", "clip fraction"),
+        ("ratio_mean", "mean ratio"),
+        ("logprob_gap", "engine/trainer log-prob gap"),
+        ("grad_norm", "grad norm"),
+    ):
         diagnostics.append((title, [(f"{r}/{stat}", r) for r in ROLES]))
     diagnostics.append(("entropy per sampled token", [(f"entropy/{r}_tokens", r) for r in ROLES]))
     diagnostics.append(("groups with no advantage", [(f"{r}/dead_groups", r) for r in ROLES]))

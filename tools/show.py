@@ -1,4 +1,5 @@
-"""show.py: one self-contained HTML page of a run's bi-level rollout tree, to read what the two roles did.
+"""show.py: one self-contained HTML page of a run's bi-level rollout tree, to read what the two
+roles did.
 
 It reads RUN_DIR/rollouts.jsonl, one JSON line per query per step, as train.py writes it:
 
@@ -9,15 +10,17 @@ It reads RUN_DIR/rollouts.jsonl, one JSON line per query per step, as train.py w
                       "runs": N of {"calls": [{"role", "prompt": [{"role", "content"}], "reply"}],
                                     "answer", "correct", "format", "R", "A_E" (null: did not run), "error"}}]}
 
-and RUN_DIR/metrics.jsonl when present (its step's key=value line heads each step). Per step and query the
-page shows the task and the M x N grid: a row per design (structure, A_D, row mean R̄), a cell per execution
-(R, A_E), coloured red -> green over R = 0..1.4, grey where no run happened. Clicking a row opens the design's
-script and its parse error, clicking a cell that execution's calls (every prompt message and the reply), its
-answer, correct, format and error. Panels are in the DOM (hidden until opened) with stable ids, s{step}-q{query}-i{i}
-for a design and s{step}-q{query}-i{i}-j{j} for an execution, and the page opens the one its URL hash names
-(rollouts.html#s3-q0-i1-j0 opens that execution and its design). Filters hide queries by task kind and role.
-Everything shown is escaped (model output is untrusted); no network, no fonts, nothing outside the file.
-A malformed line of rollouts.jsonl is skipped and counted (page and stdout); of metrics.jsonl, ignored.
+and RUN_DIR/metrics.jsonl when present (its step's key=value line heads each step). Per step and
+query the page shows the task and the M x N grid: a row per design (structure, A_D, row mean R̄), a
+cell per execution (R, A_E), coloured red -> green over R = 0..1.4, grey where no run happened.
+Clicking a row opens the design's script and its parse error, clicking a cell that execution's calls
+(every prompt message and the reply), its answer, correct, format and error. Panels are in the DOM
+(hidden until opened) with stable ids, s{step}-q{query}-i{i} for a design and
+s{step}-q{query}-i{i}-j{j} for an execution, and the page opens the one its URL hash names
+(rollouts.html#s3-q0-i1-j0 opens that execution and its design). Filters hide queries by task kind
+and role. Everything shown is escaped (model output is untrusted); no network, no fonts, nothing
+outside the file. A malformed line of rollouts.jsonl is skipped and counted (page and stdout); of
+metrics.jsonl, ignored.
 
     python tools/show.py out/tiny-rl                   # the last 3 steps -> out/tiny-rl/rollouts.html
     python tools/show.py out/tiny-rl --steps 10:12     # steps 10..12 (inclusive; also 10: and :12)
@@ -31,8 +34,15 @@ import json
 import os
 import sys
 
-RMAX = 1.4   # the top of the colour scale: correct + lambda * format at their best
-KEYS = ("step", "model", "active", "reward/mean", "accuracy", "parse_rate")   # a metrics line's first keys
+RMAX = 1.4  # the top of the colour scale: correct + lambda * format at their best
+KEYS = (
+    "step",
+    "model",
+    "active",
+    "reward/mean",
+    "accuracy",
+    "parse_rate",
+)  # a metrics line's first keys
 
 CSS = """body{font:14px system-ui,sans-serif;margin:1em 2em;color:#222}
 pre{white-space:pre-wrap;word-break:break-word;background:#f5f5f5;padding:.4em .6em;margin:.2em 0;
@@ -60,8 +70,13 @@ window.addEventListener('hashchange',fromHash);fromHash();"""
 
 
 def esc(v):
-    """Any value as escaped HTML text: strings as they are, None as a dash, anything else as JSON."""
-    return "—" if v is None else html.escape(v if isinstance(v, str) else json.dumps(v, ensure_ascii=False))
+    """Any value as escaped HTML text: strings as they are, None as a dash, anything else as
+    JSON."""
+    return (
+        "—"
+        if v is None
+        else html.escape(v if isinstance(v, str) else json.dumps(v, ensure_ascii=False))
+    )
 
 
 def fmt(v):
@@ -77,39 +92,52 @@ def colour(r, ran):
 def run_panel(pid, i, j, run):
     calls = "".join(
         f'<div class="call"><b>call {k}: {esc(c.get("role"))}</b>'
-        + "".join(f'<div><i>{esc(m.get("role"))}</i><pre>{esc(m.get("content"))}</pre></div>'
-                  for m in c.get("prompt") or [])
+        + "".join(
+            f"<div><i>{esc(m.get('role'))}</i><pre>{esc(m.get('content'))}</pre></div>"
+            for m in c.get("prompt") or []
+        )
         + f'<div><i>reply</i><pre class="reply">{esc(c.get("reply"))}</pre></div></div>'
-        for k, c in enumerate(run.get("calls") or []))
+        for k, c in enumerate(run.get("calls") or [])
+    )
     facts = " ".join(f"{k}={fmt(run.get(k))}" for k in ("correct", "format", "R", "A_E"))
     err = f'<p class="err">error: {esc(run["error"])}</p>' if run.get("error") else ""
-    return (f'<div class="panel" id="{pid}" hidden><h4>design i={i}, execution j={j}</h4><p class="m">{facts}</p>'
-            f'{err}<div>answer:</div><pre>{esc(run.get("answer"))}</pre>{calls or "<p>no calls</p>"}</div>')
+    return (
+        f'<div class="panel" id="{pid}" hidden><h4>design i={i}, execution j={j}</h4><p class="m">{facts}</p>'
+        f"{err}<div>answer:</div><pre>{esc(run.get('answer'))}</pre>{calls or '<p>no calls</p>'}</div>"
+    )
 
 
 def query_html(r):
     """One query's block: the task, the grid, and (hidden) every script and execution panel."""
-    task, pid = r.get("task") or {}, f's{int(r["step"])}-q{int(r["query"])}'
+    task, pid = r.get("task") or {}, f"s{int(r['step'])}-q{int(r['query'])}"
     n = max([len(d["runs"]) for d in r["scripts"]] or [0])
     rows, panels = [], []
     for i, d in enumerate(r["scripts"]):
         ri, cells = r["R"][i], ""
         err = f'<p class="err">parse error: {esc(d["error"])}</p>' if d.get("error") else ""
-        panels.append(f'<div class="panel" id="{pid}-i{i}" hidden><h4>design i={i} script '
-                      f'(parsed={fmt(d.get("parsed"))})</h4>{err}<pre class="script">{esc(d.get("text"))}</pre></div>')
+        panels.append(
+            f'<div class="panel" id="{pid}-i{i}" hidden><h4>design i={i} script '
+            f'(parsed={fmt(d.get("parsed"))})</h4>{err}<pre class="script">{esc(d.get("text"))}</pre></div>'
+        )
         for j, run in enumerate(d["runs"]):
-            cells += (f'<td class="cell" data-open="{pid}-i{i}-j{j}" style="background:'
-                      f'{colour(ri[j], run.get("A_E") is not None)}">{fmt(ri[j])}<br>'
-                      f'<small>A_E {fmt(run.get("A_E"))}</small></td>')
+            cells += (
+                f'<td class="cell" data-open="{pid}-i{i}-j{j}" style="background:'
+                f'{colour(ri[j], run.get("A_E") is not None)}">{fmt(ri[j])}<br>'
+                f"<small>A_E {fmt(run.get('A_E'))}</small></td>"
+            )
             panels.append(run_panel(f"{pid}-i{i}-j{j}", i, j, run))
-        rows.append(f'<tr class="row" data-open="{pid}-i{i}"><th>i={i}</th><td>{esc(d.get("structure"))}</td>'
-                    f'<td>A_D {fmt(d.get("A_D"))}</td><td>{fmt(sum(ri) / len(ri) if ri else 0)}</td>{cells}</tr>')
+        rows.append(
+            f'<tr class="row" data-open="{pid}-i{i}"><th>i={i}</th><td>{esc(d.get("structure"))}</td>'
+            f"<td>A_D {fmt(d.get('A_D'))}</td><td>{fmt(sum(ri) / len(ri) if ri else 0)}</td>{cells}</tr>"
+        )
     head = "".join(f"<th>j={j}</th>" for j in range(n))
-    return (f'<section class="q" id="{pid}" data-kind="{esc(str(task.get("kind")))}" '
-            f'data-role="{esc(str(r.get("role")))}"><h3>step {int(r["step"])} · query {int(r["query"])} · '
-            f'{esc(task.get("kind"))} · {esc(task.get("id"))}</h3><pre class="task">{esc(task.get("text"))}</pre>'
-            f'<div>gold:</div><pre class="gold">{esc(task.get("gold"))}</pre><table class="grid"><tr><th>design</th>'
-            f'<th>structure</th><th>A_D</th><th>R̄</th>{head}</tr>{"".join(rows)}</table>{"".join(panels)}</section>')
+    return (
+        f'<section class="q" id="{pid}" data-kind="{esc(str(task.get("kind")))}" '
+        f'data-role="{esc(str(r.get("role")))}"><h3>step {int(r["step"])} · query {int(r["query"])} · '
+        f'{esc(task.get("kind"))} · {esc(task.get("id"))}</h3><pre class="task">{esc(task.get("text"))}</pre>'
+        f'<div>gold:</div><pre class="gold">{esc(task.get("gold"))}</pre><table class="grid"><tr><th>design</th>'
+        f"<th>structure</th><th>A_D</th><th>R̄</th>{head}</tr>{''.join(rows)}</table>{''.join(panels)}</section>"
+    )
 
 
 def metric_line(m):
@@ -121,21 +149,35 @@ def metric_line(m):
 
 
 def page(records, metrics=None, title="rollouts", skipped=0):
-    """The HTML document of `records` (rollouts.jsonl dicts); metrics = {step: metrics.jsonl dict} or None."""
+    """The HTML document of `records` (rollouts.jsonl dicts); metrics = {step: metrics.jsonl dict}
+    or None."""
     metrics, steps = metrics or {}, sorted({r["step"] for r in records})
     kinds = sorted({str((r.get("task") or {}).get("kind")) for r in records})
     roles = sorted({p for r in records for p in str(r.get("role")).split("+")})
-    opts = lambda vs: '<option value="">all</option>' + "".join(f'<option value="{esc(v)}">{esc(v)}</option>'
-                                                                   for v in vs)
-    body = "".join(f'<div class="step"><h2>step {s}</h2>{metric_line(metrics.get(s))}'
-                   + "".join(query_html(r) for r in sorted(records, key=lambda r: r["query"]) if r["step"] == s)
-                   + "</div>" for s in steps)
-    warn = f'<p class="warn">{skipped} malformed line(s) of rollouts.jsonl skipped</p>' if skipped else ""
+    opts = lambda vs: (
+        '<option value="">all</option>'
+        + "".join(f'<option value="{esc(v)}">{esc(v)}</option>' for v in vs)
+    )
+    body = "".join(
+        f'<div class="step"><h2>step {s}</h2>{metric_line(metrics.get(s))}'
+        + "".join(
+            query_html(r) for r in sorted(records, key=lambda r: r["query"]) if r["step"] == s
+        )
+        + "</div>"
+        for s in steps
+    )
+    warn = (
+        f'<p class="warn">{skipped} malformed line(s) of rollouts.jsonl skipped</p>'
+        if skipped
+        else ""
+    )
     span = f"steps {steps[0]}..{steps[-1]}, " if steps else ""
-    return (f'<!DOCTYPE html><html><head><meta charset="utf-8"><title>{esc(title)}</title><style>{CSS}</style>'
-            f"</head><body><h1>{esc(title)}</h1><p>{span}{len(records)} queries. Click a design's row for its "
-            f"script, a cell for that execution's calls.</p>{warn}<p>task kind <select id=\"kind\">{opts(kinds)}"
-            f'</select> role <select id="role">{opts(roles)}</select></p>{body}<script>{JS}</script></body></html>')
+    return (
+        f'<!DOCTYPE html><html><head><meta charset="utf-8"><title>{esc(title)}</title><style>{CSS}</style>'
+        f"</head><body><h1>{esc(title)}</h1><p>{span}{len(records)} queries. Click a design's row for its "
+        f'script, a cell for that execution\'s calls.</p>{warn}<p>task kind <select id="kind">{opts(kinds)}'
+        f'</select> role <select id="role">{opts(roles)}</select></p>{body}<script>{JS}</script></body></html>'
+    )
 
 
 def read_jsonl(path):
@@ -162,7 +204,8 @@ def renders(r):
 
 
 def write(run_dir, steps=None):
-    """run_dir/rollouts.html of the steps a..b (steps=(a, b), either None: open; default the last 3)."""
+    """run_dir/rollouts.html of the steps a..b (steps=(a, b), either None: open; default the last
+    3)."""
     path = os.path.join(run_dir, "rollouts.jsonl")
     if not os.path.isdir(run_dir):
         raise SystemExit(f"show.py: no run folder {run_dir} (train.py makes it: its --out_dir)")
@@ -173,16 +216,24 @@ def write(run_dir, steps=None):
     skipped += len(rows) - len(good)
     present = sorted({r["step"] for r in good})
     if not present:
-        raise SystemExit(f"show.py: {path} holds no rollout records ({skipped} malformed lines skipped)")
+        raise SystemExit(
+            f"show.py: {path} holds no rollout records ({skipped} malformed lines skipped)"
+        )
     a, b = steps or (present[-3:][0], None)
     kept = [r for r in good if (a is None or r["step"] >= a) and (b is None or r["step"] <= b)]
     if not kept:
-        raise SystemExit(f"show.py: no steps {a}..{b} in {path} (it has steps {present[0]}..{present[-1]})")
+        raise SystemExit(
+            f"show.py: no steps {a}..{b} in {path} (it has steps {present[0]}..{present[-1]})"
+        )
     mpath = os.path.join(run_dir, "metrics.jsonl")
-    metrics = {m["step"]: m for m in read_jsonl(mpath)[0] if "step" in m} if os.path.exists(mpath) else {}
+    metrics = (
+        {m["step"]: m for m in read_jsonl(mpath)[0] if "step" in m} if os.path.exists(mpath) else {}
+    )
     out = os.path.join(run_dir, "rollouts.html")
     with open(out, "w", encoding="utf-8") as f:
-        f.write(page(kept, metrics, f"rollouts: {os.path.basename(os.path.normpath(run_dir))}", skipped))
+        f.write(
+            page(kept, metrics, f"rollouts: {os.path.basename(os.path.normpath(run_dir))}", skipped)
+        )
     if skipped:
         print(f"show.py: skipped {skipped} malformed line(s) of {path}")
     return out
@@ -202,7 +253,9 @@ def parse_steps(text):
 
 
 def main(argv):
-    ap = argparse.ArgumentParser(prog="show.py", description="An HTML page of a run's rollout tree.")
+    ap = argparse.ArgumentParser(
+        prog="show.py", description="An HTML page of a run's rollout tree."
+    )
     ap.add_argument("run_dir")
     ap.add_argument("--steps", help="A:B inclusive, A: or :B (default: the last 3 steps)")
     args = ap.parse_args(argv)

@@ -1,18 +1,21 @@
-"""final_table.py: the table the tiny default ends with: the RL model against its SFT cold start on held-out tasks.
+"""final_table.py: the table the tiny default ends with: the RL model against its SFT cold start on
+held-out tasks.
 
-Both models on the same tasks of a held-out split (the "eval" split by default, which neither the cold start nor
-RL nor the tuning of RL's settings sees), measured by heldout.py, and the paired difference task by task:
+Both models on the same tasks of a held-out split (the "eval" split by default, which neither the
+cold start nor RL nor the tuning of RL's settings sees), measured by heldout.py, and the paired
+difference task by task:
 
     RL - SFT = mean_t (x_RL,t - x_SFT,t),   SE = std_t(x_RL,t - x_SFT,t) / sqrt(T)      (evaluate.paired_margin)
 
-Rows: the sampled accuracy of the learned designs and of the single agent (heldout.SAMPLES draws a task, each a
-fresh design executed once), and the exact rows by teacher forcing (tiny.exact_figures), which carry no sampling
-noise: P(the Designer writes each template | kind of task), its share on the template that suits the kind
-(tiny.SUITED: `suited`, the Designer's primary row), P(the Executor writes the oracle reply) in each of its
-contexts, and those contexts weighted by the SFT Designer's structure shares (tiny.executor_score: `executor`,
-the Executor's primary row; `oracle` is the single agent's context). Printed, and written to
-out_dir/final_table.json (or final_table_val.json) with the per-task vectors, so that runs of one seed (the
-same tasks) pair task by task (ablations.py).
+Rows: the sampled accuracy of the learned designs and of the single agent (heldout.SAMPLES draws a
+task, each a fresh design executed once), and the exact rows by teacher forcing
+(tiny.exact_figures), which carry no sampling noise: P(the Designer writes each template | kind of
+task), its share on the template that suits the kind (tiny.SUITED: `suited`, the Designer's primary
+row), P(the Executor writes the oracle reply) in each of its contexts, and those contexts weighted
+by the SFT Designer's structure shares (tiny.executor_score: `executor`, the Executor's primary row;
+`oracle` is the single agent's context). Printed, and written to out_dir/final_table.json (or
+final_table_val.json) with the per-task vectors, so that runs of one seed (the same tasks) pair task
+by task (ablations.py).
 
     final_table(cfg, engine, "out/tiny-rl/step_000040")     # train.py's last act, rank 0
     python world/final_table.py out/tiny-rl --split val           # a finished run's table again, on another split
@@ -32,7 +35,8 @@ import numpy as np
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-# run by path (python world/final_table.py): the project's root first on the path, for its imports below
+# run by path (python world/final_table.py): the project's root first on the path, for its imports
+# below
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import evaluate
@@ -44,27 +48,34 @@ from world import heldout, tiny
 
 
 def heldout_tasks(cfg, split="eval"):
-    """cfg.eval_tasks tiny tasks of a held-out split (tiny.SPLITS: a hash of the text the model is shown, so no
-    training task shows the same text; the final table runs for the tiny data alone, data_mix {"tiny"}, whose
-    tasks are the "rl" split's)."""
+    """cfg.eval_tasks tiny tasks of a held-out split (tiny.SPLITS: a hash of the text the model is
+    shown, so no training task shows the same text; the final table runs for the tiny data alone,
+    data_mix {"tiny"}, whose tasks are the "rl" split's)."""
     return heldout.tasks(cfg.eval_tasks, cfg.seed, split)
 
 
 def policy_dirs(cfg, ckpt):
-    """{"RL": {role: folder}, "SFT": {role: folder}}: the checkpoint's models and the cold start's."""
+    """{"RL": {role: folder}, "SFT": {role: folder}}: the checkpoint's models and the cold
+    start's."""
     sft = settings.model_dirs(cfg)
     name = {r: "model" if cfg.policy == "shared" else r for r in ("designer", "executor")}
-    return {"RL": {r: os.path.join(ckpt, name[r]) for r in name},
-            "SFT": {r: sft[name[r]] for r in name}}
+    return {
+        "RL": {r: os.path.join(ckpt, name[r]) for r in name},
+        "SFT": {r: sft[name[r]] for r in name},
+    }
 
 
 def measure(cfg, eng, dirs, tasks, contexts, shares):
-    """One policy's sampled rows and exact rows on the tasks. The engine gets each role's weights; separate
-    policies: the designer's in the design phase, the executor's after."""
-    loaded = {d: AutoModelForCausalLM.from_pretrained(d, dtype=torch.float32) for d in set(dirs.values())}
-    models = {r: loaded[d] for r, d in dirs.items()}   # shared: one model plays both roles
+    """One policy's sampled rows and exact rows on the tasks. The engine gets each role's weights;
+    separate policies: the designer's in the design phase, the executor's after."""
+    loaded = {
+        d: AutoModelForCausalLM.from_pretrained(d, dtype=torch.float32) for d in set(dirs.values())
+    }
+    models = {r: loaded[d] for r, d in dirs.items()}  # shared: one model plays both roles
     state = {d: m.state_dict() for d, m in loaded.items()}
-    held = weights.Held(eng, {r: state[d] for r, d in dirs.items()})   # each role's view holds its weights
+    held = weights.Held(
+        eng, {r: state[d] for r, d in dirs.items()}
+    )  # each role's view holds its weights
     d, e = held.view("designer"), held.view("executor")
     designs = heldout.sampled(tasks, d, e, cfg)
     single = heldout.sampled(tasks, d, e, cfg, template="single")
@@ -79,36 +90,53 @@ def structures_text(counter):
 
 
 def final_table(cfg, eng, ckpt, split="eval"):
-    """train.py's last act (eval_tasks > 0, tiny data, rank 0): the RL models of checkpoint `ckpt` and the SFT
-    cold start on the same held-out tasks, sampled and exact, printed and written to out_dir/final_table.json
-    (split "val": final_table_val.json). `eng` is the run's engine: each row loads the weights it needs."""
+    """train.py's last act (eval_tasks > 0, tiny data, rank 0): the RL models of checkpoint `ckpt`
+    and the SFT cold start on the same held-out tasks, sampled and exact, printed and written to
+    out_dir/final_table.json (split "val": final_table_val.json). `eng` is the run's engine: each
+    row loads the weights it needs."""
     tasks = heldout_tasks(cfg, split)
     dirs = policy_dirs(cfg, ckpt)
     contexts = tiny.executor_contexts(tasks)
-    sft = measure(cfg, eng, dirs["SFT"], tasks, contexts, None)   # its shares weight both executor rows
+    sft = measure(
+        cfg, eng, dirs["SFT"], tasks, contexts, None
+    )  # its shares weight both executor rows
     rl = measure(cfg, eng, dirs["RL"], tasks, contexts, sft[2]["shares"])
     results = {"RL": rl, "SFT": sft}
     S = heldout.SAMPLES
-    print(f"\nheld-out tiny tasks ({split} split): {len(tasks)}, {S} draws each (a design, executed once; T=1)")
+    print(
+        f"\nheld-out tiny tasks ({split} split): {len(tasks)}, {S} draws each (a design, executed once; T=1)"
+    )
     print(f"{'':24s} {'accuracy':>9s}  structures")
-    labels = {("RL", 0): "RL: learned designs", ("RL", 1): "RL: single agent",
-              ("SFT", 0): "SFT: designs", ("SFT", 1): "SFT: single agent"}
+    labels = {
+        ("RL", 0): "RL: learned designs",
+        ("RL", 1): "RL: single agent",
+        ("SFT", 0): "SFT: designs",
+        ("SFT", 1): "SFT: single agent",
+    }
     rows = {}
     for who in ("RL", "SFT"):
         for k in (0, 1):
             acc, counter = results[who][k]
-            rows[labels[who, k]] = {"accuracy": float(np.mean(acc)), "structures": structures_text(counter)}
+            rows[labels[who, k]] = {
+                "accuracy": float(np.mean(acc)),
+                "structures": structures_text(counter),
+            }
             print(f"{labels[who, k]:24s} {np.mean(acc):9.1%}  {structures_text(counter)}")
-    # RL and SFT rows ran on the same tasks in the same order: the paired difference is the honest error bar
+    # RL and SFT rows ran on the same tasks in the same order: the paired difference is the honest
+    # error bar
     gains = {}
     for what, k in (("learned designs", 0), ("single agent", 1)):
         gains[what] = evaluate.paired_margin(rl[k][0], sft[k][0])
         m, se = gains[what]
-        print(f"RL - SFT, {what + ':':16s} {100 * m:+5.1f} points (paired standard error {100 * se:.1f})")
+        print(
+            f"RL - SFT, {what + ':':16s} {100 * m:+5.1f} points (paired standard error {100 * se:.1f})"
+        )
     # the same comparison without sampling noise: what each model would write, by teacher forcing
     kinds, names = sorted({t["kind"] for t in tasks}), list(mas.TEMPLATES)
-    print("exact, teacher-forced on the same tasks (no sampling): P(the Designer writes each template's "
-          "script | kind), P(the single agent writes the oracle reply)")
+    print(
+        "exact, teacher-forced on the same tasks (no sampling): P(the Designer writes each template's "
+        "script | kind), P(the single agent writes the oracle reply)"
+    )
     head = "   ".join(f"{k}: " + " ".join(f"{n:>8s}" for n in names) for k in kinds)
     print(f"{'':24s} {head}   oracle reply")
     for who in ("RL", "SFT"):
@@ -119,51 +147,84 @@ def final_table(cfg, eng, ckpt, split="eval"):
             shares = [100 * sum(f["choice"][i][n] for i in idx) / len(idx) for n in names]
             cells.append(" " * (len(kind) + 2) + " ".join(f"{v:8.1f}" for v in shares))
         print(f"{who:24s} " + "   ".join(cells) + f"   {100 * np.mean(f['oracle']):12.1f}")
-    print("exact, the Executor in its own contexts: P(oracle reply | context), mean over the tasks where it "
-          "occurs; executor = the contexts weighted by the SFT Designer's structure shares (tiny.executor_score)")
+    print(
+        "exact, the Executor in its own contexts: P(oracle reply | context), mean over the tasks where it "
+        "occurs; executor = the contexts weighted by the SFT Designer's structure shares (tiny.executor_score)"
+    )
     for who in ("RL", "SFT"):
         f = results[who][2]
         known = {c: [v for v in vs if v is not None] for c, vs in f["contexts"].items()}
         cells = "  ".join(f"{c} {100 * np.mean(vs):5.1f}" for c, vs in known.items())
         print(f"{who:24s} {cells}  executor {100 * np.mean(f['executor']):5.1f}")
-    for what, label in (("suited", "P(suited template)"), ("executor", "Executor (exact)"),
-                        ("oracle", "P(oracle reply)")):
+    for what, label in (
+        ("suited", "P(suited template)"),
+        ("executor", "Executor (exact)"),
+        ("oracle", "P(oracle reply)"),
+    ):
         gains[what] = evaluate.paired_margin(rl[2][what], sft[2][what])
         m, se = gains[what]
-        print(f"RL - SFT, {label + ':':19s} {100 * m:+5.1f} points (paired standard error {100 * se:.1f})")
+        print(
+            f"RL - SFT, {label + ':':19s} {100 * m:+5.1f} points (paired standard error {100 * se:.1f})"
+        )
     print(f"(suited: {', '.join(f'{v} on {k}' for k, v in tiny.SUITED.items())})")
     exact = {}
     for who in ("RL", "SFT"):
         f = results[who][2]
-        exact[who] = {"suited": f["suited"], "executor": f["executor"], "oracle": f["oracle"],
-                      "choice": {n: [c[n] for c in f["choice"]] for n in names}, "contexts": f["contexts"]}
-    table = {"tasks": len(tasks), "split": split, "samples": S, "rows": rows,
-             "exact": {who: {w: float(np.mean(v[w])) for w in ("suited", "executor", "oracle")}
-                       for who, v in exact.items()},
-             "executor_shares": sft[2]["shares"],
-             "rl_minus_sft": {w: {"points": 100 * m, "stderr": 100 * se} for w, (m, se) in gains.items()},
-             # per task, in the order of "ids", so that runs of one seed (the same tasks) can be paired task by
-             # task (ablations.py): the sampled rows' accuracy over the S draws and the exact probabilities
-             "ids": [str(t["id"]) for t in tasks], "kinds": [t["kind"] for t in tasks],
-             "per_task": {"correct": {labels[who, k]: results[who][k][0] for who in ("RL", "SFT") for k in (0, 1)},
-                          "exact": exact}}
+        exact[who] = {
+            "suited": f["suited"],
+            "executor": f["executor"],
+            "oracle": f["oracle"],
+            "choice": {n: [c[n] for c in f["choice"]] for n in names},
+            "contexts": f["contexts"],
+        }
+    table = {
+        "tasks": len(tasks),
+        "split": split,
+        "samples": S,
+        "rows": rows,
+        "exact": {
+            who: {w: float(np.mean(v[w])) for w in ("suited", "executor", "oracle")}
+            for who, v in exact.items()
+        },
+        "executor_shares": sft[2]["shares"],
+        "rl_minus_sft": {
+            w: {"points": 100 * m, "stderr": 100 * se} for w, (m, se) in gains.items()
+        },
+        # per task, in the order of "ids", so that runs of one seed (the same tasks) can be paired
+        # task by task (ablations.py): the sampled rows' accuracy over the S draws and the exact
+        # probabilities
+        "ids": [str(t["id"]) for t in tasks],
+        "kinds": [t["kind"] for t in tasks],
+        "per_task": {
+            "correct": {
+                labels[who, k]: results[who][k][0] for who in ("RL", "SFT") for k in (0, 1)
+            },
+            "exact": exact,
+        },
+    }
     name = "final_table.json" if split == "eval" else f"final_table_{split}.json"
-    with open(os.path.join(cfg.out_dir, name), "w") as f:   # for scripts (ablations.py)
+    with open(os.path.join(cfg.out_dir, name), "w") as f:  # for scripts (ablations.py)
         json.dump(table, f, indent=1)
     return table
 
 
 def main(argv):
-    p = argparse.ArgumentParser(description="a finished tiny run's final table, again (its last checkpoint)")
+    p = argparse.ArgumentParser(
+        description="a finished tiny run's final table, again (its last checkpoint)"
+    )
     p.add_argument("run_dir")
     p.add_argument("--split", default="eval", choices=sorted(heldout.SEEDS))
-    p.add_argument("--tasks", type=int, default=None, help="held-out tasks (default: the run's eval_tasks)")
+    p.add_argument(
+        "--tasks", type=int, default=None, help="held-out tasks (default: the run's eval_tasks)"
+    )
     a = p.parse_args(argv)
     if not os.path.isdir(a.run_dir):
         sys.exit(f"final_table.py: no run folder {a.run_dir} (train.py makes it: its --out_dir)")
     steps = rundir.checkpoints(a.run_dir)
     if not steps:
-        sys.exit(f"final_table.py: {a.run_dir!r} holds no checkpoint (train.py writes them: step_000040/ ...)")
+        sys.exit(
+            f"final_table.py: {a.run_dir!r} holds no checkpoint (train.py writes them: step_000040/ ...)"
+        )
     ckpt = os.path.join(a.run_dir, steps[-1])
     _, ts = rundir.latest(a.run_dir)
     cfg = settings.Config(**{**ts["config"], "out_dir": a.run_dir})

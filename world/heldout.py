@@ -1,9 +1,9 @@
-"""heldout.py: a policy measured on held-out tiny tasks: sampled accuracy and the exact rows, and the learning
-curve that train.py records with them during RL.
+"""heldout.py: a policy measured on held-out tiny tasks: sampled accuracy and the exact rows, and
+the learning curve that train.py records with them during RL.
 
-Two measurements of one policy on tasks it never trained on (tiny.SPLITS: "val" for the curve and for tuning,
-"eval" for the final table), each a vector with one value a task, so that two policies (RL and its cold start,
-or two checkpoints) pair task by task:
+Two measurements of one policy on tasks it never trained on (tiny.SPLITS: "val" for the curve and
+for tuning, "eval" for the final table), each a vector with one value a task, so that two policies
+(RL and its cold start, or two checkpoints) pair task by task:
 
     sampled: acc_t = (1/S) sum_s correct(design_s, execution_s)   S independent (design, execution) draws of
              task t at T=1 (rollout with M=S, N=1: every draw a fresh script), lam=0
@@ -11,19 +11,20 @@ or two checkpoints) pair task by task:
              executor_t = tiny.executor_score: P(oracle reply | context), weighted       no sampling noise)
                           by the cold start's structure shares
 
-Paired over T tasks, RL - SFT = mean_t (x_RL,t - x_SFT,t) with SE = std_t(x_RL,t - x_SFT,t) / sqrt(T). S draws a
-task shrink the sampling part of that variance by S; the draw of tasks remains.
+Paired over T tasks, RL - SFT = mean_t (x_RL,t - x_SFT,t) with SE = std_t(x_RL,t - x_SFT,t) /
+sqrt(T). S draws a task shrink the sampling part of that variance by S; the draw of tasks remains.
 
     acc, structures = sampled(tasks, eng, eng, cfg, samples=4)   # separate policies: the roles' views
     rows = exact(designer_model, executor_model, tokenizer, tasks, contexts)     # shares: the cold start's
     curve = Curve(cfg, world, rank)
     line = curve(step, weights, policy_of, tokenizer)   # train.py: heldout/ keys (weights.EngineWeights)
 
-Curve (train.py, tiny data, probe_tasks > 0): at step 0 (the cold start) and at every checkpoint, probe_tasks
-"val" tasks, SAMPLES draws each, and the exact rows, into that step's metrics.jsonl line under `heldout/`
-(accuracy and its SE over the tasks, suited, executor). The cold start's structure shares, which weight the
-executor row, are written into the step-0 line (heldout/share/KIND/TEMPLATE), so a resumed run reads them back.
-The sampled draws use the same seeds at every probe, so the curve's steps differ by the policy, not the noise.
+Curve (train.py, tiny data, probe_tasks > 0): at step 0 (the cold start) and at every checkpoint,
+probe_tasks "val" tasks, SAMPLES draws each, and the exact rows, into that step's metrics.jsonl line
+under `heldout/` (accuracy and its SE over the tasks, suited, executor). The cold start's structure
+shares, which weight the executor row, are written into the step-0 line
+(heldout/share/KIND/TEMPLATE), so a resumed run reads them back. The sampled draws use the same
+seeds at every probe, so the curve's steps differ by the policy, not the noise.
 
 Needs: machinery/engine.py, mas.py, rollout.py, settings.py, world/tiny.py, machinery/decode.py,
 data.py, reward.py, sandbox.py, stagewise.py, machinery/chunked.py, machinery/isolation.py
@@ -42,9 +43,12 @@ import settings
 from machinery import engine as engine_lib
 from world import tiny
 
-SAMPLES = 4                 # (design, execution) draws a task in the curve and the final table
-SEEDS = {"val": 2_000_003, "eval": 1_000_003}   # the task draw of each split, offset from the run's seed
-PROBE_STEP = 10**6          # the rollout step the draws are seeded with: the same at every probe
+SAMPLES = 4  # (design, execution) draws a task in the curve and the final table
+SEEDS = {
+    "val": 2_000_003,
+    "eval": 1_000_003,
+}  # the task draw of each split, offset from the run's seed
+PROBE_STEP = 10**6  # the rollout step the draws are seeded with: the same at every probe
 
 
 def tasks(n, seed, split):
@@ -52,21 +56,34 @@ def tasks(n, seed, split):
     return tiny.make_tasks(n, seed=seed + SEEDS[split], split=split)
 
 
-def sampled(tasks, designer_engine, executor_engine, cfg, samples=SAMPLES, template=None, q_offset=0):
-    """(per-task accuracy over `samples` draws, Counter of the draws' structures): rollout with M=samples,
-    N=1 (template: a fixed structure, e.g. "single"); lam=0, so R is the correctness (0 or 1)."""
-    b = rollout_lib.rollout(tasks, designer_engine, executor_engine, samples, 1, PROBE_STEP,
-                            seed=cfg.seed + 31, template=template,
-                            designer_sampling=engine_lib.Sampling(max_tokens=cfg.designer_max_tokens),
-                            executor_sampling=engine_lib.Sampling(max_tokens=cfg.max_tokens),
-                            short=True, lam=0.0, q_offset=q_offset)
+def sampled(
+    tasks, designer_engine, executor_engine, cfg, samples=SAMPLES, template=None, q_offset=0
+):
+    """(per-task accuracy over `samples` draws, Counter of the draws' structures): rollout with
+    M=samples, N=1 (template: a fixed structure, e.g. "single"); lam=0, so R is the correctness (0
+    or 1)."""
+    b = rollout_lib.rollout(
+        tasks,
+        designer_engine,
+        executor_engine,
+        samples,
+        1,
+        PROBE_STEP,
+        seed=cfg.seed + 31,
+        template=template,
+        designer_sampling=engine_lib.Sampling(max_tokens=cfg.designer_max_tokens),
+        executor_sampling=engine_lib.Sampling(max_tokens=cfg.max_tokens),
+        short=True,
+        lam=0.0,
+        q_offset=q_offset,
+    )
     structures = Counter(r.structure or "unparsed" for r in b.runs)
     return b.R.mean(dim=(1, 2)).tolist(), structures
 
 
 def cold_start_shares(choice, kinds):
-    """{kind: {template: share}}: the mean P(template | task) of a Designer over the tasks of each kind,
-    normalised (the executor row's fixed weights: the cold start's, so that policies pair)."""
+    """{kind: {template: share}}: the mean P(template | task) of a Designer over the tasks of each
+    kind, normalised (the executor row's fixed weights: the cold start's, so that policies pair)."""
     shares = {}
     for kind in sorted(set(kinds)):
         mass = {n: sum(c[n] for c, k in zip(choice, kinds) if k == kind) for n in mas.TEMPLATES}
@@ -75,18 +92,34 @@ def cold_start_shares(choice, kinds):
 
 
 def exact(designer_model, executor_model, tokenizer, tasks, contexts, shares=None):
-    """The exact rows of one policy, per task: {"suited", "executor", "oracle", "choice", "contexts",
-    "shares"}. contexts: tiny.executor_contexts(tasks). shares: the cold start's (None: this Designer's own,
-    which is right when it is the cold start). Under FSDP2 every rank calls it with the same tasks."""
-    f = tiny.exact_figures(designer_model, tokenizer, tasks, executor=executor_model is designer_model,
-                           contexts=contexts)
-    if executor_model is not designer_model:   # separate policies: the contexts are the executor model's
-        f.update(tiny.exact_figures(executor_model, tokenizer, tasks, designer=False, contexts=contexts))
+    """The exact rows of one policy, per task: {"suited", "executor", "oracle", "choice",
+    "contexts", "shares"}. contexts: tiny.executor_contexts(tasks). shares: the cold start's (None:
+    this Designer's own, which is right when it is the cold start). Under FSDP2 every rank calls it
+    with the same tasks."""
+    f = tiny.exact_figures(
+        designer_model,
+        tokenizer,
+        tasks,
+        executor=executor_model is designer_model,
+        contexts=contexts,
+    )
+    if (
+        executor_model is not designer_model
+    ):  # separate policies: the contexts are the executor model's
+        f.update(
+            tiny.exact_figures(executor_model, tokenizer, tasks, designer=False, contexts=contexts)
+        )
     kinds = [t["kind"] for t in tasks]
     shares = shares or cold_start_shares(f["choice"], kinds)
     suited = [c.get(tiny.SUITED.get(k), 0.0) for c, k in zip(f["choice"], kinds)]
-    return {"suited": suited, "executor": tiny.executor_score(f["contexts"], kinds, shares),
-            "oracle": list(f["oracle"]), "choice": f["choice"], "contexts": f["contexts"], "shares": shares}
+    return {
+        "suited": suited,
+        "executor": tiny.executor_score(f["contexts"], kinds, shares),
+        "oracle": list(f["oracle"]),
+        "choice": f["choice"],
+        "contexts": f["contexts"],
+        "shares": shares,
+    }
 
 
 def gather_list(xs, world):
@@ -99,52 +132,66 @@ def gather_list(xs, world):
 
 
 class Curve:
-    """The held-out curve during RL: call it at step 0 and at each checkpoint; it returns the heldout/ keys of
-    that step's metrics line. Every rank calls it (the exact forwards are collective under FSDP2); each rank
-    samples its share of the tasks."""
+    """The held-out curve during RL: call it at step 0 and at each checkpoint; it returns the
+    heldout/ keys of that step's metrics line. Every rank calls it (the exact forwards are
+    collective under FSDP2); each rank samples its share of the tasks."""
 
     def __init__(self, cfg, world, rank, kept=()):
         self.cfg, self.world, self.rank = cfg, world, rank
         self.tasks = tasks(cfg.probe_tasks, cfg.seed, "val")
         self.contexts = tiny.executor_contexts(self.tasks)
         self.shares = None
-        for m in kept:   # a resumed run: the cold start's shares, from its step-0 line
+        for m in kept:  # a resumed run: the cold start's shares, from its step-0 line
             if m["step"] == 0 and "heldout/accuracy" in m:
                 self.shares = {}
                 for key, v in m.items():
                     if key.startswith("heldout/share/"):
                         kind, name = key.split("/")[2:]
                         self.shares.setdefault(kind, {})[name] = v
-        self.started = self.shares is not None   # the step-0 probe is in metrics.jsonl already
+        self.started = self.shares is not None  # the step-0 probe is in metrics.jsonl already
 
     def cold_start(self, tokenizer):
-        """The cold start's structure shares on the probe's tasks (its Designer: init_from, or its designer/)."""
+        """The cold start's structure shares on the probe's tasks (its Designer: init_from, or its
+        designer/)."""
         path = settings.model_dirs(self.cfg)["model" if self.cfg.policy == "shared" else "designer"]
         model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
         f = tiny.exact_figures(model, tokenizer, self.tasks, executor=False)
         return cold_start_shares(f["choice"], [t["kind"] for t in self.tasks])
 
     def __call__(self, step, weights, policy_of, tokenizer):
-        """weights: the trainer's weights in the engine (machinery/weights.py); each role samples through its
-        view, which holds that role's weights."""
+        """weights: the trainer's weights in the engine (machinery/weights.py); each role samples
+        through its view, which holds that role's weights."""
         part = np.array_split(np.arange(len(self.tasks)), self.world)[self.rank]
         mine = [self.tasks[k] for k in part]
         d, e = weights.view("designer"), weights.view("executor")
         acc, structures = sampled(mine, d, e, self.cfg, q_offset=int(part[0]) if len(part) else 0)
         acc = gather_list(acc, self.world)
         models = {r: policy_of[r]["model"] for r in ("designer", "executor")}
-        if self.shares is None and step > 0:   # no step-0 line to read them from: the cold start's own
+        if (
+            self.shares is None and step > 0
+        ):  # no step-0 line to read them from: the cold start's own
             self.shares = self.cold_start(tokenizer)
-        rows = exact(models["designer"], models["executor"], tokenizer, self.tasks, self.contexts, self.shares)
+        rows = exact(
+            models["designer"],
+            models["executor"],
+            tokenizer,
+            self.tasks,
+            self.contexts,
+            self.shares,
+        )
         for model in {id(m): m for m in models.values()}.values():
-            if hasattr(model, "reshard"):   # FSDP2: a forward without grad leaves the root gathered
+            if hasattr(model, "reshard"):  # FSDP2: a forward without grad leaves the root gathered
                 model.reshard()
-        line = {"heldout/accuracy": float(np.mean(acc)),
-                "heldout/accuracy_se": float(np.std(acc, ddof=1) / np.sqrt(len(acc))) if len(acc) > 1 else 0.0,
-                "heldout/suited": float(np.mean(rows["suited"])),
-                "heldout/executor": float(np.mean(rows["executor"])),
-                "heldout/unparsed": structures.get("unparsed", 0) / max(1, sum(structures.values()))}
-        if self.shares is None:   # step 0: the cold start's shares weight every later executor row
+        line = {
+            "heldout/accuracy": float(np.mean(acc)),
+            "heldout/accuracy_se": float(np.std(acc, ddof=1) / np.sqrt(len(acc)))
+            if len(acc) > 1
+            else 0.0,
+            "heldout/suited": float(np.mean(rows["suited"])),
+            "heldout/executor": float(np.mean(rows["executor"])),
+            "heldout/unparsed": structures.get("unparsed", 0) / max(1, sum(structures.values())),
+        }
+        if self.shares is None:  # step 0: the cold start's shares weight every later executor row
             self.shares = rows["shares"]
             for kind, d in self.shares.items():
                 line.update({f"heldout/share/{kind}/{n}": v for n, v in d.items()})

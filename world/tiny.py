@@ -69,7 +69,8 @@ ROLES = ("system", "user", "assistant")
 SPECIALS = [PAD, UNK, END] + [f"<|{r}|>" for r in ROLES]
 CHARS = ["\n", "\t"] + [chr(c) for c in range(32, 127)]
 
-# Roles other than the three we have markers for would silently become plain characters; fail loudly.
+# Roles other than the three we have markers for would silently become plain characters; fail
+# loudly.
 CHAT_TEMPLATE = (
     "{% for m in messages %}"
     "{% if m['role'] not in ['system', 'user', 'assistant'] %}"
@@ -89,37 +90,54 @@ def build_tokenizer():
     tok.decoder = decoders.Fuse()  # join characters back without the spaces WordLevel would insert
     tok.add_special_tokens(SPECIALS)
     return PreTrainedTokenizerFast(
-        tokenizer_object=tok, pad_token=PAD, unk_token=UNK, eos_token=END,
-        chat_template=CHAT_TEMPLATE, model_max_length=2048,
-        clean_up_tokenization_spaces=False, padding_side="left",
+        tokenizer_object=tok,
+        pad_token=PAD,
+        unk_token=UNK,
+        eos_token=END,
+        chat_template=CHAT_TEMPLATE,
+        model_max_length=2048,
+        clean_up_tokenization_spaces=False,
+        padding_side="left",
     )
 
 
 def tiny_config(hidden_size=128, num_layers=4):
-    """Qwen3 architecture, tiny (tests shrink hidden_size and num_layers). Many narrow heads: 8 heads of
-    32 (attention 256 wide over a 128-wide residual stream) learned to copy digits out of a chat prompt in
-    ~80 SFT steps where 2 heads of 64 had not after 200 (and the tiny world is mostly copying). head_dim 32
-    is the smallest vLLM's CPU attention supports. Vocabulary: the tokenizer's 103 tokens, padded to 128."""
+    """Qwen3 architecture, tiny (tests shrink hidden_size and num_layers). Many narrow heads: 8
+    heads of 32 (attention 256 wide over a 128-wide residual stream) learned to copy digits out of a
+    chat prompt in ~80 SFT steps where 2 heads of 64 had not after 200 (and the tiny world is mostly
+    copying). head_dim 32 is the smallest vLLM's CPU attention supports. Vocabulary: the tokenizer's
+    103 tokens, padded to 128."""
     pad_id, end_id = SPECIALS.index(PAD), SPECIALS.index(END)
     return Qwen3Config(
-        vocab_size=128, hidden_size=hidden_size, intermediate_size=3 * hidden_size,
-        num_hidden_layers=num_layers, num_attention_heads=8, num_key_value_heads=8, head_dim=32,
-        max_position_embeddings=2048, tie_word_embeddings=True,
+        vocab_size=128,
+        hidden_size=hidden_size,
+        intermediate_size=3 * hidden_size,
+        num_hidden_layers=num_layers,
+        num_attention_heads=8,
+        num_key_value_heads=8,
+        head_dim=32,
+        max_position_embeddings=2048,
+        tie_word_embeddings=True,
         rope_parameters={"rope_type": "default", "rope_theta": 10000.0},
-        pad_token_id=pad_id, eos_token_id=end_id, bos_token_id=end_id, max_window_layers=num_layers,
+        pad_token_id=pad_id,
+        eos_token_id=end_id,
+        bos_token_id=end_id,
+        max_window_layers=num_layers,
     )
 
 
 def build_model(seed=0, **config_kw):
-    """A freshly initialised tiny model and its tokenizer (same seed -> same weights). Its generation config
-    takes pad and eos from the model config (transformers copies them), so engine.eos_ids finds <|end|>."""
+    """A freshly initialised tiny model and its tokenizer (same seed -> same weights). Its
+    generation config takes pad and eos from the model config (transformers copies them), so
+    engine.eos_ids finds <|end|>."""
     tokenizer = build_tokenizer()
     torch.manual_seed(seed)
     return Qwen3ForCausalLM(tiny_config(**config_kw)), tokenizer
 
 
 def save_tiny(path, seed=0, **config_kw):
-    """Write a fresh tiny model + tokenizer in Hugging Face format (from_pretrained and vLLM read it)."""
+    """Write a fresh tiny model + tokenizer in Hugging Face format (from_pretrained and vLLM read
+    it)."""
     model, tokenizer = build_model(seed, **config_kw)
     model.save_pretrained(path)
     tokenizer.save_pretrained(path)
@@ -131,7 +149,8 @@ def save_tiny(path, seed=0, **config_kw):
 
 
 def _chain(rng, n_ops=2, hi=9):
-    """A left-to-right expression of + and - and its worked steps: ('7-5+8', ['7-5=2', '2+8=10'], 10)."""
+    """A left-to-right expression of + and - and its worked steps: ('7-5+8', ['7-5=2', '2+8=10'],
+    10)."""
     value = rng.randint(2, hi)
     expr, steps = str(value), []
     for _ in range(n_ops):
@@ -144,8 +163,10 @@ def _chain(rng, n_ops=2, hi=9):
     return expr, steps, value
 
 
-CATALOGUE = [t.replace("K", str(k)) for t in ("x+K", "x-K", "K-x") for k in range(1, 10)]   # f's catalogue
-SHOWN = 1   # of the three visible tests that run_tests checks, the task text shows this many
+CATALOGUE = [
+    t.replace("K", str(k)) for t in ("x+K", "x-K", "K-x") for k in range(1, 10)
+]  # f's catalogue
+SHOWN = 1  # of the three visible tests that run_tests checks, the task text shows this many
 
 
 def _apply(expr, x):
@@ -153,7 +174,8 @@ def _apply(expr, x):
 
 
 def _fn_task(rng, n_visible=3, n_hidden=5):
-    """A one-line function and inputs (0..9) whose visible outputs single it out within the catalogue."""
+    """A one-line function and inputs (0..9) whose visible outputs single it out within the
+    catalogue."""
     while True:
         expr = rng.choice(CATALOGUE)
         xs = rng.sample(range(0, 10), n_visible + n_hidden)
@@ -165,28 +187,29 @@ def _fn_task(rng, n_visible=3, n_hidden=5):
 
 
 def _derivation(expr, x, y):
-    """The worked step that reads K off one example (x, y) of f = expr, in the math chain's form: x+K from
-    f(2)==5 is `5-2=3`, K-x is `5+2=7`, x-K from f(2)==-3 is `2+3=5` (the steps use no negative numbers,
-    like the math chains)."""
+    """The worked step that reads K off one example (x, y) of f = expr, in the math chain's form:
+    x+K from f(2)==5 is `5-2=3`, K-x is `5+2=7`, x-K from f(2)==-3 is `2+3=5` (the steps use no
+    negative numbers, like the math chains)."""
     family, k = re.sub(r"\d+", "K", expr), re.findall(r"\d+", expr)[0]
     if family == "x+K":
         return [f"{y}-{x}={k}"]
     if family == "x-K":
         return [f"{x}-{y}={k}"] if y >= 0 else [f"{x}+{-y}={k}"]
-    return [f"{y}+{x}={k}"] if y >= 0 else [f"{x}-{-y}={k}"]   # K-x
+    return [f"{y}+{x}={k}"] if y >= 0 else [f"{x}-{-y}={k}"]  # K-x
 
 
-# The world is small (about 1,750 distinct math problems), so independent draws for SFT, RL
-# and evaluation would share many problems, and held-out figures would count memorised ones. So every task
-# belongs to one split, fixed by a hash of what the model is shown; each phase draws from its own.
-# "val" is carved out of what was the rl split: RL trains on "rl", its settings are tuned on "val", and "eval"
-# (the final table) is never seen before a setting is chosen.
-SPLITS = {"sft": range(0, 6), "rl": range(6, 7), "val": range(7, 8), "eval": range(8, 10)}   # tenths
+# The world is small (about 1,750 distinct math problems), so independent draws for SFT, RL and
+# evaluation would share many problems, and held-out figures would count memorised ones. So every
+# task belongs to one split, fixed by a hash of what the model is shown; each phase draws from its
+# own. "val" is carved out of what was the rl split: RL trains on "rl", its settings are tuned on
+# "val", and "eval" (the final table) is never seen before a setting is chosen.
+SPLITS = {"sft": range(0, 6), "rl": range(6, 7), "val": range(7, 8), "eval": range(8, 10)}  # tenths
 
 
 def split_of(task):
-    """'sft', 'rl', 'val' or 'eval': a stable hash of the text the model is shown (two code tasks that show the same
-    example look the same to the model, whatever their other tests, so they must share a split)."""
+    """'sft', 'rl', 'val' or 'eval': a stable hash of the text the model is shown (two code tasks
+    that show the same example look the same to the model, whatever their other tests, so they must
+    share a split)."""
     key = data.task_text(task, short=True)
     tenth = int(hashlib.sha256(key.encode()).hexdigest()[:8], 16) % 10
     return next(name for name, r in SPLITS.items() if tenth in r)
@@ -200,31 +223,50 @@ def _tests(expr, xs):
 def _make_task(rng, kind, tid):
     if kind == "math":
         expr, steps, value = _chain(rng)
-        return {"id": tid, "kind": "math", "question": f"Compute {expr}.", "answer": str(value),
-                "source": "tiny", "metadata": {"family": "chain", "steps": steps}}
+        return {
+            "id": tid,
+            "kind": "math",
+            "question": f"Compute {expr}.",
+            "answer": str(value),
+            "source": "tiny",
+            "metadata": {"family": "chain", "steps": steps},
+        }
     if kind == "code":
         expr, vis, hid = _fn_task(rng)
-        return {"id": tid, "kind": "code", "question": "Write f(x).",
-                "answer": "", "tests": _tests(expr, hid), "public_tests": _tests(expr, vis), "source": "tiny",
-                "metadata": {"family": "fn", "solution": f"def f(x): return {expr}",
-                             "steps": _derivation(expr, vis[0], _apply(expr, vis[0])), "shown_examples": SHOWN}}
+        return {
+            "id": tid,
+            "kind": "code",
+            "question": "Write f(x).",
+            "answer": "",
+            "tests": _tests(expr, hid),
+            "public_tests": _tests(expr, vis),
+            "source": "tiny",
+            "metadata": {
+                "family": "fn",
+                "solution": f"def f(x): return {expr}",
+                "steps": _derivation(expr, vis[0], _apply(expr, vis[0])),
+                "shown_examples": SHOWN,
+            },
+        }
     raise ValueError(f"unknown task kind {kind!r}")
 
 
 def make_tasks(n, seed, kinds=("math", "code"), split=None):
     """n tasks in data.py's format, kinds interleaved, fully determined by (n, seed, kinds, split).
 
-    split: None draws from the whole world; "sft", "rl", "val" or "eval" only from that split (SPLITS,
-    split_of), so the cold start, RL, tuning and the held-out figures never share a problem, whatever their
-    seeds.
+    split: None draws from the whole world; "sft", "rl", "val" or "eval" only from that split
+    (SPLITS, split_of), so the cold start, RL, tuning and the held-out figures never share a
+    problem, whatever their seeds.
     """
     if split is not None and split not in SPLITS:
         raise ValueError(f"unknown split {split!r} (one of {sorted(SPLITS)})")
-    rng = random.Random(f"tiny-{seed}-1")  # a str seed hashes deterministically (sha512); the name is the stream's
+    rng = random.Random(
+        f"tiny-{seed}-1"
+    )  # a str seed hashes deterministically (sha512); the name is the stream's
     tasks = []
     for i in range(n):
         kind = kinds[i % len(kinds)]
-        while True:   # a split holds a fixed share of every kind, so this ends in a few draws
+        while True:  # a split holds a fixed share of every kind, so this ends in a few draws
             task = _make_task(rng, kind, f"tiny-{kind}-s{seed}-{i}")
             if split is None or split_of(task) == split:
                 break
@@ -235,27 +277,30 @@ def make_tasks(n, seed, kinds=("math", "code"), split=None):
 # ---------------------------------------------------------------------------------------------------------
 # Synthetic SFT traces
 
-# data_mix's names for the tiny world's RL tasks (train.load_mix): both kinds interleaved, or one kind alone, so
-# that a mix can weight them (for example {"tiny:math": 1.0, "tiny:code": 3.0})
+# data_mix's names for the tiny world's RL tasks (train.load_mix): both kinds interleaved, or one
+# kind alone, so that a mix can weight them (for example {"tiny:math": 1.0, "tiny:code": 3.0})
 SOURCES = {"tiny": ("math", "code"), "tiny:math": ("math",), "tiny:code": ("code",)}
 
-SUITED = {"math": "ensemble", "code": "tester"}   # the template each kind of task profits from most
-OTHER_SHARE = 0.25    # designer samples that show another template (a prior over all four for RL)
-WRONG_SHARE = 0.5     # critic/tester runs whose first reply is wrong, so the second call learns to fix it
+SUITED = {"math": "ensemble", "code": "tester"}  # the template each kind of task profits from most
+OTHER_SHARE = 0.25  # designer samples that show another template (a prior over all four for RL)
+WRONG_SHARE = (
+    0.5  # critic/tester runs whose first reply is wrong, so the second call learns to fix it
+)
 
 
 def oracle_reply(task):
-    """The correct reply of any agent call on a tiny task: the worked steps (math: the chain; code: K read off
-    the shown example), then the answer in the tag."""
+    """The correct reply of any agent call on a tiny task: the worked steps (math: the chain; code:
+    K read off the shown example), then the answer in the tag."""
     answer = task["answer"] if task["kind"] == "math" else task["metadata"]["solution"]
     return "".join(s + "\n" for s in task["metadata"]["steps"]) + f"<answer>{answer}</answer>"
 
 
 def wrong_reply(task):
-    """A plausible but wrong reply, the same every time for a task (a hash of its id picks it): the last step
-    off by a little (math); for code, a catalogue function that fits the examples the task shows but fails a
-    visible test (the natural mistake when the shown example is ambiguous), else one that fails a shown one.
-    The critic and repair calls learn to correct it (sft_traces), and exact_figures scores the repairs of it."""
+    """A plausible but wrong reply, the same every time for a task (a hash of its id picks it): the
+    last step off by a little (math); for code, a catalogue function that fits the examples the task
+    shows but fails a visible test (the natural mistake when the shown example is ambiguous), else
+    one that fails a shown one. The critic and repair calls learn to correct it (sft_traces), and
+    exact_figures scores the repairs of it."""
     rng = random.Random(f"wrong-{task['id']}")
     if task["kind"] == "math":
         steps = task["metadata"]["steps"]
@@ -271,14 +316,19 @@ def wrong_reply(task):
 
 
 def oracle_generate(tasks, wrong_first=()):
-    """A `generate` for sandbox.run_workflows that answers every call of run k correctly for tasks[k],
-    except the first call of the runs in wrong_first, which gets wrong_reply. Running the real template
-    scripts with it gives executor prompts exactly as rollouts will show them."""
+    """A `generate` for sandbox.run_workflows that answers every call of run k correctly for
+    tasks[k], except the first call of the runs in wrong_first, which gets wrong_reply. Running the
+    real template scripts with it gives executor prompts exactly as rollouts will show them."""
     wrong_first = set(wrong_first)
 
     def generate(calls):
-        return [wrong_reply(tasks[c.run]) if c.run in wrong_first and c.index == 0
-                else oracle_reply(tasks[c.run]) for c in calls]
+        return [
+            wrong_reply(tasks[c.run])
+            if c.run in wrong_first and c.index == 0
+            else oracle_reply(tasks[c.run])
+            for c in calls
+        ]
+
     return generate
 
 
@@ -287,8 +337,8 @@ def sft_traces(tasks, seed, other_share=OTHER_SHARE, wrong_share=WRONG_SHARE):
 
     Designer: the short designer prompt -> the script of the template suited to the task's kind
     (SUITED), or with probability other_share one of the other templates, so that the choice carries
-    signal but RL still sees every structure. Executor: every agent call the chosen template makes when
-    run in the sandbox with oracle replies (identical (prompt, reply) pairs kept once)."""
+    signal but RL still sees every structure. Executor: every agent call the chosen template makes
+    when run in the sandbox with oracle replies (identical (prompt, reply) pairs kept once)."""
     rng = random.Random(f"tiny-sft-{seed}")
     names = list(mas.TEMPLATES)
     chosen, wrong_first = [], []
@@ -297,22 +347,39 @@ def sft_traces(tasks, seed, other_share=OTHER_SHARE, wrong_share=WRONG_SHARE):
         others = [n for n in names if n != suited]
         name = rng.choice(others) if others and rng.random() < other_share else suited
         chosen.append(name)
-        # the tester repairs only what visible tests catch, so it gets wrong first replies on code alone
-        if (name == "critic" or (name == "tester" and t["kind"] == "code")) and rng.random() < wrong_share:
+        # the tester repairs only what visible tests catch, so it gets wrong first replies on code
+        # alone
+        if (
+            name == "critic" or (name == "tester" and t["kind"] == "code")
+        ) and rng.random() < wrong_share:
             wrong_first.append(k)
     # width: a bounded number of live children; thousands at once would only thrash a small machine
-    runs = sandbox.run_workflows([mas.TEMPLATES[n] for n in chosen], tasks, oracle_generate(tasks, wrong_first),
-                                 equal=reward.math_equal, width=64, short=True)
+    runs = sandbox.run_workflows(
+        [mas.TEMPLATES[n] for n in chosen],
+        tasks,
+        oracle_generate(tasks, wrong_first),
+        equal=reward.math_equal,
+        width=64,
+        short=True,
+    )
     designer, executor, seen = [], [], set()
     for t, name, run in zip(tasks, chosen, runs):
         gold = oracle_reply(t)
         if run.error is not None or mas.answer_of(gold) != run.answer:
-            raise RuntimeError(f"tiny.sft_traces: template {name!r} failed on {t['id']}: {run.error or run.answer}")
-        designer.append({"messages": mas.designer_messages(data.task_text(t, short=True), short=True),
-                         "completion": mas.script_completion(mas.TEMPLATES[name])})
+            raise RuntimeError(
+                f"tiny.sft_traces: template {name!r} failed on {t['id']}: {run.error or run.answer}"
+            )
+        designer.append(
+            {
+                "messages": mas.designer_messages(data.task_text(t, short=True), short=True),
+                "completion": mas.script_completion(mas.TEMPLATES[name]),
+            }
+        )
         for c in run.calls:
             key = json.dumps([c.messages, c.reply])
-            if c.reply == gold and key not in seen:   # wrong first replies are context, never targets
+            if (
+                c.reply == gold and key not in seen
+            ):  # wrong first replies are context, never targets
                 seen.add(key)
                 executor.append({"messages": c.messages, "completion": c.reply})
     return designer, executor
@@ -322,38 +389,58 @@ def sft_traces(tasks, seed, other_share=OTHER_SHARE, wrong_share=WRONG_SHARE):
 # Exact figures: what a policy would write, by teacher forcing instead of sampling
 
 
-# The Executor's contexts: which call of which template, run with which first reply. "solver" is the single
-# agent's call (ensemble and critic ask the same prompt), "coder" the tester's first call, "repair" its second
-# after the frozen wrong program (wrong_reply) failed the visible tests (code only), "keep" / "fix" the critic
-# after a right / the wrong proposal. The target is always the oracle reply.
-CONTEXTS = {"solver": ("single", 0, False), "coder": ("tester", 0, False), "repair": ("tester", 1, True),
-            "keep": ("critic", 1, False), "fix": ("critic", 1, True)}   # name: (template, call, wrong first)
-CALLS = {"single": ("solver",), "ensemble": ("solver",), "critic": ("solver", "keep", "fix"),
-         "tester": ("coder", "repair")}                                 # the contexts each template's calls see
+# The Executor's contexts: which call of which template, run with which first reply. "solver" is the
+# single agent's call (ensemble and critic ask the same prompt), "coder" the tester's first call,
+# "repair" its second after the frozen wrong program (wrong_reply) failed the visible tests (code
+# only), "keep" / "fix" the critic after a right / the wrong proposal. The target is always the
+# oracle reply.
+CONTEXTS = {
+    "solver": ("single", 0, False),
+    "coder": ("tester", 0, False),
+    "repair": ("tester", 1, True),
+    "keep": ("critic", 1, False),
+    "fix": ("critic", 1, True),
+}  # name: (template, call, wrong first)
+CALLS = {
+    "single": ("solver",),
+    "ensemble": ("solver",),
+    "critic": ("solver", "keep", "fix"),
+    "tester": ("coder", "repair"),
+}  # the contexts each template's calls see
 
 
 def executor_contexts(tasks):
-    """{context: [(messages, completion) or None, one a task]}: the prompts exactly as a rollout shows them
-    (the real template run in the sandbox with oracle replies, or with wrong_reply first) and the oracle reply.
-    None where a context does not occur (repair on math: its run_tests has no visible tests, so it passes)."""
+    """{context: [(messages, completion) or None, one a task]}: the prompts exactly as a rollout
+    shows them (the real template run in the sandbox with oracle replies, or with wrong_reply first)
+    and the oracle reply. None where a context does not occur (repair on math: its run_tests has no
+    visible tests, so it passes)."""
     out = {}
     for name, (template, call, wrong) in CONTEXTS.items():
-        runs = sandbox.run_workflows([mas.TEMPLATES[template]] * len(tasks), tasks,
-                                     oracle_generate(tasks, range(len(tasks)) if wrong else ()),
-                                     equal=reward.math_equal, width=64, short=True)
+        runs = sandbox.run_workflows(
+            [mas.TEMPLATES[template]] * len(tasks),
+            tasks,
+            oracle_generate(tasks, range(len(tasks)) if wrong else ()),
+            equal=reward.math_equal,
+            width=64,
+            short=True,
+        )
         out[name] = []
         for t, run in zip(tasks, runs):
             if run.error is not None:
-                raise RuntimeError(f"tiny.executor_contexts: {template} failed on {t['id']}: {run.error}")
-            out[name].append((run.calls[call].messages, oracle_reply(t)) if len(run.calls) > call else None)
+                raise RuntimeError(
+                    f"tiny.executor_contexts: {template} failed on {t['id']}: {run.error}"
+                )
+            out[name].append(
+                (run.calls[call].messages, oracle_reply(t)) if len(run.calls) > call else None
+            )
     return out
 
 
 def executor_score(contexts, kinds, shares):
-    """The Executor's primary exact row, one value a task: its contexts weighted as the Designer's structures
-    would call them,  E_t = sum_s shares[kind_t][s] * mean_{c in CALLS[s], c occurs for t} P_c(t),
-    with shares[kind][s] a fixed distribution over the templates (final_table: the SFT Designer's mean
-    P(template | kind)), so that two policies' rows pair task by task."""
+    """The Executor's primary exact row, one value a task: its contexts weighted as the Designer's
+    structures would call them,  E_t = sum_s shares[kind_t][s] * mean_{c in CALLS[s], c occurs for
+    t} P_c(t), with shares[kind][s] a fixed distribution over the templates (final_table: the SFT
+    Designer's mean P(template | kind)), so that two policies' rows pair task by task."""
     out = []
     for k, kind in enumerate(kinds):
         total = 0.0
@@ -364,30 +451,40 @@ def executor_score(contexts, kinds, shares):
     return out
 
 
-def exact_figures(model, tokenizer, tasks, batch_size=32, designer=True, executor=True, contexts=None):
-    """Sampling-free figures of a policy on tiny tasks (one teacher-forced forward per script or reply):
+def exact_figures(
+    model, tokenizer, tasks, batch_size=32, designer=True, executor=True, contexts=None
+):
+    """Sampling-free figures of a policy on tiny tasks (one teacher-forced forward per script or
+    reply):
 
         choice[k][name]  = P(the Designer writes template `name`'s script, exactly, for tasks[k])
         contexts[c][k]   = P(the Executor writes the oracle reply, exactly, in context c of tasks[k])
                            (CONTEXTS; None where c does not occur for the task)
         oracle[k]        = contexts["solver"][k], the single agent's call
 
-    (and the natural logs, choice_logp and contexts_logp, which do not underflow for an untrained model).
-    designer=False / executor=False skip a role's forwards (separate policies score each model on its own);
-    contexts: executor_contexts(tasks), when the caller scores several policies on the same tasks.
+    (and the natural logs, choice_logp and contexts_logp, which do not underflow for an untrained
+    model). designer=False / executor=False skip a role's forwards (separate policies score each
+    model on its own); contexts: executor_contexts(tasks), when the caller scores several policies
+    on the same tasks.
 
-    A sampled evaluation of 200 tasks at T=1 carries ~3.5 points of noise; these are exact for the tasks
-    given, so the paired difference between two models measures what training changed in the Designer's
-    choice of structure and in the Executor, with only the draw of tasks left as error. The mass that no
-    template gets goes to other scripts (variants, or ones that do not parse). Under FSDP2 every rank must
-    call this with the same tasks: each forward is collective."""
-    samples, where = [], []   # where[s]: the (table, key) that sample s's log-prob goes to
+    A sampled evaluation of 200 tasks at T=1 carries ~3.5 points of noise; these are exact for the
+    tasks given, so the paired difference between two models measures what training changed in the
+    Designer's choice of structure and in the Executor, with only the draw of tasks left as error.
+    The mass that no template gets goes to other scripts (variants, or ones that do not parse).
+    Under FSDP2 every rank must call this with the same tasks: each forward is collective."""
+    samples, where = [], []  # where[s]: the (table, key) that sample s's log-prob goes to
     choice_logp, contexts_logp = [{} for _ in tasks], {c: [None] * len(tasks) for c in CONTEXTS}
     if designer:
         for k, t in enumerate(tasks):
             for n in mas.TEMPLATES:
-                samples.append({"messages": mas.designer_messages(data.task_text(t, short=True), short=True),
-                                "completion": mas.script_completion(mas.TEMPLATES[n])})
+                samples.append(
+                    {
+                        "messages": mas.designer_messages(
+                            data.task_text(t, short=True), short=True
+                        ),
+                        "completion": mas.script_completion(mas.TEMPLATES[n]),
+                    }
+                )
                 where.append((choice_logp[k], n))
     if executor:
         for c, pairs in (contexts or executor_contexts(tasks)).items():
@@ -403,17 +500,22 @@ def exact_figures(model, tokenizer, tasks, batch_size=32, designer=True, executo
         out["choice"] = [{n: math.exp(v) for n, v in c.items()} for c in choice_logp]
     if executor:
         out["contexts_logp"] = contexts_logp
-        out["contexts"] = {c: [None if v is None else math.exp(v) for v in vs]
-                           for c, vs in contexts_logp.items()}
+        out["contexts"] = {
+            c: [None if v is None else math.exp(v) for v in vs] for c, vs in contexts_logp.items()
+        }
         out["oracle"] = out["contexts"]["solver"]
     return out
 
 
 def _sequence_logprobs(model, tokenizer, samples, batch_size):
-    """log P(completion | messages) for each sample, by the trainer's own packing (rollout.samples_to_tensors:
-    right padding, completion mask) and log-probs (chunked.token_logprobs), in float64 sums."""
+    """log P(completion | messages) for each sample, by the trainer's own packing
+    (rollout.samples_to_tensors: right padding, completion mask) and log-probs
+    (chunked.token_logprobs), in float64 sums."""
     encoded, _ = engine.encode_samples(tokenizer, samples)
-    seqs = [rollout.Sample(ids[:p], ids[p:], [0.0] * (len(ids) - p), (k,)) for k, (ids, p) in enumerate(encoded)]
+    seqs = [
+        rollout.Sample(ids[:p], ids[p:], [0.0] * (len(ids) - p), (k,))
+        for k, (ids, p) in enumerate(encoded)
+    ]
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
     device = next(model.parameters()).device
     seq_logp = []
@@ -421,7 +523,7 @@ def _sequence_logprobs(model, tokenizer, samples, batch_size):
     model.eval()
     with torch.no_grad():
         for s in range(0, len(seqs), batch_size):
-            b = rollout.samples_to_tensors(seqs[s:s + batch_size], pad, device)
+            b = rollout.samples_to_tensors(seqs[s : s + batch_size], pad, device)
             lp = chunked.token_logprobs(model, b["input_ids"], b["attention_mask"]).double()
             seq_logp += (lp * b["completion_mask"]).sum(-1).tolist()
     model.train(was_training)
