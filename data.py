@@ -49,7 +49,7 @@ MAX_EXAMPLE_CHARS = 2000  # per example input/output in task_text
 MAX_UNPICKLED = 1 << 30  # bytes a LiveCodeBench test blob may decompress to
 
 
-# ---------------------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------------
 # The format
 
 
@@ -192,7 +192,7 @@ def task_text(task, short=False):
     return text + "".join(f"\n\nExample {k}:\n{e}" for k, e in enumerate(ex, 1))
 
 
-# ---------------------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------------
 # Converters: one published row -> one task (index: the row's position, for sources without ids)
 
 

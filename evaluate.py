@@ -69,7 +69,7 @@ TINY_EVAL_SEED = (
 )
 
 
-# ----------------------------------------------------------------------------------------------- tasks
+# -------------------------------------------------------------------------------------------- tasks
 def load_benchmark(spec, n_tiny=100):
     """(name, tasks, source file or None) for a benchmark name or a task file; clear errors
     otherwise."""
@@ -92,7 +92,7 @@ def load_benchmark(spec, n_tiny=100):
     return path.stem, data.load_tasks(path), path
 
 
-# ----------------------------------------------------------------------------------------------- methods
+# ------------------------------------------------------------------------------------------ methods
 def evaluate_method(
     tasks,
     designer_engine,
@@ -162,7 +162,7 @@ def evaluate_all(benchmarks, designer_engine, executor_engine, methods, K=1, **k
     return results
 
 
-# ----------------------------------------------------------------------------------------------- tables
+# ------------------------------------------------------------------------------------------- tables
 def _pct(x):
     return f"{100 * x:.2f}"
 
@@ -192,7 +192,7 @@ def structure_table(per_bench):
     return "\n".join(lines)
 
 
-# ----------------------------------------------------------------------------------------------- statistics
+# --------------------------------------------------------------------------------------- statistics
 def paired_margin(a, b):
     """Mean of a - b over the same problems, and its standard error (the spread of the per-problem
     differences / sqrt(n)): the draw of problems cancels, so this is the honest error bar of a
@@ -205,7 +205,7 @@ def paired_margin(a, b):
     return mean, math.sqrt(var / len(d))
 
 
-# ----------------------------------------------------------------------------------------------- main
+# --------------------------------------------------------------------------------------------- main
 def sha256(path):
     """The file's SHA-256 (hex), or None for no file (the tiny tasks are made, not read)."""
     return hashlib.sha256(Path(path).read_bytes()).hexdigest() if path else None

@@ -2,43 +2,45 @@
 
 Each step (the paper's Algorithm 1, with stagewise co-evolution):
 
-    1. sample B queries from the training mix                                      (data.py, world/tiny.py)
+    1. sample B queries from the training mix                              (data.py, world/tiny.py)
     2. bi-level rollout: M scripts per query, N executions per script,
-       R[q, i, j] = correct + lambda * format                                    (rollout.py: R [B, M, N])
-    3. advantages A_D[q, i] = norm_i(mean_j R[q, i, :]), A_E[q, i, j] = norm_ij(R[q])     (advantage.py)
-       (A_E over the runs that happened: the slots of a script that did not parse are left out)
-    4. the active role at step t, one per stage of K steps; the other's samples are dropped  (stagewise.py)
-    5. the "old" log-probs: on-policy (one optimizer step a rollout) the training forward's own, detached
-       (rho = 1); with several minibatches (the authors' setting; the paper does not say) the trainer's,
-       before the first update, so that the clip acts on the later minibatches
-    6. the clipped GRPO update, one token-mean per role                                 (grpo.py)
+       R[q, i, j] = correct + lambda * format                            (rollout.py: R [B, M, N])
+    3. advantages A_D[q, i] = norm_i(mean_j R[q, i, :]), A_E[q, i, j] = norm_ij(R[q])
+       (A_E over the runs that happened: a script that did not parse has none)    (advantage.py)
+    4. the active role at step t, one per stage of K steps; the other's samples are dropped
+                                                                                  (stagewise.py)
+    5. the "old" log-probs: on-policy (one optimizer step a rollout) the training forward's own,
+       detached (rho = 1); with several minibatches (the authors' setting; the paper does not say)
+       the trainer's, before the first update, so that the clip acts on the later minibatches
+    6. the clipped GRPO update, one token-mean per role                                (grpo.py)
           L = sum_{designer tokens} l_t / N_D  +  sum_{executor tokens} l_t / N_E
-       N_role is the role's token count over all ranks, so that micro-batches and ranks add up exactly and a
-       few hundred designer tokens are not drowned by thousands of executor tokens. A sample with A = 0 has
-       l_t = 0 and no gradient: it is not forwarded, but its tokens count in N_role
-    7. the optimizer step, with the Adam state of the role being trained (one AdamW state per role over the
-       shared weights); the new weights are gathered (FSDP2: full state dict) and reloaded into the engine
-    8. the step's tree (rollouts.jsonl: `python tools/show.py out_dir` draws it) and its metrics.jsonl line,
-       then a checkpoint every `save_every` steps (HF format + optimizer.pt + trainer_state.pt, atomic
-       rename): a step's lines are on disk before its checkpoint, so no kill loses them
+       N_role is the role's token count over all ranks, so that micro-batches and ranks add up
+       exactly and a few hundred designer tokens are not drowned by thousands of executor tokens.
+       A sample with A = 0 has l_t = 0 and no gradient: it is not forwarded, but its tokens count
+    7. the optimizer step, with the Adam state of the role being trained (one AdamW state per role
+       over the shared weights); the new weights gathered (FSDP2: each full tensor) into the engine
+    8. the step's tree (rollouts.jsonl: `python tools/show.py out_dir` draws it) and its
+       metrics.jsonl line, then a checkpoint every `save_every` steps (HF format + optimizer.pt +
+       trainer_state.pt, an atomic rename): a step's lines are on disk before its checkpoint, so no
+       kill loses them
 
 Run it:
 
-    python train.py                                   # the tiny default on CPU: the SFT cold start if
-                                                      # out/tiny-sft/ is missing, RL, a results table
-    python train.py config/qwen3_8b.py --M=8 --N=1    # a preset, with command-line overrides
-    python train.py config/tiny.py --resume           # continue from the last checkpoint in out_dir
-    python train.py config/tiny.py --overwrite        # start over in an out_dir that holds a run (a fresh
-                                                      # run refuses such a folder: it would destroy the run)
-    python train.py --logprobs=plain --backend=hf     # the tiny default on the plain path read here
-    torchrun --nproc_per_node=8 train.py config/qwen3_8b.py          # 8 GPUs: FSDP2, one engine per rank
-    torchrun --nproc_per_node=2 train.py config/tiny.py --backend=hf  # CPU: gloo, one engine per rank
+    python train.py                                 # the tiny default on CPU: the SFT cold start
+                                                    # if out/tiny-sft/ is missing, RL, a table
+    python train.py config/qwen3_8b.py --M=8 --N=1  # a preset, with command-line overrides
+    python train.py config/tiny.py --resume         # continue from the last checkpoint in out_dir
+    python train.py config/tiny.py --overwrite      # start over in an out_dir that holds a run
+                                                    # (a fresh run refuses it: it would destroy it)
+    python train.py --logprobs=plain --backend=hf   # the tiny default on the plain path read here
+    torchrun --nproc_per_node=8 train.py config/qwen3_8b.py      # 8 GPUs: FSDP2, an engine a rank
+    torchrun --nproc_per_node=2 train.py config/tiny.py --backend=hf  # CPU: gloo, two ranks
 
 What runs is what you read here, except where a preset switches on a speed-up proven equal to it,
 named at its one dispatch point with the test that proves it: the tiny preset's logprobs="shared"
 (each prompt forwarded once: machinery/shared_prompts.py, in batches() and logprobs() below) and
-backend="lean" (machinery/decode.py's written-out sampling loop, where the engine is made in
-main()). Both are the tiny default's for the main job's time (about half of a step's);
+backend="lean" (machinery/decode.py's written-out sampling loop, where main() makes the engine).
+The tiny preset takes both for the main job's time (measured: docs/NOTES.md, issue #44);
 `--logprobs=plain --backend=hf` runs the plain path: grpo.token_logprobs and engine.HFEngine.
 
 settings.Config holds every setting (the paper's values marked); a config file assigns some of its
@@ -83,7 +85,7 @@ from machinery.recorder import Recorder
 from machinery.weights import EngineWeights
 from world import final_table, heldout, tiny
 
-# ----------------------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------------
 # data: a weighted mix of task lists, sampled without replacement within each source's epoch
 
 
@@ -116,7 +118,7 @@ def sample_queries(sources, weights, step, B, seed, pos):
     return out
 
 
-# ----------------------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------------
 # distributed: a process group always exists (world size 1 included), so the code has one path
 
 
@@ -157,8 +159,8 @@ def all_sum(xs, device, op=dist.ReduceOp.SUM):
     return t.tolist()
 
 
-# ----------------------------------------------------------------------------------------------------------
-# the policies: {name: {name, model, opt: {state: AdamW}}}: one ("model"), or "designer" and "executor"
+# --------------------------------------------------------------------------------------------------
+# the policies: {name: {name, model, opt: {state: AdamW}}}: "model", or "designer" and "executor"
 
 
 def load_model(path, cfg, device):
@@ -206,12 +208,11 @@ def make_policies(cfg, ckpt, ts, device):
     return policies, policy_of
 
 
-# ----------------------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------------
 # the update
 
-FORWARD_ZERO_ADV = (
-    False  # True: samples of A = 0 forwarded too (first_gpu_run.py: random weights earn 0)
-)
+# True: samples of A = 0 forwarded too (tools/first_gpu_run.py: random weights earn no reward)
+FORWARD_ZERO_ADV = False
 
 
 def batches(cfg, samples, idx, values, pad_id, device):
@@ -221,14 +222,12 @@ def batches(cfg, samples, idx, values, pad_id, device):
     collective, and a step that forwards nothing still steps Adam, on zero gradients, as forwarding
     samples of A = 0 would): fillers of padding."""
     if cfg.logprobs == "shared":
-        # the tiny preset: each prompt forwarded once for all its samples
-        # (machinery/shared_prompts.py), the same numbers as a row a sample
-        # (tests/test_train.py::test_shared_rows_run_equals_plain)
+        # the tiny preset: each prompt forwarded once for its samples (machinery/shared_prompts.py);
+        # a run's numbers are those of a row a sample (test_train.py::test_shared_rows_run_equals_plain)
         bs = shared_prompts.batches(samples, idx, values, pad_id, cfg.micro_batch)
     else:  # plain: one sample a row, similar lengths together
-        idx = sorted(
-            idx, key=lambda k: (len(samples[k].prompt_ids) + len(samples[k].completion_ids), k)
-        )
+        lengths = {k: len(samples[k].prompt_ids) + len(samples[k].completion_ids) for k in idx}
+        idx = sorted(idx, key=lambda k: (lengths[k], k))
         size = cfg.micro_batch
         bs = [pack(samples, idx[i : i + size], values, pad_id) for i in range(0, len(idx), size)]
     n = int(all_sum([max(len(bs), 1)], device, dist.ReduceOp.MAX)[0])
@@ -238,8 +237,7 @@ def batches(cfg, samples, idx, values, pad_id, device):
 
 
 def pack(samples, order, values, pad_id):
-    """One sample a row: rollout.samples_to_tensors, values laid out [S, T-1]; no order: a
-    filler."""
+    """One sample a row (rollout.samples_to_tensors), values laid out [S, T-1]; no order: filler."""
     b = rollout_lib.samples_to_tensors([samples[k] for k in order] if order else samples, pad_id)
     mask = b["completion_mask"] * bool(order)  # a filler trains nothing
     out = {
@@ -254,8 +252,7 @@ def pack(samples, order, values, pad_id):
 
 
 def laid_out(v, order, mask):
-    """The vectors v[k] of the samples in `order`, each on its sample's trained positions of
-    mask."""
+    """The vectors v[k] of the samples in `order`, each on its sample's trained positions."""
     if not order:
         return torch.zeros(mask.shape)
     return torch.zeros(mask.shape).masked_scatter(mask.bool(), torch.cat([v[k] for k in order]))
@@ -283,18 +280,18 @@ def logprobs(model, b, cfg):
 
 @torch.no_grad()
 def old_logprobs(cfg, model, samples, idx, pad_id, device):
-    """log pi_old of every trained token of the samples idx, by the trainer before the update: {k:
-    [L_k]}."""
+    """log pi_old of each trained token of the samples idx, by the trainer before the update:
+    {k: [L_k]}."""
     old = {}
     model.eval()
     for b in batches(cfg, samples, idx, {}, pad_id, device):
         lp = logprobs(model, b, cfg)[b["mask"].bool()].cpu()
         lengths = [len(samples[k].completion_ids) for k in b["order"]]
         old.update(zip(b["order"], lp.split(lengths), strict=True))
-    if hasattr(
-        model, "reshard"
-    ):  # FSDP2 keeps the root's weights gathered after a forward without grad;
-        model.reshard()  # the update's backward would then reduce those gradients wrongly
+    # FSDP2 keeps the root's weights gathered after a forward without grad; the update's backward
+    # would then reduce those gradients wrongly
+    if hasattr(model, "reshard"):
+        model.reshard()
     model.train()
     return old
 
@@ -305,20 +302,20 @@ def token_values(cfg, model, samples, A, pad_id, device):
     training forward's own, detached (grpo_loss's None: rho = 1); with several minibatches the
     trainer's before the update."""
     live = [k for k in range(len(samples)) if A[k] != 0 or FORWARD_ZERO_ADV]
+    old = None
+    if cfg.minibatches > 1:
+        old = old_logprobs(cfg, model, samples, live, pad_id, device)
     return {
         "adv": {k: A[k].expand(len(samples[k].completion_ids)) for k in live},
         "engine": {k: torch.tensor(samples[k].logprobs) for k in live},
-        "old": old_logprobs(cfg, model, samples, live, pad_id, device)
-        if cfg.minibatches > 1
-        else None,
+        "old": old,
     }
 
 
 def update(cfg, step, roles, policy_of, pad_id, device, world):
     """roles[role] = (samples, A [S]): cfg.minibatches optimizer steps over the role's samples.
     Returns the stats: per role the loss, clip fraction, ratio and engine/trainer log-prob gap
-    (means over the forwarded tokens) and the forwarded tokens, per policy the grad norm, and the
-    lr."""
+    (means over the forwarded tokens) and the forwarded tokens; per policy the grad norm; the lr."""
     stats, acc, gap_max = {"lr": 0.0}, Counter(), Counter()
     pols = list({id(policy_of[r]): policy_of[r] for r in roles}.values())
     values = {}
@@ -333,13 +330,11 @@ def update(cfg, step, roles, policy_of, pad_id, device, world):
             n_role = all_sum([sum(len(samples[k].completion_ids) for k in part)], device)[0]
             if n_role == 0:
                 continue
-            # a sample with A = 0 has l_t = 0 and no gradient: it is not forwarded (but counts in
-            # N_role)
+            # a sample with A = 0 has l_t = 0 and no gradient: not forwarded (it counts in N_role)
             live = [k for k in part if A[k] != 0 or FORWARD_ZERO_ADV]
             for b in batches(cfg, samples, live, values[role], pad_id, device):
                 lp = logprobs(policy_of[role]["model"], b, cfg)
-                # l_t = -min(rho A, clip(rho) A), summed / N_role (FSDP averages the ranks'
-                # gradients)
+                # l_t = -min(rho A, clip(rho) A), summed / N_role (FSDP averages ranks' gradients)
                 loss, st = grpo.grpo_loss(
                     lp, b["old"], b["adv"], b["mask"], n_role / world, b["engine"], cfg.tis_cap
                 )
@@ -359,8 +354,7 @@ def update(cfg, step, roles, policy_of, pad_id, device, world):
 def optimizer_step(cfg, pol, mine, stats):
     """One optimizer step of the policy pol, whose gradient is of the roles `mine`: clipped to norm
     1, with the Adam state of those roles (opt_state); its norm into stats (per policy and per
-    roles, a mean over the minibatches) and the lr. No gradient (nothing forwarded on any rank): no
-    step."""
+    roles, a mean over the minibatches), and the lr. Nothing forwarded on any rank: no step."""
     if not any(p.grad is not None for p in pol["model"].parameters()):
         return
     gn = torch.nn.utils.clip_grad_norm_(pol["model"].parameters(), 1.0)
@@ -373,9 +367,8 @@ def optimizer_step(cfg, pol, mine, stats):
 
 
 def role_stats(roles, acc, gap_max, device):
-    """Each role's update numbers over every rank: the loss and the forwarded tokens (sums), the
-    clip fraction, the ratio and the engine/trainer log-prob gap (token means), and the largest
-    gap."""
+    """Each role's update numbers over every rank: the loss and the forwarded tokens (sums); the
+    clip fraction, the ratio and the engine/trainer log-prob gap (token means); the largest gap."""
     keys = []
     for r in roles:
         keys += [f"{r}/{k}" for k in ("loss", "tokens", "clip_frac", "ratio_mean", "logprob_gap")]
@@ -392,12 +385,11 @@ def role_stats(roles, acc, gap_max, device):
 
 
 def per_sample(samples, A):
-    """Each sample's advantage, [S]: A at its index (q, i) for a designer sample, (q, i, j) for a
-    call."""
+    """Each sample's advantage [S]: A at its index, (q, i) for a script, (q, i, j) for a call."""
     return torch.tensor([float(A[s.index]) for s in samples])
 
 
-# ----------------------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------------
 # the loop
 
 
@@ -426,64 +418,51 @@ def main(argv):
     name = next(iter(policies))  # the engine starts with the Designer's weights
     model_dir = os.path.join(ckpt, name) if ckpt else settings.model_dirs(cfg)[name]
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
-    pad_id = (
-        tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
-    )
-    # backend="lean", the tiny preset: decode.py's loop, the same greedy tokens as the transformers
-    # engine (tests/test_engine.py::test_lean_greedy_equals_transformers) and the trainer's
-    # log-probs of what it samples (::test_lean_logprobs_match_direct_forward); its seeded draws are
-    # its own (engine.LeanEngine)
+    pad_id = tokenizer.pad_token_id
+    if pad_id is None:
+        pad_id = tokenizer.eos_token_id
+    # backend="lean", the tiny preset: decode.py's loop, the greedy tokens of the transformers
+    # engine (tests/test_engine.py::test_lean_greedy_equals_transformers) and the trainer's log-probs
+    # of what it samples (::test_lean_logprobs_match_direct_forward); its seeded draws are its own
     eng = engine_lib.make_engine(model_dir, backend=cfg.backend, **cfg.engine_kwargs)
-    weights = EngineWeights(
-        cfg, eng, policy_of, device
-    )  # the trainer's weights in it, each sync proven
+    weights = EngineWeights(cfg, eng, policy_of, device)  # the trainer's weights, each sync proven
     start, pos = (ts["step"], list(ts["data_pos"])) if ts else (0, [0] * len(sources))
     rundir.restore_rng(ts, cfg.seed, rank)
-    rec = Recorder(
-        cfg, rank, device, start
-    )  # a resume drops the lines of steps after its checkpoint
+    rec = Recorder(cfg, rank, device, start)  # a resume drops the lines of later steps
     if rank == 0:
         print(
             f"train.py: steps {start}..{cfg.steps}, {world} rank(s), {device}, {cfg.backend}, "
             f"{cfg.policy}, {cfg.mode} K={cfg.K}, B={cfg.batch_size} M={cfg.M} N={cfg.N}",
             flush=True,
         )
-    # the held-out curve (world/heldout.py): at step 0 and at every checkpoint, into that step's
-    # line
+    # the held-out curve (world/heldout.py): at step 0 and at every checkpoint, in that step's line
     curve = None
     if cfg.probe_tasks > 0 and tiny_data:
         curve = heldout.Curve(cfg, world, rank, rec.kept)
         if start == 0 and not all_sum([curve.started], device, dist.ReduceOp.MAX)[0]:
             rec.write({"step": 0, **curve(0, weights, policy_of, tokenizer)})
-    designer_sampling = engine_lib.Sampling(max_tokens=cfg.designer_max_tokens)
-    executor_sampling = engine_lib.Sampling(max_tokens=cfg.max_tokens)
+    mix = list(cfg.data_mix.values())
+    kw = dict(  # the rollout's settings, the same at every step
+        M=cfg.M,
+        N=cfg.N,
+        seed=cfg.seed * 1000,
+        template=cfg.template or None,
+        designer_sampling=engine_lib.Sampling(max_tokens=cfg.designer_max_tokens),
+        executor_sampling=engine_lib.Sampling(max_tokens=cfg.max_tokens),
+        short=tiny_data,
+        lam=cfg.lam,
+    )
     for step in range(start, cfg.steps):
         # 4. the active role, known first: an Executor-only step may take more queries
         active = stagewise.active_roles(step, cfg.mode, cfg.K, cfg.first_role)
         rec.begin(step, active)
         b = settings.step_batch(cfg, active) // world
         # 1. queries: the same global batch on every rank, each rank takes its share
-        queries = sample_queries(
-            sources, list(cfg.data_mix.values()), step, b * world, cfg.seed, pos
-        )
+        queries = sample_queries(sources, mix, step, b * world, cfg.seed, pos)
         mine = queries[rank * b : (rank + 1) * b]
-        # 2. rollout: M x N, rewards R [b, M, N]; each role's view of the engine holds that role's
-        # weights
-        batch = rollout_lib.rollout(
-            mine,
-            weights.view("designer", step),
-            weights.view("executor", step),
-            cfg.M,
-            cfg.N,
-            step,
-            seed=cfg.seed * 1000,
-            q_offset=rank * b,
-            template=cfg.template or None,
-            designer_sampling=designer_sampling,
-            executor_sampling=executor_sampling,
-            short=tiny_data,
-            lam=cfg.lam,
-        )
+        # 2. rollout: M x N, rewards R [b, M, N]; each role's view of the engine holds its weights
+        designer, executor = weights.view("designer", step), weights.view("executor", step)
+        batch = rollout_lib.rollout(mine, designer, executor, step=step, q_offset=rank * b, **kw)
         weights.sleep()  # vLLM on a GPU frees its memory while the trainer runs
         # 3. advantages (the Executor's over the runs that happened)
         A_D = advantage.designer_advantages(batch.R)

@@ -120,7 +120,7 @@ def eos_ids(tokenizer, config=None, generation_config=None) -> list[int]:
     return sorted(ids)
 
 
-# ---------------------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------------
 # A finished turn as token ids (what SFT trains on and tiny.exact_figures scores): the prompt as the
 # chat template renders it for generation, then the completion and the template's end-of-turn token
 

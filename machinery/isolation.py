@@ -87,7 +87,7 @@ class SandboxUnavailable(RuntimeError):
     network or PID namespace): set METAAGENT_UNSAFE_SANDBOX=1 or call sandbox.start(unsafe=True)."""
 
 
-# ---------------------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------------
 # Linux plumbing: mounts, seccomp, capabilities, rlimits (ctypes; the numbers are the kernel's ABI)
 
 _libc = ctypes.CDLL(None, use_errno=True)
@@ -273,7 +273,7 @@ def _enter(stdin, cpu_seconds, memory):
     _seccomp_no_spawn()
 
 
-# ---------------------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------------
 # The job's side: what runs in a forked child. All of it is our code; model code runs in _run_program and
 # _workflow_job once the child has no way out.
 
@@ -538,7 +538,7 @@ def _job(spec, fds, base, isolated):
         os._exit(code)
 
 
-# ---------------------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------------
 # The fork-server: a fresh exec inside the namespaces; forks one child per job, reports each one's end
 
 
@@ -601,7 +601,7 @@ def _serve(sock_fd, base, isolated):
             sel.register(jobs[spec["id"]][1], selectors.EVENT_READ, spec["id"])
 
 
-# ---------------------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------------
 # The trainer's side: the fork-server process, jobs, and the event loop that drives them (thread-safe)
 
 

@@ -252,7 +252,7 @@ def test_hf_too_long_prompt_is_an_error_completion(hf):
     )  # rendered or reported, no raise
 
 
-# ----------------------------------------------------------------------------------------- lean (decode.py)
+# --------------------------------------------------------------------------------- lean (decode.py)
 # The test model has 4 query heads over 2 key/value heads: the grouped-query path of decode.Decoder.
 
 

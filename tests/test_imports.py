@@ -78,7 +78,7 @@ def test_module_docstrings():
         )
 
 
-# ---------------------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------------
 # The import graph
 
 
@@ -174,7 +174,7 @@ def test_needs_line_names_every_project_file_the_module_imports(name):
     )
 
 
-# ---------------------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------------
 # Copied alone (with its Needs), each advertised module works: a real call, in a fresh interpreter whose only
 # project files are the copies (python -I: no PYTHONPATH, no user site, no script directory)
 

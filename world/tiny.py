@@ -144,7 +144,7 @@ def save_tiny(path, seed=0, **config_kw):
     return path
 
 
-# ---------------------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------------
 # The synthetic world
 
 
@@ -274,7 +274,7 @@ def make_tasks(n, seed, kinds=("math", "code"), split=None):
     return tasks
 
 
-# ---------------------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------------
 # Synthetic SFT traces
 
 # data_mix's names for the tiny world's RL tasks (train.load_mix): both kinds interleaved, or one
@@ -385,7 +385,7 @@ def sft_traces(tasks, seed, other_share=OTHER_SHARE, wrong_share=WRONG_SHARE):
     return designer, executor
 
 
-# ---------------------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------------
 # Exact figures: what a policy would write, by teacher forcing instead of sampling
 
 
