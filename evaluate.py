@@ -36,9 +36,10 @@ paper's Table 7 cases):
 paired_margin gives the honest error bar of a difference on the same problems (world/final_table.py,
 sft.py's quality bar).
 
-Needs: advantage.py, data.py, machinery/engine.py, machinery/weights.py, mas.py, rollout.py,
-tools/show.py, world/tiny.py, machinery/decode.py, machinery/reload_check.py, machinery/rundir.py,
-reward.py, sandbox.py, machinery/chunked.py, settings.py, machinery/isolation.py, stagewise.py
+Needs: advantage.py, machinery/data.py, machinery/engine.py, machinery/weights.py, mas.py,
+rollout.py, tools/show.py, world/tiny.py, machinery/decode.py, machinery/ranks.py,
+machinery/reload_check.py, machinery/rundir.py, reward.py, sandbox.py, machinery/chunked.py,
+settings.py, machinery/isolation.py, stagewise.py
 """
 
 import argparse
@@ -52,11 +53,10 @@ from pathlib import Path
 from tqdm import tqdm
 
 import advantage
-import data
 import mas
 import rollout as rollout_lib
+from machinery import data, weights
 from machinery import engine as engine_lib
-from machinery import weights
 from tools import show
 from world import tiny
 

@@ -29,7 +29,7 @@ numbers with a tolerance).
     reward(task, run)                                       # R for one WorkflowRun of sandbox.run_workflows
 
 Needs: sandbox.py, machinery/isolation.py (code_score runs programs; outputs_match), mas.py (the
-answer tag), data.py (for sandbox.py)
+answer tag), machinery/data.py (for sandbox.py)
 """
 
 import atexit

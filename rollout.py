@@ -31,7 +31,7 @@ grpo.token_logprobs.
     batch.R, batch.executed      # [B, M, N] rewards; True where the run happened (its script parsed)
     t = samples_to_tensors(batch.executor, pad_id)   # input_ids, attention_mask, completion_mask, logprobs
 
-Needs: data.py, machinery/engine.py, mas.py, reward.py, sandbox.py, machinery/decode.py,
+Needs: machinery/data.py, machinery/engine.py, mas.py, reward.py, sandbox.py, machinery/decode.py,
 machinery/isolation.py
 """
 
@@ -40,10 +40,10 @@ from dataclasses import dataclass, field, replace
 
 import torch
 
-import data
 import mas
 import reward as reward_lib
 import sandbox
+from machinery import data
 from machinery import engine as engine_lib
 
 

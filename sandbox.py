@@ -42,7 +42,7 @@ without unprivileged user namespaces it raises SandboxUnavailable, saying what t
 METAAGENT_UNSAFE_SANDBOX=1 or start(unsafe=True): then it warns on every start and every
 run_workflows.
 
-Needs: machinery/isolation.py (the child processes), mas.py (the script language), data.py
+Needs: machinery/isolation.py (the child processes), mas.py (the script language), machinery/data.py
 (task_text: what a script receives)
 """
 
@@ -55,8 +55,8 @@ from dataclasses import dataclass, field
 from decimal import Decimal, InvalidOperation
 from types import SimpleNamespace
 
-import data
 import mas
+from machinery import data
 from machinery import isolation as iso  # as iso: isolation() below is the function of that name
 
 # the fork-server's interface, part of this one

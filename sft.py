@@ -29,10 +29,10 @@ From Python:
     stats = train_sft(model, tokenizer, samples, steps=300, lr=2e-3, batch_size=64, out_dir="out/x")
     figures = evaluate_sft("out/x", heldout_tasks)     # the quality bar: parse rate, template accuracies
 
-Needs: data.py, evaluate.py, machinery/chunked.py, machinery/engine.py, machinery/muon.py,
+Needs: evaluate.py, machinery/chunked.py, machinery/data.py, machinery/engine.py, machinery/muon.py,
 machinery/rundir.py, machinery/speed.py, machinery/weights.py, mas.py, rollout.py, world/tiny.py,
-advantage.py, tools/show.py, machinery/decode.py, settings.py, machinery/reload_check.py, reward.py,
-sandbox.py, stagewise.py, machinery/isolation.py
+advantage.py, tools/show.py, machinery/decode.py, settings.py, machinery/ranks.py,
+machinery/reload_check.py, reward.py, sandbox.py, stagewise.py, machinery/isolation.py
 """
 
 import argparse
@@ -49,12 +49,11 @@ import torch.distributed as dist
 from torch.distributed.fsdp import FSDPModule
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-import data
 import evaluate as evaluate_lib
 import mas
 import rollout
+from machinery import data, muon, rundir, speed, weights
 from machinery import engine as engine_lib
-from machinery import muon, rundir, speed, weights
 from machinery.chunked import token_logprobs
 from world import tiny
 

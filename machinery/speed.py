@@ -34,8 +34,9 @@ Usage (train.load_model and bench.py gpu call exactly this):
 
 tests/test_speed.py checks every mode (eager and compiled, with and without FSDP2) against the plain
 model: values and gradients. Which mode is fastest within the memory budget is measured by `python
-tools/bench.py gpu`. Needs: no other file of this project (torch, and a Hugging Face-style model
-with model.model.layers).
+tools/bench.py gpu`.
+
+Needs: no other file of this project (torch, and a Hugging Face-style model with model.model.layers).
 """
 
 import functools

@@ -24,8 +24,8 @@ engine/trainer log-prob gap. A view given the step is also the fault-injection p
 phase (rundir.fault "designer-phase", "executor-phase": tests/test_train.py SIGKILLs a run there, at
 the phase's first generate call).
 
-Needs: machinery/reload_check.py, machinery/rundir.py, machinery/engine.py, settings.py,
-machinery/decode.py, mas.py, stagewise.py
+Needs: machinery/ranks.py, machinery/reload_check.py, machinery/rundir.py, machinery/engine.py,
+settings.py, machinery/decode.py, mas.py, stagewise.py
 """
 
 import glob
@@ -36,7 +36,7 @@ import torch
 import torch.distributed as dist
 from safetensors import safe_open
 
-from machinery import reload_check, rundir
+from machinery import ranks, reload_check, rundir
 
 
 class RoleView:
@@ -129,14 +129,10 @@ class EngineWeights:
             self.probe(f"after the weight sync of step {step + 1}")
 
     def probe(self, when):
-        """reload_check.probe on every rank; the largest gap (NaN as inf) and S of all of them
-        decide."""
+        """reload_check.probe on every rank; the largest gap (NaN: inf) and S of all ranks decide."""
         gap, S = reload_check.probe(self.eng, self.policy_of["designer"]["model"], self.device)
-        t = torch.tensor(
-            [gap if gap == gap else math.inf, S], dtype=torch.float64, device=self.device
-        )
-        dist.all_reduce(t, op=dist.ReduceOp.MAX)
-        gap, S = t.tolist()
+        gap = gap if gap == gap else math.inf  # NaN (a broken reload) is the largest of all
+        gap, S = ranks.all_sum([gap, S], self.device, dist.ReduceOp.MAX)
         self.bound = reload_check.limit(self.dtype or torch.float32, S)
         self.info = {
             "reload/probe_gap": gap,

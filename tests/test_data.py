@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-import data
 import sandbox
+from machinery import data
 
 ROOT = Path(__file__).resolve().parents[1]
 FIX = Path(__file__).resolve().parent / "fixtures"
@@ -298,7 +298,7 @@ def test_save_load_roundtrip_and_task_text(tmp_path):
 def test_cli_convert(tmp_path):
     out = tmp_path / "p.jsonl"
     proc = subprocess.run(
-        [sys.executable, "data.py", "convert", "polaris", str(FIX / "polaris.jsonl"), str(out)],
+        [sys.executable, "machinery/data.py", "convert", "polaris", str(FIX / "polaris.jsonl"), str(out)],
         cwd=ROOT,
         capture_output=True,
         text=True,
@@ -306,7 +306,7 @@ def test_cli_convert(tmp_path):
     assert proc.returncode == 0, proc.stderr
     assert "wrote 2 tasks" in proc.stdout and len(data.load_tasks(str(out))) == 2
     proc = subprocess.run(
-        [sys.executable, "data.py", "convert", "apps", str(FIX / "polaris.jsonl"), str(out)],
+        [sys.executable, "machinery/data.py", "convert", "apps", str(FIX / "polaris.jsonl"), str(out)],
         cwd=ROOT,
         capture_output=True,
         text=True,

@@ -65,7 +65,7 @@ def test_end_to_end_on_tiny_tasks_and_real_format(tiny_model, tmp_path):
     scripts count as wrong, and results.json records what was evaluated."""
     tasks = ["tiny"]
     if SHARED.exists():  # two real AIME25 problems, converted and saved in the task format
-        import data
+        from machinery import data
 
         _, aime, _ = evaluate.load_benchmark("aime25")
         data.save_tasks(aime[:2], tmp_path / "aime25_head.jsonl")

@@ -22,35 +22,19 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ("machinery", "world", "tools")
-FILES = sorted(
-    p.relative_to(ROOT)
-    for pattern in ("*.py", *(f"{d}/*.py" for d in PACKAGES))
-    for p in ROOT.glob(pattern)
-    if p.name != "__init__.py"
-)
-MODULES = {
-    ".".join(f.with_suffix("").parts): f for f in FILES
-}  # {"machinery.engine": machinery/engine.py}
+FILES = []  # every project module's path: the top level's and each package's (its __init__ aside)
+for pattern in ("*.py", *(f"{d}/*.py" for d in PACKAGES)):
+    FILES += [p.relative_to(ROOT) for p in ROOT.glob(pattern) if p.name != "__init__.py"]
+FILES.sort()
+# {"machinery.engine": machinery/engine.py, ...}
+MODULES = {".".join(f.with_suffix("").parts): f for f in FILES}
 
 
 def test_the_layout_is_the_readme_s():
-    """The method at the top level, the machinery, the world and the tools in their folders
-    (README)."""
+    """The method at the top level; the machinery, the world and the tools in their folders."""
     top = sorted(m for m in MODULES if "." not in m)
-    assert top == [
-        "advantage",
-        "data",
-        "evaluate",
-        "grpo",
-        "mas",
-        "reward",
-        "rollout",
-        "sandbox",
-        "settings",
-        "sft",
-        "stagewise",
-        "train",
-    ], top
+    method = ["advantage", "evaluate", "grpo", "mas", "reward", "rollout", "sandbox", "settings"]
+    assert top == [*method, "sft", "stagewise", "train"], top
     for d in PACKAGES:  # each folder a package: its __init__.py says what the folder holds
         doc = ast.get_docstring(ast.parse((ROOT / d / "__init__.py").read_text())) or ""
         assert len(doc) > 80, f"{d}/__init__.py needs a docstring saying what the folder holds"
@@ -229,7 +213,7 @@ script, why = mas.parse_script(mas.script_completion(mas.TEMPLATES["critic"]))
 assert why is None and script == mas.TEMPLATES["critic"] and mas.structure_of(script) == "critic"
 assert mas.majority(["2", "3", " 2 "], str.__eq__) == "2" and mas.answer_of("x <answer>4</answer>") == "4"
 """,
-    "data": """
+    "machinery.data": """
 task = {"id": "t", "kind": "code", "question": "Double it.", "public_tests": {"inputs": ["2"], "outputs": ["4"]}}
 assert data.task_text(task, short=True) == "Double it.\\nin: 2\\nout: 4"
 """,

@@ -10,11 +10,10 @@ from collections import Counter
 import pytest
 import torch
 
-import data
 import grpo
 import mas
 import reward
-from machinery import engine
+from machinery import data, engine
 from rollout import rollout, samples_to_tensors
 from world import tiny
 

@@ -17,11 +17,10 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 import torch
 
-import data
 import evaluate
 import mas
 import sft
-from machinery import engine, muon
+from machinery import data, engine, muon
 from tools import distill
 from world import tiny
 

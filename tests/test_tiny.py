@@ -104,7 +104,7 @@ def test_make_tasks_is_deterministic_and_well_formed():
 
 
 def test_splits_share_no_problem_whatever_the_seeds():
-    import data
+    from machinery import data
 
     draws = {s: tiny.make_tasks(600, seed=0 if s == "sft" else 1, split=s) for s in tiny.SPLITS}
     texts = {s: {data.task_text(t) for t in ts} for s, ts in draws.items()}
@@ -177,8 +177,8 @@ def test_wrong_reply_is_wrong_and_well_formed():
 
 
 def test_one_shown_example_is_often_ambiguous_and_the_wrong_reply_fits_it():
-    import data
     import mas
+    from machinery import data
 
     tasks = tiny.make_tasks(200, seed=3, kinds=("code",))
     ambiguous = 0

@@ -672,7 +672,7 @@ def test_stale_sandbox_folders_of_dead_processes_are_removed(tmp_path):
 
 
 def test_heldout_tasks_share_no_text_with_training_and_cover_both_kinds():
-    import data
+    from machinery import data
     from world import tiny
 
     cfg = settings.Config(eval_tasks=40, seed=0)

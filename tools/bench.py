@@ -18,12 +18,12 @@ engine measures a real tiny step: config/tiny.py's rollout from out/tiny-sft (`p
 it), rolled out as train.py rolls it out (tiny_step). torch and transformers are imported at the top
 (train.py needs them anyway); vLLM only through engine.py, when importable.
 
-Needs: grpo.py, machinery/engine.py, machinery/speed.py, rollout.py, settings.py, train.py,
-world/tiny.py, machinery/decode.py, data.py, mas.py, reward.py, sandbox.py, stagewise.py,
-advantage.py, machinery/chunked.py, machinery/recorder.py, machinery/rundir.py,
-machinery/shared_prompts.py, machinery/weights.py, sft.py, world/final_table.py, world/heldout.py,
-machinery/isolation.py, machinery/loggers.py, machinery/reload_check.py, evaluate.py,
-machinery/muon.py, tools/show.py
+Needs: grpo.py, machinery/engine.py, machinery/ranks.py, machinery/speed.py, rollout.py,
+settings.py, train.py, world/tiny.py, machinery/decode.py, machinery/data.py, mas.py, reward.py,
+sandbox.py, stagewise.py, advantage.py, machinery/chunked.py, machinery/recorder.py,
+machinery/rundir.py, machinery/shared_prompts.py, machinery/weights.py, sft.py,
+world/final_table.py, world/heldout.py, machinery/isolation.py, machinery/loggers.py,
+machinery/reload_check.py, evaluate.py, machinery/muon.py, tools/show.py
 """
 
 import functools
@@ -47,7 +47,7 @@ import rollout as rollout_lib
 import settings
 import train
 from machinery import engine as engine_lib
-from machinery import speed
+from machinery import ranks, speed
 from world import tiny
 
 HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the project root
@@ -361,7 +361,7 @@ def gpu_row(k, steps=3):
     GPUs. MFU = 6 * params * tokens / time / PEAK_FLOPS. Prints one JSON line. Without CUDA: a small
     model, short sequences (the path runs)."""
     cfg = settings.Config(**GPU_ROWS[k])
-    _, world, device = train.setup_dist(cfg)
+    _, world, device = ranks.setup(cfg)
     cuda = device.type == "cuda"
     (B, T), shape = ((8, 4096), QWEN3_4B) if cuda else ((2, 64), SMALL)
     model = speed.prepare(

@@ -19,7 +19,8 @@ paper's), so that the cold start learns completions as long as RL samples (a tea
 reply cut short parses or grades as wrong, and is dropped). The key, if the endpoint wants one, from
 OPENAI_API_KEY.
 
-Needs: data.py, mas.py, reward.py, sandbox.py, settings.py, machinery/isolation.py, stagewise.py
+Needs: machinery/data.py, mas.py, reward.py, sandbox.py, settings.py, machinery/isolation.py,
+stagewise.py
 """
 
 import argparse
@@ -35,11 +36,11 @@ from concurrent.futures import ThreadPoolExecutor
 # run by path (python tools/distill.py): the project's root first on the path, for its imports below
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-import data
 import mas
 import reward as reward_lib
 import sandbox
 import settings
+from machinery import data
 
 MAX_TOKENS = settings.Config.max_tokens  # the presets' per-completion limit [paper]: 8192
 
@@ -218,7 +219,7 @@ def main(argv):
     a = p.parse_args(argv)
     if not os.path.isfile(a.tasks):
         sys.exit(
-            f"distill.py: no task file {a.tasks} (data.py's format: python data.py convert ...)"
+            f"distill.py: no task file {a.tasks} (data.py's format: python machinery/data.py convert ...)"
         )
     distill(
         a.teacher,

@@ -22,8 +22,8 @@ is there). Random weights earn no reward, so samples of zero advantage are forwa
 they did.
 
 Needs: machinery/engine.py, settings.py, world/tiny.py, machinery/decode.py, mas.py, stagewise.py,
-data.py, machinery/chunked.py, reward.py, rollout.py, sandbox.py, machinery/isolation.py; train.py
-runs in a subprocess: it, and the files its Needs line names
+machinery/chunked.py, machinery/data.py, reward.py, rollout.py, sandbox.py, machinery/isolation.py;
+train.py runs in a subprocess: it, and the files its Needs line names
 """
 
 import glob

@@ -21,9 +21,9 @@ by task (ablations.py).
     python world/final_table.py out/tiny-rl --split val           # a finished run's table again, on another split
 
 Needs: evaluate.py, machinery/engine.py, machinery/rundir.py, machinery/weights.py, mas.py,
-settings.py, world/heldout.py, world/tiny.py, advantage.py, data.py, rollout.py, tools/show.py,
-machinery/decode.py, machinery/reload_check.py, stagewise.py, machinery/chunked.py, reward.py,
-sandbox.py, machinery/isolation.py
+settings.py, world/heldout.py, world/tiny.py, advantage.py, machinery/data.py, rollout.py,
+tools/show.py, machinery/decode.py, machinery/ranks.py, machinery/reload_check.py, stagewise.py,
+machinery/chunked.py, reward.py, sandbox.py, machinery/isolation.py
 """
 
 import argparse

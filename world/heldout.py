@@ -27,7 +27,7 @@ shares, which weight the executor row, are written into the step-0 line
 seeds at every probe, so the curve's steps differ by the policy, not the noise.
 
 Needs: machinery/engine.py, mas.py, rollout.py, settings.py, world/tiny.py, machinery/decode.py,
-data.py, reward.py, sandbox.py, stagewise.py, machinery/chunked.py, machinery/isolation.py
+machinery/data.py, reward.py, sandbox.py, stagewise.py, machinery/chunked.py, machinery/isolation.py
 """
 
 from collections import Counter

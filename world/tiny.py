@@ -43,7 +43,7 @@ Five pieces, each usable on its own:
 
 How these settings were chosen (the calibration runs and what moved the numbers): docs/NOTES.md.
 
-Needs: data.py, machinery/chunked.py, machinery/engine.py, mas.py, reward.py, rollout.py,
+Needs: machinery/chunked.py, machinery/data.py, machinery/engine.py, mas.py, reward.py, rollout.py,
 sandbox.py, machinery/decode.py, machinery/isolation.py
 """
 
@@ -57,12 +57,11 @@ import torch
 from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
 from transformers import PreTrainedTokenizerFast, Qwen3Config, Qwen3ForCausalLM
 
-import data
 import mas
 import reward
 import rollout
 import sandbox
-from machinery import chunked, engine
+from machinery import chunked, data, engine
 
 PAD, UNK, END = "<|pad|>", "<|unk|>", "<|end|>"
 ROLES = ("system", "user", "assistant")

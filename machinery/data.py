@@ -13,8 +13,8 @@ stdin tests: inputs/outputs are strings. Call tests (fn_name set; LeetCode `clas
 too): each input is the list of positional arguments, each output the expected return value (JSON
 values).
 
-    python data.py convert olympiadbench ../shared/data/benchmarks/olympiadbench.jsonl out/olympiad.jsonl
-    python data.py convert apps apps_test.jsonl out/apps.jsonl --difficulty introductory
+    python machinery/data.py convert olympiadbench ../shared/data/benchmarks/olympiadbench.jsonl out/olympiad.jsonl
+    python machinery/data.py convert apps apps_test.jsonl out/apps.jsonl --difficulty introductory
 
 The hub-hosted benchmarks' rows come as JSONL from the `datasets` package (on a machine with the
 network):
@@ -24,7 +24,7 @@ network):
                                       # codecontests: "deepmind/code_contests", split="test"
                                       # livecodebench: "livecodebench/code_generation_lite", split="test",
                                       #   version_tag="release_v5", trust_remote_code=True
-    ds.to_json("rows.jsonl")          # then: python data.py convert NAME rows.jsonl data/NAME.jsonl
+    ds.to_json("rows.jsonl")          # then: python machinery/data.py convert NAME rows.jsonl data/NAME.jsonl
 
 Dataset rows are untrusted: a malformed row is an error naming the file and line, never silently
 dropped, and LiveCodeBench's pickled tests go through a restricted unpickler that can build nothing
