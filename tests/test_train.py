@@ -976,7 +976,7 @@ def test_shared_rows_run_equals_plain(model_dir, uninterrupted, tmp_path):
         settings.parse_config(["config/tiny.py"]).logprobs == "shared"
     )  # the tiny preset shares its prompts
     d = tmp_path / "shared"
-    run(args_for(model_dir, d, steps=STEPS, logprobs="shared"))
+    run(args_for(model_dir, d, steps=STEPS, logprobs="shared", probe_tasks=2))  # as uninterrupted
     plain, shared = without_timings(metrics(uninterrupted)), without_timings(metrics(d))
     assert len(shared) == len(plain) == STEPS
     for a, b in zip(plain, shared, strict=True):
