@@ -40,7 +40,8 @@ constant-group test run over the executed slots):
 Usage:
     R = torch.tensor(...)                       # [B, M, N] rewards
     a_design = designer_advantages(R)           # [B, M]    -> every token of script d_i
-    a_exec = executor_advantages(R)             # [B, M, N] -> every completion token of every call in e_ij
+    a_exec = executor_advantages(R)             # [B, M, N] -> every completion token of every call
+                                                # in e_ij
     a_exec = executor_advantages(R, executed=E) # E [B, M, N] bool: runs that did not happen are left out
 
 Needs: no other file of this project (torch only).

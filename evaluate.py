@@ -16,7 +16,8 @@ paper's "Avg"). A script or program that crashes is simply wrong; it never abort
     python evaluate.py --model M --tasks my.jsonl --mode single template:ensemble auto
     python evaluate.py --designer RUN/step_000300/designer --executor RUN/step_000300/executor --tasks aime24
     python evaluate.py --model out/tiny-sft --tasks tiny --short-prompt --max-tokens 128 \
-        --designer-max-tokens 400 --temperature 1 --top-p 1           # the tiny world's held-out tasks
+        --designer-max-tokens 400 --temperature 1 --top-p 1           # the tiny world's held-out
+                                                                      tasks
 
 --tasks takes task files in data.py's format, or the names aime24 / aime25 / olympiadbench (read
 from ../shared/data through data.py's converters) and tiny (held-out tiny-world tasks). Results go
@@ -113,9 +114,8 @@ def evaluate_method(
     of the learned Designer is a fresh script. lam=0 makes the rollout's reward exactly `correct`.
     Separate policies on one engine: pass each role's view of it (machinery/weights.py).
     """
-    template = (
-        None if method == "auto" else method.removeprefix("template:")
-    )  # "single" is a template
+    # "single" is a template
+    template = None if method == "auto" else method.removeprefix("template:")
     per_problem, structures = [], {s: 0 for s in STRUCTURES + ("unparseable",)}
     for start in range(0, len(tasks), chunk):
         part = tasks[start : start + chunk]
@@ -253,9 +253,8 @@ def ask(a, sampling):
         "answer": a.gold or "",
         "source": "ask",
     }
-    if (
-        a.kind == "code" and a.gold
-    ):  # code: the gold is the hidden tests, {"inputs", "outputs", "fn_name"}
+    # code: the gold is the hidden tests, {"inputs", "outputs", "fn_name"}
+    if a.kind == "code" and a.gold:
         try:
             task.update(answer="", tests=json.loads(a.gold))
         except json.JSONDecodeError as e:
@@ -277,9 +276,8 @@ def ask(a, sampling):
         A_D = advantage.designer_advantages(batch.R)
         A_E = advantage.executor_advantages(batch.R, executed=batch.executed)
         for rec in batch.tree([task], A_D, A_E, k, "ask", a.short_prompt):
-            if (
-                not a.gold
-            ):  # nothing to grade against: correct unknown, R is the format reward alone
+            # nothing to grade against: correct unknown, R is the format reward alone
+            if not a.gold:
                 for run in (r for sc in rec["scripts"] for r in sc["runs"]):
                     run["correct"] = None
             records.append(rec)

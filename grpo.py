@@ -72,7 +72,10 @@ def grpo_loss(
     n = mask.sum()
     loss = (per_token * mask).sum() / (n.clamp(min=1) if num_tokens is None else num_tokens)
     with torch.no_grad():
-        mean = lambda x: ((x * mask).sum() / n.clamp(min=1)).item()
+
+        def mean(x):
+            return ((x * mask).sum() / n.clamp(min=1)).item()
+
         clip_frac = mean((surr_clipped < surr).float())
         stats = {"tokens": int(n.item()), "ratio_mean": mean(ratio), "clip_frac": clip_frac}
         if engine_logprobs is not None:

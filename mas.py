@@ -6,14 +6,15 @@ child process and relays each agent call to the trainer, where one batched engin
 pending calls (so the Executor's rollout is batched across every running script). What a script may
 call:
 
-    Agent(role, instructions)   an agent; agent(message) -> str makes one Executor call and returns the text
-                                inside the reply's <answer> tag ("" if none). Only that part flows on; the
-                                full reply is kept for training.
+    Agent(role, instructions)   an agent; agent(message) -> str makes one Executor call and returns
+                                the text inside the reply's <answer> tag ("" if none). Only that
+                                part flows on; the full reply is kept for training.
     agent.sample(message, n)    n calls at once (batched, not one after another) -> list[str]
     vote(answers)               majority answer, answers compared in the trainer by the `equal` that
                                 sandbox.run_workflows was given (rollout gives reward.math_equal)
     run_python(code, input="")  run a program in a fresh sandbox child -> its stdout (or the error)
-    run_tests(code)             run a program on the task's VISIBLE tests -> "PASS 3/3" or "FAIL 1/3 ..."
+    run_tests(code)             run a program on the task's VISIBLE tests -> "PASS 3/3" or "FAIL 1/3
+                                ..."
 
 The four templates (TEMPLATES) are the fixed structures of the paper: single agent, ensemble voting,
 solver-critic and solver-tester. parse_script takes a script out of a Designer completion, or says

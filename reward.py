@@ -25,8 +25,10 @@ numbers with a tolerance).
 
     from reward import math_equal, code_score, reward
     math_equal("\\boxed{025}", "25")                        # True
-    math_equal("x = \\frac12", "0.5")                       # True, in a grader process (safe from threads)
-    reward(task, run)                                       # R for one WorkflowRun of sandbox.run_workflows
+    math_equal("x = \\frac12", "0.5")                       # True, in a grader process (safe from
+                                                            # threads)
+    reward(task, run)                                       # R for one WorkflowRun of
+                                                            # sandbox.run_workflows
 
 Needs: sandbox.py, machinery/isolation.py (code_score runs programs; outputs_match), mas.py (the
 answer tag), machinery/data.py (for sandbox.py)
@@ -53,9 +55,8 @@ from mas import ANSWER_TAG
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 LAM = 0.4  # the paper's λ
-FLOAT_TOL = (
-    sandbox.FLOAT_TOL
-)  # relative/absolute tolerance for non-integer numbers (as in program output)
+# relative/absolute tolerance for non-integer numbers (as in program output)
+FLOAT_TOL = sandbox.FLOAT_TOL
 MAX_ANSWER_CHARS = 4000  # a longer "answer" is a runaway generation, never a final answer
 GRADER_MEMORY = 4 << 30  # address space of one grader process: a blow-up dies, the trainer does not
 GRADER_STARTUP = 120.0  # seconds a grader process may take to import SymPy on a busy machine
@@ -181,9 +182,8 @@ def _fast_equal(pred, gold):
             if a.denominator == b.denominator == 1
             else abs(a - b) <= FLOAT_TOL * max(1, abs(b))
         )
-    if p.startswith("def ") and g.startswith(
-        "def "
-    ):  # two programs (a vote over code) are the same answer
+    # two programs (a vote over code) are the same answer
+    if p.startswith("def ") and g.startswith("def "):
         return False  # only as text (above): math-verify would call
         # `def f(): return 3` and `def g(): return 3` equal (it reads the constant), and a test
         # calls f, not g
@@ -274,9 +274,8 @@ def _serve_grader():
     os.dup2(2, 1)  # stray prints must not corrupt the protocol
     with contextlib.suppress(ValueError, OSError):
         resource.setrlimit(resource.RLIMIT_AS, (GRADER_MEMORY, GRADER_MEMORY))
-    logging.getLogger("math_verify").setLevel(
-        logging.ERROR
-    )  # its threaded-mode warning: deadlines are ours
+    # its threaded-mode warning: deadlines are ours
+    logging.getLogger("math_verify").setLevel(logging.ERROR)
     for p, g in (("\\frac12", "0.5"), ("x+1", "1+x"), ("[1,2)", "[1,2)"), ("x=1", "1")):
         _equal(p, g)  # math-verify builds its parsers on first use: before any deadline
     out.write("ready\n")
@@ -359,9 +358,8 @@ class _Pool:
 
 _POOL = _Pool()
 atexit.register(_POOL.close)
-os.register_at_fork(
-    after_in_child=_POOL.__init__
-)  # a forked child: the parent's graders are not its own
+# a forked child: the parent's graders are not its own
+os.register_at_fork(after_in_child=_POOL.__init__)
 
 
 def math_equal(pred, gold, timeout=5.0):
@@ -392,9 +390,8 @@ def extract_code(text):
     if blocks:
         py = [code for lang, code in blocks if lang.lower() in ("python", "py", "python3")]
         return (py or [blocks[-1][1]])[-1].strip("\n")
-    m = re.search(
-        r"```[\w+-]*[^\n]*\n(.*)$", text, re.S
-    )  # an unclosed block: cut off by the length limit
+    # an unclosed block: cut off by the length limit
+    m = re.search(r"```[\w+-]*[^\n]*\n(.*)$", text, re.S)
     return (m.group(1) if m else text).strip("\n")
 
 
@@ -481,7 +478,10 @@ def grade_runs(pairs, workers=4):
     first = {}  # key -> the first run that has it: that run's answer is graded
     for k, key in enumerate(keys):
         first.setdefault(key, k)
-    grade = lambda k: correctness(pairs[k][0], pairs[k][1].answer)
+
+    def grade(k):
+        return correctness(pairs[k][0], pairs[k][1].answer)
+
     with ThreadPoolExecutor(max(1, min(workers, len(first)))) as ex:
         correct = dict(zip(first, ex.map(grade, first.values())))
     return [correct[key] for key in keys]

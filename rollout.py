@@ -28,8 +28,10 @@ grpo.token_logprobs.
     batch = rollout(tasks, engine, engine, M=4, N=4, step=t)           # shared policy
     batch = rollout(tasks, eng_d, eng_e, M=4, N=4, step=t)             # separate policies, two engines
     batch = rollout(tasks, None, engine, M=1, N=8, template="single")  # fixed structure, no Designer
-    batch.R, batch.executed      # [B, M, N] rewards; True where the run happened (its script parsed)
-    t = samples_to_tensors(batch.executor, pad_id)   # input_ids, attention_mask, completion_mask, logprobs
+    batch.R, batch.executed      # [B, M, N] rewards; True where the run happened (its script
+                                 # parsed)
+    t = samples_to_tensors(batch.executor, pad_id)   # input_ids, attention_mask, completion_mask,
+                                                     # logprobs
 
 Needs: machinery/data.py, machinery/engine.py, mas.py, reward.py, sandbox.py, machinery/decode.py,
 machinery/isolation.py
@@ -127,6 +129,7 @@ class Batch:
             for i in range(M):
                 runs = [self.run(q, i, j) for j in range(N)]
                 parsed = self.scripts[q][i] is not None
+                # A_E None: the run did not happen
                 scripts.append(
                     {
                         "text": self.designer_texts[q][i] or self.scripts[q][i] or "",
@@ -150,7 +153,7 @@ class Batch:
                             for j, r in enumerate(runs)
                         ],
                     }
-                )  # A_E None: the run did not happen
+                )
             text = data.task_text(t, short=short)
             out.append(
                 {

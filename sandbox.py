@@ -13,10 +13,12 @@ the trainer:
         all of them (a tick), the calls sorted by (run, index), so that a seeded rollout gets the same batches
         whatever the timing of the children. The script gets mas.answer_of(reply), the text inside the
         answer tag; WorkflowRun.calls keeps each full reply and what generate returned (token ids, ...).
-    vote(answers)     mas.majority(answers, equal), counted here with the `equal` run_workflows was given
+    vote(answers)     mas.majority(answers, equal), counted here with the `equal` run_workflows was
+                      given
     run_python(code)  the program in a job of its own: its stdout, or its stdout and the error
-    run_tests(code)   the program on the task's VISIBLE tests (public_tests; hidden tests never enter a
-                      script): tests_report's "PASS k/k", or "FAIL j/k" and the first failing case
+    run_tests(code)   the program on the task's VISIBLE tests (public_tests; hidden tests never
+                      enter a script): tests_report's "PASS k/k", or "FAIL j/k" and the first
+                      failing case
 
 Limits (mas.Limits): max_calls agent calls a run (sample(m, n) counts n); `timeout` wall seconds a
 run, not counting the time it waits on the trainer (but counting a vote's count); max_output
@@ -279,11 +281,12 @@ def run_workflows(scripts, tasks, generate, *, equal=None, limits=None, width=No
         print(f"WARNING: sandbox {isolation()}", file=sys.stderr, flush=True)
     runs = [WorkflowRun(None, None) for _ in scripts]
     parts = [_task_parts(t, short) for t in tasks]
+    # live: job -> its script, in launch order
     todo, live, jobs = (
         deque(range(len(scripts))),
         {},
         [],
-    )  # live: job -> its script, in launch order
+    )
 
     def launch():
         while todo and len(live) < (width or len(scripts)):
@@ -301,9 +304,8 @@ def run_workflows(scripts, tasks, generate, *, equal=None, limits=None, width=No
 
     def request(job, msg):  # one request from a script's helpers (mas.py)
         s, op = live[job], msg.get("op")
-        if (
-            s.waiting is not None or s.done
-        ):  # (the helpers wait for each reply, and end with "done")
+        # (the helpers wait for each reply, and end with "done")
+        if s.waiting is not None or s.done:
             job.kill("protocol violation: a request while another was pending, or after the answer")
         elif op == "done":  # its answer, or why it has none
             s.done, answer, error = (
@@ -372,18 +374,15 @@ def run_workflows(scripts, tasks, generate, *, equal=None, limits=None, width=No
             elif not (tests or {}).get("inputs"):
                 return job.reply({"ok": "PASS 0/0 (no visible tests)"})
             else:
-
-                def report(
-                    sub, _=None
-                ):  # once every outcome is in: the script goes on while the job exits
+                # once every outcome is in: the script goes on while the job exits
+                def report(sub, _=None):
                     if len(sub.messages) >= len(tests["inputs"]) or sub.finished:
                         answer_with(
                             s, sub, tests_report(_outcomes(sub, len(tests["inputs"])), tests)
                         )
 
-                code = (
-                    CALL_HEADER + code if tests.get("fn_name") else code
-                )  # as reward.code_score runs it
+                # as reward.code_score runs it
+                code = CALL_HEADER + code if tests.get("fn_name") else code
                 s.waiting = _tests_job(
                     code,
                     tests,
@@ -397,9 +396,8 @@ def run_workflows(scripts, tasks, generate, *, equal=None, limits=None, width=No
         else:
             job.kill(f"protocol violation: unknown request {str(op)[:40]!r}")
 
-    def answer_with(
-        s, sub, text
-    ):  # a run_python / run_tests reply, once (a script may wait on a later one)
+    # a run_python / run_tests reply, once (a script may wait on a later one)
+    def answer_with(s, sub, text):
         if s.waiting is sub and not s.job.finished:
             s.waiting = None
             s.job.reply({"ok": text[: lim.max_output]})

@@ -44,9 +44,8 @@ class Config:
     seed: int = 0
     device: str = "auto"  # auto | cpu | cuda
     # data
-    data_mix: dict = field(
-        default_factory=lambda: {"tiny": 1.0}
-    )  # {path.jsonl or TINY_SOURCES: weight}
+    # {path.jsonl or TINY_SOURCES: weight}
+    data_mix: dict = field(default_factory=lambda: {"tiny": 1.0})
     eval_tasks: int = 0  # held-out tiny tasks in the final table (0: no table)
     probe_tasks: int = 0  # tiny "val" tasks of the held-out curve, probed at each checkpoint
     # the method
@@ -138,11 +137,12 @@ def parse_config(argv):
     return Config(**values)
 
 
+# tiny.SOURCES: the tiny world's tasks, or one kind of them
 TINY_SOURCES = (
     "tiny",
     "tiny:math",
     "tiny:code",
-)  # tiny.SOURCES: the tiny world's tasks, or one kind of them
+)
 
 
 def is_tiny(cfg):
@@ -231,9 +231,8 @@ def validate(cfg, world=1):
             f"--overwrite (deletes those files), or choose another --out_dir"
         )
     for path in model_dirs(cfg).values():
-        if (
-            not cfg.resume and not os.path.isdir(path) and not is_tiny(cfg)
-        ):  # tiny: the cold start makes it
+        # tiny: the cold start makes it
+        if not cfg.resume and not os.path.isdir(path) and not is_tiny(cfg):
             problems.append(f"init_from: {path!r} is not a model directory")
     if problems:
         raise ConfigError("bad config:\n  " + "\n  ".join(problems))

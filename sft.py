@@ -15,9 +15,11 @@ fp32). Batches are length-bucketed (samples of similar length together, little p
 Muon on the hidden matrices (muon.py; the tiny default), with linear warmup and cosine decay;
 gradient-norm clipping; Hugging Face checkpoints (model and tokenizer).
 
-    python sft.py                                   # tiny default: build, train on CPU, write out/tiny-sft/,
-                                                    # print the quality-bar figures on held-out tasks
-    python sft.py --roles separate                  # two cold-started models: OUT/designer, OUT/executor
+    python sft.py                                   # tiny default: build, train on CPU, write
+                                                    # out/tiny-sft/, print the quality-bar figures
+                                                    # on held-out tasks
+    python sft.py --roles separate                  # two cold-started models: OUT/designer,
+                                                    # OUT/executor
     python sft.py --model Qwen3-8B --data DIR --out out/sft-8b --no-eval    # DIR has designer/executor.jsonl
     torchrun --nproc_per_node=8 sft.py --model ... # FSDP2 (nccl on GPU, gloo on CPU), data sharded by rank
 
@@ -27,7 +29,8 @@ comes from a teacher (distill.py); in the tiny world from tiny.sft_traces.
 
 From Python:
     stats = train_sft(model, tokenizer, samples, steps=300, lr=2e-3, batch_size=64, out_dir="out/x")
-    figures = evaluate_sft("out/x", heldout_tasks)     # the quality bar: parse rate, template accuracies
+    figures = evaluate_sft("out/x", heldout_tasks)     # the quality bar: parse rate, template
+                                                       # accuracies
 
 Needs: evaluate.py, machinery/chunked.py, machinery/data.py, machinery/engine.py, machinery/muon.py,
 machinery/rundir.py, machinery/speed.py, machinery/weights.py, mas.py, rollout.py, world/tiny.py,
@@ -192,9 +195,8 @@ def train_sft(
     sched = torch.optim.lr_scheduler.LambdaLR(
         opt, lambda s: cosine_lr(s, steps, warmup, min_lr_ratio)
     )
-    bf16 = device.type == "cuda" and not isinstance(
-        model, FSDPModule
-    )  # (FSDP2 computes in bf16 itself)
+    # (FSDP2 computes in bf16 itself)
+    bf16 = device.type == "cuda" and not isinstance(model, FSDPModule)
     autocast = torch.autocast("cuda", dtype=torch.bfloat16, enabled=bf16)
 
     def my_batches():
@@ -291,9 +293,8 @@ def evaluate_sft(model_path, tasks, *, designer_path=None, seed=0):
     designer_eng = eng
     if designer_path is not None:  # one engine, each role's view of it holding that role's weights
         paths = {"designer": designer_path, "executor": model_path}
-        held = weights.Held(
-            eng, paths, held="executor"
-        )  # the engine: model_path's (the Executor's)
+        # the engine: model_path's (the Executor's)
+        held = weights.Held(eng, paths, held="executor")
         designer_eng, eng = held.view("designer"), held.view("executor")
     kw = {
         "short": True,
@@ -393,9 +394,8 @@ def main(argv):
     )
     p.add_argument("--seed", type=int, default=0)
     a = p.parse_args(argv)
-    if a.model is not None and engine_lib.missing_model(
-        a.model
-    ):  # before any process group or model
+    # before any process group or model
+    if a.model is not None and engine_lib.missing_model(a.model):
         sys.exit(
             f"sft.py: --model: {engine_lib.missing_model(a.model)} (a Hugging Face model folder, as "
             f"from_pretrained reads it, or a hub id; no --model: the tiny world's model)"
@@ -436,9 +436,8 @@ def main(argv):
     )
     t0 = time.perf_counter()
     for out_dir, samples in jobs:
-        model, tok = _load_base(
-            a.model, device, a.seed
-        )  # every role starts cold from the same base
+        # every role starts cold from the same base
+        model, tok = _load_base(a.model, device, a.seed)
         if rank == 0:
             print(f"sft -> {out_dir}: {len(samples)} samples, {hp}, world {world}")
         stats = train_sft(model, tok, samples, out_dir=out_dir, seed=a.seed, **hp)
@@ -454,9 +453,8 @@ def main(argv):
         return
     print(f"SFT wall time: {time.perf_counter() - t0:.1f}s")
     if tiny_world and not a.no_eval:
-        held = tiny.make_tasks(
-            200, seed=a.seed + 2_000_003, split="val"
-        )  # heldout.tasks(200, seed, "val")
+        # heldout.tasks(200, seed, "val")
+        held = tiny.make_tasks(200, seed=a.seed + 2_000_003, split="val")
         paths = (
             dict(model_path=a.out)
             if a.roles == "both"

@@ -18,7 +18,8 @@ The ablations: "coupled" trains both roles every step; "designer" / "executor" t
 Samples of the inactive role are dropped before the forward pass (no compute is spent on them).
 
 Usage:
-    roles = active_roles(step, mode="stagewise", stage_len=30)   # 0-29 the Executor, 30-59 the Designer
+    roles = active_roles(step, mode="stagewise", stage_len=30)   # 0-29 the Executor, 30-59 the
+                                                                 # Designer
     if "designer" in roles: ...
 
 Needs: no other file of this project.

@@ -179,7 +179,8 @@ def batches(cfg, samples, idx, values, pad_id, device):
     samples of A = 0 would): fillers of padding."""
     if cfg.logprobs == "shared":
         # the tiny preset: each prompt forwarded once for its samples (machinery/shared_prompts.py);
-        # a run's numbers are those of a row a sample (test_train.py::test_shared_rows_run_equals_plain)
+        # a run's numbers are those of a row a sample
+        # (test_train.py::test_shared_rows_run_equals_plain)
         bs = shared_prompts.batches(samples, idx, values, pad_id, cfg.micro_batch)
     else:  # plain: one sample a row, similar lengths together
         lengths = {k: len(samples[k].prompt_ids) + len(samples[k].completion_ids) for k in idx}
@@ -378,8 +379,9 @@ def main(argv):
     if pad_id is None:
         pad_id = tokenizer.eos_token_id
     # backend="lean", the tiny preset: decode.py's loop, the greedy tokens of the transformers
-    # engine (tests/test_engine.py::test_lean_greedy_equals_transformers) and the trainer's log-probs
-    # of what it samples (::test_lean_logprobs_match_direct_forward); its seeded draws are its own
+    # engine (tests/test_engine.py::test_lean_greedy_equals_transformers) and the trainer's
+    # log-probs of what it samples (::test_lean_logprobs_match_direct_forward); its seeded draws are
+    # its own
     eng = engine_lib.make_engine(model_dir, backend=cfg.backend, **cfg.engine_kwargs)
     weights = EngineWeights(cfg, eng, policy_of, device)  # the trainer's weights, each sync proven
     start, pos = (ts["step"], list(ts["data_pos"])) if ts else (0, [0] * len(sources))

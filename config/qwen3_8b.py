@@ -40,11 +40,12 @@ designer_max_tokens = 8192  # [paper]
 # the sampler's own.
 
 backend = "vllm"
+# ours: no thinking
 engine_kwargs = {
     "max_model_len": 16384,
     "gpu_memory_utilization": 0.45,
     "enable_thinking": False,
-}  # ours: no thinking
+}
 device = "cuda"
 ac_policy = (
     "full"  # ours: "selective" keeps every matmul output, which micro-batches of 4-8 sequences

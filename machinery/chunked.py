@@ -71,9 +71,8 @@ class _ChunkedLogprob(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, hidden, weight, targets, chunk_size, fused, keep_logits):
-        acc = torch.promote_types(
-            hidden.dtype, torch.float32
-        )  # bf16 -> fp32; fp64 stays (gradcheck)
+        # bf16 -> fp32; fp64 stays (gradcheck)
+        acc = torch.promote_types(hidden.dtype, torch.float32)
         out = torch.empty(hidden.shape[0], dtype=acc, device=hidden.device)
         lse = torch.empty_like(out)
         kept = []
@@ -144,9 +143,8 @@ def head_logprobs(
         raise ValueError("chunked log-probs support an lm_head without bias (as in Qwen3)")
     result = {}
 
-    def hook(
-        module, args, output
-    ):  # inside the root forward: FSDP2's root parameters are unsharded here
+    # inside the root forward: FSDP2's root parameters are unsharded here
+    def hook(module, args, output):
         result["logp"] = chunked_logprobs(
             select(output[0]), head.weight, targets, chunk_size, compile, keep_logits
         )

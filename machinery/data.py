@@ -1,30 +1,32 @@
-"""data.py: the task format (JSONL), loading it, and converters from each published benchmark's
-shape.
+"""data.py: the task format (JSONL), task files, and converters from each published benchmark's
+shape into it.
 
 One task a line, a plain dict in memory:
 
     {"id": str, "kind": "math" | "code", "question": str,
-     "answer": str,                                                   (math)
+     "answer": str,                                                       (math)
      "tests": {"inputs": [...], "outputs": [...], "fn_name": str|None},   (code, hidden; graded)
-     "public_tests": same shape,                                      (code, visible to the workflow)
+     "public_tests": same shape,                        (code, visible to the workflow)
      "source": str, "metadata": dict}   (metadata.shown_examples: show only this many public tests)
 
 stdin tests: inputs/outputs are strings. Call tests (fn_name set; LeetCode `class Solution` methods
 too): each input is the list of positional arguments, each output the expected return value (JSON
-values).
+values). task_text is what a workflow sees of a task.
 
-    python machinery/data.py convert olympiadbench ../shared/data/benchmarks/olympiadbench.jsonl out/olympiad.jsonl
+    python machinery/data.py convert olympiadbench olympiadbench.jsonl out/olympiad.jsonl
     python machinery/data.py convert apps apps_test.jsonl out/apps.jsonl --difficulty introductory
 
-The hub-hosted benchmarks' rows come as JSONL from the `datasets` package (on a machine with the
-network):
+The hub-hosted benchmarks' rows come as JSONL from the `datasets` package, on a machine with the
+network:
 
-    ds = datasets.load_dataset(...)   # polaris: "POLARIS-Project/Polaris-Dataset-53K", split="train"
-                                      # apps: "codeparrot/apps", "all", split="test", trust_remote_code=True
-                                      # codecontests: "deepmind/code_contests", split="test"
-                                      # livecodebench: "livecodebench/code_generation_lite", split="test",
-                                      #   version_tag="release_v5", trust_remote_code=True
-    ds.to_json("rows.jsonl")          # then: python machinery/data.py convert NAME rows.jsonl data/NAME.jsonl
+    ds = datasets.load_dataset(...)   # one of:
+        # polaris:       "POLARIS-Project/Polaris-Dataset-53K", split="train"
+        # apps:          "codeparrot/apps", "all", split="test", trust_remote_code=True
+        # codecontests:  "deepmind/code_contests", split="test"
+        # livecodebench: "livecodebench/code_generation_lite", split="test",
+        #                version_tag="release_v5", trust_remote_code=True
+    ds.to_json("rows.jsonl")
+    # then: python machinery/data.py convert NAME rows.jsonl data/NAME.jsonl
 
 Dataset rows are untrusted: a malformed row is an error naming the file and line, never silently
 dropped, and LiveCodeBench's pickled tests go through a restricted unpickler that can build nothing
@@ -421,16 +423,18 @@ def from_livecodebench(row, index=0):
 
 
 def _cc_tests(row, *parts):
-    """CodeContests' test parts of a row ({input: [...], output: [...]} each), one after the
-    other."""
-    joined = lambda key: [x for part in parts for x in (row.get(part) or {}).get(key) or []]
-    return {"inputs": joined("input"), "outputs": joined("output"), "fn_name": None}
+    """CodeContests' test parts of a row ({input: [...], output: [...]} each), one after another."""
+    tests = {"inputs": [], "outputs": [], "fn_name": None}
+    for part in parts:
+        got = row.get(part) or {}
+        tests["inputs"] += got.get("input") or []
+        tests["outputs"] += got.get("output") or []
+    return tests
 
 
 def from_codecontests(row, index=0):
     """deepmind/code_contests: description, public_tests / private_tests / generated_tests, each
-    {input: [...], output: [...]}. Hidden tests are all three, as the paper's AlphaCode
-    evaluation."""
+    {input: [...], output: [...]}. The hidden tests are all three, as AlphaCode's evaluation."""
     tl = row.get("time_limit") or {}
     seconds = (tl.get("seconds") or 0) + (tl.get("nanos") or 0) / 1e9
     tests = _cc_tests(row, "public_tests", "private_tests", "generated_tests")

@@ -54,12 +54,15 @@ Same contract as the other backends (engine.py): logprobs[t] = log_softmax(logit
 kept in its tokens. The result equals transformers' forward up to float rounding
 (tests/test_engine.py checks greedy tokens and log-probs against it).
 
-    dec = Decoder(model)                     # a transformers Qwen3ForCausalLM (its weights, read in place)
-                                             # keep_bytes=1 << 30: the workspace a call may leave for the next
+    dec = Decoder(model)                     # a transformers Qwen3ForCausalLM (its weights, read in
+                                             # place) keep_bytes=1 << 30: the workspace a call may
+                                             # leave for the next
     rows = dec.generate([Row(prompt_ids, temperature=1.0, top_p=1.0, seed=7, max_tokens=64)], eos={2})
-    rows = dec.generate(rows2, eos={2}, drafter=Drafter(k=8))   # the same tokens, fewer forwards (keep the Drafter)
+    rows = dec.generate(rows2, eos={2}, drafter=Drafter(k=8))   # the same tokens, fewer forwards
+                                                                # (keep the Drafter)
     rows[0].token_ids, rows[0].logprobs, rows[0].finish_reason
-    dec.refresh()                            # after the model's weights change (engine.load_weights does it)
+    dec.refresh()                            # after the model's weights change (engine.load_weights
+                                             # does it)
 
 Needs: no other file of this project (torch; transformers for the prefill).
 """
@@ -301,14 +304,14 @@ class Decoder:
         # past the prompt and in its left padding: a forward reads each row's slots up to the
         # batch's furthest (masked), and a 0 weight does not cancel NaN
         plen_u = torch.tensor([len(p) for p in prompts], device=dev)
-        pad_u = (
-            torch.arange(Lp, device=dev)[None] < (Lp - plen_u)[:, None]
-        )  # left padding: never attended
+        # left padding: never attended
+        pad_u = torch.arange(Lp, device=dev)[None] < (Lp - plen_u)[:, None]
+        # side: which of the two workspace buffers a layer's cache is in (compaction swaps)
         K, V, side = (
             [],
             [],
             0,
-        )  # side: which of the two workspace buffers a layer's cache is in (compaction swaps)
+        )
         for i, layer in enumerate(out.past_key_values.layers):
             k_u = torch.zeros(len(prompts), self.KV, self.hd, cap, dtype=dtype, device=dev)
             v_u = torch.zeros(len(prompts), self.KV, cap, self.hd, dtype=dtype, device=dev)
@@ -341,9 +344,8 @@ class Decoder:
         #    sampling at position j drew (the noise G(seed, t) of one token a forward), and so is
         # the token sampled
         #    at the first position whose draft was not: the tokens are those of one token a forward.
-        g = torch.full(
-            (R,), -1, dtype=torch.long, device=dev
-        )  # index of each row's last token (not in cache)
+        # index of each row's last token (not in cache)
+        g = torch.full((R,), -1, dtype=torch.long, device=dev)
         tok, lp = sample(out.logits[:, -1][src], temps, top_ps, seeds, g + 1)
         toks, lps = [[t] for t in tok.tolist()], [[x] for x in lp.tolist()]
         while True:
@@ -374,9 +376,8 @@ class Decoder:
             g = g + torch.tensor(count, device=dev)
             if len(keep) <= 0.75 * len(live):  # compact when a quarter of the rows are finished
                 idx = torch.tensor(keep, device=dev)
-                side = (
-                    1 - side
-                )  # the live rows into the other buffer (every slot: each holds a finite value)
+                # the live rows into the other buffer (every slot: each holds a finite value)
+                side = 1 - side
                 for i in range(len(K)):
                     K[i] = torch.index_select(
                         K[i], 0, idx, out=self._buffer(("K", i, side), (len(keep), *K[i].shape[1:]))
@@ -400,9 +401,8 @@ class Decoder:
             lens = sorted(len(d) for d, k in zip(drafts, live) if k >= 0)
             W = 1 + lens[len(lens) // 10]
             drafts = [d[: W - 1] for d in drafts]
-            x = torch.zeros(
-                len(live), W, dtype=torch.long
-            )  # a live row: its last token, then its draft
+            # a live row: its last token, then its draft
+            x = torch.zeros(len(live), W, dtype=torch.long)
             for c, (k, d) in enumerate(zip(live, drafts)):
                 if k >= 0:
                     x[c, : 1 + len(d)] = torch.tensor(rows[k].token_ids[-1:] + d, dtype=torch.long)
@@ -410,9 +410,8 @@ class Decoder:
             logits = self._forward(x, plen + g, Lp + g, K, V, pad, cos_t, sin_t)
             self.forwards += 1
             Rl = len(live)
-            t_idx = (g[:, None] + 1 + torch.arange(W, device=dev)).view(
-                -1
-            )  # generation index of each sample
+            # generation index of each sample
+            t_idx = (g[:, None] + 1 + torch.arange(W, device=dev)).view(-1)
             tok, lp = sample(
                 logits.view(Rl * W, -1),
                 temps.repeat_interleave(W),

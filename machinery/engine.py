@@ -6,11 +6,15 @@ reference, one plain decoding loop) and lean (LeanEngine: the transformers model
 decode.py's written-out loop with exact drafting, Qwen3 only: the fast engine on a CPU, the tiny
 preset's; `python tools/bench.py engine` compares).
 
-    eng = make_engine("out/tiny", backend="auto")       # vLLM when importable, else transformers (or "lean")
+    eng = make_engine("out/tiny", backend="auto")       # vLLM when importable, else transformers
+                                                        # (or "lean")
     outs = eng.generate(prompts, Sampling(n=4, temperature=0.7, max_tokens=128, seed=s))
-    outs[p][k]   # Completion of prompt p, sample k: .prompt_ids .token_ids .text .logprobs .finish_reason
-    eng.load_weights(model.state_dict())                # after each optimizer step; resets the prefix cache
-    eng.sleep(); ...; eng.load_weights(w); eng.wake()   # vLLM on GPU: level-2 sleep; no-op elsewhere
+    outs[p][k]   # Completion of prompt p, sample k: .prompt_ids .token_ids .text .logprobs
+                 # .finish_reason
+    eng.load_weights(model.state_dict())                # after each optimizer step; resets the
+                                                        # prefix cache
+    eng.sleep(); ...; eng.load_weights(w); eng.wake()   # vLLM on GPU: level-2 sleep; no-op
+                                                        # elsewhere
 
 `prompts` are token-id lists or chat-message lists (rendered with the tokenizer's chat template,
 with `enable_thinking` passed through for Qwen3). `sampling` is one Sampling or one per prompt.
@@ -152,9 +156,8 @@ def prompt_ids(tokenizer, messages, **template_kwargs) -> list[int]:
     out = tokenizer.apply_chat_template(
         messages, add_generation_prompt=True, tokenize=True, **template_kwargs
     )
-    if hasattr(
-        out, "keys"
-    ):  # BatchEncoding (return_dict=True is the default in recent transformers)
+    # BatchEncoding (return_dict=True is the default in recent transformers)
+    if hasattr(out, "keys"):
         out = out["input_ids"]
     return list(out)
 
@@ -383,9 +386,8 @@ class LeanEngine(HFEngine):
     def __init__(self, model, tokenizer=None, *, max_batch=512, draft=8, **kw):
         super().__init__(model, tokenizer, max_batch=max_batch, **kw)
         self.decoder = decode.Decoder(self.model)
-        self.drafter = (
-            decode.Drafter(k=draft) if draft else None
-        )  # kept across calls: text, not weights
+        # kept across calls: text, not weights
+        self.drafter = decode.Drafter(k=draft) if draft else None
 
     @staticmethod
     def _order(request):
@@ -450,12 +452,10 @@ class VLLMEngine(_Base):
         if max_model_len:
             kw["max_model_len"] = int(max_model_len)
         if on_gpu:
-            kw.update(
-                gpu_memory_utilization=gpu_memory_utilization, enable_sleep_mode=True
-            )  # CUDA graphs on
-            if (
-                "RANK" in os.environ and "WORLD_SIZE" in os.environ
-            ):  # torchrun: this rank owns one engine
+            # CUDA graphs on
+            kw.update(gpu_memory_utilization=gpu_memory_utilization, enable_sleep_mode=True)
+            # torchrun: this rank owns one engine
+            if "RANK" in os.environ and "WORLD_SIZE" in os.environ:
                 kw.update(distributed_executor_backend="external_launcher", tensor_parallel_size=1)
         else:
             # On CPU gpu_memory_utilization means "fraction of RAM reserved"; an explicit KV size is
@@ -479,10 +479,11 @@ class VLLMEngine(_Base):
         except Exception:  # no generation_config.json: the tokenizer's EOS is enough
             gen_cfg = None
         self.eos = eos_ids(self.tokenizer, mc.hf_config, gen_cfg)
+        # None | "all" | "kv_cache" (the weights are awake)
         self.sleep_level, self.asleep = (
             sleep_level,
             None,
-        )  # None | "all" | "kv_cache" (the weights are awake)
+        )
 
     def generate(self, prompts, sampling) -> list[list[Completion]]:
         from vllm import SamplingParams
@@ -537,9 +538,8 @@ class VLLMEngine(_Base):
             self._reset_prefix_cache()
 
     def _reset_prefix_cache(self):
-        if (
-            not self.llm.reset_prefix_cache()
-        ):  # the cache would serve keys and values of the old weights
+        # the cache would serve keys and values of the old weights
+        if not self.llm.reset_prefix_cache():
             raise RuntimeError("vLLM could not reset its prefix cache (requests still running)")
 
     def sleep(self):
@@ -596,9 +596,8 @@ def _quiet_vllm():
         return  # done already, or the user's own level stands
     _quieted = True
     os.environ["VLLM_LOGGING_LEVEL"] = "ERROR"  # read by vLLM's logging set-up at its import
-    logging.getLogger("vllm").setLevel(
-        logging.ERROR
-    )  # lines logged before that set-up; vLLM imported already
+    # lines logged before that set-up; vLLM imported already
+    logging.getLogger("vllm").setLevel(logging.ERROR)
     warnings.filterwarnings("ignore", module=r"vllm(\.|$)")
 
 

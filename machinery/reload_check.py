@@ -57,9 +57,8 @@ def probe(eng, model, device, max_tokens=32):
         raise ReloadError(f"the reload probe generated nothing: {c.error or c.finish_reason}")
     ids = torch.tensor([c.prompt_ids + c.token_ids], device=device)
     z = model(input_ids=ids, use_cache=False).logits[0, len(c.prompt_ids) - 1 : -1].float()
-    if hasattr(
-        model, "reshard"
-    ):  # FSDP2 keeps the root's weights gathered after a forward; the update's
+    # FSDP2 keeps the root's weights gathered after a forward; the update's
+    if hasattr(model, "reshard"):
         model.reshard()  # backward would then reduce those gradients wrongly
     lp = z.log_softmax(-1).gather(-1, ids[0, len(c.prompt_ids) :, None]).squeeze(-1).cpu()
     return (lp - torch.tensor(c.logprobs)).abs().mean().item(), z.abs().max().item() + math.log(

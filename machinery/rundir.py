@@ -2,15 +2,19 @@
 
     out_dir/step_000010/      a checkpoint: {model | designer, executor}/ (HF format), optimizer.pt,
                               trainer_state.pt (step, data position, every rank's RNG, the config);
-                              written to .tmp_step_000010/ and renamed, so a checkpoint is complete or absent
+                              written to .tmp_step_000010/ and renamed, so a checkpoint is complete
+                              or absent
     out_dir/metrics.jsonl     a line a step (recorder.py: what the step's rollout did, the update's
                               numbers, times), fsync'ed before that step's checkpoint is written
-    out_dir/run.json          what made the run: commit (dirty or not), command, clock times, machine, config
-    out_dir/rollouts.jsonl    the step's tree, a line per recorded query (rollout.Batch.tree; tools/show.py
-                              draws it), written the same way just before the metrics line
+    out_dir/run.json          what made the run: commit (dirty or not), command, clock times,
+                              machine, config
+    out_dir/rollouts.jsonl    the step's tree, a line per recorded query (rollout.Batch.tree;
+                              tools/show.py draws it), written the same way just before the metrics
+                              line
 
     save_checkpoint(cfg, step, policies, tokenizer, trainer_state, rank)   # every rank calls it (collective)
-    ckpt, ts = latest(out_dir)             # the newest checkpoint's folder and trainer state (None, None)
+    ckpt, ts = latest(out_dir)             # the newest checkpoint's folder and trainer state (None,
+                                           # None)
     restore_optimizers(policies, ckpt, ts, master); restore_rng(ts, seed, rank)
     truncate_jsonl(path, ts["step"])       # a resume drops the lines of steps after its checkpoint
 

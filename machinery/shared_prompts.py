@@ -52,9 +52,8 @@ def shared_prompt_rows(rows, pad_id):
                 i,
                 torch.arange(P, P + L),
             )
-            positions += [r * T + P - 1] * (L > 0) + [
-                r * T + at + t for t in range(L - 1)
-            ]  # c[0]: after p
+            # c[0]: after p
+            positions += [r * T + P - 1] * (L > 0) + [r * T + at + t for t in range(L - 1)]
             targets += c
             at += L
     return {
@@ -90,15 +89,16 @@ def shared_prompt_logprobs(model, input_ids, segment, position_ids, positions, t
         raise ValueError(
             "shared prompts need full attention in every layer (a 4D mask replaces sliding windows)"
         )
-    select = lambda h: h.flatten(0, 1)[positions]
-    if (
-        int(segment.max()) <= 1
-    ):  # no row holds a second completion: the block mask is the causal one
+
+    def select(h):
+        return h.flatten(0, 1)[positions]
+
+    # no row holds a second completion: the block mask is the causal one
+    if int(segment.max()) <= 1:
         return chunked.head_logprobs(model, select, targets, input_ids=input_ids, **chunk)
     mask = shared_prompt_mask(segment)
-    if (
-        impl == "eager"
-    ):  # eager attention adds its mask to the scores: True -> 0, False -> -inf (as transformers)
+    # eager attention adds its mask to the scores: True -> 0, False -> -inf (as transformers)
+    if impl == "eager":
         mask = torch.zeros(mask.shape, dtype=model.dtype, device=mask.device).masked_fill_(
             ~mask, torch.finfo(model.dtype).min
         )
@@ -142,9 +142,10 @@ def batches(samples, idx, values, pad_id, micro_batch):
         (len(samples[k].prompt_ids) + len(samples[k].completion_ids) for k in idx), default=1
     )
     rows = share_rows(samples, idx, int(min(ROW_CAP, micro_batch) * longest))
-    length = lambda r: (
-        len(samples[r[0]].prompt_ids) + sum(len(samples[k].completion_ids) for k in r)
-    )
+
+    def length(r):
+        return len(samples[r[0]].prompt_ids) + sum(len(samples[k].completion_ids) for k in r)
+
     mbs = []
     for r in sorted(rows, key=lambda r: (length(r), r)):  # similar lengths together: little padding
         if (

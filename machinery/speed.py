@@ -4,11 +4,14 @@ memory change.
 
 One decoder layer maps x -> y = layer(x). What its backward needs from the forward is the choice:
 
-    off        autograd keeps every intermediate of the layer          memory ~ all activations, no recompute
-    full       keep x only; replay the whole layer in the backward     memory ~ x, +1 forward of compute
+    off        autograd keeps every intermediate of the layer          memory ~ all activations, no
+               recompute
+    full       keep x only; replay the whole layer in the backward     memory ~ x, +1 forward of
+               compute
     selective  keep x and the outputs of the matmuls and the attention kernel (aten.mm/addmm, sdpa);
-               replay only the element-wise rest (RMSNorm, RoPE, SiLU * up, residual adds) in the backward:
-               memory ~ the matmul outputs, compute ~ +0 FLOPs (the replayed ops are memory-bound)
+               replay only the element-wise rest (RMSNorm, RoPE, SiLU * up, residual adds) in the
+               backward: memory ~ the matmul outputs, compute ~ +0 FLOPs (the replayed ops are
+               memory-bound)
 
 `selective` is torch.utils.checkpoint's op-level selective checkpointing
 (create_selective_checkpoint_contexts), as torchtitan's "op" mode, without its every-other-matmul
@@ -36,7 +39,8 @@ tests/test_speed.py checks every mode (eager and compiled, with and without FSDP
 model: values and gradients. Which mode is fastest within the memory budget is measured by `python
 tools/bench.py gpu`.
 
-Needs: no other file of this project (torch, and a Hugging Face-style model with model.model.layers).
+Needs: no other file of this project (torch, and a Hugging Face-style model with
+model.model.layers).
 """
 
 import functools

@@ -9,7 +9,8 @@ engine puts that role's weights in before it generates, when the engine holds th
 rollout.py takes a designer engine and an executor engine; pass it the two views, and it never needs
 to know whose weights the engine holds. Two holders:
 
-    weights = EngineWeights(cfg, eng, policy_of, device)   # train.py: the trainer's weights (probed now)
+    weights = EngineWeights(cfg, eng, policy_of, device)   # train.py: the trainer's weights (probed
+                                                           # now)
     batch = rollout(queries, weights.view("designer", step), weights.view("executor", step), M, N, step)
     weights.sleep(); ...the update...; weights.check_gap(stats, roles, step); weights.sync(step)
 
@@ -129,15 +130,17 @@ class EngineWeights:
             self.probe(f"after the weight sync of step {step + 1}")
 
     def probe(self, when):
-        """reload_check.probe on every rank; the largest gap (NaN: inf) and S of all ranks decide."""
+        """reload_check.probe on every rank; the largest gap (NaN: inf) and S of all ranks
+        decide."""
         gap, S = reload_check.probe(self.eng, self.policy_of["designer"]["model"], self.device)
         gap = gap if gap == gap else math.inf  # NaN (a broken reload) is the largest of all
         gap, S = ranks.all_sum([gap, S], self.device, dist.ReduceOp.MAX)
         self.bound = reload_check.limit(self.dtype or torch.float32, S)
+        # in the step's metrics
         self.info = {
             "reload/probe_gap": gap,
             "reload/probe_limit": self.bound,
-        }  # in the step's metrics
+        }
         reload_check.check(gap, self.bound, when)
 
     def check_gap(self, stats, roles, step):

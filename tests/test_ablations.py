@@ -72,11 +72,12 @@ def write_run(
 
 
 def test_equal_budgets_and_stage_lengths():
+    # 10/3 -> 4, a divisor of 20
     assert [ablations.stage_length(k, 20) for k in (1, 10, 30)] == [
         1,
         4,
         10,
-    ]  # 10/3 -> 4, a divisor of 20
+    ]
     assert [ablations.stage_length(k, 30) for k in (1, 10, 30)] == [1, 5, 15]
     assert [ablations.stage_length(k, 1) for k in (1, 10, 30)] == [1, 1, 1]
     for budget in (1, 7, 20, 30):
@@ -276,9 +277,8 @@ def three_seeds(root):
 def test_report_tables_sentences(tmp_path):
     three_seeds(tmp_path)
     write_run(tmp_path, "flat8", 3, [0.9] * 4, table=False)  # still running: 4 steps so far
-    write_run(
-        tmp_path, "coupled", 0, [0.5] * 10, table=False
-    )  # trained, final table not written yet
+    # trained, final table not written yet
+    write_run(tmp_path, "coupled", 0, [0.5] * 10, table=False)
     md = Path(ablations.report(str(tmp_path))).read_text()
     # metaagent: suited gains 40, 41, 42 -> +41.00, SE 1/sqrt(3), interval +-4.30 * 0.577 = 2.48
     assert (
@@ -434,9 +434,8 @@ def test_launch_pins_cores(tmp_path):
         echo=False,
     )
     assert rc == 0 and log.read_text().splitlines()[-1] == "[0]"
-    assert log.read_text().startswith(
-        f"$ {sys.executable} -c"
-    )  # the log records the command itself
+    # the log records the command itself
+    assert log.read_text().startswith(f"$ {sys.executable} -c")
 
 
 @pytest.mark.skipif(
@@ -446,9 +445,8 @@ def test_jobs_own_cores_and_wait_for_a_missing_cold_start(tmp_path, monkeypatch)
     sft = tmp_path / "tiny-sft"  # missing: the first run builds it
     monkeypatch.setattr(ablations, "SFT_DIR", str(sft))
     seen, lock, calls = [], threading.Lock(), []
-    meet = threading.Barrier(
-        2, timeout=60
-    )  # the two runs after the cold start meet, so both workers ran one
+    # the two runs after the cold start meet, so both workers ran one
+    meet = threading.Barrier(2, timeout=60)
 
     def fake_run_one(run, seed, budget, root, cpus, echo):
         existed = sft.exists()

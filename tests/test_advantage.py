@@ -49,9 +49,8 @@ def test_hand_computed():
 
 def test_random_against_naive_loops():
     g = torch.Generator().manual_seed(0)
-    R = (
-        torch.randint(0, 3, (2, 3, 4, 5), generator=g).float() * 0.7
-    )  # leading dims [2, 3], M=4, N=5
+    # leading dims [2, 3], M=4, N=5
+    R = torch.randint(0, 3, (2, 3, 4, 5), generator=g).float() * 0.7
     d, e = designer_advantages(R), executor_advantages(R)
     assert d.shape == (2, 3, 4) and e.shape == R.shape
     # fp32 against fp64, each within fp32_tol (its derivation there)
@@ -114,13 +113,13 @@ def test_runs_that_never_happened_are_left_out_of_the_executor_group():
     E = torch.tensor([[True, True]] * 3 + [[False, False]])
     before = executor_advantages(R)  # the unparsed slots shift the mean: ~+0.54 each
     want = 0.1 / (math.sqrt((6 * 0.01 + 2 * 0.09) / 7) + 1e-6)  # (x - mean) / (std + eps), fp64
+    # 8 fp32 terms
     assert before[0, 0].item() == pytest.approx(
         want, rel=0, abs=fp32_tol(R.view(-1).tolist(), want)
-    )  # 8 fp32 terms
+    )
     # exact: the executed runs form a constant group, which advantage.py sets to 0 (no arithmetic)
-    assert torch.equal(
-        executor_advantages(R, executed=E), torch.zeros(4, 2)
-    )  # no run was better than another
+    # no run was better than another
+    assert torch.equal(executor_advantages(R, executed=E), torch.zeros(4, 2))
     # the Designer keeps its failure: the unparsed design's advantage is negative
     assert designer_advantages(R)[3] < 0
 
@@ -133,9 +132,8 @@ def test_executed_mask_against_naive_loops():
     E[1] = False  # none executed: zeros
     E[2, 0, 0], E[2].view(-1)[1:] = True, False  # a single executed run: zero
     got = executor_advantages(R, executed=E)
-    tol = torch.zeros(
-        R.shape, dtype=torch.float64
-    )  # each entry's fp32_tol against fp64 (derivation there)
+    # each entry's fp32_tol against fp64 (derivation there)
+    tol = torch.zeros(R.shape, dtype=torch.float64)
     cells = list(itertools.product(range(3), range(4)))  # a query's runs (i, j): one group
     for b in range(6):
         live = [c for c in cells if E[b][c]]

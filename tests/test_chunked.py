@@ -36,9 +36,8 @@ def test_token_logprobs_matches_naive(tie, chunk_size, options):
     got_grads = grads_of(model, got, w)
     want = naive_token_logprobs(model, ids, mask)
     want_grads = grads_of(model, want, w)
-    torch.testing.assert_close(
-        got, want, **LOGP
-    )  # no mask against a mask, chunked head against full logits
+    # no mask against a mask, chunked head against full logits
+    torch.testing.assert_close(got, want, **LOGP)
     for name, g in want_grads.items():
         torch.testing.assert_close(got_grads[name], g, **grad_tol(g), msg=name)
     with torch.no_grad():  # scoring old / reference log-probs
@@ -148,9 +147,8 @@ def test_fsdp2_root_call(tmp_path):
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.fsdp import fully_shard
 
-    if (
-        dist.is_initialized()
-    ):  # an earlier test (vLLM) owns this process's group: run in a fresh interpreter
+    # an earlier test (vLLM) owns this process's group: run in a fresh interpreter
+    if dist.is_initialized():
         proc = subprocess.run(
             [
                 sys.executable,
@@ -188,9 +186,8 @@ def test_fsdp2_root_call(tmp_path):
             torch.testing.assert_close(got_grads[name], g, **grad_tol(g), msg=name)
         with pytest.raises(RuntimeError, match="DTensor"):  # why we go through the root module
             model.model(input_ids=ids, attention_mask=mask)
-        rows, _ = (
-            shared_batch()
-        )  # shared prompts: the same root call, with a 4D mask and position ids
+        # shared prompts: the same root call, with a 4D mask and position ids
+        rows, _ = shared_batch()
         model.zero_grad()  # before the forward: between forward and backward the root's parameters are unsharded
         got = shared_logprobs(model, rows, chunk_size=5)
         w = torch.randn(got.shape, generator=torch.Generator().manual_seed(0))

@@ -120,12 +120,13 @@ def test_apps_solutions_pass_their_tests(tmp_path):
 
 def test_codecontests_fixture(tmp_path):
     (t,), _ = _convert("codecontests", FIX / "codecontests.jsonl", tmp_path)
+    # public + private + generated
     assert t["tests"]["inputs"] == [
         "3\n",
         "1000000000\n",
         "1\n",
         "7\n",
-    ]  # public + private + generated
+    ]
     assert t["public_tests"] == {"inputs": ["3\n"], "outputs": ["6\n"], "fn_name": None}
     assert t["metadata"]["time_limit"] == 2.0
     assert "Example 1:\nInput:\n3\nOutput:\n6" in data.task_text(t)
@@ -277,13 +278,13 @@ def test_save_load_roundtrip_and_task_text(tmp_path):
     assert data.task_text(tasks[1], short=True) == "Double it.\nin: 2\nout: 4"
     assert data.task_text(tasks[0], short=True) == "What is 1+1?"
     fn = {**tasks[1], "public_tests": {"inputs": [[2], [5]], "outputs": [4, 10], "fn_name": "f"}}
-    assert (
-        data.task_text(fn, short=True) == "Double it.\nf(2)==4\nf(5)==10"
-    )  # the tiny world's compact form
+    # the tiny world's compact form
+    assert data.task_text(fn, short=True) == "Double it.\nf(2)==4\nf(5)==10"
+    # run_tests still checks both; the text shows one
     one = {
         **fn,
         "metadata": {"shown_examples": 1},
-    }  # run_tests still checks both; the text shows one
+    }
     assert data.task_text(
         one, short=True
     ) == "Double it.\nf(2)==4" and "f(5)" not in data.task_text(one)
@@ -298,7 +299,14 @@ def test_save_load_roundtrip_and_task_text(tmp_path):
 def test_cli_convert(tmp_path):
     out = tmp_path / "p.jsonl"
     proc = subprocess.run(
-        [sys.executable, "machinery/data.py", "convert", "polaris", str(FIX / "polaris.jsonl"), str(out)],
+        [
+            sys.executable,
+            "machinery/data.py",
+            "convert",
+            "polaris",
+            str(FIX / "polaris.jsonl"),
+            str(out),
+        ],
         cwd=ROOT,
         capture_output=True,
         text=True,
@@ -306,7 +314,14 @@ def test_cli_convert(tmp_path):
     assert proc.returncode == 0, proc.stderr
     assert "wrote 2 tasks" in proc.stdout and len(data.load_tasks(str(out))) == 2
     proc = subprocess.run(
-        [sys.executable, "machinery/data.py", "convert", "apps", str(FIX / "polaris.jsonl"), str(out)],
+        [
+            sys.executable,
+            "machinery/data.py",
+            "convert",
+            "apps",
+            str(FIX / "polaris.jsonl"),
+            str(out),
+        ],
         cwd=ROOT,
         capture_output=True,
         text=True,

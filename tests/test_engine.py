@@ -29,9 +29,8 @@ def build_tokenizer():
     specials = ["<unk>", "<|endoftext|>", "<|im_start|>", "<|im_end|>"]
     vocab = {t: i for i, t in enumerate(specials + list(string.printable))}
     tk = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
-    tk.pre_tokenizer = pre_tokenizers.Split(
-        Regex(r"[\s\S]"), behavior="isolated"
-    )  # one char, one token
+    # one char, one token
+    tk.pre_tokenizer = pre_tokenizers.Split(Regex(r"[\s\S]"), behavior="isolated")
     tk.decoder = decoders.Fuse()
     tok = PreTrainedTokenizerFast(
         tokenizer_object=tk,
@@ -211,9 +210,8 @@ def test_hf_logprobs_match_direct_forward(tiny_dir):
                 ref.double(), direct_logprobs(exact, c, T), rtol=0, atol=tol / 2
             )
             torch.testing.assert_close(torch.tensor(c.logprobs), ref, rtol=0, atol=tol)
-    for c in eng.generate([CHAT_PROMPT], Sampling(n=2, temperature=1.0, max_tokens=16, seed=3))[
-        0
-    ]:  # training
+    # training
+    for c in eng.generate([CHAT_PROMPT], Sampling(n=2, temperature=1.0, max_tokens=16, seed=3))[0]:
         tol = logp_tol(eng.model, c, 1.0)
         torch.testing.assert_close(
             torch.tensor(c.logprobs), trainer_logprobs(eng.model, c), rtol=0, atol=tol
@@ -247,9 +245,8 @@ def test_hf_too_long_prompt_is_an_error_completion(hf):
     assert outs[0][0].token_ids == outs[3][0].token_ids
     res = hf.generate([bad_msg, ok], Sampling(max_tokens=3))
     assert res[1][0].finish_reason != "error"
-    assert (
-        res[0][0].finish_reason == "error" or res[0][0].error is None
-    )  # rendered or reported, no raise
+    # rendered or reported, no raise
+    assert res[0][0].finish_reason == "error" or res[0][0].error is None
 
 
 # --------------------------------------------------------------------------------- lean (decode.py)
@@ -291,9 +288,8 @@ def test_lean_logprobs_match_direct_forward(tiny_dir):
             torch.testing.assert_close(
                 torch.tensor(c.logprobs), direct_logprobs(eng.model, c, T), rtol=0, atol=tol
             )
-    for c in eng.generate([CHAT_PROMPT], Sampling(n=2, temperature=1.0, max_tokens=16, seed=3))[
-        0
-    ]:  # training
+    # training
+    for c in eng.generate([CHAT_PROMPT], Sampling(n=2, temperature=1.0, max_tokens=16, seed=3))[0]:
         tol = logp_tol(eng.model, c, 1.0)
         torch.testing.assert_close(
             torch.tensor(c.logprobs), trainer_logprobs(eng.model, c), rtol=0, atol=tol
@@ -392,9 +388,8 @@ def test_lean_drafting_keeps_the_tokens_of_one_token_a_forward(tiny_dir):
     drafted.drafter = wrong
     f = drafted.decoder.forwards
     same(a, drafted.generate(prompts, samplings(2)))
-    assert (
-        1 + math.ceil(40 / 9) < drafted.decoder.forwards - f < 40
-    )  # drafted, and drafts were rejected
+    # drafted, and drafts were rejected
+    assert 1 + math.ceil(40 / 9) < drafted.decoder.forwards - f < 40
 
 
 def test_lean_workspace_kept_across_calls_changes_nothing(tiny_dir):
@@ -417,19 +412,16 @@ def test_lean_workspace_kept_across_calls_changes_nothing(tiny_dir):
         Sampling(n=8, temperature=1.0, max_tokens=48, seed=1),
         Sampling(temperature=0, max_tokens=40),
     ]
-    used.generate(
-        prompts, seen + [Sampling(n=8, max_tokens=48, seed=2)]
-    )  # 17 rows: compaction fills both buffers
-    fresh.drafter = copy.deepcopy(
-        used.drafter
-    )  # the same drafts: rows seen before are drafted whole and run ahead,
+    # 17 rows: compaction fills both buffers
+    used.generate(prompts, seen + [Sampling(n=8, max_tokens=48, seed=2)])
+    # the same drafts: rows seen before are drafted whole and run ahead,
+    fresh.drafter = copy.deepcopy(used.drafter)
     # the others lag and read slots past their own tokens
     assert {k[0] for k in used.decoder.workspace} == {"K", "V"} and {
         k[2] for k in used.decoder.workspace
     } == {0, 1}
-    with (
-        torch.inference_mode()
-    ):  # (generate runs in it, so the workspace's tensors are inference tensors)
+    # (generate runs in it, so the workspace's tensors are inference tensors)
+    with torch.inference_mode():
         for buf in used.decoder.workspace.values():
             buf.fill_(float("nan"))
     small = seen + [Sampling(n=3, temperature=1.0, top_p=0.9, max_tokens=40, seed=3)]
@@ -461,12 +453,13 @@ def test_drafter_proposes_what_followed_the_longest_match():
     assert d.propose([1, 2], [3], max_tokens=10) == []  # nothing seen yet
     d.add([1, 2, 3, 4, 5, 6, 7, 8])
     d.add([9, 9, 3, 4, 0, 0])  # (3, 4) is followed by 0 here: latest wins
+    # (1, 2, 3, 4): the longer n matches first
     assert d.propose([1, 2], [3, 4], max_tokens=10) == [
         5,
         6,
         7,
         8,
-    ]  # (1, 2, 3, 4): the longer n matches first
+    ]
     assert d.propose([7, 7], [3, 4], max_tokens=10) == [0, 0]  # only (3, 4) matches
     assert d.propose([1, 2], [3, 4], max_tokens=4) == [5, 6]  # never past max_tokens
     assert d.propose([], [5, 5], max_tokens=10) == []
@@ -579,17 +572,15 @@ def test_vllm_sampled_logprobs_match_trainer(vllm_pair):
             tol = 3 * logp_tol(ref.model, c, T)
             direct = direct_logprobs(ref.model, c, T)
             worst = max(worst, (torch.tensor(c.logprobs) - direct).abs().max().item() / tol)
-    for c in eng.generate([CHAT_PROMPT], Sampling(n=2, temperature=1.0, max_tokens=20, seed=5))[
-        0
-    ]:  # training
+    # training
+    for c in eng.generate([CHAT_PROMPT], Sampling(n=2, temperature=1.0, max_tokens=20, seed=5))[0]:
         tol = 3 * logp_tol(ref.model, c, 1.0)
         worst = max(
             worst,
             (torch.tensor(c.logprobs) - trainer_logprobs(ref.model, c)).abs().max().item() / tol,
         )
-    assert worst < 1, (
-        worst
-    )  # vLLM's own fp32 kernels: as in test_vllm_greedy_matches_hf_after_reload
+    # vLLM's own fp32 kernels: as in test_vllm_greedy_matches_hf_after_reload
+    assert worst < 1, worst
     # same seeds, same batch: same samples
     again = eng.generate(
         [CHAT_PROMPT, [5, 6, 7, 8]], Sampling(n=3, temperature=T, max_tokens=20, seed=5)

@@ -94,6 +94,5 @@ def test_what_names_a_model(tmp_path, monkeypatch):
     assert engine.missing_model("Qwen/Qwen3-8B") is None  # a hub id: from_pretrained's
     assert engine.missing_model(f"{tmp_path}/gone") == f"no model folder {tmp_path}/gone"
     monkeypatch.chdir(tmp_path)
-    assert (
-        engine.missing_model("m/gone") == "no model folder m/gone"
-    )  # m/ is a local folder: not a hub id
+    # m/ is a local folder: not a hub id
+    assert engine.missing_model("m/gone") == "no model folder m/gone"

@@ -27,7 +27,6 @@ def test_first_gpu_run_on_a_cpu(tmp_path):
     rows = [json.loads(ln) for ln in (out / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in rows] == [1, 2, 3] and all(r["designer/tokens"] > 0 for r in rows)
     log = (out / "first_run.rank0.log").read_text()
-    assert (
-        "train.py: steps 0..2" in log and "train.py: steps 2..3" in log
-    )  # the run, then its resume
+    # the run, then its resume
+    assert "train.py: steps 0..2" in log and "train.py: steps 2..3" in log
     assert (out / "step_000003").is_dir()

@@ -49,17 +49,15 @@ def test_hand_computed():
     # per token: -min(rho*A, clip(rho)*A) = -1.2 (clipped), -0.5, -1.1 | 0.9, 0.8 (clipped); last
     # masked out
     assert loss.item() == pytest.approx((-1.2 - 0.5 - 1.1 + 0.9 + 0.8) / 5, abs=1e-6)
-    assert stats["clip_frac"] == pytest.approx(
-        2 / 5
-    )  # a count (2) over 5: 0.4 rounded to fp32, 2^-24 relative
+    # a count (2) over 5: 0.4 rounded to fp32, 2^-24 relative
+    assert stats["clip_frac"] == pytest.approx(2 / 5)
     assert stats["ratio_mean"] == pytest.approx((1.5 + 0.5 + 1.1 + 0.9 + 0.5) / 5, abs=1e-6)
     assert stats["tokens"] == 5 and "logprob_gap" not in stats
     loss.backward()
     # d/dlogp of -rho*A is -rho*A / 5 where unclipped, 0 where clipped or masked
     expected = torch.tensor([[0.0, -0.5, -1.1], [0.9, 0.0, 0.0]]) / 5
-    torch.testing.assert_close(
-        logp.grad, expected
-    )  # rho·A/5: ~3 ulps, within the fp32 default rtol 1.3e-6
+    # rho·A/5: ~3 ulps, within the fp32 default rtol 1.3e-6
+    torch.testing.assert_close(logp.grad, expected)
 
 
 def test_hand_computed_is_and_gap():
@@ -72,9 +70,8 @@ def test_hand_computed_is_and_gap():
     # the engine/trainer gap |old - engine|: 2 and log 2 (fp32: a few ulps of 2)
     assert stats["logprob_gap"] == pytest.approx((2 + math.log(2)) / 2, abs=1e-6)
     assert stats["logprob_gap_max"] == pytest.approx(2.0, abs=1e-6)
-    loss, _ = grpo_loss(
-        logp, logp, torch.ones(1), mask, engine_logprobs=engine
-    )  # cap 0: no correction
+    # cap 0: no correction
+    loss, _ = grpo_loss(logp, logp, torch.ones(1), mask, engine_logprobs=engine)
     assert loss.item() == -1.0  # exact: -(1 + 1) / 2
 
 
@@ -121,21 +118,18 @@ def test_micro_batches_sum_to_one_batch():
 
 def test_degenerate_inputs_no_nan():
     logp = torch.zeros(2, 3, requires_grad=True)
-    loss, stats = grpo_loss(
-        logp, logp.detach(), torch.zeros(2), torch.zeros(2, 3)
-    )  # nothing to train on
+    # nothing to train on
+    loss, stats = grpo_loss(logp, logp.detach(), torch.zeros(2), torch.zeros(2, 3))
     loss.backward()
     # exact, on any IEEE arithmetic: a sum of masked zeros; below, exp(0) = 1 and the mean of ones
     # is 1
     assert loss.item() == 0.0 and torch.isfinite(logp.grad).all() and stats["tokens"] == 0
     assert all(math.isfinite(v) for v in stats.values())
-    loss, stats = grpo_loss(
-        logp, None, torch.zeros(2), torch.ones(2, 3)
-    )  # old=None: on-policy, zero advantage
+    # old=None: on-policy, zero advantage
+    loss, stats = grpo_loss(logp, None, torch.zeros(2), torch.ones(2, 3))
     assert loss.item() == 0.0 and stats["ratio_mean"] == 1.0 and stats["clip_frac"] == 0.0
-    far = torch.tensor(
-        [[0.0, -300.0, 0.0]], requires_grad=True
-    )  # a stale or mismatched old log-prob
+    # a stale or mismatched old log-prob
+    far = torch.tensor([[0.0, -300.0, 0.0]], requires_grad=True)
     loss, stats = grpo_loss(
         far,
         torch.tensor([[0.0, 0.0, -300.0]]),
@@ -154,10 +148,11 @@ def test_token_logprobs_is_the_full_logits_formula(tie):
     mask)."""
     model = tiny_qwen3(tie)
     ids, mask, w = batch()
+    # right, then left padding
     for m in (
         mask,
         torch.ones_like(mask).index_fill_(1, torch.tensor([0, 1]), 0),
-    ):  # right, then left padding
+    ):
         got = token_logprobs(model, ids, m) * m[:, 1:]
         assert (
             got.shape == (3, 20) and got.dtype == torch.float32 and (got[m[:, 1:] == 1] < 0).all()

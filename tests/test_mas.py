@@ -125,9 +125,8 @@ def test_majority_and_vote():
     assert mas.majority(["3", "1/2", "0.5"], str.__eq__) == "3"
     with pytest.raises(TypeError):
         mas.vote("abc")
-    with pytest.raises(
-        RuntimeError, match="sandbox"
-    ):  # counted in the trainer, like every helper's work
+    # counted in the trainer, like every helper's work
+    with pytest.raises(RuntimeError, match="sandbox"):
         mas.vote(["1", "1"])
 
 

@@ -57,9 +57,8 @@ def probe_ratio(eng, model):
 def test_reload_check_passes_a_full_reload(setup):
     eng, model, _ = setup
     eng.load_weights(updated(model, 1))
-    assert (
-        probe_ratio(eng, model) <= 1
-    )  # rounding only: the bound (the mean gap sits ~50x below it here)
+    # rounding only: the bound (the mean gap sits ~50x below it here)
+    assert probe_ratio(eng, model) <= 1
 
 
 def test_reload_check_catches_a_corrupted_tensor(setup):
@@ -107,18 +106,16 @@ def test_reload_check_in_the_trainers_sync(setup, tmp_path):
         )
     try:
         cfg = settings.Config(init_from=folder, save_every=2)
-        weights = EngineWeights(
-            cfg, eng, {"designer": {"model": model}}, CPU
-        )  # probes at its start
+        # probes at its start
+        weights = EngineWeights(cfg, eng, {"designer": {"model": model}}, CPU)
         updated(model, 5)
         weights.sync(0)  # loads, probes (the first sync)
         assert weights.bound > 0 and weights.info["reload/probe_gap"] <= weights.bound
         weights.check_gap({"designer/logprob_gap": 1e-7}, ["designer"], 0)
         with pytest.raises(engine.ReloadError, match="step 1, designer: the engine"):
             weights.check_gap({"designer/logprob_gap": 0.5}, ["designer"], 0)
-        eng.load_weights(
-            updated(model, 6) | {"model.norm.weight": torch.zeros(64)}
-        )  # a sync gone wrong
+        # a sync gone wrong
+        eng.load_weights(updated(model, 6) | {"model.norm.weight": torch.zeros(64)})
         with pytest.raises(engine.ReloadError, match="after the weight sync of step 2"):
             weights.probe("after the weight sync of step 2")
     finally:

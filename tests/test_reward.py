@@ -199,9 +199,8 @@ def test_pathological_expression_hits_deadline_then_grading_goes_on():
     t = time.monotonic()
     with ThreadPoolExecutor(1) as ex:  # from a worker thread, where SIGALRM could never work
         assert ex.submit(math_equal, "10^{10^{10^{10}}}", "1", 1.0).result() is False
-    assert (
-        time.monotonic() - t < 1.0 + 60.0
-    )  # deadline + generous margin (a fresh grader may start)
+    # deadline + generous margin (a fresh grader may start)
+    assert time.monotonic() - t < 1.0 + 60.0
     assert math_equal("\\frac{2}{4}", "0.5") is True
 
 
@@ -257,9 +256,8 @@ def test_two_programs_are_the_same_answer_only_as_text():
     assert reward._verify("def f(): return 3", "def g(): return 3")
     assert math_equal("def f(): return 3", "def g(): return 3") is False
     assert math_equal("def f(x): return x+3", "def f(x):\n    return x + 3")
-    assert (
-        reward._fast_equal("def f(x): return x+3", "x+3") is None
-    )  # a program against math: math-verify
+    # a program against math: math-verify
+    assert reward._fast_equal("def f(x): return x+3", "x+3") is None
 
 
 def test_a_scripts_vote_compares_by_math_equal(sb):
@@ -366,9 +364,8 @@ def test_reward_math_and_code(sb):
     )
     assert reward.reward(math_task, _run(["<answer>25</answer>"], answer="25"), lam=0.0) == 1.0
     crashed = _run(["<answer>25</answer>"], answer=None, error="NameError: name 'x' is not defined")
-    assert reward.reward(math_task, crashed) == pytest.approx(
-        0.4
-    )  # paper: no correctness, that's all
+    # paper: no correctness, that's all
+    assert reward.reward(math_task, crashed) == pytest.approx(0.4)
     code_task = {"id": "c", "kind": "code", "question": "?", "tests": ADD}
     prog = "```python\na, b = map(int, input().split())\nprint(a + b)\n```"
     assert reward.reward(code_task, _run(["<answer>ok</answer>"], answer=prog)) == pytest.approx(

@@ -97,9 +97,8 @@ def check_batch(b, eng, tasks, M, N, lam=0.4):
     per_run = Counter(s.index for s in b.executor)
     for r in b.runs:
         assert b.run(r.q, r.i, r.j) is r
-        assert b.R[r.q, r.i, r.j].item() == pytest.approx(
-            r.reward
-        )  # r.reward rounded to fp32: 2^-24 relative
+        # r.reward rounded to fp32: 2^-24 relative
+        assert b.R[r.q, r.i, r.j].item() == pytest.approx(r.reward)
         assert b.executed[r.q, r.i, r.j].item() == (r.run is not None)
         if r.run is None:  # not executed
             assert r.structure is None and r.n_calls == 0 and per_run[(r.q, r.i, r.j)] == 0
@@ -218,13 +217,11 @@ def test_one_engine_plays_two_roles_through_its_views(designer, hf):
     two = rollout(tasks, designer, hf, M=2, N=3, step=3, **kw)
     one = Loading(engine.HFEngine(copy.deepcopy(designer.model), designer.tokenizer))
     state = {"designer": designer.model.state_dict(), "executor": hf.model.state_dict()}
-    held = weights.Held(
-        one, state, held="designer"
-    )  # the engine starts with the Designer's weights
+    # the engine starts with the Designer's weights
+    held = weights.Held(one, state, held="designer")
     got = rollout(tasks, held.view("designer"), held.view("executor"), M=2, N=3, step=3, **kw)
-    assert [w is state["executor"] for w in one.loaded] == [
-        True
-    ]  # once, before the first agent call
+    # once, before the first agent call
+    assert [w is state["executor"] for w in one.loaded] == [True]
     assert torch.equal(got.R, two.R) and got.scripts == two.scripts
     for a, b in ((got.designer, two.designer), (got.executor, two.executor)):
         assert [(s.index, s.completion_ids) for s in a] == [(s.index, s.completion_ids) for s in b]
@@ -236,31 +233,37 @@ def test_one_engine_plays_two_roles_through_its_views(designer, hf):
 
 def test_reproducible(hf):
     ds = engine.Sampling(temperature=1.0, max_tokens=16)
-    go = lambda step, template: rollout(
-        TASKS,
-        hf,
-        hf,
-        M=2,
-        N=2,
-        step=step,
-        template=template,
-        short=True,
-        designer_sampling=ds,
-        executor_sampling=EXEC,
-    )
-    key = lambda b: (
-        b.R.tolist(),
-        [
-            (s.index, s.call, s.prompt_ids, s.completion_ids, s.logprobs)
-            for s in b.designer + b.executor
-        ],
-        [(r.answer, r.error, r.n_calls, r.tokens) for r in b.runs],
-        b.designer_texts,
-    )
+
+    def go(step, template):
+        return rollout(
+            TASKS,
+            hf,
+            hf,
+            M=2,
+            N=2,
+            step=step,
+            template=template,
+            short=True,
+            designer_sampling=ds,
+            executor_sampling=EXEC,
+        )
+
+    def key(b):
+        return (
+            b.R.tolist(),
+            [
+                (s.index, s.call, s.prompt_ids, s.completion_ids, s.logprobs)
+                for s in b.designer + b.executor
+            ],
+            [(r.answer, r.error, r.n_calls, r.tokens) for r in b.runs],
+            b.designer_texts,
+        )
+
+    # bit for bit: the same computation twice, same batch, same process
     for template in (
         "critic",
         None,
-    ):  # bit for bit: the same computation twice, same batch, same process
+    ):
         assert key(go(5, template)) == key(go(5, template))
     # two ranks each rolling out half of the batch (q_offset = their first global query) draw
     # exactly what one process rolling out the whole batch draws
@@ -282,7 +285,10 @@ def test_reproducible(hf):
         )
         for k in range(len(TASKS))
     ]
-    toks = lambda samples: [(s.index[1:], s.call, s.completion_ids) for s in samples]
+
+    def toks(samples):
+        return [(s.index[1:], s.call, s.completion_ids) for s in samples]
+
     assert toks(whole.designer) == [t for h in halves for t in toks(h.designer)]
     assert toks(whole.executor) == [t for h in halves for t in toks(h.executor)]
     # exact: rewards are graded from the (equal) tokens' text, not computed from floats
@@ -399,17 +405,16 @@ def test_grade_each_distinct_answer_once_same_rewards(monkeypatch):
     assert [r.reward for r in b.runs] == [
         c + 0.4 * reward.format_score(r.run) for c, r in zip(every, b.runs)
     ]
-    assert b.R.flatten().tolist() == pytest.approx(
-        [r.reward for r in b.runs], abs=1e-7
-    )  # stored in fp32
+    # stored in fp32
+    assert b.R.flatten().tolist() == pytest.approx([r.reward for r in b.runs], abs=1e-7)
     assert len({r.reward for r in b.runs}) >= 3  # rewards do differ
     # a hand-made list: the same answer in several runs, with different replies (format) and errors,
     # a None answer, equal tasks in two dicts (graded apart: the key is the task object)
     from sandbox import CallRecord, WorkflowRun
 
-    run = lambda answer, replies, error=None: WorkflowRun(
-        answer, error, [CallRecord("a", [], r, None) for r in replies]
-    )
+    def run(answer, replies, error=None):
+        return WorkflowRun(answer, error, [CallRecord("a", [], r, None) for r in replies])
+
     math, fn = TASKS
     fn2 = dict(fn, tests=dict(fn["tests"], outputs=[100] * 5))  # same id, other hidden tests
     pairs = [

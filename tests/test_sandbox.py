@@ -324,11 +324,12 @@ def test_run_tests_stdin_and_call_based():
         {"inputs": ["0", "100", "0"], "outputs": ["0", "100", "0"]},
         timeout_per_test=1.0,
     )
+    # one slow test does not sink the others
     assert [o.status for o in out] == [
         "ok",
         "timeout",
         "ok",
-    ]  # one slow test does not sink the others
+    ]
     assert time.monotonic() - t0 < 3 * 1.0 + MARGIN
     assert _no_leftovers()
 
@@ -386,9 +387,8 @@ CALL_PROGRAMS = [
 def test_call_tests_share_a_process_with_the_outcomes_of_one_each():
     tests = {"inputs": [[1], [2], [3], [4]], "outputs": [0] * 4, "fn_name": "f"}
 
-    def run(
-        code, isolate
-    ):  # isolate: each test in a sandbox job of its own, so in a process of its own
+    # isolate: each test in a sandbox job of its own, so in a process of its own
+    def run(code, isolate):
         batches = [[x] for x in tests["inputs"]] if isolate else [tests["inputs"]]
         return [
             (o.status, o.output, o.error)
@@ -405,18 +405,20 @@ def test_call_tests_share_a_process_with_the_outcomes_of_one_each():
         assert a == b, name
     got = dict(zip([n for n, _ in CALL_PROGRAMS], shared))
     assert got["pure"] == [("ok", str(2 * x), None) for x in (1, 2, 3, 4)]
+    # the tests after it still ran
     assert [s for s, _, _ in got["loop_on_2"]] == [
         "ok",
         "timeout",
         "ok",
         "ok",
-    ]  # the tests after it still ran
+    ]
     assert got["memory_on_1"][0][0] == "memory" and got["segfault_on_3"][2][0] == "killed"
+    # its own stderr, not the tests' before
     assert got["stderr_then_raise"][3] == (
         "error",
         "",
         "KeyError: 4",
-    )  # its own stderr, not the tests' before
+    )
     assert got["stderr_then_exit"][2] == ("error", "", "note 3")
     assert got["huge_result"][1][0] == "ok" and len(got["huge_result"][1][1]) == 1 << 16
     # state: module globals persist from call to call (as under LeetCode's and LiveCodeBench's
@@ -433,9 +435,8 @@ def test_outputs_match_livecodebench_style():
     assert sandbox.outputs_match("1.0000001\n", "1.0")
     assert sandbox.outputs_match("0.5 2\n", "0.50 2")
     assert not sandbox.outputs_match("1.01", "1.0")
-    assert not sandbox.outputs_match(
-        "1000000000000000001", "1000000000000000000"
-    )  # integers: exact
+    # integers: exact
+    assert not sandbox.outputs_match("1000000000000000001", "1000000000000000000")
     assert not sandbox.outputs_match("YES\nNO", "YES\nYES")
     assert not sandbox.outputs_match("YES", "YES\nNO")
     assert not sandbox.outputs_match("yes", "YES")
@@ -662,10 +663,11 @@ def test_vote_is_counted_by_the_given_equal_on_the_scripts_clock():
         and "timeout" in runs[0].error
         and time.monotonic() - t0 < 1.0 + MARGIN
     )
+    # the count's time is not the other script's
     assert (runs[1].answer, runs[1].error) == (
         "b",
         None,
-    )  # the count's time is not the other script's
+    )
 
 
 @needs_isolation

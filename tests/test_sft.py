@@ -109,9 +109,8 @@ def test_train_sft_learns_and_writes_loadable_checkpoint(tmp_path):
         out_dir=str(tmp_path / "ck"),
         log=None,
     )
-    assert (
-        stats["losses"][0] > 4.0 and stats["loss"] < 0.6
-    )  # from uniform over ~100 chars to near-format
+    # from uniform over ~100 chars to near-format
+    assert stats["losses"][0] > 4.0 and stats["loss"] < 0.6
     m2 = AutoModelForCausalLM.from_pretrained(str(tmp_path / "ck"))
     t2 = AutoTokenizer.from_pretrained(str(tmp_path / "ck"))
     assert (
@@ -170,7 +169,10 @@ def _muon_against_torch(steps=4, lr=2e-3):
     """Our Muon and torch.optim.Muon from the same weights on the same gradients: (the largest
     weight difference of each matrix in units of its per-step update scale lr * 0.2 sqrt(max(rows,
     cols)), the weights' largest magnitude in those units)."""
-    mats = lambda m: [p for n, p in m.named_parameters() if p.ndim == 2 and "embed" not in n]
+
+    def mats(m):
+        return [p for n, p in m.named_parameters() if p.ndim == 2 and "embed" not in n]
+
     a, b = tiny.build_model(seed=0, **SMALL)[0], tiny.build_model(seed=0, **SMALL)[0]
     ref = torch.optim.Muon(mats(a), lr=lr, weight_decay=0.01, adjust_lr_fn="match_rms_adamw")
     ours = muon.Muon(mats(b), lr=lr, weight_decay=0.01)
@@ -502,9 +504,8 @@ def test_distill_keeps_only_correct_runs(tmp_path):
             set(r) >= {"messages", "completion"} and r["messages"][-1]["role"] == "user"
             for r in d + e
         )
-        assert (
-            len(e) == 6
-        )  # one distinct (prompt, reply) per task: identical voting samples kept once
+        # one distinct (prompt, reply) per task: identical voting samples kept once
+        assert len(e) == 6
         assert all(mas.answer_of(r["completion"]) for r in e)
         # the samples train as they are
         model, tok = tiny.build_model(seed=0, **SMALL)

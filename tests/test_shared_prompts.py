@@ -34,7 +34,10 @@ def shared_batch(vocab=257, seed=2):
     """Groups with a repeated prompt (one of them cut in two rows), as (prompt, [completion, ...])
     and as the unshared samples, completions in the same order."""
     g = torch.Generator().manual_seed(seed)
-    ids = lambda n: torch.randint(0, vocab, (n,), generator=g).tolist()
+
+    def ids(n):
+        return torch.randint(0, vocab, (n,), generator=g).tolist()
+
     p1, p2, p3 = ids(6), ids(9), ids(4)
     rows = [(p1, [ids(5), ids(3), ids(7)]), (p2, [ids(4)]), (p1, [ids(6)]), (p3, [ids(2), ids(8)])]
     samples = [(p, c) for p, cs in rows for c in cs]
@@ -78,9 +81,8 @@ def test_shared_prompts_match_unshared(tie, attn, options):
     assert got.shape == want.shape == (sum(len(c) for _, c in samples),)
     w = torch.randn(got.shape, generator=torch.Generator().manual_seed(0))
     got_grads, want_grads = grads_of(model, got, w), grads_of(model, want, w)
-    torch.testing.assert_close(
-        got, want, **LOGP
-    )  # a block mask and other rows: two fp32 computations
+    # a block mask and other rows: two fp32 computations
+    torch.testing.assert_close(got, want, **LOGP)
     for name, g in want_grads.items():
         torch.testing.assert_close(got_grads[name], g, **grad_tol(g), msg=name)
 
@@ -93,9 +95,8 @@ def test_shared_rows_of_one_completion_match_unshared():
     rows = [(p, cs[:1]) for p, cs in rows]
     samples = [(p, cs[0]) for p, cs in rows]
     b = shared_prompt_rows(rows, pad_id=0)
-    assert (
-        int(b["segment"].max()) == 1 and (b["segment"] == -1).any()
-    )  # right padding in the batch too
+    # right padding in the batch too
+    assert int(b["segment"].max()) == 1 and (b["segment"] == -1).any()
     masks = []  # what the model is called with: no mask, on both paths (right padding needs none either)
     hook = model.register_forward_pre_hook(
         lambda m, args, kw: masks.append(kw.get("attention_mask")), with_kwargs=True
@@ -140,9 +141,10 @@ def test_shared_prompts_grpo_loss_matches_unshared():
     got = {k: p.grad.clone() for k, p in model.named_parameters()}
 
     lp = unshared_logprobs(model, samples)
-    rowwise = lambda x: torch.nn.utils.rnn.pad_sequence(
-        x.split(n.tolist()), batch_first=True
-    )  # [S, max L]
+
+    def rowwise(x):
+        return torch.nn.utils.rnn.pad_sequence(x.split(n.tolist()), batch_first=True)  # [S, max L]
+
     mask = rowwise(torch.ones_like(lp))
     loss2, stats2 = grpo_loss(
         rowwise(lp), rowwise(old), adv, mask, engine_logprobs=rowwise(engine), **kw

@@ -146,9 +146,8 @@ def test_page_grid_values_and_escaping():
     assert "SyntaxError at line 1" in text and "unparseable script: line 1" in text
     assert "hsl(120," in text and "hsl(34," in text  # R=1.4 green, R=0.4 towards red
     assert '<option value="code">' in text and '<option value="designer">' in text
-    assert (
-        "{&quot;inputs&quot;: [[0]], &quot;outputs&quot;: [1]}" in text
-    )  # a code task's gold, as JSON
+    # a code task's gold, as JSON
+    assert "{&quot;inputs&quot;: [[0]], &quot;outputs&quot;: [1]}" in text
 
 
 def test_write_default_and_explicit_range(tmp_path):
@@ -274,7 +273,10 @@ def test_rendered_in_chromium_at_a_hash(tmp_path):
     dom = rendered(f"file://{path}#s2-q0-i1-j0", tmp_path)
     assert "<script>alert" not in dom and "alert(1)" in dom
     assert f"script 2.0.1\n{EVIL_DOM}" in dom
-    tag = lambda pid: opening_tag(dom, pid)
+
+    def tag(pid):
+        return opening_tag(dom, pid)
+
     for pid in ("s2-q0-i1-j0", "s2-q0-i1"):  # the execution and its design: opened by the hash
         assert "open" in tag(pid) and "hidden" not in tag(pid), tag(pid)
     for pid in ("s2-q0-i1-j1", "s2-q0-i0-j0", "s1-q0-i1-j0", "s2-q0-i0"):

@@ -122,10 +122,11 @@ def test_selective_replays_the_elementwise_ops_only():
         with CountOps() as c:  # the backward, with whatever it replays of the forward
             (logp * w).sum().backward()
         counts[mode] = c.ops
+    # matmuls; RMSNorm (element-wise)
     mm, rsqrt = (
         torch.ops.aten.mm.default,
         torch.ops.aten.rsqrt.default,
-    )  # matmuls; RMSNorm (element-wise)
+    )
     assert counts["selective"][mm] == counts["off"][mm] < counts["full"][mm]
     assert counts["off"][rsqrt] == 0 < counts["selective"][rsqrt] == counts["full"][rsqrt]
 
@@ -140,9 +141,8 @@ def test_fsdp2_with_checkpointing_and_compile(tmp_path):
     compiled layers."""
     import torch.distributed as dist
 
-    if (
-        dist.is_initialized()
-    ):  # an earlier test owns this process's group: run in a fresh interpreter
+    # an earlier test owns this process's group: run in a fresh interpreter
+    if dist.is_initialized():
         proc = subprocess.run(
             [
                 sys.executable,

@@ -7,9 +7,8 @@ D, E = frozenset({"designer"}), frozenset({"executor"})
 
 
 def test_stagewise_schedule():
-    got = [
-        active_roles(t, stage_len=3) for t in range(13)
-    ]  # the Executor first (the authors' default)
+    # the Executor first (the authors' default)
+    got = [active_roles(t, stage_len=3) for t in range(13)]
     assert got == [E] * 3 + [D] * 3 + [E] * 3 + [D] * 3 + [E]
     assert [active_roles(t, stage_len=2, first="designer") for t in range(5)] == [D, D, E, E, D]
     assert active_roles(29) == E and active_roles(30) == D and active_roles(60) == E

@@ -185,9 +185,8 @@ def test_one_shown_example_is_often_ambiguous_and_the_wrong_reply_fits_it():
     for t in tasks:
         pub = t["public_tests"]
         (x0,), y0 = pub["inputs"][0], pub["outputs"][0]
-        assert (
-            data.task_text(t, short=True) == f"Write f(x).\nf({x0})=={y0}"
-        )  # one of the three tests shown
+        # one of the three tests shown
+        assert data.task_text(t, short=True) == f"Write f(x).\nf({x0})=={y0}"
         (step,) = t["metadata"]["steps"]  # K read off the shown example, as a math chain step
         lhs, k = step.split("=")
         assert (
@@ -203,9 +202,8 @@ def test_one_shown_example_is_often_ambiguous_and_the_wrong_reply_fits_it():
             for e in fits
         ):
             ambiguous += 1
-            assert (
-                wrong in fits
-            )  # the natural mistake: it fits the shown example, a visible test catches it
+            # the natural mistake: it fits the shown example, a visible test catches it
+            assert wrong in fits
     # x+K, x-K, K-x on 0..9: an example (x, y) with y > x fits x+K and K-x when x + y <= 9, and so
     # on
     assert 0.3 * len(tasks) < ambiguous < 0.7 * len(tasks)
@@ -261,9 +259,8 @@ def test_exact_figures_are_the_teacher_forced_sequence_logprobs():
     tok = tiny.build_tokenizer()
     model = AutoModelForCausalLM.from_config(tiny.tiny_config(hidden_size=64, num_layers=2)).eval()
     tasks = tiny.make_tasks(3, seed=5)
-    f = tiny.exact_figures(
-        model, tok, tasks, batch_size=5
-    )  # padded batches mixing designer and executor
+    # padded batches mixing designer and executor
+    f = tiny.exact_figures(model, tok, tasks, batch_size=5)
     one = tiny.exact_figures(model, tok, tasks, batch_size=1)  # no padding at all
     # Sums of ~100-240 fp32 token log-probs from two computations (other batch rows and padding).
     # Each token's logp = z - logsumexp(z) is within ~8 ulps of its magnitude per side
@@ -300,9 +297,10 @@ def test_exact_figures_are_the_teacher_forced_sequence_logprobs():
         lp = torch.log_softmax(model(ids).logits[0, :-1].double(), -1).gather(-1, ids[0, 1:, None])[
             :, 0
         ]
+    # as above
     assert f["choice_logp"][0]["tester"] == pytest.approx(
         lp[len(p_ids) - 1 :].sum().item(), rel=rel, abs=0
-    )  # as above
+    )
     assert set(f["choice"][0]) == set(mas.TEMPLATES) and len(f["oracle"]) == len(tasks)
     assert all(0.0 <= p <= 1.0 for c in f["choice"] for p in c.values())
     assert all(x < 0 for x in f["contexts_logp"]["solver"])
@@ -322,9 +320,8 @@ def test_executor_contexts_are_the_prompts_a_rollout_shows():
             assert completion == tiny.oracle_reply(t) and messages[1]["content"].startswith(shown)
         assert ctx["solver"][k][0][0]["content"].startswith("solver:")
         assert ctx["coder"][k][0][1]["content"] == shown
-        repair = ctx["repair"][k][0][1][
-            "content"
-        ]  # the frozen wrong program and its real test report
+        # the frozen wrong program and its real test report
+        repair = ctx["repair"][k][0][1]["content"]
         assert (
             repair.startswith(f"{shown}\nCode:\n{wrong}\nTests: FAIL ") and "expected: " in repair
         )

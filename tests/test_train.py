@@ -157,9 +157,8 @@ def wandb_history(path):
             items = {
                 i.key or "/".join(i.nested_key): json.loads(i.value_json) for i in rec.history.item
             }
-            row = {
-                k: v for k, v in items.items() if not k.startswith("_")
-            }  # wandb's own: _step, _timestamp
+            # wandb's own: _step, _timestamp
+            row = {k: v for k, v in items.items() if not k.startswith("_")}
             assert rec.history.step.num not in out
             out[rec.history.step.num] = row
     return out
@@ -196,12 +195,10 @@ def test_executor_batch_size_applies_to_executor_only_steps():
         settings.step_batch(cfg, stagewise.active_roles(t, "stagewise", 2, "designer"))
         for t in range(5)
     ] == [8, 8, 32, 32, 8]
-    assert (
-        settings.step_batch(cfg, {"designer", "executor"}) == 8
-    )  # coupled: one batch for both roles
-    assert (
-        settings.step_batch(settings.parse_config(["--batch_size=8"]), {"executor"}) == 8
-    )  # 0 = batch_size
+    # coupled: one batch for both roles
+    assert settings.step_batch(cfg, {"designer", "executor"}) == 8
+    # 0 = batch_size
+    assert settings.step_batch(settings.parse_config(["--batch_size=8"]), {"executor"}) == 8
     with pytest.raises(
         settings.ConfigError, match="executor_batch_size=6 must be divisible by the number of ranks"
     ):
@@ -237,9 +234,8 @@ def test_parse_config_types_and_files(tmp_path):
     assert (cfg.M, cfg.N, cfg.backend, cfg.resume, cfg.designer_lr) == (8, 1, "hf", True, 5e-6)
     assert cfg.init_from == "out/sft-qwen3-4b"  # the 4B preset on top of the 8B one
     assert settings.parse_config([]).out_dir == "out/tiny-rl"  # no file: the tiny default
-    assert (
-        settings.parse_config(["--tis_cap=1"]).tis_cap == 1.0
-    )  # an int where a float is expected is fine
+    # an int where a float is expected is fine
+    assert settings.parse_config(["--tis_cap=1"]).tis_cap == 1.0
     bad = tmp_path / "bad.py"
     bad.write_text("M = 4\nlearning_rate = 1e-3\n")
     with pytest.raises(settings.ConfigError, match="learning_rate"):
@@ -312,9 +308,8 @@ def uninterrupted(model_dir, tmp_path_factory):
     """One seeded uninterrupted run (stagewise with K=1: the roles alternate, each with its own Adam
     state)."""
     out = tmp_path_factory.mktemp("runs") / "a"
-    run(
-        args_for(model_dir, out, steps=STEPS, probe_tasks=2)
-    )  # the held-out curve at every checkpoint
+    # the held-out curve at every checkpoint
+    run(args_for(model_dir, out, steps=STEPS, probe_tasks=2))
     return out
 
 
@@ -324,9 +319,8 @@ def without_timings(rows):
 
 def test_seeded_runs_agree_with_real_advantages(model_dir, uninterrupted, tmp_path):
     a, b = uninterrupted, tmp_path / "b"
-    pb = run(
-        args_for(model_dir, b, steps=STEPS, eval_tasks=4, probe_tasks=2)
-    )  # b prints the final table too
+    # b prints the final table too
+    pb = run(args_for(model_dir, b, steps=STEPS, eval_tasks=4, probe_tasks=2))
     wa, wb = weights(a / f"step_{STEPS:06d}"), weights(b / f"step_{STEPS:06d}")
     assert same_weights(wa, wb), "two seeded runs differ"
     assert without_timings(metrics(a)) == without_timings(metrics(b))
@@ -385,11 +379,12 @@ def test_seeded_runs_agree_with_real_advantages(model_dir, uninterrupted, tmp_pa
         "oracle",
     }
     for what, gain in table["rl_minus_sft"].items():  # paired: RL row minus SFT row, task by task
+        # exact (teacher-forced) probabilities, not sampled accuracies
         if what in (
             "suited",
             "executor",
             "oracle",
-        ):  # exact (teacher-forced) probabilities, not sampled accuracies
+        ):
             rl, sft = (table["exact"][who][what] for who in ("RL", "SFT"))
             assert 0 <= rl <= 1 and 0 <= sft <= 1
         else:
@@ -427,22 +422,21 @@ def test_seeded_runs_agree_with_real_advantages(model_dir, uninterrupted, tmp_pa
                 for r in sc["runs"]
                 for c in r["calls"]
             )
-            assert sc["parsed"] or not any(
-                r["calls"] for r in sc["runs"]
-            )  # an unparsed script ran nothing
+            # an unparsed script ran nothing
+            assert sc["parsed"] or not any(r["calls"] for r in sc["runs"])
     assert any(r["calls"] for t in ta for sc in t["scripts"] for r in sc["runs"])
+    # the page, as the README makes it
     p = subprocess.run(
         [sys.executable, "tools/show.py", str(b), "--steps", "2:3"],
         cwd=ROOT,
         capture_output=True,
         text=True,
         timeout=120,
-    )  # the page, as the README makes it
+    )
     assert p.returncode == 0 and "s3-q0-i1-j1" in (b / "rollouts.html").read_text()
     assert [m["step"] for m in ma] == list(range(1, STEPS + 1))
-    assert [m["active"] for m in ma] == ["executor", "designer"] * (
-        STEPS // 2
-    )  # the Executor first
+    # the Executor first
+    assert [m["active"] for m in ma] == ["executor", "designer"] * (STEPS // 2)
     # designer_lr on the Designer's steps, executor_lr on the Executor's
     assert [m["lr"] for m in ma] == [5e-5, 1e-4] * (STEPS // 2)
     assert all(m["samples/designer"] == 8 for m in ma)  # B x M
@@ -473,9 +467,8 @@ def test_seeded_runs_agree_with_real_advantages(model_dir, uninterrupted, tmp_pa
     ):
         assert key in ma[0], key
     assert "executor/logprob_gap" in ma[0] and "designer/logprob_gap" in ma[1]
-    assert (
-        ma[1]["designer/logprob_gap"] < 1e-3
-    )  # the engine's log-probs are what the trainer computes
+    # the engine's log-probs are what the trainer computes
+    assert ma[1]["designer/logprob_gap"] < 1e-3
     # one Adam state per role over the shared weights; both saved, the optimizer state on its own
     # file
     optim = torch.load(a / f"step_{STEPS:06d}" / "optimizer.pt", weights_only=False)
@@ -492,9 +485,8 @@ def test_sigkill_anywhere_then_resume_is_exact(model_dir, uninterrupted, tmp_pat
 
     c = tmp_path / "c"
     killed = []
-    monkeypatch.setenv(
-        "WANDB_MODE", "offline"
-    )  # both loggers on: each start is an offline wandb run
+    # both loggers on: each start is an offline wandb run
+    monkeypatch.setenv("WANDB_MODE", "offline")
     for point in FAULTS:
         args = args_for(
             model_dir, c, steps=STEPS, resume=True, loggers="tensorboard,wandb", probe_tasks=2
@@ -525,12 +517,13 @@ def test_sigkill_anywhere_then_resume_is_exact(model_dir, uninterrupted, tmp_pat
     # values
     mc = {m["step"]: m for m in metrics(c)}
     tb = tensorboard_events(c / "tensorboard")
+    # bools as 0/1
     assert sorted(tb) == sorted(
         (k, s)
         for s, m in mc.items()
         for k, v in m.items()
         if isinstance(v, int | float) and k != "step"
-    )  # bools as 0/1
+    )
     assert all(vals == [np.float32(mc[s][k])] for (k, s), vals in tb.items())
     runs = sorted((c / "wandb").glob("offline-run-*/run-*.wandb"))
     assert len(runs) == len(FAULTS) + 1
@@ -541,19 +534,19 @@ def test_sigkill_anywhere_then_resume_is_exact(model_dir, uninterrupted, tmp_pat
         s: {k for k, v in m.items() if isinstance(v, int | float) and k != "step"}
         for s, m in mc.items()
     }
+    # a killed run's step keeps its own
     assert all(
         set(row) == numbers[s]
         and all(
             v == pytest.approx(mc[s][k], rel=1e-12)
             for k, v in row.items()
             if not k.startswith("time/")
-        )  # a killed run's step keeps its own
+        )
         for h in held
         for s, row in h.items()
     )
-    assert trees(c) == trees(
-        uninterrupted
-    )  # each step's tree once, as the uninterrupted run wrote it
+    # each step's tree once, as the uninterrupted run wrote it
+    assert trees(c) == trees(uninterrupted)
     assert not list(c.glob(".tmp_step_*")) and not list(c.glob(".*.tmp"))
     # the killed runs' sandbox folders were removed by the next start (their pids are dead)
     for pid in killed:
@@ -562,9 +555,8 @@ def test_sigkill_anywhere_then_resume_is_exact(model_dir, uninterrupted, tmp_pat
 
 def test_torchrun_two_ranks_equal_one_rank(model_dir, tmp_path):
     out, one = tmp_path / "dist", tmp_path / "one"
-    kw = dict(
-        steps=2, save_every=2, mode="coupled", designer_lr=5e-5
-    )  # both roles' token-means in one step
+    # both roles' token-means in one step
+    kw = dict(steps=2, save_every=2, mode="coupled", designer_lr=5e-5)
     p = subprocess.run(
         [
             sys.executable,
@@ -648,9 +640,8 @@ def test_checkpoints_rotate_by_step_number_and_metrics_truncate_atomically(tmp_p
     path.write_text("".join(json.dumps({"step": s}) + "\n" for s in (1, 2, 3)) + '{"step": 4, "rew')
     rundir.truncate_jsonl(str(path), 2)  # a partial last line (a kill mid-write) is dropped
     assert [m["step"] for m in metrics(tmp_path)] == [1, 2]
-    assert sorted(p.name for p in tmp_path.iterdir() if p.is_file()) == [
-        "metrics.jsonl"
-    ]  # no .tmp left
+    # no .tmp left
+    assert sorted(p.name for p in tmp_path.iterdir() if p.is_file()) == ["metrics.jsonl"]
     path.write_text('{"step": 1}\nnot json\n{"step": 2}\n')
     with pytest.raises(ValueError, match="line 2"):
         rundir.truncate_jsonl(str(path), 1)
@@ -744,9 +735,8 @@ def test_load_model_applies_the_speed_options(model_dir, group):
     assert all(layer.forward.func is speed._selective for layer in fast.model.layers)
     plain_cfg = settings.Config()
     plain = train.load_model(str(model_dir), plain_cfg, torch.device("cpu"))
-    assert "forward" not in vars(
-        plain.model.layers[0]
-    )  # defaults: the layers as transformers made them
+    # defaults: the layers as transformers made them
+    assert "forward" not in vars(plain.model.layers[0])
     ids = torch.randint(
         0, plain.config.vocab_size, (2, 12), generator=torch.Generator().manual_seed(0)
     )
@@ -818,9 +808,10 @@ def test_batches_hold_every_sample_once_and_the_same_count_on_every_rank(group):
     assert len(rows) < len(samples) and all(
         len({tuple(samples[k].prompt_ids) for k in r}) == 1 for r in rows
     )
-    row_len = lambda r: (
-        len(samples[r[0]].prompt_ids) + sum(len(samples[k].completion_ids) for k in r)
-    )
+
+    def row_len(r):
+        return len(samples[r[0]].prompt_ids) + sum(len(samples[k].completion_ids) for k in r)
+
     assert all(row_len(r) <= shared_prompts.ROW_CAP * longest or len(r) == 1 for r in rows)
 
 
@@ -886,9 +877,8 @@ def test_update_is_the_token_mean_loss_over_every_sample(tmp_path, group, logpro
         torch.testing.assert_close(
             got[k], want[k], rtol=1e-5, atol=1e-5 * want[k].abs().max().item(), msg=k
         )
-    assert (
-        0 < forwarded < len(samples)
-    )  # the A = 0 samples were not forwarded (shared: fewer rows still)
+    # the A = 0 samples were not forwarded (shared: fewer rows still)
+    assert 0 < forwarded < len(samples)
     rows.clear()
     before = {k: v.clone() for k, v in model.state_dict().items()}
     zero = train.update(
@@ -900,12 +890,10 @@ def test_update_is_the_token_mean_loss_over_every_sample(tmp_path, group, logpro
         torch.device("cpu"),
         1,
     )
-    assert (
-        rows == [1] and zero["model/grad_norm"] == 0.0 and zero["lr"] == 1e-3
-    )  # one filler row, Adam stepped
-    assert any(
-        not torch.equal(before[k], v) for k, v in model.state_dict().items()
-    )  # the moments moved it
+    # one filler row, Adam stepped
+    assert rows == [1] and zero["model/grad_norm"] == 0.0 and zero["lr"] == 1e-3
+    # the moments moved it
+    assert any(not torch.equal(before[k], v) for k, v in model.state_dict().items())
 
 
 def test_off_policy_minibatches_clip_and_correct(tmp_path, group):
@@ -948,17 +936,15 @@ def test_off_policy_minibatches_clip_and_correct(tmp_path, group):
             1,
         )
 
-    big = update(
-        1e-2, "plain"
-    )  # a step large enough for the second minibatch's ratios to leave [0.8, 1.2]
+    # a step large enough for the second minibatch's ratios to leave [0.8, 1.2]
+    big = update(1e-2, "plain")
     assert (
         big["designer/clip_frac"] > 0
         and big["executor/clip_frac"] > 0
         and big["executor/ratio_mean"] != 1.0
     )
-    assert (
-        big["executor/logprob_gap"] > 0.5
-    )  # the engine's random log-probs are far from the trainer's
+    # the engine's random log-probs are far from the trainer's
+    assert big["executor/logprob_gap"] > 0.5
     # the same update two ways: the first minibatch's numbers agree to fp32 rounding of sums of ~60
     # terms (1e-5 of them); the second's start from weights Adam moved by ~lr = 1e-3 a weight, which
     # that rounding changes by a share of ~1e-5 too (a gradient entry near 0 can flip Adam's sign:
@@ -972,9 +958,8 @@ def test_shared_rows_run_equals_plain(model_dir, uninterrupted, tmp_path):
     """A seeded train.py run with shared-prompt rows (config/tiny.py's logprobs) gives the metrics
     of the uninterrupted run (plain): the same rollouts, the update's numbers within float
     tolerance."""
-    assert (
-        settings.parse_config(["config/tiny.py"]).logprobs == "shared"
-    )  # the tiny preset shares its prompts
+    # the tiny preset shares its prompts
+    assert settings.parse_config(["config/tiny.py"]).logprobs == "shared"
     d = tmp_path / "shared"
     run(args_for(model_dir, d, steps=STEPS, logprobs="shared", probe_tasks=2))  # as uninterrupted
     plain, shared = without_timings(metrics(uninterrupted)), without_timings(metrics(d))
@@ -982,9 +967,8 @@ def test_shared_rows_run_equals_plain(model_dir, uninterrupted, tmp_path):
     for a, b in zip(plain, shared, strict=True):
         assert a.keys() == b.keys()
         for k in a:
-            if (
-                "logprob_gap" in k
-            ):  # |engine - trainer| log-prob: float rounding itself, ~16 eps x 10
+            # |engine - trainer| log-prob: float rounding itself, ~16 eps x 10
+            if "logprob_gap" in k:
                 assert a[k] == pytest.approx(b[k], abs=16 * 2.0**-23 * 10), (a["step"], k)
             elif isinstance(a[k], float):
                 # the losses and norms: 1e-5 of sums of token terms (as above), carried through

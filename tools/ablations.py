@@ -21,14 +21,16 @@ compared on that role's row only.
     stage_length  K = 30 (metaagent: budget/2, two stages of each role), 10 and 1, scaled: each K divides
                   the budget, so both roles get it exactly (stage_length())              (Figure 4)
     single_agent  metaagent vs single-agent GRPO (--template=single --mode=executor: no Designer)
-    pairings      did both roles improve? {SFT, RL} designer x {SFT, RL} executor of the metaagent run
-                  reduces, on the exact rows, to two differences: `suited` depends on the Designer's model
-                  alone, `executor` on the Executor's alone
+    pairings      did both roles improve? {SFT, RL} designer x {SFT, RL} executor of the metaagent
+                  run reduces, on the exact rows, to two differences: `suited` depends on the
+                  Designer's model alone, `executor` on the Executor's alone
 
-    python tools/ablations.py --jobs 2                 # every run, seeds 0,1,2, 20 updates a role, into out/ablations
+    python tools/ablations.py --jobs 2                 # every run, seeds 0,1,2, 20 updates a role,
+                                                       # into out/ablations
     python tools/ablations.py --seeds 3,4 --only metaagent,executor    # more seeds of some runs, into the same root
     python tools/ablations.py report out/ablations     # ROOT/RESULTS.md
-    python tools/ablations.py publish out/ablations    # the numbers (no checkpoints) into results/ablations, its
+    python tools/ablations.py publish out/ablations    # the numbers (no checkpoints) into
+                                                       # results/ablations, its
                                                  # RESULTS.md, and the README's Results
 
 A finished run is skipped and an unfinished one resumed from its last checkpoint, so the same
@@ -40,10 +42,11 @@ What the report computes, from each run's metrics.jsonl and final_table.json
 Results are what `report` makes of the committed numbers). Every measure is a gain, the RL model
 minus the run's own cold start on the same tasks:
 
-    suited, executor      primary: the final table's exact rows (teacher forcing, per held-out task): the
-                          Designer's P(suited template), the Executor's P(oracle reply) in its own contexts
-    oracle, accuracy      secondary: the single agent's exact P(oracle reply); the sampled "RL: learned
-                          designs" row (single-agent GRPO: "RL: single agent")
+    suited, executor      primary: the final table's exact rows (teacher forcing, per held-out
+                          task): the Designer's P(suited template), the Executor's P(oracle reply)
+                          in its own contexts
+    oracle, accuracy      secondary: the single agent's exact P(oracle reply); the sampled "RL:
+                          learned designs" row (single-agent GRPO: "RL: single agent")
     train change          secondary: reward/mean over the last 20% of steps minus the first 20%
     A > B                 paired (paired()): per seed d_s = mean over tasks of A's gain - B's (the same seed
                           means the same held-out tasks, checked by id); D = mean_s d_s, SE = sd(d_s)/sqrt(S);
@@ -67,9 +70,8 @@ import sys
 import threading
 from concurrent.futures import ThreadPoolExecutor
 
-REPO = os.path.dirname(
-    os.path.dirname(os.path.abspath(__file__))
-)  # the project root: train.py runs there
+# the project root: train.py runs there
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SFT_DIR = "out/tiny-sft"  # config/tiny.py's init_from: the shared cold start (relative to the repo)
 TAIL = 0.2  # the last 20% of steps summarise a run
 RESULTS_DIR = os.path.join(REPO, "results", "ablations")
@@ -97,6 +99,7 @@ def runs(budget):
     coupled both (budget steps), designer-only, executor-only and single-agent GRPO one role (budget
     steps)."""
     base = {"M": 4, "N": 2, "K": stage_length(30, budget), "steps": 2 * budget}  # the tiny default
+    # single-agent GRPO
     return {
         "metaagent": base,
         "flat8": {**base, "M": 8, "N": 1},
@@ -108,7 +111,7 @@ def runs(budget):
         "k1": {**base, "K": stage_length(1, budget)},
         "k10": {**base, "K": stage_length(10, budget)},
         "single": {**base, "template": "single", "mode": "executor", "steps": budget},
-    }  # single-agent GRPO
+    }
 
 
 RUN_NAMES = list(runs(20))
@@ -189,9 +192,8 @@ def read_metrics(run_dir):
         return []
     with open(path) as f:
         rows = [json.loads(ln) for ln in f if ln.strip()]
-    return [
-        r for r in rows if r["step"] > 0
-    ]  # (a step-0 line holds the held-out curve's start alone)
+    # (a step-0 line holds the held-out curve's start alone)
+    return [r for r in rows if r["step"] > 0]
 
 
 def is_finished(run_dir, steps):
@@ -311,7 +313,10 @@ def summarize(run_dir, run):
     if not rows:
         return None
     n = max(1, math.ceil(TAIL * len(rows)))
-    mean = lambda key, part: sum(r.get(key, 0.0) for r in part) / len(part)
+
+    def mean(key, part):
+        return sum(r.get(key, 0.0) for r in part) / len(part)
+
     out = {
         "steps": len(rows),
         "train_change": mean("reward/mean", rows[-n:]) - mean("reward/mean", rows[:n]),
@@ -586,9 +591,8 @@ def report(root):
             f"under {root}" + (f"; unfinished: {', '.join(unfinished)}" if unfinished else "")
         )
     budget = next(s["steps"] for s in results.get("metaagent", {0: {"steps": 40}}).values()) // 2
-    seeds = sorted(
-        {0, 1, 2} | {seed for per in results.values() for seed in per}
-    )  # expected of every run
+    # expected of every run
+    seeds = sorted({0, 1, 2} | {seed for per in results.values() for seed in per})
     m = n_tests()
     sft = next(iter(results.get("metaagent", next(iter(results.values()))).values())).get("sft", {})
     md = [

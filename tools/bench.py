@@ -6,12 +6,17 @@ processes hits both alike and the printed ratio means something on any machine. 
 where: docs/NOTES.md.
 
     python tools/bench.py              # every section (gpu only with CUDA)
-    python tools/bench.py step         # the tiny RL step's time per role: design, execute, grade, update,
+    python tools/bench.py step         # the tiny RL step's time per role: design, execute, grade,
+                                       # update,
                                  # weight_sync, other (`python train.py` from out/tiny-sft, K=1)
-    python tools/bench.py step:REV     # ... and git revision REV (a temporary worktree), taking turns: the ratio
-    python tools/bench.py engine       # the tiny rollout on each backend: lean, hf, vllm (when importable)
-    python tools/bench.py train        # chunked.token_logprobs (each option) vs the full-logits log-softmax
-    python tools/bench.py gpu          # CUDA: the Qwen3-4B-shaped update (GPU_ROWS), vLLM reload and generation
+    python tools/bench.py step:REV     # ... and git revision REV (a temporary worktree), taking
+                                       # turns: the ratio
+    python tools/bench.py engine       # the tiny rollout on each backend: lean, hf, vllm (when
+                                       # importable)
+    python tools/bench.py train        # chunked.token_logprobs (each option) vs the full-logits
+                                       # log-softmax
+    python tools/bench.py gpu          # CUDA: the Qwen3-4B-shaped update (GPU_ROWS), vLLM reload
+                                       # and generation
     python tools/bench.py gpu:0,3      # only those rows of GPU_ROWS (each in its own process)
 
 engine measures a real tiny step: config/tiny.py's rollout from out/tiny-sft (`python sft.py` makes
@@ -52,9 +57,10 @@ from world import tiny
 
 HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the project root
 SFT_DIR = os.path.join(HERE, "out", "tiny-sft")  # config/tiny.py's init_from: the tiny cold start
-tiny_cfg = lambda: settings.parse_config(
-    [f"--init_from={SFT_DIR}"]
-)  # config/tiny.py, as train.py reads it
+
+
+def tiny_cfg():
+    return settings.parse_config([f"--init_from={SFT_DIR}"])  # config/tiny.py, as train.py reads it
 
 
 def timed(fn):
@@ -153,7 +159,10 @@ def bench_step(revs=(), steps=12, rounds=2):
         return _step_split("working tree", HERE, steps)
     with tempfile.TemporaryDirectory() as tmp:
         trees = {"working tree": HERE} | {rev: f"{tmp}/tree{k}" for k, rev in enumerate(revs)}
-        git = lambda *args, **kw: subprocess.run(["git", "-C", HERE, "worktree", *args], **kw)
+
+        def git(*args, **kw):
+            return subprocess.run(["git", "-C", HERE, "worktree", *args], **kw)
+
         got = {label: [] for label in trees}
         try:
             for rev in revs:
@@ -279,11 +288,15 @@ def bench_train(variant=None, reps=3):
         return torch.cuda.synchronize() if cuda else None
 
     if variant:  # in its own process
-        mb = lambda: (
-            torch.cuda.max_memory_allocated() / 2**20
-            if cuda
-            else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**10
-        )  # (KB on Linux)
+
+        def mb():
+            # (KB on Linux)
+            return (
+                torch.cuda.max_memory_allocated() / 2**20
+                if cuda
+                else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**10
+            )
+
         if cuda:  # compiled first (on a CPU ru_maxrss would keep the compiler's peak anyway)
             update(variant)
             torch.cuda.reset_peak_memory_stats()
@@ -382,10 +395,13 @@ def gpu_row(k, steps=3):
     ).tolist()
     samples = [rollout_lib.Sample(x[:1], x[1:], [0.0] * (T - 1), (q,)) for q, x in enumerate(ids)]
     roles = {"executor": (samples, torch.randn(B))}
-    step = lambda: (
-        train.update(cfg, 0, roles, {"executor": pol}, 0, device, world),
-        torch.cuda.synchronize() if cuda else None,
-    )
+
+    def step():
+        return (
+            train.update(cfg, 0, roles, {"executor": pol}, 0, device, world),
+            torch.cuda.synchronize() if cuda else None,
+        )
+
     compiled = cfg.compile_layers or "compile" in cfg.logprobs
     _, warmup_s = timed(lambda: [step() for _ in range(1 + compiled)])  # (and compilation)
     dt = min(timed(step)[1] for _ in range(steps))

@@ -121,10 +121,11 @@ def main(argv):
             + ["--device=cpu"] * (not cuda)
         )
     log, env = "", {k: v for k, v in os.environ.items() if k != "TORCHELASTIC_USE_AGENT_STORE"}
+    # torchrun: each run its own rendezvous port
     for steps, flag in (
         (2, "--overwrite"),
         (3, "--resume"),
-    ):  # torchrun: each run its own rendezvous port
+    ):
         port = {"MASTER_PORT": str(int(env["MASTER_PORT"]) + steps)} if "MASTER_PORT" in env else {}
         p = subprocess.run(
             [
@@ -153,23 +154,24 @@ def main(argv):
     if real and not freed:
         problems.append("no 'Sleep mode freed' line: vLLM's sleep did not run")
     with open(os.path.join(out, "metrics.jsonl")) as f:
-        rows = [
-            r for r in map(json.loads, f) if r["step"] > 0
-        ]  # (step 0: the held-out curve's start)
+        # (step 0: the held-out curve's start)
+        rows = [r for r in map(json.loads, f) if r["step"] > 0]
     if [r["step"] for r in rows] != [1, 2, 3]:
         problems.append(f"metrics.jsonl holds steps {[r['step'] for r in rows]}, not 1, 2, 3")
     if not all(
         sum(r.get(role + "/tokens", 0) for role in r["active"].split("+")) > 0 for r in rows
     ):
         problems.append("a step's update forwarded no token")
-    if (
-        rank == 0
-    ):  # the checkpoint holds the full fp32 weights and optimizer states: a rank holds 1/world
-        gib = lambda pattern: (
-            sum(map(os.path.getsize, glob.glob(os.path.join(out, "step_000003", pattern))))
-            / int(os.environ.get("WORLD_SIZE", "1"))
-            / 2**30
-        )
+    # the checkpoint holds the full fp32 weights and optimizer states: a rank holds 1/world
+    if rank == 0:
+
+        def gib(pattern):
+            return (
+                sum(map(os.path.getsize, glob.glob(os.path.join(out, "step_000003", pattern))))
+                / int(os.environ.get("WORLD_SIZE", "1"))
+                / 2**30
+            )
+
         peak = json.loads(re.findall(r"FIRST_RUN_MEMORY (.*)", log)[-1])["peak_gib"]
         print(
             f"memory per rank: vLLM awake {freed[-1] + ' GiB' if freed else 'n/a (no sleep on CPU)'}, weight "

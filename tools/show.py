@@ -22,7 +22,8 @@ and role. Everything shown is escaped (model output is untrusted); no network, n
 outside the file. A malformed line of rollouts.jsonl is skipped and counted (page and stdout); of
 metrics.jsonl, ignored.
 
-    python tools/show.py out/tiny-rl                   # the last 3 steps -> out/tiny-rl/rollouts.html
+    python tools/show.py out/tiny-rl                   # the last 3 steps ->
+                                                       # out/tiny-rl/rollouts.html
     python tools/show.py out/tiny-rl --steps 10:12     # steps 10..12 (inclusive; also 10: and :12)
 
 Needs: no other file of this project.
@@ -35,6 +36,7 @@ import os
 import sys
 
 RMAX = 1.4  # the top of the colour scale: correct + lambda * format at their best
+# a metrics line's first keys
 KEYS = (
     "step",
     "model",
@@ -42,7 +44,7 @@ KEYS = (
     "reward/mean",
     "accuracy",
     "parse_rate",
-)  # a metrics line's first keys
+)
 
 CSS = """body{font:14px system-ui,sans-serif;margin:1em 2em;color:#222}
 pre{white-space:pre-wrap;word-break:break-word;background:#f5f5f5;padding:.4em .6em;margin:.2em 0;
@@ -154,10 +156,12 @@ def page(records, metrics=None, title="rollouts", skipped=0):
     metrics, steps = metrics or {}, sorted({r["step"] for r in records})
     kinds = sorted({str((r.get("task") or {}).get("kind")) for r in records})
     roles = sorted({p for r in records for p in str(r.get("role")).split("+")})
-    opts = lambda vs: (
-        '<option value="">all</option>'
-        + "".join(f'<option value="{esc(v)}">{esc(v)}</option>' for v in vs)
-    )
+
+    def opts(vs):
+        return '<option value="">all</option>' + "".join(
+            f'<option value="{esc(v)}">{esc(v)}</option>' for v in vs
+        )
+
     body = "".join(
         f'<div class="step"><h2>step {s}</h2>{metric_line(metrics.get(s))}'
         + "".join(

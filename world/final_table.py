@@ -18,7 +18,8 @@ final_table_val.json) with the per-task vectors, so that runs of one seed (the s
 by task (ablations.py).
 
     final_table(cfg, engine, "out/tiny-rl/step_000040")     # train.py's last act, rank 0
-    python world/final_table.py out/tiny-rl --split val           # a finished run's table again, on another split
+    python world/final_table.py out/tiny-rl --split val           # a finished run's table again, on
+                                                                  # another split
 
 Needs: evaluate.py, machinery/engine.py, machinery/rundir.py, machinery/weights.py, mas.py,
 settings.py, world/heldout.py, world/tiny.py, advantage.py, machinery/data.py, rollout.py,
@@ -73,9 +74,8 @@ def measure(cfg, eng, dirs, tasks, contexts, shares):
     }
     models = {r: loaded[d] for r, d in dirs.items()}  # shared: one model plays both roles
     state = {d: m.state_dict() for d, m in loaded.items()}
-    held = weights.Held(
-        eng, {r: state[d] for r, d in dirs.items()}
-    )  # each role's view holds its weights
+    # each role's view holds its weights
+    held = weights.Held(eng, {r: state[d] for r, d in dirs.items()})
     d, e = held.view("designer"), held.view("executor")
     designs = heldout.sampled(tasks, d, e, cfg)
     single = heldout.sampled(tasks, d, e, cfg, template="single")
@@ -97,9 +97,8 @@ def final_table(cfg, eng, ckpt, split="eval"):
     tasks = heldout_tasks(cfg, split)
     dirs = policy_dirs(cfg, ckpt)
     contexts = tiny.executor_contexts(tasks)
-    sft = measure(
-        cfg, eng, dirs["SFT"], tasks, contexts, None
-    )  # its shares weight both executor rows
+    # its shares weight both executor rows
+    sft = measure(cfg, eng, dirs["SFT"], tasks, contexts, None)
     rl = measure(cfg, eng, dirs["RL"], tasks, contexts, sft[2]["shares"])
     results = {"RL": rl, "SFT": sft}
     S = heldout.SAMPLES

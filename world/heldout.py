@@ -14,10 +14,12 @@ for tuning, "eval" for the final table), each a vector with one value a task, so
 Paired over T tasks, RL - SFT = mean_t (x_RL,t - x_SFT,t) with SE = std_t(x_RL,t - x_SFT,t) /
 sqrt(T). S draws a task shrink the sampling part of that variance by S; the draw of tasks remains.
 
-    acc, structures = sampled(tasks, eng, eng, cfg, samples=4)   # separate policies: the roles' views
+    acc, structures = sampled(tasks, eng, eng, cfg, samples=4)   # separate policies: the roles'
+                                                                 # views
     rows = exact(designer_model, executor_model, tokenizer, tasks, contexts)     # shares: the cold start's
     curve = Curve(cfg, world, rank)
-    line = curve(step, weights, policy_of, tokenizer)   # train.py: heldout/ keys (weights.EngineWeights)
+    line = curve(step, weights, policy_of, tokenizer)   # train.py: heldout/ keys
+                                                        # (weights.EngineWeights)
 
 Curve (train.py, tiny data, probe_tasks > 0): at step 0 (the cold start) and at every checkpoint,
 probe_tasks "val" tasks, SAMPLES draws each, and the exact rows, into that step's metrics.jsonl line
@@ -44,10 +46,11 @@ from machinery import engine as engine_lib
 from world import tiny
 
 SAMPLES = 4  # (design, execution) draws a task in the curve and the final table
+# the task draw of each split, offset from the run's seed
 SEEDS = {
     "val": 2_000_003,
     "eval": 1_000_003,
-}  # the task draw of each split, offset from the run's seed
+}
 PROBE_STEP = 10**6  # the rollout step the draws are seeded with: the same at every probe
 
 
@@ -103,9 +106,8 @@ def exact(designer_model, executor_model, tokenizer, tasks, contexts, shares=Non
         executor=executor_model is designer_model,
         contexts=contexts,
     )
-    if (
-        executor_model is not designer_model
-    ):  # separate policies: the contexts are the executor model's
+    # separate policies: the contexts are the executor model's
+    if executor_model is not designer_model:
         f.update(
             tiny.exact_figures(executor_model, tokenizer, tasks, designer=False, contexts=contexts)
         )
@@ -167,9 +169,8 @@ class Curve:
         acc, structures = sampled(mine, d, e, self.cfg, q_offset=int(part[0]) if len(part) else 0)
         acc = gather_list(acc, self.world)
         models = {r: policy_of[r]["model"] for r in ("designer", "executor")}
-        if (
-            self.shares is None and step > 0
-        ):  # no step-0 line to read them from: the cold start's own
+        # no step-0 line to read them from: the cold start's own
+        if self.shares is None and step > 0:
             self.shares = self.cold_start(tokenizer)
         rows = exact(
             models["designer"],

@@ -162,9 +162,8 @@ def _chain(rng, n_ops=2, hi=9):
     return expr, steps, value
 
 
-CATALOGUE = [
-    t.replace("K", str(k)) for t in ("x+K", "x-K", "K-x") for k in range(1, 10)
-]  # f's catalogue
+# f's catalogue
+CATALOGUE = [t.replace("K", str(k)) for t in ("x+K", "x-K", "K-x") for k in range(1, 10)]
 SHOWN = 1  # of the three visible tests that run_tests checks, the task text shows this many
 
 
@@ -259,9 +258,8 @@ def make_tasks(n, seed, kinds=("math", "code"), split=None):
     """
     if split is not None and split not in SPLITS:
         raise ValueError(f"unknown split {split!r} (one of {sorted(SPLITS)})")
-    rng = random.Random(
-        f"tiny-{seed}-1"
-    )  # a str seed hashes deterministically (sha512); the name is the stream's
+    # a str seed hashes deterministically (sha512); the name is the stream's
+    rng = random.Random(f"tiny-{seed}-1")
     tasks = []
     for i in range(n):
         kind = kinds[i % len(kinds)]
@@ -376,9 +374,8 @@ def sft_traces(tasks, seed, other_share=OTHER_SHARE, wrong_share=WRONG_SHARE):
         )
         for c in run.calls:
             key = json.dumps([c.messages, c.reply])
-            if (
-                c.reply == gold and key not in seen
-            ):  # wrong first replies are context, never targets
+            # wrong first replies are context, never targets
+            if c.reply == gold and key not in seen:
                 seen.add(key)
                 executor.append({"messages": c.messages, "completion": c.reply})
     return designer, executor
@@ -393,19 +390,21 @@ def sft_traces(tasks, seed, other_share=OTHER_SHARE, wrong_share=WRONG_SHARE):
 # "repair" its second after the frozen wrong program (wrong_reply) failed the visible tests (code
 # only), "keep" / "fix" the critic after a right / the wrong proposal. The target is always the
 # oracle reply.
+# name: (template, call, wrong first)
 CONTEXTS = {
     "solver": ("single", 0, False),
     "coder": ("tester", 0, False),
     "repair": ("tester", 1, True),
     "keep": ("critic", 1, False),
     "fix": ("critic", 1, True),
-}  # name: (template, call, wrong first)
+}
+# the contexts each template's calls see
 CALLS = {
     "single": ("solver",),
     "ensemble": ("solver",),
     "critic": ("solver", "keep", "fix"),
     "tester": ("coder", "repair"),
-}  # the contexts each template's calls see
+}
 
 
 def executor_contexts(tasks):
