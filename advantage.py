@@ -35,14 +35,14 @@ was better than another. So executor_advantages takes `executed` [..., M, N] (bo
 it is False are left out of their group's mean and std and get advantage 0 (mean, std and the
 constant-group test run over the executed slots):
 
-    Â_E,ij = (R_ij - mean_{executed kl} R_kl) / (std_{executed kl} R_kl + eps)   if e_ij was executed, else 0
+    Â_E,ij = (R_ij - mean_{executed kl} R_kl) / (std_{executed kl} R_kl + eps)   if e_ij ran
+    Â_E,ij = 0                                                                   otherwise
 
 Usage:
-    R = torch.tensor(...)                       # [B, M, N] rewards
-    a_design = designer_advantages(R)           # [B, M]    -> every token of script d_i
-    a_exec = executor_advantages(R)             # [B, M, N] -> every completion token of every call
-                                                # in e_ij
-    a_exec = executor_advantages(R, executed=E) # E [B, M, N] bool: runs that did not happen are left out
+    R = torch.tensor(...)                         # [B, M, N] rewards
+    a_design = designer_advantages(R)             # [B, M]    -> every token of script d_i
+    a_exec = executor_advantages(R)               # [B, M, N] -> each reply token of e_ij's calls
+    a_exec = executor_advantages(R, executed=E)   # E [B, M, N] bool: runs that never ran left out
 
 Needs: no other file of this project (torch only).
 """

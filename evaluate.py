@@ -7,20 +7,20 @@ here and a reward during training mean the same thing. For each problem and each
     fixed template ("template:NAME"):  mas.TEMPLATES[NAME] runs once (no Designer)
     single agent ("single"):     the "single" template: one Executor call, no structure
 
-    pass@1 (avg@K) of a problem = (1/K) * sum_k correct_k ,     correct_k in {0, 1}  (reward.py, lam = 0)
+    pass@1 (avg@K) of a problem = (1/K) * sum_k correct_k ,  correct_k in {0, 1}  (reward.py, lam 0)
 
 averaged over the problems of a benchmark, and the benchmarks averaged with equal weight (the
 paper's "Avg"). A script or program that crashes is simply wrong; it never aborts the run.
 
-    python evaluate.py --model Qwen/Qwen3-8B --tasks aime24 aime25 olympiadbench --samples 16 --out out/eval
-    python evaluate.py --model M --tasks my.jsonl --mode single template:ensemble auto
-    python evaluate.py --designer RUN/step_000300/designer --executor RUN/step_000300/executor --tasks aime24
-    python evaluate.py --model out/tiny-sft --tasks tiny --short-prompt --max-tokens 128 \
-        --designer-max-tokens 400 --temperature 1 --top-p 1           # the tiny world's held-out
-                                                                      tasks
+    python evaluate.py --model Qwen/Qwen3-8B --tasks aime24 aime25 olympiadbench --samples 16
+    python evaluate.py --model M --tasks my.jsonl --mode single template:ensemble auto --out out/x
+    python evaluate.py --designer RUN/step_000300/designer --executor RUN/step_000300/executor \\
+        --tasks aime24                                      # separate policies, one model a role
+    python evaluate.py --model out/tiny-sft --tasks tiny --short-prompt --max-tokens 128 \\
+        --designer-max-tokens 400 --temperature 1 --top-p 1   # the tiny world's held-out tasks
 
---tasks takes task files in data.py's format, or the names aime24 / aime25 / olympiadbench (read
-from ../shared/data through data.py's converters) and tiny (held-out tiny-world tasks). Results go
+--tasks takes task files in machinery/data.py's format, or the names aime24 / aime25 / olympiadbench
+(read from ../shared/data through its converters) and tiny (held-out tiny-world tasks). Results go
 to OUT/results.md (Tables 1-2 and 6 of the paper, as Markdown) and OUT/results.json (every number
 plus exactly what was evaluated: problem ids, data-file hashes, the models, K, sampling settings).
 --model: one model plays both roles (a shared policy); --designer and --executor: separate policies,
@@ -31,7 +31,7 @@ One query of your own, as a page of its tree (tools/show.py): M designs, N runs 
 gold is given; with --against, a second model on the same query and seeds, below the first (the
 paper's Table 7 cases):
 
-    python evaluate.py ask "Compute 9-7+8." --model out/tiny-rl --against out/tiny-sft --gold 10 \
+    python evaluate.py ask "Compute 9-7+8." --model out/tiny-rl --against out/tiny-sft --gold 10 \\
         --short-prompt --max-tokens 128 --designer-max-tokens 400 --temperature 1 --top-p 1
 
 paired_margin gives the honest error bar of a difference on the same problems (world/final_table.py,
@@ -278,8 +278,9 @@ def ask(a, sampling):
         for rec in batch.tree([task], A_D, A_E, k, "ask", a.short_prompt):
             # nothing to grade against: correct unknown, R is the format reward alone
             if not a.gold:
-                for run in (r for sc in rec["scripts"] for r in sc["runs"]):
-                    run["correct"] = None
+                for sc in rec["scripts"]:
+                    for run in sc["runs"]:
+                        run["correct"] = None
             records.append(rec)
         metrics[k] = {
             "step": k,

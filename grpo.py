@@ -4,23 +4,26 @@
 
        logp_t = log softmax(W h_t)[x_{t+1}] = (W h_t)[x_{t+1}] - logsumexp_v (W h_t)_v
 
-   It holds the full-vocabulary logits of the batch at once, which is fine for a small vocabulary and not for
-   Qwen3's ~151k (16k tokens x 151k x 4 bytes is ~10 GB, kept again for the backward). chunked.py computes the
-   same numbers a chunk of tokens at a time (the presets for large models use it); shared_prompts.py forwards
-   a prompt once for all the samples that share it (the tiny preset). Both are tested equal to this one.
+   It holds the full-vocabulary logits of the batch at once, which is fine for a small vocabulary
+   and not for Qwen3's ~151k (16k tokens x 151k x 4 bytes is ~10 GB, kept again for the backward).
+   machinery/chunked.py computes the same numbers a chunk of tokens at a time (the presets for large
+   models use it); machinery/shared_prompts.py forwards a prompt once for all the samples that share
+   it (the tiny preset). Both are tested equal to this one (train.logprobs names the tests).
 
 2) grpo_loss: the clipped surrogate, a token-mean over the trained tokens of the (global) batch
 
        rho_t = exp(logp_t - logp_old_t)
        l_t   = -min(rho_t A_t, clip(rho_t, 1 - eps, 1 + eps) A_t) * w_t
-       w_t   = min(exp(logp_old_t - logp_engine_t), cap)   (truncated importance sampling, only when cap > 0:
-               the engine that sampled and the trainer differ by float rounding, much more in bf16)
+       w_t   = min(exp(logp_old_t - logp_engine_t), cap)    (truncated importance sampling, only
+               when cap > 0: the engine that sampled and the trainer differ by float rounding,
+               much more in bf16)
        L     = sum_t mask_t l_t / num_tokens
 
-   (log rho is clamped to +-20 before exp, as verl does, so a stale log-prob cannot give inf.) On-policy (one
-   optimizer step per rollout; the paper does not say how many, the authors' verl config takes several) the old log-probs are the current ones, detached: rho = 1
-   and the gradient is A_t * grad logp_t; with several minibatches the clip acts. num_tokens is the token
-   count of the whole batch, so the micro-batch losses (and gradients) add up to the one-batch loss; under
+   (log rho is clamped to +-20 before exp, as verl does, so a stale log-prob cannot give inf.)
+   On-policy (one optimizer step per rollout; the paper does not say how many, the authors' verl
+   config takes several) the old log-probs are the current ones, detached: rho = 1 and the gradient
+   is A_t * grad logp_t; with several minibatches the clip acts. num_tokens is the token count of
+   the whole batch, so the micro-batch losses (and gradients) add up to the one-batch loss; under
    FSDP, which averages gradients over ranks, pass the global count / world size.
 
 Usage:

@@ -61,11 +61,11 @@ def agent_messages(role, instructions, message, short=False):
     """The Executor's chat prompt for one agent call. short=True: `role: instructions`, for the tiny
     character-level model (the answer tag is learned from the SFT replies, not read from the
     prompt)."""
-    system = (
-        f"{role}: {instructions}"
-        if short
-        else f"You are the {role}. {instructions} Put the final answer in <{ANSWER_TAG}></{ANSWER_TAG}>."
-    )
+    if short:
+        system = f"{role}: {instructions}"
+    else:
+        tag = f"<{ANSWER_TAG}></{ANSWER_TAG}>"
+        system = f"You are the {role}. {instructions} Put the final answer in {tag}."
     return [
         {"role": "system", "content": system.replace("  ", " ")},
         {"role": "user", "content": message},
@@ -92,25 +92,28 @@ TEMPLATES = {
     code = coder(task)
     report = run_tests(code)
     return code if report.startswith("PASS") else coder(f"{task}\\nCode:\\n{code}\\nTests: {report}")
-""",
+""",  # noqa: E501 - a template's text is what the Designer learns to write: kept as it is
 }
 
-_DESIGNER = """You design a multi-agent workflow for the task. Write a Python function workflow(task) -> str \
-that returns the final answer (for code tasks: the program). You may call:
-- Agent(role, instructions): an agent; agent(message) returns its answer (a string).
-- agent.sample(message, n): n answers at once (a list).
-- vote(answers): the majority answer.
-- run_python(code, input=""): runs a program, returns its output.
-- run_tests(code): runs a program on the task's examples, returns "PASS ..." or "FAIL ..." and a failing case.
-No imports, files or other I/O. Reply with one ```python code block.
-
-Example:
-```python
-{critic}```
-
-Example:
-```python
-{tester}```"""
+_DESIGNER = (
+    "You design a multi-agent workflow for the task. Write a Python function workflow(task) -> str "
+    "that returns the final answer (for code tasks: the program). You may call:\n"
+    "- Agent(role, instructions): an agent; agent(message) returns its answer (a string).\n"
+    "- agent.sample(message, n): n answers at once (a list).\n"
+    "- vote(answers): the majority answer.\n"
+    '- run_python(code, input=""): runs a program, returns its output.\n'
+    '- run_tests(code): runs a program on the task\'s examples, returns "PASS ..." or "FAIL ..." '
+    "and a failing case.\n"
+    "No imports, files or other I/O. Reply with one ```python code block.\n"
+    "\n"
+    "Example:\n"
+    "```python\n"
+    "{critic}```\n"
+    "\n"
+    "Example:\n"
+    "```python\n"
+    "{tester}```"
+)
 
 _DESIGNER_SHORT = "Write def workflow(task) in ```python```. Use Agent, vote, run_tests."
 
@@ -195,8 +198,9 @@ def parse_script(completion):
     "no code block"       no ```python ... ``` block in the completion
     "syntax error: ..."   the block does not parse (message and line)
     "no workflow function" no top-level `def workflow(task)`
-    "forbidden construct: ..." an import outside SAFE_IMPORTS, a name in FORBIDDEN_NAMES (open, exec, eval,
-                          __import__, ...), any dunder name or attribute, global/nonlocal.
+    "forbidden construct: ..." an import outside SAFE_IMPORTS, a name in FORBIDDEN_NAMES (open,
+                          exec, eval, __import__, ...), any dunder name or attribute,
+                          global/nonlocal.
     The sandbox is the real guard; this check keeps the Designer inside the language."""
     if not isinstance(completion, str):
         return None, "no code block"
@@ -236,7 +240,9 @@ def structure_of(script):
         ):
             agents |= {t.id for t in node.targets if isinstance(t, ast.Name)}
     loops = [n for n in ast.walk(tree) if isinstance(n, ast.For | ast.While | ast.comprehension)]
-    looped = {id(c) for lp in loops for c in ast.walk(lp) if isinstance(c, ast.Call)}
+    looped = set()  # the calls inside a loop
+    for lp in loops:
+        looped |= {id(c) for c in ast.walk(lp) if isinstance(c, ast.Call)}
     for node in ast.walk(tree):
         if not isinstance(node, ast.Call):
             continue

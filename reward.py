@@ -5,10 +5,11 @@ The reward of one execution e_ij of workflow d_i on query q (the paper's eq. for
     R(e_ij) = correct(e_ij) + λ · format(e_ij)            λ = 0.4 in the paper
     correct  = math_equal(answer, gold)                   (math)
              = 1 if the program passes every hidden test  (code: code_score == 1), else 0
+    format   = share of the execution's executor replies that carry exactly one well-formed
+               answer tag
 
-correct is strictly binary, as the paper's is: a program that passes 9 of 10 hidden tests is wrong (code_score,
-the fraction passed, stays a diagnostic).
-    format   = share of the execution's executor replies that carry exactly one well-formed answer tag
+correct is strictly binary, as the paper's is: a program that passes 9 of 10 hidden tests is wrong
+(code_score, the fraction passed, stays a diagnostic).
 
 Math equivalence is math-verify (SymPy underneath) behind a pre-normalisation of our own for what it
 misses (text answers, degrees vs radians, multiple answers as sets, plain numbers). math-verify's

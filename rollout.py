@@ -3,8 +3,8 @@
 For each query q of a batch of B tasks the Designer writes M workflow scripts d_1..d_M, and every
 script that parses is executed N times e_i1..e_iN by the Executor. Every run gets a reward
 
-    R[q, i, j] = correct(e_ij) + lam * format(e_ij)       (reward.py; a script that does not parse is never
-                                                           run and scores 0)
+    R[q, i, j] = correct(e_ij) + lam * format(e_ij)      (reward.py; a script that does not parse
+                                                          is never run and scores 0)
 
 so R is a [B, M, N] tensor: advantage.py turns it into the Designer's advantage (per script, over
 the M scripts of a query) and the Executor's (per run, over the runs of a query). Unparseable
@@ -25,11 +25,10 @@ re-tokenized): a designer sample is (designer prompt, script completion) for (q,
 sample is one agent call (call prompt, reply) for (q, i, j). samples_to_tensors packs them for
 grpo.token_logprobs.
 
-    batch = rollout(tasks, engine, engine, M=4, N=4, step=t)           # shared policy
-    batch = rollout(tasks, eng_d, eng_e, M=4, N=4, step=t)             # separate policies, two engines
-    batch = rollout(tasks, None, engine, M=1, N=8, template="single")  # fixed structure, no Designer
-    batch.R, batch.executed      # [B, M, N] rewards; True where the run happened (its script
-                                 # parsed)
+    batch = rollout(tasks, engine, engine, M=4, N=4, step=t)      # shared policy
+    batch = rollout(tasks, d, e, M=4, N=4, step=t)                # separate: two engines, or views
+    batch = rollout(tasks, None, engine, 1, 8, template="single")  # fixed structure, no Designer
+    batch.R, batch.executed   # [B, M, N] rewards; True where the run happened (its script parsed)
     t = samples_to_tensors(batch.executor, pad_id)   # input_ids, attention_mask, completion_mask,
                                                      # logprobs
 
@@ -37,6 +36,7 @@ Needs: machinery/data.py, machinery/engine.py, mas.py, reward.py, sandbox.py, ma
 machinery/isolation.py
 """
 
+import itertools
 import time
 from dataclasses import dataclass, field, replace
 
@@ -113,12 +113,13 @@ class Batch:
         ]
 
     def tree(self, queries, A_D, A_E, step, role, short=False):
-        """The step's tree, one plain dict per query (a line of out_dir/rollouts.jsonl; show.py
-        draws it):
+        """The step's tree, one plain dict per query (a line of out_dir/rollouts.jsonl;
+        tools/show.py draws it):
 
             {step, role, query, task: {id, kind, text, gold}, R: [M][N],
              scripts: [{text, parsed, error, structure, A_D,
-                        runs: [{calls: [{role, prompt, reply}], answer, correct, format, R, A_E, error}]}]}
+                        runs: [{calls: [{role, prompt, reply}],
+                                answer, correct, format, R, A_E, error}]}]}
 
         queries: the batch's, or its first few (those are recorded); task.text is what the Designer
         was shown; A_E is None for a run that did not happen."""
@@ -218,12 +219,13 @@ def rollout(
     lam=0.4,
     q_offset=0,
 ) -> Batch:
-    """The bi-level rollout of a batch of tasks (data.py dicts).
+    """The bi-level rollout of a batch of tasks (machinery/data.py's dicts).
 
-    template: None (the Designer writes the scripts) or a key of mas.TEMPLATES (a fixed structure: every one
-      of the M designs is that template; designer_engine is not used and may be None).
-    designer_engine, executor_engine: anything with engine.py's generate; separate policies that share one
-      engine pass each role's view of it (machinery/weights.py: it holds that role's weights when it generates).
+    template: None (the Designer writes the scripts) or a key of mas.TEMPLATES (a fixed structure:
+      every one of the M designs is that template; designer_engine is not used and may be None).
+    designer_engine, executor_engine: anything with engine.py's generate; separate policies that
+      share one engine pass each role's view of it (machinery/weights.py: it holds that role's
+      weights when it generates).
     q_offset: the global index of queries[0] in the step's batch (seeds follow global indices)."""
     B = len(queries)
     designer_sampling = designer_sampling or engine_lib.Sampling(max_tokens=1024)
@@ -238,9 +240,9 @@ def rollout(
         prompts = [
             mas.designer_messages(data.task_text(t, short=short), short=short) for t in queries
         ]
-        seeds = [
-            engine_lib.derive_seed(seed, step, q_offset + q, i) for q in range(B) for i in range(M)
-        ]
+        seeds = []  # completion (q, i) at position q * M + i
+        for q in range(B):
+            seeds += [engine_lib.derive_seed(seed, step, q_offset + q, i) for i in range(M)]
         outs = (
             designer_engine.generate(
                 [prompts[k // M] for k in range(B * M)],
@@ -261,9 +263,10 @@ def rollout(
 
     # ---- execution phase: every parsed script N times, all B*M*N runs in ONE run_workflows call
     t0 = time.perf_counter()
-    keys = [
-        (q, i, j) for q in range(B) for i in range(M) if scripts[q][i] is not None for j in range(N)
-    ]
+    keys = []  # the runs (q, i, j) of every parsed script, in (q, i, j) order
+    for q, i in itertools.product(range(B), range(M)):
+        if scripts[q][i] is not None:
+            keys += [(q, i, j) for j in range(N)]
     records, wf_runs = {}, []
     if keys:
 
@@ -287,7 +290,7 @@ def rollout(
             ) from e
     stats["execute_s"] = time.perf_counter() - t0
 
-    # ---- rewards: R = correct + lam * format (reward.py grades each distinct answer of a query once)
+    # ---- rewards: R = correct + lam * format (reward.py grades a query's distinct answers once)
     t0 = time.perf_counter()
     correct = reward_lib.grade_runs(
         [(queries[q], run) for (q, _, _), run in zip(keys, wf_runs, strict=True)]
@@ -302,7 +305,7 @@ def rollout(
             executor.append(_sample(comp, keys[k], c))
     R, executed = torch.zeros(B, M, N), torch.zeros(B, M, N, dtype=torch.bool)
     done, runs = {key: k for k, key in enumerate(keys)}, []
-    for q, i, j in ((q, i, j) for q in range(B) for i in range(M) for j in range(N)):
+    for q, i, j in itertools.product(range(B), range(M), range(N)):
         k = done.get((q, i, j))
         if k is None:  # an unparsed script: not run, reward 0, still in the Designer's group
             why = f"unparseable script: {errors[q][i]}"

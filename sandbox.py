@@ -9,10 +9,11 @@ network, seccomp, rlimits). There the script's workflow(task) runs, and each hel
 the trainer:
 
     Agent(role, instructions)(message), agent.sample(message, n)
-        queued as n AgentCalls; when EVERY live script waits on an agent call, ONE generate(calls) answers
-        all of them (a tick), the calls sorted by (run, index), so that a seeded rollout gets the same batches
-        whatever the timing of the children. The script gets mas.answer_of(reply), the text inside the
-        answer tag; WorkflowRun.calls keeps each full reply and what generate returned (token ids, ...).
+        queued as n AgentCalls; when EVERY live script waits on an agent call, ONE generate(calls)
+        answers all of them (a tick), the calls sorted by (run, index), so that a seeded rollout
+        gets the same batches whatever the timing of the children. The script gets
+        mas.answer_of(reply), the text inside the answer tag; WorkflowRun.calls keeps each full
+        reply and what generate returned (token ids, ...).
     vote(answers)     mas.majority(answers, equal), counted here with the `equal` run_workflows was
                       given
     run_python(code)  the program in a job of its own: its stdout, or its stdout and the error
@@ -30,7 +31,7 @@ engine failure) is its WorkflowRun.error.
 
 Programs under test, outside workflows (reward.code_score grades with run_tests):
 
-    run_code(code, stdin="", timeout=10.0) -> RunResult(stdout, stderr, status, duration, returncode)
+    run_code(code, stdin="", timeout=10.0) -> RunResult(stdout, stderr, status, duration, rc)
     run_tests(code, tests, timeout_per_test=4.0) -> [TestOutcome(status, output, error)]   (one job)
 
 A stdin test runs in a fresh interpreter; call-based tests ({"fn_name": f}) share one, in turn, as
@@ -271,10 +272,12 @@ def run_workflows(scripts, tasks, generate, *, equal=None, limits=None, width=No
     each.
 
     generate(calls: [AgentCall]) -> [str, or an object with .text], one completion a call.
-    equal(a, b) -> bool: how a script's vote() compares two answers (rollout passes reward.math_equal); None:
-      a script that votes fails, saying so.
-    limits: mas.Limits (the default: mas.Limits()). width: at most this many scripts alive at once (all).
-    short: the tiny world's compact prompts (data.task_text(short=True), mas.agent_messages(short=True))."""
+    equal(a, b) -> bool: how a script's vote() compares two answers (rollout passes
+      reward.math_equal); None: a script that votes fails, saying so.
+    limits: mas.Limits (the default: mas.Limits()). width: at most this many scripts alive at once
+      (default: all of them).
+    short: the tiny world's compact prompts (data.task_text(short=True),
+      mas.agent_messages(short=True))."""
     lim = limits or mas.Limits()
     assert len(scripts) == len(tasks), (len(scripts), len(tasks))
     if iso.server().unsafe:  # the opt-in is repeated in every step's log
@@ -350,7 +353,7 @@ def run_workflows(scripts, tasks, generate, *, equal=None, limits=None, width=No
                 won = mas.majority(
                     votes, lambda a, b: time.monotonic() < job.deadline and bool(equal(a, b))
                 )
-            except Exception as e:  # noqa: BLE001 - a grader failing on odd answers fails this run only
+            except Exception as e:  # a grader failing on odd answers fails this run only
                 job.kill(f"vote failed: {type(e).__name__}: {e}")
             if time.monotonic() >= job.deadline:
                 job.kill(f"timeout after {job.timeout:g}s (counting a vote)")
@@ -406,14 +409,16 @@ def run_workflows(scripts, tasks, generate, *, equal=None, limits=None, width=No
         waiting = [s for s in live.values() if not s.done and s.job.kill_reason is None]
         if not waiting or not all(isinstance(s.waiting, list) for s in waiting):
             return
-        batch = [(s, c) for s in sorted(waiting, key=lambda s: s.k) for c in s.waiting[0]]
+        batch = []  # (script, call): the scripts in their order, each one's calls in theirs
+        for s in sorted(waiting, key=lambda s: s.k):
+            batch += [(s, c) for c in s.waiting[0]]
         try:
             outs = list(generate([c for _, c in batch]))
             if len(outs) != len(batch):
                 raise ValueError(
                     f"generate returned {len(outs)} completions for {len(batch)} calls"
                 )
-        except Exception as e:  # noqa: BLE001 - the engine failed; those runs fail, the trainer goes on
+        except Exception as e:  # the engine failed: those runs fail, the trainer goes on
             for s in waiting:
                 s.job.kill(f"generate failed: {type(e).__name__}: {e}")
             return
@@ -437,11 +442,10 @@ def run_workflows(scripts, tasks, generate, *, equal=None, limits=None, width=No
             r.answer, r.error = None, r.error or job.kill_reason
         elif r.answer is None and r.error is None:
             _, err, _, _, rc = iso.outcome(job)
-            r.error = (
-                iso.last_line(err)
-                if rc is None or rc < 0
-                else f"the script exited (code {rc}) without returning: {iso.last_line(err) or 'no message'}"
-            )
+            why = iso.last_line(err)
+            if rc is not None and rc >= 0:
+                why = f"the script exited (code {rc}) without returning: {why or 'no message'}"
+            r.error = why
         launch()
 
     launch()

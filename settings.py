@@ -183,9 +183,8 @@ def validate(cfg, world=1):
         if getattr(cfg, k) not in allowed:
             problems.append(f"{k} must be one of {allowed}, got {getattr(cfg, k)!r}")
     if any(n not in ("tensorboard", "wandb") for n in cfg.loggers.split(",") if n):
-        problems.append(
-            f"loggers must be '', 'tensorboard', 'wandb' or 'tensorboard,wandb', got {cfg.loggers!r}"
-        )
+        allowed = "'', 'tensorboard', 'wandb' or 'tensorboard,wandb'"
+        problems.append(f"loggers must be {allowed}, got {cfg.loggers!r}")
     for k in ("record_queries", "probe_tasks", "eval_tasks"):
         if getattr(cfg, k) < 0:
             problems.append(f"{k} must be >= 0, got {getattr(cfg, k)}")

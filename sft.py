@@ -20,8 +20,10 @@ gradient-norm clipping; Hugging Face checkpoints (model and tokenizer).
                                                     # on held-out tasks
     python sft.py --roles separate                  # two cold-started models: OUT/designer,
                                                     # OUT/executor
-    python sft.py --model Qwen3-8B --data DIR --out out/sft-8b --no-eval    # DIR has designer/executor.jsonl
-    torchrun --nproc_per_node=8 sft.py --model ... # FSDP2 (nccl on GPU, gloo on CPU), data sharded by rank
+    python sft.py --model Qwen3-8B --data DIR --out out/sft-8b --no-eval
+                                                    # DIR holds designer.jsonl, executor.jsonl
+    torchrun --nproc_per_node=8 sft.py --model ...  # FSDP2 (nccl on GPU, gloo on CPU), the data
+                                                    # sharded by rank
 
 Roles: "both" trains one model on both sample sets (shared policy) into OUT; "separate" trains one
 model a role, OUT/designer and OUT/executor, each from the same base weights. At scale the data
@@ -67,7 +69,8 @@ TINY = dict(
 )
 
 # --------------------------------------------------------------------------------------------------
-# batching: samples tokenized by engine.encode_samples (chat-template prompt + completion + end of turn)
+# batching: samples tokenized by engine.encode_samples (the chat-template prompt, the completion,
+# the end of turn)
 
 
 def length_batches(lengths, batch_size, rng, bucket=32):
@@ -232,9 +235,11 @@ def train_sft(
         tokens += int(n_tok.item())
         if rank == 0 and log is not None and (step % log_every == 0 or step == steps - 1):
             gn = gnorm.full_tensor() if hasattr(gnorm, "full_tensor") else gnorm
+            lr_now = sched.get_last_lr()[0]
+            speed_now = tokens / (time.perf_counter() - t0)
             log(
-                f"sft step {step:5d}/{steps}  loss {losses[-1]:.4f}  lr {sched.get_last_lr()[0]:.2e}  "
-                f"gnorm {float(gn):.2f}  {tokens / (time.perf_counter() - t0):.0f} tok/s"
+                f"sft step {step:5d}/{steps}  loss {losses[-1]:.4f}  lr {lr_now:.2e}  "
+                f"gnorm {float(gn):.2f}  {speed_now:.0f} tok/s"
             )
     wall = time.perf_counter() - t0
     if out_dir is not None:
@@ -333,8 +338,8 @@ def format_figures(fig):
         + ", ".join(f"{k} {100 * v:.0f}%" for k, v in sorted(fig["structures"].items())),
         f"(b) single agent accuracy: {100 * t['single']:.1f}%   (target 30-80%)",
         "(c) fixed templates: " + ", ".join(f"{k} {100 * v:.1f}%" for k, v in t.items()),
-        f"    best template {best} beats single by {100 * (t[best] - t['single']):+.1f} points (paired "
-        f"standard error {100 * se:.1f}; clear when above 2 standard errors)",
+        f"    best template {best} beats single by {100 * (t[best] - t['single']):+.1f} points "
+        f"(paired standard error {100 * se:.1f}; clear when above 2 standard errors)",
     ]
     if len(set(kinds)) > 1:
         # which structure pays depends on the kind of task: the learned Designer's whole premise
@@ -397,8 +402,8 @@ def main(argv):
     # before any process group or model
     if a.model is not None and engine_lib.missing_model(a.model):
         sys.exit(
-            f"sft.py: --model: {engine_lib.missing_model(a.model)} (a Hugging Face model folder, as "
-            f"from_pretrained reads it, or a hub id; no --model: the tiny world's model)"
+            f"sft.py: --model: {engine_lib.missing_model(a.model)} (a Hugging Face model folder, "
+            f"as from_pretrained reads it, or a hub id; no --model: the tiny world's model)"
         )
     for name in ("designer.jsonl", "executor.jsonl") if a.data is not None else ():
         if not os.path.isfile(os.path.join(a.data, name)):
@@ -418,8 +423,8 @@ def main(argv):
         designer = designer[: TINY["designer_tasks"]]
         if rank == 0:
             print(
-                f"tiny traces: {len(designer)} designer + {len(executor)} executor samples from {len(tasks)} tasks "
-                f"in {time.perf_counter() - t0:.1f}s"
+                f"tiny traces: {len(designer)} designer + {len(executor)} executor samples "
+                f"from {len(tasks)} tasks in {time.perf_counter() - t0:.1f}s"
             )
     else:
         defaults = dict(steps=1000, lr=1e-5, batch_size=8, optimizer="adamw")

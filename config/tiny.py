@@ -26,7 +26,8 @@ designer_lr = 5e-5  # ours (paper: 5e-6 for Qwen3-8B; the SFT of this model used
 executor_lr = 5e-5
 minibatches = 1  # ours: on-policy (the paper does not say; the authors' config takes several)
 micro_batch = 32
-logprobs = "shared"  # ours: each prompt forwarded once for its samples (shared_prompts.py): the same numbers
+# ours: each prompt forwarded once for its samples (machinery/shared_prompts.py): the same numbers
+logprobs = "shared"
 
 backend = "lean"  # ours: decode.py's loop with exact drafting, the fast engine on a CPU
 max_tokens = 128  # ours (paper: 8192): every character is a token; replies are one line

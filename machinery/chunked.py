@@ -23,14 +23,17 @@ lm_head in the root group (fully_shard each layer, then the model: speed.prepare
 require that anyway.
 
 Two options, each tested against the eager reference in values and gradients:
-    compile=True      the element-wise part of each chunk (chunk_logprobs, chunk_grad) under torch.compile: one
-                      or two fused kernels over the [chunk x vocab] logits instead of ~8 fp32 passes
-    keep_logits=True  the forward keeps each chunk's logits (model dtype) for the backward instead of recomputing
-                      them: 3 matmuls instead of 4, for tokens x vocab entries of memory
+    compile=True      the element-wise part of each chunk (chunk_logprobs, chunk_grad) under
+                      torch.compile: one or two fused kernels over the [chunk x vocab] logits
+                      instead of ~8 fp32 passes
+    keep_logits=True  the forward keeps each chunk's logits (model dtype) for the backward instead
+                      of recomputing them: 3 matmuls instead of 4, for tokens x vocab entries of
+                      memory
 
-Usage (train.py: Config.logprobs = "chunked", "chunked+compile", "chunked+keep", "chunked+compile+keep"):
-    logp = token_logprobs(model, ids, attn)                                  # [B, T-1], as grpo.token_logprobs
-    logp = head_logprobs(model, select, targets, input_ids=ids, ...)          # [N]: any hidden rows (shared_prompts.py)
+Usage (train.py's Config.logprobs: chunked, chunked+compile, chunked+keep, chunked+compile+keep):
+    logp = token_logprobs(model, ids, attn)                  # [B, T-1], as grpo.token_logprobs
+    logp = head_logprobs(model, select, targets, input_ids=ids, ...)
+                                                             # [N]: any rows (shared_prompts.py)
 
 Needs: no other file of this project (torch only).
 """

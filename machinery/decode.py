@@ -2,10 +2,12 @@
 
 One decode step, for every live row r at once (Qwen3: pre-norm, RMSNorm on q and k, RoPE, SwiGLU):
 
-    h = E[x_r]                                                   x_r: the row's last token, at position p_r
-    for each layer:   [q, k, v] = RMSNorm(h) W_qkv                (q, k and v projections fused: one matmul)
-                      q, k = RoPE(RMSNorm(q), p_r), RoPE(RMSNorm(k), p_r);   K[r, p_r] = k,  V[r, p_r] = v
-                      h = h + softmax(q K[r]^T / sqrt(d) + mask_r) V[r] W_o      (mask_r: its left padding, later slots)
+    h = E[x_r]                                    x_r: the row's last token, at position p_r
+    for each layer:   [q, k, v] = RMSNorm(h) W_qkv                    (one fused matmul)
+                      q, k = RoPE(RMSNorm(q), p_r), RoPE(RMSNorm(k), p_r)
+                      K[r, p_r] = k,  V[r, p_r] = v
+                      h = h + softmax(q K[r]^T / sqrt(d) + mask_r) V[r] W_o
+                                                      (mask_r: the row's left padding, later slots)
                       h = h + (silu(g) * u) W_down,   [g, u] = RMSNorm(h) W_gate_up
     logits_r = RMSNorm(h) W_head
     x_r = argmax_v (log softmax(logits_r / tau)_v + G[r, v]),   G[r, v] = -log(-log u(seed_r, t, v))
@@ -54,10 +56,10 @@ Same contract as the other backends (engine.py): logprobs[t] = log_softmax(logit
 kept in its tokens. The result equals transformers' forward up to float rounding
 (tests/test_engine.py checks greedy tokens and log-probs against it).
 
-    dec = Decoder(model)                     # a transformers Qwen3ForCausalLM (its weights, read in
-                                             # place) keep_bytes=1 << 30: the workspace a call may
-                                             # leave for the next
-    rows = dec.generate([Row(prompt_ids, temperature=1.0, top_p=1.0, seed=7, max_tokens=64)], eos={2})
+    dec = Decoder(model)             # a transformers Qwen3ForCausalLM, its weights read in place;
+                                     # keep_bytes=1 << 30: the workspace a call may leave the next
+    row = Row(prompt_ids, temperature=1.0, top_p=1.0, seed=7, max_tokens=64)
+    rows = dec.generate([row], eos={2})
     rows = dec.generate(rows2, eos={2}, drafter=Drafter(k=8))   # the same tokens, fewer forwards
                                                                 # (keep the Drafter)
     rows[0].token_ids, rows[0].logprobs, rows[0].finish_reason
@@ -89,7 +91,8 @@ class Row:
 
 
 # --------------------------------------------------------------------------------------------------
-# counter-based noise: splitmix64 on int64 tensors (multiplication wraps modulo 2^64, as the hash needs)
+# counter-based noise: splitmix64 on int64 tensors (multiplication wraps modulo 2^64, as the hash
+# needs)
 
 
 def _i64(c):
@@ -164,9 +167,8 @@ class Decoder:
     def __init__(self, model, keep_bytes=1 << 30):
         cfg = model.config
         if getattr(cfg, "model_type", None) != "qwen3":
-            raise ValueError(
-                f"decode.Decoder is written for Qwen3 models, not {getattr(cfg, 'model_type', None)!r}"
-            )
+            kind = getattr(cfg, "model_type", None)
+            raise ValueError(f"decode.Decoder is written for Qwen3 models, not {kind!r}")
         if getattr(cfg, "use_sliding_window", False) or getattr(cfg, "attention_bias", False):
             raise ValueError(
                 "decode.Decoder: no sliding-window attention, no attention biases here"

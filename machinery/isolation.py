@@ -6,8 +6,9 @@ Every job is forked from one pre-started fork-server that lives in its own user,
 PID namespaces (started by `unshare` with a fresh exec; no root needed):
 
     trainer ──socket──▶ fork-server (PID 1 of its namespace; every mount read-only; no network)
-                          └─ fork ─▶ job (PID 1 of its own PID namespace, its own tmpfs as its folder,
-                                     no capabilities, rlimits, seccomp: no fork/exec/mount/unshare/ptrace)
+                          └─ fork ─▶ job (PID 1 of its own PID namespace, its own tmpfs as its
+                                     folder, no capabilities, rlimits, seccomp: no fork, exec,
+                                     mount, unshare or ptrace)
 
 A job gets four descriptors from the trainer (passed over the fork-server's socket): its channel, a
 socket that carries one JSON object a line each way (the job's payload; a script's requests and
@@ -29,12 +30,14 @@ What a job runs once it has no way out (its kind):
                 replies
 
 The trainer's side, thread-safe (one fork-server; each drive() call its own loop):
-    start(unsafe=None) -> str; stop(); isolation() -> str; server()   the fork-server, started on first use
-    Job(kind, payload, timeout, max_output, memory, on_message, on_end)   one job, submitted at once
+    start(unsafe=None) -> str; stop(); isolation() -> str; server()
+                                 the fork-server, started on first use
+    Job(kind, payload, timeout, max_output, memory, on_message, on_end)
+                                 one job, submitted at once
     drive(jobs, idle, until)     send, read, kill at deadlines; on_message, on_end and idle() are
                                  called here
-    outcome(job) -> (stdout, stderr, status, seconds, returncode)   status:
-                                                                    ok|error|timeout|memory|killed
+    outcome(job) -> (stdout, stderr, status, seconds, returncode)
+                                 status: ok | error | timeout | memory | killed
 
 Where user namespaces cannot be had, start() raises SandboxUnavailable (saying why and what to
 enable) unless METAAGENT_UNSAFE_SANDBOX=1 or start(unsafe=True): then rlimits + seccomp only, and a
@@ -231,7 +234,8 @@ def _seccomp_no_spawn():
         (0x35, 0, 1, 0x40000000),  # x32 syscalls: no
         (0x06, 0, 0, eperm),
     ]
-    prog += [ins for nr in deny for ins in ((0x15, 0, 1, nr), (0x06, 0, 0, eperm))]
+    for nr in deny:  # each denied syscall: EPERM
+        prog += [(0x15, 0, 1, nr), (0x06, 0, 0, eperm)]
     prog += [
         (0x15, 0, 1, clone3),
         (0x06, 0, 0, enosys),
@@ -281,8 +285,8 @@ def _enter(stdin, cpu_seconds, memory):
 
 
 # --------------------------------------------------------------------------------------------------
-# The job's side: what runs in a forked child. All of it is our code; model code runs in _run_program and
-# _workflow_job once the child has no way out.
+# The job's side: what runs in a forked child. All of it is our code; model code runs in
+# _run_program and _workflow_job once the child has no way out.
 
 
 def _line(obj):
@@ -333,7 +337,7 @@ def _run_program(code, name="__main__"):
     try:
         exec(compile(code, "<program>", "exec"), g)
         return 0, g
-    except BaseException as e:  # noqa: BLE001 - the program's own failure, reported as python reports it
+    except BaseException as e:  # the program's own failure, reported as python reports it
         return _failed(e), g
 
 
@@ -358,7 +362,8 @@ def _calls(payload, inputs, cpu, memory):
     os.close(3)
     _enter("", cpu * len(inputs), memory)
 
-    def own_cpu_seconds():  # the soft RLIMIT_CPU: each test its own seconds, as in a process of its own
+    # the soft RLIMIT_CPU: each test its own seconds, as in a process of its own
+    def own_cpu_seconds():
         t, hard = (
             resource.getrusage(resource.RUSAGE_SELF),
             resource.getrlimit(resource.RLIMIT_CPU)[1],
@@ -383,7 +388,7 @@ def _calls(payload, inputs, cpu, memory):
             os.write(2, MARK)  # whole: a pipe takes up to 4096 bytes at once
             with open(4, "wb", closefd=False) as f:
                 f.write(out.encode() + b"\n")
-        except BaseException as e:  # noqa: BLE001 - ends the process here, as it would end one of its own
+        except BaseException as e:  # ends the process here, as it would end one of its own
             rc = _failed(e)
             break
         own_cpu_seconds()
@@ -487,7 +492,7 @@ def _workflow_job(payload, chan, cpu, memory):
         )
     except SystemExit as e:
         msg = {"error": f"the script called sys.exit({e.code!r})"}
-    except BaseException as e:  # noqa: BLE001 - every failure of the script becomes WorkflowRun.error
+    except BaseException as e:  # every failure of the script becomes WorkflowRun.error
         msg = {"error": _describe(e)}
     with contextlib.suppress(OSError):
         chan.send(dict(msg, op="done"))
@@ -540,7 +545,8 @@ def _job(spec, fds, base, isolated):
 
 
 # --------------------------------------------------------------------------------------------------
-# The fork-server: a fresh exec inside the namespaces; forks one child per job, reports each one's end
+# The fork-server: a fresh exec inside the namespaces; a child forked per job, each one's end
+# reported
 
 
 def _serve(sock_fd, base, isolated):
@@ -549,7 +555,8 @@ def _serve(sock_fd, base, isolated):
     if isolated:
         if os.path.isdir("/run"):  # hide the host's unix sockets
             _mount("tmpfs", "/run", "tmpfs", MS_NOSUID | MS_NODEV | MS_RDONLY, "size=4k")
-        _readonly_everything()  # base too: each job mounts its own tmpfs there, in its own mount namespace
+        # base too: each job mounts its own tmpfs there, in its own mount namespace
+        _readonly_everything()
         pidns = os.open("/proc/self/ns/pid", os.O_RDONLY)
     sock.send(b'{"ready": true}')
     gc.freeze()  # the forked jobs share these pages; the collector must not dirty them
@@ -598,7 +605,8 @@ def _serve(sock_fd, base, isolated):
 
 
 # --------------------------------------------------------------------------------------------------
-# The trainer's side: the fork-server process, jobs, and the event loop that drives them (thread-safe)
+# The trainer's side: the fork-server process, jobs, and the event loop that drives them
+# (thread-safe)
 
 
 def remove_stale_bases(tmp=None):

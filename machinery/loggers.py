@@ -90,12 +90,12 @@ class Loggers:
 
 def offline_steps(folder):
     """The steps that the offline runs in out_dir/wandb hold (their history records)."""
-    return {
-        rec.history.step.num
-        for path in glob.glob(os.path.join(folder, "offline-run-*", "run-*.wandb"))
-        for rec in wandb_records(path)
-        if rec.WhichOneof("record_type") == "history"
-    }
+    steps = set()
+    for path in glob.glob(os.path.join(folder, "offline-run-*", "run-*.wandb")):
+        for rec in wandb_records(path):
+            if rec.WhichOneof("record_type") == "history":
+                steps.add(rec.history.step.num)
+    return steps
 
 
 def wandb_records(path):

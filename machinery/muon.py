@@ -101,8 +101,9 @@ class Muon(torch.optim.Optimizer):
                 if p.grad is None:
                     continue
                 if p.grad.ndim != 2:
+                    shape = tuple(p.grad.shape)
                     raise ValueError(
-                        f"Muon takes 2-D matrices only, got a gradient of shape {tuple(p.grad.shape)}"
+                        f"Muon takes 2-D matrices only, got a gradient of shape {shape}"
                     )
                 state = self.state[p]
                 # (setdefault would allocate a zero matrix every step)
@@ -135,7 +136,10 @@ class Together(torch.optim.Optimizer):
 
     def __init__(self, optimizers):
         self.optimizers = optimizers
-        super().__init__([g for o in optimizers for g in o.param_groups], {})
+        groups = []
+        for o in optimizers:
+            groups += o.param_groups
+        super().__init__(groups, {})
 
     def step(self, closure=None):
         for o in self.optimizers:

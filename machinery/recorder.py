@@ -143,7 +143,9 @@ def gather(obj):
 
 def step_metrics(batch, queries, device, A_D, A_E):
     """The rollout part of a step's metrics line (the module docstring), over every rank's runs."""
-    recs = [r for part in gather(batch.records(queries)) for r in part]
+    recs = []  # every rank's runs, in rank order
+    for part in gather(batch.records(queries)):
+        recs += part
     R, E = torch.cat(gather(batch.R)), torch.cat(gather(batch.executed))
     nll = [-sum(sum(s.logprobs) for s in samples) for samples in (batch.designer, batch.executor)]
     counts = [batch.stats["designer_tokens"], batch.stats["executor_tokens"], len(batch.designer)]

@@ -7,20 +7,23 @@ word; an engine woken from a level-2 sleep without its reload holds garbage. RL 
 another policy's samples. Three checks, each stopping the run with a ReloadError that says what went
 wrong:
 
-1. vLLM's own reload warnings ("Following weights were not loaded", "<Layer>: Failed to load weights") are
-   errors whatever VLLM_LOGGING_LEVEL says (engine.VLLMEngine.load_weights).
-2. The probe, at the engine's start, after the first sync and every save_every steps (train.EngineWeights):
-   the engine samples a fixed prompt and the trainer scores the same tokens (teacher-forced):
+1. vLLM's own reload warnings ("Following weights were not loaded", "<Layer>: Failed to load
+   weights") are errors whatever VLLM_LOGGING_LEVEL says (engine.VLLMEngine.load_weights).
+2. The probe, at the engine's start, after the first sync and every save_every steps
+   (weights.EngineWeights): the engine samples a fixed prompt and the trainer scores the same tokens
+   (teacher-forced):
 
-       gap = mean_t |logp_engine(t) - logp_trainer(t)|  <=  limit = 16 eps S,   S = max_t |z_t| + log V
+       gap = mean_t |logp_engine(t) - logp_trainer(t)|  <=  limit = 16 eps S
+       S   = max_t |z_t| + log V
 
-   eps the machine epsilon of the engine's compute dtype (fp32 2^-23, bf16 2^-7), z the trainer's logits.
-   logp = z - logsumexp(z) is a difference of numbers up to S, and a forward lands within ~8 ulps of S of the
-   exact value, so two forwards within 16 eps S (tests/test_engine.py's logp_tol, checked against fp64).
-   One stale or corrupted tensor moves the log-probs by orders of magnitude more in fp32; in bf16 the bound
-   is loose (it catches garbage and missing layers, not a subtly wrong tensor).
-3. Every step, the same bound on the step's own gap (train.update's logprob_gap over every trained token),
-   with the S of the last probe.
+   eps the machine epsilon of the engine's compute dtype (fp32 2^-23, bf16 2^-7), z the trainer's
+   logits. logp = z - logsumexp(z) is a difference of numbers up to S, and a forward lands within ~8
+   ulps of S of the exact value, so two forwards within 16 eps S (tests/test_engine.py's logp_tol,
+   checked against fp64). One stale or corrupted tensor moves the log-probs by orders of magnitude
+   more in fp32; in bf16 the bound is loose (it catches garbage and missing layers, not a subtly
+   wrong tensor).
+3. Every step, the same bound on the step's own gap (train.update's logprob_gap over every trained
+   token), with the S of the last probe.
 
     gap, S = probe(eng, model, device)               # collective under FSDP: every rank calls it
     check(gap, limit(torch.bfloat16, S), "after the reload of step 10")

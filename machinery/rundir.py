@@ -12,9 +12,9 @@
                               tools/show.py draws it), written the same way just before the metrics
                               line
 
-    save_checkpoint(cfg, step, policies, tokenizer, trainer_state, rank)   # every rank calls it (collective)
-    ckpt, ts = latest(out_dir)             # the newest checkpoint's folder and trainer state (None,
-                                           # None)
+    save_checkpoint(cfg, step, policies, tokenizer, trainer_state, rank)   # every rank (collective)
+    ckpt, ts = latest(out_dir)             # the newest checkpoint's folder and trainer state
+                                           # (None, None without one)
     restore_optimizers(policies, ckpt, ts, master); restore_rng(ts, seed, rank)
     truncate_jsonl(path, ts["step"])       # a resume drops the lines of steps after its checkpoint
 
@@ -119,9 +119,8 @@ def prepare(cfg):
     """out_dir made; with --overwrite, the run it holds deleted first (its files only:
     settings.run_files)."""
     if cfg.overwrite and settings.run_files(cfg.out_dir):
-        print(
-            f"--overwrite: deleting the run in {cfg.out_dir} ({', '.join(settings.run_files(cfg.out_dir))})"
-        )
+        held = ", ".join(settings.run_files(cfg.out_dir))
+        print(f"--overwrite: deleting the run in {cfg.out_dir} ({held})")
         settings.clear_run(cfg.out_dir)
     os.makedirs(cfg.out_dir, exist_ok=True)
 
@@ -288,7 +287,10 @@ def latest(out_dir):
 def restore_optimizers(policies, ckpt, ts, master):
     """The checkpoint's optimizer states into policies[name]["opt"][state]. Read on rank 0 alone;
     set_optimizer_state_dict broadcasts them to the other ranks."""
-    have = sorted(f"{n}/{s}" for n, pol in policies.items() for s in pol["opt"])
+    have = []
+    for n, pol in policies.items():
+        have += [f"{n}/{s}" for s in pol["opt"]]
+    have.sort()
     if not set(ts["optimizers"]) <= set(have):
         raise settings.ConfigError(
             f"the checkpoint's optimizer states {ts['optimizers']} do not fit this config "

@@ -7,7 +7,8 @@ N runs that see the same context), and one sample a row forwards that prompt k t
 c_1, ..., c_k] instead, with block (tree) attention and position ids that restart for every
 completion:
 
-    attend(q, j) = j <= q  and  (seg_j = prompt  or  seg_j = seg_q)      seg: prompt, c_1, ..., c_k, padding
+    attend(q, j) = j <= q  and  (seg_j = prompt  or  seg_j = seg_q)
+                                              seg: prompt, c_1, ..., c_k, padding
     pos(p[t]) = t,   pos(c_i[t]) = len(p) + t
 
 gives c_i[t] exactly the keys, at exactly the positions, it has in its own row [p, c_i], so its
@@ -19,7 +20,8 @@ with position_ids. The mask is dense, so a row's attention costs its length squa
 hides: a row is at most ROW_CAP x the longest sequence of the batch long. A micro-batch in which no
 row holds a second completion needs no mask (its block mask is the causal one).
 
-    bs = batches(samples, idx, {"adv": [...], "engine": [...]}, pad_id, micro_batch=8)   # as train.batches
+    values = {"adv": [...], "engine": [...]}
+    bs = batches(samples, idx, values, pad_id, micro_batch=8)   # as train.batches
     logp = logprobs(model, bs[0])     # [1, N], laid out like bs[0]["mask"]
 
 Needs: machinery/chunked.py
@@ -82,9 +84,8 @@ def shared_prompt_logprobs(model, input_ids, segment, position_ids, positions, t
     makes them)."""
     impl = model.config._attn_implementation
     if impl not in ("sdpa", "eager"):
-        raise ValueError(
-            f"shared prompts need attn_implementation sdpa or eager (a custom 4D mask), got {impl!r}"
-        )
+        need = "attn_implementation sdpa or eager (a custom 4D mask)"
+        raise ValueError(f"shared prompts need {need}, got {impl!r}")
     if set(getattr(model.config, "layer_types", None) or ["full_attention"]) != {"full_attention"}:
         raise ValueError(
             "shared prompts need full attention in every layer (a 4D mask replaces sliding windows)"
@@ -161,7 +162,9 @@ def batches(samples, idx, values, pad_id, micro_batch):
         b = shared_prompt_rows(
             [(samples[r[0]].prompt_ids, [samples[k].completion_ids for k in r]) for r in mb], pad_id
         )
-        order = [k for r in mb for k in r]
+        order = []  # the samples, in the row's token order
+        for r in mb:
+            order += r
         b["mask"] = torch.ones(1, len(b["targets"]))
         b.update(
             {

@@ -9,12 +9,12 @@ engine puts that role's weights in before it generates, when the engine holds th
 rollout.py takes a designer engine and an executor engine; pass it the two views, and it never needs
 to know whose weights the engine holds. Two holders:
 
-    weights = EngineWeights(cfg, eng, policy_of, device)   # train.py: the trainer's weights (probed
-                                                           # now)
-    batch = rollout(queries, weights.view("designer", step), weights.view("executor", step), M, N, step)
+    weights = EngineWeights(cfg, eng, policy_of, device)   # train.py's: the trainer's (probed now)
+    d, e = weights.view("designer", step), weights.view("executor", step)
+    batch = rollout(queries, d, e, M, N, step)
     weights.sleep(); ...the update...; weights.check_gap(stats, roles, step); weights.sync(step)
 
-    held = Held(eng, {"designer": "out/run/step_000300/designer", "executor": "out/run/.../executor"})
+    held = Held(eng, {"designer": "RUN/step_000300/designer", "executor": "RUN/.../executor"})
     batch = rollout(queries, held.view("designer"), held.view("executor"), M, N)   # saved models
 
 EngineWeights.sync puts the trainer's new weights into the engine after each update, gathered one

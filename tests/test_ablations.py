@@ -282,17 +282,19 @@ def test_report_tables_sentences(tmp_path):
     md = Path(ablations.report(str(tmp_path))).read_text()
     # metaagent: suited gains 40, 41, 42 -> +41.00, SE 1/sqrt(3), interval +-4.30 * 0.577 = 2.48
     assert (
-        "| metaagent | `M=4 N=2 K=1 steps=10` | 5 + 5 | 3 | +41.00 [+38.52, +43.48] | +5.00 [+5.00, +5.00] | "
+        "| metaagent | `M=4 N=2 K=1 steps=10` | 5 + 5 | 3 | +41.00 [+38.52, +43.48] | +5.00 "
+        "[+5.00, +5.00] | "
         "+5.00 ± 0.00 | +50.00 ± 0.00 | +0.600 ± 0.000 | ensemble 100% |"
     ) in md
     assert (
-        "| single | `M=4 N=2 K=1 steps=5 template=single mode=executor` | 0 + 5 | 1 | +10.00 (1 seed) |"
-        in md
+        "| single | `M=4 N=2 K=1 steps=5 template=single mode=executor` | 0 + 5 | 1 | +10.00 (1 "
+        "seed) |" in md
     )
     sent = next(ln for ln in md.splitlines() if ln.startswith("- metaagent > flat8"))
     assert sent == (
         "- metaagent > flat8 (seeds: 3): suited +21.00 [+18.52, +23.48], held (also at α/17) "
-        "(per seed: +20.00, +21.00, +22.00); executor +0.00 [+0.00, +0.00], within noise (per seed: "
+        "(per seed: +20.00, +21.00, +22.00); executor +0.00 [+0.00, +0.00], within noise (per "
+        "seed: "
         "+0.00, +0.00, +0.00); secondary: oracle +0.00 ± 0.00, accuracy (sampled) +50.00 ± 0.00, "
         "training-reward change +0.400 ± 0.000."
     )
@@ -300,7 +302,8 @@ def test_report_tables_sentences(tmp_path):
     assert "suited +1.00 [-25.17, +27.17], within noise" in sent16
     assert "- metaagent > single (seeds: 1): executor +5.00 (1 seed), undecided (1 seed);" in md
     assert (
-        "**Hierarchical M×N vs flat M×1 (paper Table 3)**: paper hierarchical > flat; here 1 held, 3 within "
+        "**Hierarchical M×N vs flat M×1 (paper Table 3)**: paper hierarchical > flat; here 1 held, "
+        "3 within "
         "noise of its 4 primary tests." in md
     )
     assert (
@@ -308,8 +311,8 @@ def test_report_tables_sentences(tmp_path):
         in md
     )
     assert (
-        "Unfinished, left out: coupled-s0 (10 steps, no final table), flat8-s3 (4 steps, no final table)."
-        in md
+        "Unfinished, left out: coupled-s0 (10 steps, no final table), flat8-s3 (4 steps, no final "
+        "table)." in md
     )
     assert (
         "Missing (seeds 0, 1, 2 of every run): coupled-s0, coupled-s1," in md
@@ -498,6 +501,7 @@ def test_claims_compare_gains_over_each_runs_own_cold_start(tmp_path):
     )
     assert ablations.measure(results, "metaagent", "separate", "suited")["D"] == pytest.approx(0.2)
     assert (
-        "metaagent > separate (seeds: 1): suited +20.00 (1 seed), undecided (1 seed); executor +1.00 (1 seed)"
+        "metaagent > separate (seeds: 1): suited +20.00 (1 seed), undecided (1 seed); executor "
+        "+1.00 (1 seed)"
         in ablations.claim_sentence("metaagent", "separate", ablations.BOTH, results)
     )

@@ -188,7 +188,8 @@ def test_fsdp2_root_call(tmp_path):
             model.model(input_ids=ids, attention_mask=mask)
         # shared prompts: the same root call, with a 4D mask and position ids
         rows, _ = shared_batch()
-        model.zero_grad()  # before the forward: between forward and backward the root's parameters are unsharded
+        # before the forward: between forward and backward the root's parameters are unsharded
+        model.zero_grad()
         got = shared_logprobs(model, rows, chunk_size=5)
         w = torch.randn(got.shape, generator=torch.Generator().manual_seed(0))
         got_grads = {n: g.full_tensor() for n, g in grads_of(model, got, w).items()}

@@ -565,7 +565,8 @@ def test_vllm_sampled_logprobs_match_trainer(vllm_pair):
     outs = eng.generate(
         [CHAT_PROMPT, [5, 6, 7, 8]], Sampling(n=3, temperature=T, max_tokens=20, seed=5)
     )
-    worst = 0.0  # the largest difference, in units of its tolerance (3 logp_tol: vLLM's own kernels, as above)
+    # the largest difference, in units of its tolerance (3 logp_tol: vLLM's own kernels, as above)
+    worst = 0.0
     for o in outs:
         for c in o:
             assert len(c.token_ids) == len(c.logprobs) > 0
@@ -601,10 +602,8 @@ def test_enable_thinking_reaches_the_chat_template(tiny_dir):
 
     tok = build_tokenizer()
     # the switch Qwen3's template reads: thinking off pre-fills an empty think block
-    tok.chat_template = (
-        CHAT
-        + "{% if enable_thinking is defined and not enable_thinking %}<think>\n\n</think>\n\n{% endif %}"
-    )
+    off_block = "{% if enable_thinking is defined and not enable_thinking %}"
+    tok.chat_template = CHAT + off_block + "<think>\n\n</think>\n\n{% endif %}"
     model = AutoModelForCausalLM.from_pretrained(tiny_dir, dtype=torch.float32)
     on, off = HFEngine(model, tok, dtype="float32"), HFEngine(model, tok, enable_thinking=False)
     assert tok.decode(on.encode_prompt(CHAT_PROMPT)).endswith("<|im_start|>assistant\n")
@@ -625,7 +624,8 @@ def test_vllm_console_is_quiet_unless_asked(tiny_dir):
     pytest.importorskip("vllm", reason="vLLM is not installed: the vLLM engine tests are skipped")
     code = (
         "import sys; from safetensors.torch import load_file; from machinery import engine\n"
-        f"eng = engine.make_engine({tiny_dir!r}, backend='vllm', dtype='float32', kv_cache_gib=0.25)\n"
+        f"eng = engine.make_engine({tiny_dir!r}, backend='vllm', dtype='float32', "
+        "kv_cache_gib=0.25)\n"
         "eng.generate([[{'role': 'user', 'content': 'hi'}]], engine.Sampling(max_tokens=4))\n"
         f"for _ in range(3): eng.load_weights(load_file({tiny_dir!r} + '/model.safetensors'))\n"
         "print('DONE')\n"

@@ -78,7 +78,8 @@ def test_a_folder_that_holds_no_model_is_named(tmp_path):
         timeout=300,
     )
     assert p.returncode == 1 and p.stderr.strip() == (
-        f"evaluate.py: --model: {tmp_path} holds no config.json (train.py writes RUN/step_N/model, or its "
+        f"evaluate.py: --model: {tmp_path} holds no config.json (train.py writes RUN/step_N/model, "
+        "or its "
         "designer/ and executor/; sft.py writes out/tiny-sft; or a hub id: Qwen/Qwen3-8B)"
     )
 

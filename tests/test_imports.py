@@ -159,8 +159,9 @@ def test_needs_line_names_every_project_file_the_module_imports(name):
 
 
 # --------------------------------------------------------------------------------------------------
-# Copied alone (with its Needs), each advertised module works: a real call, in a fresh interpreter whose only
-# project files are the copies (python -I: no PYTHONPATH, no user site, no script directory)
+# Copied alone (with its Needs), each advertised module works: a real call, in a fresh interpreter
+# whose only project files are the copies (python -I: no PYTHONPATH, no user site, no script
+# directory)
 
 PRELUDE = """
 import importlib, os, sys
@@ -183,7 +184,8 @@ CALLS = {
 import torch
 R = torch.tensor([[[1.0, 1.0], [0.0, 0.0]]])
 d, e = advantage.designer_advantages(R), advantage.executor_advantages(R)
-assert d.shape == (1, 2) and d[0, 0] > 0 > d[0, 1] and e.shape == (1, 2, 2) and e[0, 0, 0] > 0 > e[0, 1, 0]
+assert d.shape == (1, 2) and d[0, 0] > 0 > d[0, 1]
+assert e.shape == (1, 2, 2) and e[0, 0, 0] > 0 > e[0, 1, 0]
 """,
     "stagewise": """
 roles = [stagewise.active_roles(t, stage_len=2) for t in range(4)]
@@ -199,9 +201,12 @@ assert loss.item() == -2.0 and logp.grad.tolist() == [[-1.0, -1.0]] and stats["t
 """,
     "machinery.chunked": """
 import torch
-h, w, t = torch.randn(3, 4, dtype=torch.float64), torch.randn(5, 4, dtype=torch.float64), torch.tensor([0, 4, 2])
+h = torch.randn(3, 4, dtype=torch.float64)
+w = torch.randn(5, 4, dtype=torch.float64)
+t = torch.tensor([0, 4, 2])
 ref = torch.log_softmax(h @ w.T, -1).gather(1, t[:, None])[:, 0]
-assert torch.allclose(chunked.chunked_logprobs(h, w, t, chunk_size=2), ref)   # float64: ~1e-15 apart, rtol 1e-5
+got = chunked.chunked_logprobs(h, w, t, chunk_size=2)
+assert torch.allclose(got, ref)   # float64: ~1e-15 apart, rtol 1e-5
 """,
     "machinery.shared_prompts": """
 b = shared_prompts.shared_prompt_rows([([5, 6, 7], [[8, 9], [10]])], pad_id=0)
@@ -211,10 +216,12 @@ assert b["positions"].tolist() == [2, 3, 2] and b["position_ids"].tolist() == [[
     "mas": """
 script, why = mas.parse_script(mas.script_completion(mas.TEMPLATES["critic"]))
 assert why is None and script == mas.TEMPLATES["critic"] and mas.structure_of(script) == "critic"
-assert mas.majority(["2", "3", " 2 "], str.__eq__) == "2" and mas.answer_of("x <answer>4</answer>") == "4"
+assert mas.majority(["2", "3", " 2 "], str.__eq__) == "2"
+assert mas.answer_of("x <answer>4</answer>") == "4"
 """,
     "machinery.data": """
-task = {"id": "t", "kind": "code", "question": "Double it.", "public_tests": {"inputs": ["2"], "outputs": ["4"]}}
+shown = {"inputs": ["2"], "outputs": ["4"]}
+task = {"id": "t", "kind": "code", "question": "Double it.", "public_tests": shown}
 assert data.task_text(task, short=True) == "Double it.\\nin: 2\\nout: 4"
 """,
     "sandbox": SANDBOX_START
@@ -223,7 +230,8 @@ import mas
 if isolated:
     assert sandbox.run_code("print(6 * 7)").stdout == "42\\n"
     prog = "print(int(input()) * 2)"
-    task = {"id": "t", "kind": "code", "question": "Double it.", "public_tests": {"inputs": ["2\\n"], "outputs": ["4\\n"]}}
+    shown = {"inputs": ["2\\n"], "outputs": ["4\\n"]}
+    task = {"id": "t", "kind": "code", "question": "Double it.", "public_tests": shown}
     seen = []
     def generate(calls):
         seen.extend(c.message for c in calls)
@@ -236,11 +244,15 @@ else:
 """,
     "reward": SANDBOX_START
     + """
-run = sandbox.WorkflowRun("25", None, [sandbox.CallRecord("solver", [], "<answer>25</answer>", None)])
-assert reward.reward({"id": "m", "kind": "math", "answer": "025"}, run) == 1.4   # 1.0 + 0.4 * 1.0: the double 1.4 on any IEEE CPU
-assert reward.math_equal("\\\\frac{1}{2}", "\\\\sqrt{\\\\frac{1}{4}}")      # SymPy, in a grader process
+call = sandbox.CallRecord("solver", [], "<answer>25</answer>", None)
+run = sandbox.WorkflowRun("25", None, [call])
+# 1.0 + 0.4 * 1.0: the double 1.4 on any IEEE CPU
+assert reward.reward({"id": "m", "kind": "math", "answer": "025"}, run) == 1.4
+# SymPy, in a grader process
+assert reward.math_equal("\\\\frac{1}{2}", "\\\\sqrt{\\\\frac{1}{4}}")
 if isolated:
-    assert reward.code_score("print(int(input()) * 2)", {"inputs": ["2\\n", "5\\n"], "outputs": ["4", "10"]}) == 1.0
+    tests = {"inputs": ["2\\n", "5\\n"], "outputs": ["4", "10"]}
+    assert reward.code_score("print(int(input()) * 2)", tests) == 1.0
 else:
     print("SKIP: no isolation here (code_score)")
 """,
@@ -255,20 +267,22 @@ class Engine:   # an engine that says how many weight loads it has had
 held = weights.Held(Engine(), {"designer": {"d": 1}, "executor": {"e": 2}})
 d, e = held.view("designer"), held.view("executor")
 assert [d.generate([], None), e.generate([], None), e.generate([], None)] == [[[1]], [[2]], [[2]]]
-assert held.eng.loaded == [{"d": 1}, {"e": 2}]   # each role's weights, loaded when the other's were held
+assert held.eng.loaded == [{"d": 1}, {"e": 2}]   # each role's, loaded when the other's were held
 """,
     "machinery.recorder": """
 import torch
 R, E = torch.tensor([[[1.4, 0.4]]]), torch.ones(1, 1, 2, dtype=torch.bool)
 recs = [{"correct": True, "structure": "single"}, {"correct": False, "structure": "single"}]
 m = recorder.signal_metrics(recs, R, E, torch.zeros(1, 1), torch.tensor([[[0.7, -0.7]]]))
-assert m["signal/all_correct"] == 0.0 and m["designer/dead_groups"] == 1.0 and m["executor/dead_groups"] == 0.0
+assert m["signal/all_correct"] == 0.0
+assert m["designer/dead_groups"] == 1.0 and m["executor/dead_groups"] == 0.0
 assert m["signal/same_structure"] == 1.0 and m["entropy/designs"] == 0.0
 """,
     "rollout": """
 s = rollout.Sample(prompt_ids=[5, 6], completion_ids=[7, 8], logprobs=[-0.5, -0.25], index=(0, 0))
 t = rollout.samples_to_tensors([s], pad_id=0)
-assert t["input_ids"].tolist() == [[5, 6, 7, 8]] and t["completion_mask"].tolist() == [[0.0, 1.0, 1.0]]
+assert t["input_ids"].tolist() == [[5, 6, 7, 8]]
+assert t["completion_mask"].tolist() == [[0.0, 1.0, 1.0]]
 assert t["logprobs"].tolist() == [[0.0, -0.5, -0.25]]
 """,
 }

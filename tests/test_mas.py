@@ -87,8 +87,15 @@ def test_parse_script_allows_safe_imports_and_picks_the_workflow_block():
 
 
 def test_structure_of_other_shapes():
-    loop = "def workflow(task):\n    a = Agent('s', 'x')\n    for _ in range(3):\n        task = a(task)\n    return task"
-    mixed = "def workflow(task):\n    a = Agent('s', 'x')\n    b = Agent('c', 'y')\n    return b(vote(a.sample(task, 3)))"
+    loop = """def workflow(task):
+    a = Agent('s', 'x')
+    for _ in range(3):
+        task = a(task)
+    return task"""
+    mixed = """def workflow(task):
+    a = Agent('s', 'x')
+    b = Agent('c', 'y')
+    return b(vote(a.sample(task, 3)))"""
     assert mas.structure_of(loop) == "other"
     assert mas.structure_of(mixed) == "other"
     assert mas.structure_of("def workflow(task):\n    return task") == "other"
@@ -117,7 +124,9 @@ def test_prompts():
 
 
 def test_majority_and_vote():
-    same_number = lambda a, b: Fraction(a) == Fraction(b)  # noqa: E731
+    def same_number(a, b):
+        return Fraction(a) == Fraction(b)
+
     assert mas.majority(["a", " a ", "b"], str.__eq__) == "a"  # whitespace never separates answers
     assert mas.majority(["", "", "x"], str.__eq__) == "x"
     assert mas.majority([], str.__eq__) == ""

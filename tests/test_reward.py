@@ -289,7 +289,11 @@ def test_code_score_call_based(sb):
         "outputs": [[3, -1], [8, 2], None],
         "fn_name": "f",
     }
-    fn = "def f(a, b):\n    if isinstance(a, list):\n        return None\n    return [a + b, a - b]\n"
+    fn = """def f(a, b):
+    if isinstance(a, list):
+        return None
+    return [a + b, a - b]
+"""
     assert code_score(fn, tests) == 1.0
     assert code_score(
         "def f(a, b):\n    return [a + b, a - b] if a != 5 else [0, 0]\n", tests

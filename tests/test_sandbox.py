@@ -170,7 +170,8 @@ PROGRAMS = [
     (
         "kill_parent",
         "import os, signal\nfor pid in (os.getppid(), 1, -1):\n    try:\n"
-        "        os.kill(pid, signal.SIGKILL)\n    except OSError as e:\n        print(e)\nprint('alive')",
+        "        os.kill(pid, signal.SIGKILL)\n    except OSError as e:\n        "
+        "print(e)\nprint('alive')",
         {"ok", "killed"},
         None,
     ),
@@ -314,7 +315,11 @@ def test_run_tests_stdin_and_call_based():
     )
     assert [(o.status, o.output) for o in out] == [("ok", "[3]"), ("ok", "[7]")]
     # a program cannot reach into the harness that records its outputs (/proc/1/mem is the harness)
-    tamper = "try:\n    open('/proc/1/mem', 'r+b')\n    print('tampered')\nexcept OSError:\n    print('denied')"
+    tamper = """try:
+    open('/proc/1/mem', 'r+b')
+    print('tampered')
+except OSError:
+    print('denied')"""
     assert [o.output for o in sandbox.run_tests(tamper, {"inputs": [""], "outputs": [""]})] == [
         "denied\n"
     ]
@@ -423,7 +428,12 @@ def test_call_tests_share_a_process_with_the_outcomes_of_one_each():
     assert got["huge_result"][1][0] == "ok" and len(got["huge_result"][1][1]) == 1 << 16
     # state: module globals persist from call to call (as under LeetCode's and LiveCodeBench's
     # harnesses), until a test fails: the tests after it get a fresh process
-    counter = "n = []\ndef f(x):\n    n.append(x)\n    if x == 2:\n        raise ValueError\n    return len(n)"
+    counter = """n = []
+def f(x):
+    n.append(x)
+    if x == 2:
+        raise ValueError
+    return len(n)"""
     assert [o for _, o, _ in run(counter, False)] == ["1", "", "1", "2"]
     assert [o for _, o, _ in run(counter, True)] == ["1", "", "1", "1"]
     assert _no_leftovers()
@@ -452,7 +462,8 @@ WORKFLOWS = [
     # name, script, expected answer (None: must fail), expected words in the error
     (
         "good",
-        "def workflow(task):\n    a = Agent('solver', 'Solve.')\n    return a(task) + '|' + a(task)",
+        "def workflow(task):\n    a = Agent('solver', 'Solve.')\n    return a(task) + '|' + "
+        "a(task)",
         "solver:0|solver:1",
         None,
     ),
@@ -508,14 +519,16 @@ WORKFLOWS = [
     (
         "forged_done_then_call",
         "import os\ndef workflow(task):\n"
-        '    os.write(3, b\'{"op": "done", "answer": "forged"}\\n\')\n    return Agent(\'s\', \'x\')(task)',
+        '    os.write(3, b\'{"op": "done", "answer": "forged"}\\n\')\n    return Agent(\'s\', '
+        "'x')(task)",
         None,
         "protocol violation",
     ),
     (
         "two_requests_at_once",
         'import os\ndef workflow(task):\n    line = b\'{"op": "agent", "role": "s", '
-        '"instructions": "x", "message": "m", "n": 1}\\n\'\n    os.write(3, line + line)\n    return \'x\'',
+        '"instructions": "x", "message": "m", "n": 1}\\n\'\n    os.write(3, line + line)\n    '
+        "return 'x'",
         None,
         "protocol violation",
     ),
@@ -524,7 +537,8 @@ WORKFLOWS = [
     (
         "kill_everyone",
         "import os\ndef workflow(task):\n    for pid in (os.getppid(), 0, -1, 1):\n"
-        "        try:\n            os.kill(pid, 9)\n        except OSError:\n            pass\n    return 'alive'",
+        "        try:\n            os.kill(pid, 9)\n        except OSError:\n            pass\n    "
+        "return 'alive'",
         "alive",
         None,
     ),
@@ -631,7 +645,8 @@ def test_templates_run_with_visible_tests_only():
         "public_tests": {"inputs": [[1], [2], [3]], "outputs": [2, 3, 4], "fn_name": "f"},
     }
     many = (
-        "def workflow(task):\n    out = [run_tests('def f(x):\\n    return x + %d' % k) for k in range(4)]\n"
+        "def workflow(task):\n    out = [run_tests('def f(x):\\n    return x + %d' % k) for k in "
+        "range(4)]\n"
         "    return '|'.join(r.split('\\n')[0] for r in out) + '|' + run_python('print(7)')"
     )
     runs = sandbox.run_workflows([many] * 3, [fn] * 3, gen)

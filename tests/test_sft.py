@@ -279,8 +279,9 @@ def run(shard):
         m(input_ids=ids, labels=ids).loss.backward()
         opt.step()
         opt.zero_grad()
-    return get_model_state_dict(m, options=StateDictOptions(full_state_dict=True, cpu_offload=True)) if shard \
-        else m.state_dict()
+    if not shard:
+        return m.state_dict()
+    return get_model_state_dict(m, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
 single, sharded = run(False), run(True)
 start = tiny.build_model(seed=0, hidden_size=64, num_layers=2)[0].state_dict()
 if dist.get_rank() == 0:
@@ -344,12 +345,12 @@ def test_quality_bar_figures_paired_margin_and_kinds():
     assert "best template ensemble beats single by +25.0 points (paired standard error 47.9" in text
     # per kind, the structure that pays differs: tester on code, ensemble on math
     assert (
-        "code (2 tasks): designs 50.0%, single 50.0%, ensemble 0.0%, tester 100.0%; best template tester +50.0"
-        in text
+        "code (2 tasks): designs 50.0%, single 50.0%, ensemble 0.0%, tester 100.0%; best template "
+        "tester +50.0" in text
     )
     assert (
-        "math (2 tasks): designs 50.0%, single 0.0%, ensemble 100.0%, tester 0.0%; best template ensemble +100.0"
-        in text
+        "math (2 tasks): designs 50.0%, single 0.0%, ensemble 100.0%, tester 0.0%; best template "
+        "ensemble +100.0" in text
     )
 
 

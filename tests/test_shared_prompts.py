@@ -97,7 +97,8 @@ def test_shared_rows_of_one_completion_match_unshared():
     b = shared_prompt_rows(rows, pad_id=0)
     # right padding in the batch too
     assert int(b["segment"].max()) == 1 and (b["segment"] == -1).any()
-    masks = []  # what the model is called with: no mask, on both paths (right padding needs none either)
+    # what the model is called with: no mask, on both paths (right padding needs none either)
+    masks = []
     hook = model.register_forward_pre_hook(
         lambda m, args, kw: masks.append(kw.get("attention_mask")), with_kwargs=True
     )

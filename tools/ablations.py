@@ -13,25 +13,27 @@ arm trains one role a step, so it runs 2 x budget steps; coupled trains both eac
 steps); designer-only, executor-only and single-agent GRPO train one role (budget steps) and are
 compared on that role's row only.
 
-    hierarchy     metaagent (the tiny default, M=4 x N=2) vs flat8 (8 x 1: as many executions a query) and
-                  flat16 (16 x 1: twice as many)                                          (paper Table 3)
-                  With N=1 the designer and executor advantages coincide: no decomposed credit assignment.
-    schedule      stagewise (metaagent) vs coupled, designer-only, executor-only     (Table 4, Figure 3)
-    policy        shared (metaagent) vs separate policies                                    (Table 5)
-    stage_length  K = 30 (metaagent: budget/2, two stages of each role), 10 and 1, scaled: each K divides
-                  the budget, so both roles get it exactly (stage_length())              (Figure 4)
+    hierarchy     (paper Table 3) metaagent (the tiny default, M=4 x N=2) vs flat8 (8 x 1: as many
+                  executions a query) and flat16 (16 x 1: twice as many). With N=1 the designer
+                  and executor advantages coincide: no decomposed credit assignment.
+    schedule      (Table 4, Figure 3) stagewise (metaagent) vs coupled, designer-only,
+                  executor-only
+    policy        (Table 5) shared (metaagent) vs separate policies
+    stage_length  (Figure 4) K = 30 (metaagent: budget/2, two stages of each role), 10 and 1,
+                  scaled: each K divides the budget, so both roles get it exactly (stage_length())
     single_agent  metaagent vs single-agent GRPO (--template=single --mode=executor: no Designer)
     pairings      did both roles improve? {SFT, RL} designer x {SFT, RL} executor of the metaagent
                   run reduces, on the exact rows, to two differences: `suited` depends on the
                   Designer's model alone, `executor` on the Executor's alone
 
-    python tools/ablations.py --jobs 2                 # every run, seeds 0,1,2, 20 updates a role,
-                                                       # into out/ablations
-    python tools/ablations.py --seeds 3,4 --only metaagent,executor    # more seeds of some runs, into the same root
-    python tools/ablations.py report out/ablations     # ROOT/RESULTS.md
-    python tools/ablations.py publish out/ablations    # the numbers (no checkpoints) into
-                                                       # results/ablations, its
-                                                 # RESULTS.md, and the README's Results
+    python tools/ablations.py --jobs 2              # every run, seeds 0,1,2, 20 updates a role,
+                                                    # into out/ablations
+    python tools/ablations.py --seeds 3,4 --only metaagent,executor
+                                                    # more seeds of some runs, the same root
+    python tools/ablations.py report out/ablations  # ROOT/RESULTS.md
+    python tools/ablations.py publish out/ablations # the numbers (no checkpoints) into
+                                                    # results/ablations, its RESULTS.md, and the
+                                                    # README's Results
 
 A finished run is skipped and an unfinished one resumed from its last checkpoint, so the same
 command continues an interrupted set across sittings; runs go seed by seed, and the report names
@@ -48,11 +50,12 @@ minus the run's own cold start on the same tasks:
     oracle, accuracy      secondary: the single agent's exact P(oracle reply); the sampled "RL:
                           learned designs" row (single-agent GRPO: "RL: single agent")
     train change          secondary: reward/mean over the last 20% of steps minus the first 20%
-    A > B                 paired (paired()): per seed d_s = mean over tasks of A's gain - B's (the same seed
-                          means the same held-out tasks, checked by id); D = mean_s d_s, SE = sd(d_s)/sqrt(S);
-                          Student's t at S - 1 degrees of freedom. One rule (verdict()): held or reversed when
-                          the 95% t interval excludes 0, else within noise; the report counts its tests and
-                          marks the verdicts that also pass Bonferroni
+    A > B                 paired (paired()): per seed d_s = mean over tasks of A's gain - B's
+                          (the same seed means the same held-out tasks, checked by id);
+                          D = mean_s d_s, SE = sd(d_s)/sqrt(S); Student's t at S - 1 degrees of
+                          freedom. One rule (verdict()): held or reversed when the 95% t interval
+                          excludes 0, else within noise; the report counts its tests and marks the
+                          verdicts that also pass Bonferroni
 
 Needs: train.py (run as a program; tools/ablations.py imports no project module) and what train.py's
 Needs line names
@@ -161,8 +164,9 @@ COMPARISONS = {
 }
 PAIRINGS = (
     "## {SFT, RL} designer x {SFT, RL} executor (metaagent)\n\n`suited` depends on the Designer's "
-    "model alone and `executor` on the Executor's alone (its contexts and weights are fixed), so on the "
-    "exact rows the four pairings reduce to two differences. Paper: both roles improve. Here:\n"
+    "model alone and `executor` on the Executor's alone (its contexts and weights are fixed), so "
+    "on "
+    "the exact rows the four pairings reduce to two differences. Paper: both roles improve. Here:\n"
 )
 
 
@@ -265,8 +269,8 @@ def run_all(a):
     making it twice at once."""
     names = [r for r in RUN_NAMES if not a.only or r in a.only]
     print(
-        f"ablations.py: runs {', '.join(names)}; seeds {a.seeds}; {a.budget} updates per role; root {a.root}; "
-        f"{a.jobs} at a time",
+        f"ablations.py: runs {', '.join(names)}; seeds {a.seeds}; {a.budget} updates per role; "
+        f"root {a.root}; {a.jobs} at a time",
         flush=True,
     )
     usable = sorted(os.sched_getaffinity(0))
@@ -290,7 +294,9 @@ def run_all(a):
         finally:
             free.put(cpus)
 
-    work = [(run, seed) for seed in a.seeds for run in names]
+    work = []  # seed by seed
+    for seed in a.seeds:
+        work += [(run, seed) for run in names]
     with ThreadPoolExecutor(a.jobs) as pool:
         status = dict(zip((f"{run}-s{seed}" for run, seed in work), pool.map(one, work)))
     print(
@@ -317,12 +323,15 @@ def summarize(run_dir, run):
     def mean(key, part):
         return sum(r.get(key, 0.0) for r in part) / len(part)
 
+    tail_keys = set()  # the keys of the last steps' lines
+    for r in rows[-n:]:
+        tail_keys |= set(r)
     out = {
         "steps": len(rows),
         "train_change": mean("reward/mean", rows[-n:]) - mean("reward/mean", rows[:n]),
         "structures": {
             k[len("structure/") :]: mean(k, rows[-n:])
-            for k in {k for r in rows[-n:] for k in r}
+            for k in tail_keys
             if k.startswith("structure/")
         },
         "ids": None,
@@ -406,7 +415,7 @@ def paired(pairs):
     Returns {"D", "SE", "S", "ds", "p", "lo", "hi"} (None without pairs):
 
         d_s  = mean over tasks of (x_st - y_st)                     (the seed's paired difference)
-        D    = mean_s d_s,   SE = sd_s(d_s) / sqrt(S)                (sd with S - 1 in the denominator)
+        D    = mean_s d_s,   SE = sd_s(d_s) / sqrt(S)                (sd: S - 1 in the denominator)
         t    = D / SE,  p = two-sided Student's t at S - 1 degrees of freedom
         [lo, hi] = D -+ t(1 - ALPHA/2, S - 1) * SE                   (the 95% interval)
 
@@ -483,9 +492,10 @@ def diff_text(r, key, interval=True):
 
 def n_tests():
     """How many primary tests the report makes: each claim's rows, and the two pairings."""
-    return sum(
-        len(rows) for _, claims, _, _ in COMPARISONS.values() for _, _, rows in claims
-    ) + len(PRIMARY)
+    n = len(PRIMARY)
+    for _, claims, _, _ in COMPARISONS.values():
+        n += sum(len(rows) for _, _, rows in claims)
+    return n
 
 
 def claim_sentence(a, b, rows, results):
@@ -525,11 +535,10 @@ def run_row(results, r, budget):
         diff_text(measure(results, r, None, key), key, key in dict(PRIMARY))
         for key, _ in PRIMARY + SECONDARY
     ]
-    shares = {
-        k: sum(s["structures"].get(k, 0.0) for s in per) / len(per)
-        for s in per
-        for k in s["structures"]
-    }
+    names = []  # every structure a seed's run ended with, in the order they first appear
+    for s in per:
+        names += [k for k in s["structures"] if k not in names]
+    shares = {k: sum(s["structures"].get(k, 0.0) for s in per) / len(per) for k in names}
     structures = (
         ", ".join(
             f"{k} {v:.0%}"
@@ -555,12 +564,9 @@ def summary_lines(results):
     here."""
     lines = []
     for title, claims, paper, _ in COMPARISONS.values():
-        tests = [
-            verdict(measure(results, a, b, key))
-            for a, b, rows in claims
-            for key, _ in PRIMARY
-            if key in rows
-        ]
+        tests = []  # each claim's primary rows
+        for a, b, rows in claims:
+            tests += [verdict(measure(results, a, b, key)) for key, _ in PRIMARY if key in rows]
         if any(v in ("missing", "undecided (1 seed)") for v in tests):
             lines.append(f"- **{title}**: paper {paper}; not yet run with two or more seeds here.")
             continue
@@ -575,7 +581,8 @@ def summary_lines(results):
     if "metaagent" in results:
         v = [verdict(measure(results, "metaagent", None, key), n_tests()) for key, _ in PRIMARY]
         lines.append(
-            f"- **Both roles improve** (metaagent RL − SFT): paper yes; here the Designer (suited) {v[0]}, "
+            "- **Both roles improve** (metaagent RL − SFT): paper yes; here the Designer (suited) "
+            f"{v[0]}, "
             f"the Executor (executor) {v[1]}."
         )
     return lines
@@ -592,35 +599,53 @@ def report(root):
         )
     budget = next(s["steps"] for s in results.get("metaagent", {0: {"steps": 40}}).values()) // 2
     # expected of every run
-    seeds = sorted({0, 1, 2} | {seed for per in results.values() for seed in per})
+    seeds = {0, 1, 2}
+    for per in results.values():
+        seeds |= set(per)
+    seeds = sorted(seeds)
     m = n_tests()
     sft = next(iter(results.get("metaagent", next(iter(results.values()))).values())).get("sft", {})
     md = [
         "# Ablations on the tiny world",
         "",
-        f"Made by `python tools/ablations.py report` from the runs in this folder (`python tools/ablations.py --jobs 2 "
-        f"--budget {budget}`, then `python tools/ablations.py publish out/ablations`). Every arm makes {budget} "
-        "updates of each role it trains (stagewise arms 2 × that many steps, coupled that many, the one-role "
-        "arms that many of their role), from the tiny default's cold start (separate: its own two); the seed "
-        "varies the RL run. Every number is a **gain**: the RL model minus its own cold start on the same 200 "
-        "held-out tasks, in points. Primary: `suited` (the Designer's exact P(suited template)) and "
+        "Made by `python tools/ablations.py report` from the runs in this folder (`python "
+        "tools/ablations.py --jobs 2 "
+        f"--budget {budget}`, then `python tools/ablations.py publish out/ablations`). Every arm "
+        f"makes {budget} "
+        "updates of each role it trains (stagewise arms 2 × that many steps, coupled that many, "
+        "the one-role "
+        "arms that many of their role), from the tiny default's cold start (separate: its own "
+        "two); the seed "
+        "varies the RL run. Every number is a **gain**: the RL model minus its own cold start on "
+        "the same 200 "
+        "held-out tasks, in points. Primary: `suited` (the Designer's exact P(suited template)) "
+        "and "
         "`executor` (the Executor's exact probability of the oracle reply in its own contexts)"
         + (
-            f"; the cold start has suited {100 * sft['suited']:.1f}%, executor {100 * sft['executor']:.1f}%"
+            f"; the cold start has suited {100 * sft['suited']:.1f}%, executor "
+            f"{100 * sft['executor']:.1f}%"
             if sft
             else ""
         )
         + ". Secondary: `oracle` (the single agent's exact P(oracle reply)), sampled "
-        "accuracy of the learned designs (single: the single agent), the training reward's change (last "
+        "accuracy of the learned designs (single: the single agent), the training reward's change "
+        "(last "
         "20% of steps minus the first 20%).",
         "",
-        '**The rule.** A claim "A > B" is the paper\'s direction. Per seed s, d_s = the mean over the held-out '
-        "tasks of A's gain minus B's (paired: a seed's runs see the same tasks); D = mean_s d_s, SE = "
-        "sd(d_s)/√S, and the 95% interval D ± t(0.975, S − 1)·SE (Student's t at S − 1 degrees of freedom; "
-        f"4.30 at S = 3). *Held* or *reversed* when the interval excludes 0, else *within noise*. The report "
-        f"makes {m} primary tests: by chance alone about {ALPHA * m:.2f} would be held or reversed; those that "
-        f"also pass Bonferroni (p < {ALPHA}/{m}) are marked. An arm that trains one role by design is "
-        "compared on that role's row only, per update of that role. Secondary differences are D ± SE.",
+        '**The rule.** A claim "A > B" is the paper\'s direction. Per seed s, d_s = the mean over '
+        "the held-out "
+        "tasks of A's gain minus B's (paired: a seed's runs see the same tasks); D = mean_s d_s, "
+        "SE = "
+        "sd(d_s)/√S, and the 95% interval D ± t(0.975, S − 1)·SE (Student's t at S − 1 degrees of "
+        "freedom; "
+        "4.30 at S = 3). *Held* or *reversed* when the interval excludes 0, else *within noise*. "
+        "The report "
+        f"makes {m} primary tests: by chance alone about {ALPHA * m:.2f} would be held or "
+        "reversed; those that "
+        f"also pass Bonferroni (p < {ALPHA}/{m}) are marked. An arm that trains one role by design "
+        "is "
+        "compared on that role's row only, per update of that role. Secondary differences are D ± "
+        "SE.",
         "",
         "## Summary",
         "",
@@ -628,7 +653,8 @@ def report(root):
         "",
         "## All runs (RL − SFT; primary rows with their 95% t interval, the rest ± SE)",
         "",
-        "| run | setting | updates D + E | seeds | suited | executor | oracle | accuracy | train change | "
+        "| run | setting | updates D + E | seeds | suited | executor | oracle | accuracy | train "
+        "change | "
         "structures (end) |",
         "|" + "---|" * 10,
         *(run_row(results, r, budget) for r in RUN_NAMES if r in results),
@@ -651,11 +677,12 @@ def report(root):
             r = measure(results, "metaagent", None, key)
             md.append(f"- the {role} ({label}): RL − SFT {diff_text(r, key)}, {verdict(r, m)}.")
         md.append("")
-    missing = [
-        f"{r}-s{seed}" for r in RUN_NAMES for seed in seeds if seed not in results.get(r, {})
-    ]
+    missing = []
+    for r in RUN_NAMES:
+        missing += [f"{r}-s{seed}" for seed in seeds if seed not in results.get(r, {})]
     md.append(
-        f"Missing (seeds {', '.join(map(str, seeds))} of every run): {', '.join(missing) or 'none'}.\n"
+        f"Missing (seeds {', '.join(map(str, seeds))} of every run): "
+        f"{', '.join(missing) or 'none'}.\n"
     )
     if unfinished:
         md.append(f"Unfinished, left out: {', '.join(unfinished)}.\n")
@@ -675,13 +702,17 @@ def readme_block(root):
     """The README's Results, from the runs under root: the summary sentences and a pointer to
     RESULTS.md."""
     results = collect(root)
-    seeds = sorted({seed for per in results.values() for seed in per})
+    seeds = set()
+    for per in results.values():
+        seeds |= set(per)
+    seeds = sorted(seeds)
     return "\n".join(
         [
             README_BLOCK[0],
             "",
             f"The paper's comparisons in miniature at equal update budgets, seeds "
-            f"{', '.join(map(str, seeds))}, every number an RL − SFT gain on the exact rows `suited` and "
+            f"{', '.join(map(str, seeds))}, every number an RL − SFT gain on the exact rows "
+            "`suited` and "
             "`executor`, judged by Student's t at S − 1 degrees of freedom "
             "([results/ablations/RESULTS.md](results/ablations/RESULTS.md) has the rule, every run "
             "and every interval):",

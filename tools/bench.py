@@ -198,12 +198,14 @@ def bench_engine(reps=3):
     )
     med = {b: {k: statistics.median(s[k] for s in st) for k in st[0]} for b, st in outs.items()}
     print(
-        f"the tiny rollout (B={cfg.batch_size} x M={cfg.M} x N={cfg.N}) from {SFT_DIR}, median of {reps}"
+        f"the tiny rollout (B={cfg.batch_size} x M={cfg.M} x N={cfg.N}) from {SFT_DIR}, median of "
+        f"{reps}"
     )
     for b, m in med.items():
         ratio = {k: m[k] / med["lean"][k] for k in ("design_s", "generate_s")}
         print(
-            f"{b:5s} design {m['design_s']:.2f}s ({m['designer_tokens']:.0f} tokens), executor generate "
+            f"{b:5s} design {m['design_s']:.2f}s ({m['designer_tokens']:.0f} tokens), executor "
+            "generate "
             f"{m['generate_s']:.2f}s ({m['executor_tokens']:.0f} tokens) | time / lean's: design "
             f"{ratio['design_s']:.2f}x, generate {ratio['generate_s']:.2f}x"
         )
@@ -311,7 +313,8 @@ def bench_train(variant=None, reps=3):
     for v, t in med.items():
         mb = peak[v]["peak_mb"]
         print(
-            f"  {v:21s} {B * (T - 1) / t:7.0f} tokens/s (x{med['plain'] / t:.2f} plain), peak memory "
+            f"  {v:21s} {B * (T - 1) / t:7.0f} tokens/s (x{med['plain'] / t:.2f} plain), peak "
+            "memory "
             f"{mb:6.0f} MB (plain needs {peak['plain']['peak_mb'] / max(mb, 1e-9):.1f}x)"
         )
 
@@ -319,12 +322,14 @@ def bench_train(variant=None, reps=3):
 # The update's options, one row each: Config overrides. Full checkpointing keeps little, so the
 # whole batch goes at once; selective and off keep every layer's activations, so 2 sequences a
 # micro-batch.
-GPU_ROWS = [
-    {"ac_policy": ac, "compile_layers": c, "micro_batch": 8 if ac == "full" else 2, "logprobs": lp}
-    for lp in ("chunked", "chunked+compile+keep")
-    for ac in ("full", "selective", "off")
-    for c in ((False, True) if lp == "chunked" else (True,))
-]
+GPU_ROWS = []
+for lp in ("chunked", "chunked+compile+keep"):
+    for ac in ("full", "selective", "off"):
+        for c in (False, True) if lp == "chunked" else (True,):
+            micro_batch = 8 if ac == "full" else 2
+            GPU_ROWS.append(
+                {"ac_policy": ac, "compile_layers": c, "micro_batch": micro_batch, "logprobs": lp}
+            )
 
 
 def bench_gpu(rows=None):
@@ -360,7 +365,8 @@ def bench_gpu(rows=None):
         outs, gen_s = timed(lambda: eng.generate([list(range(10, 522))] * 64, sampling))
     n = sum(len(o[0].token_ids) for o in outs)
     print(
-        f"vLLM weight reload {reload_s:.2f} s; generation {n} tokens in {gen_s:.2f} s = {n / gen_s:.0f} "
+        f"vLLM weight reload {reload_s:.2f} s; generation {n} tokens in {gen_s:.2f} s = "
+        f"{n / gen_s:.0f} "
         f"tokens/s; peak memory {torch.cuda.max_memory_allocated() / 2**30:.1f} GiB"
     )
 

@@ -5,12 +5,13 @@ An OpenAI-compatible chat endpoint plays the Designer (it writes a workflow scri
 mas.designer_messages, or one of mas.TEMPLATES is given) and the Executor (every agent call of the
 script, run in the sandbox). Only what a correct run produced is kept:
 
-    designer sample = (Designer prompt, script)         if the design's run is correct
-    executor sample = (agent-call prompt, reply)        for the calls of correct runs whose own answer is correct
+    designer sample = (Designer prompt, script)     if the design's run is correct
+    executor sample = (agent-call prompt, reply)    for the calls of correct runs whose own answer
+                                                    is correct
 
 written as OUT/designer.jsonl and OUT/executor.jsonl, the input of `python sft.py --data OUT`.
 
-    python tools/distill.py --teacher http://127.0.0.1:8000 --model NAME --tasks tasks.jsonl --out DIR
+    python tools/distill.py --teacher http://127.0.0.1:8000 --model NAME --tasks t.jsonl --out DIR
     counts = distill(url, "NAME", tasks, "DIR")
 
 One design a task and one run of it (seed 0, temperature 0.7, 8 requests at a time), up to
@@ -219,7 +220,8 @@ def main(argv):
     a = p.parse_args(argv)
     if not os.path.isfile(a.tasks):
         sys.exit(
-            f"distill.py: no task file {a.tasks} (data.py's format: python machinery/data.py convert ...)"
+            f"distill.py: no task file {a.tasks} (data.py's format: python machinery/data.py "
+            "convert ...)"
         )
     distill(
         a.teacher,

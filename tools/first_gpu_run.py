@@ -2,16 +2,19 @@
 real shapes, then a resume, with the checks a first run needs and the memory plan as measured.
 
     python tools/first_gpu_run.py config/qwen3_8b.py                       # one GPU
-    torchrun --nproc_per_node=8 tools/first_gpu_run.py config/qwen3_8b.py  # a node; extra --k=v go to train.py
+    torchrun --nproc_per_node=8 tools/first_gpu_run.py config/qwen3_8b.py  # a node
+    (extra --k=v go to train.py)
 
 1. It prints the versions of what is installed (it never installs anything).
-2. It runs train.py for 2 steps (a checkpoint each) and resumes it for a 3rd, in out/first-gpu-run, with
-   VLLM_LOGGING_LEVEL=INFO; each process's output is kept in out/first-gpu-run/first_run.rank*.log.
-3. It reads the log: vLLM's weight-reload warnings fail it (engine.py raises them too, reload_check.py probes
-   every reload), and on a GPU with vLLM, "Sleep mode freed" must be there (the sleep between rollout and
-   update works).
-4. It prints the memory plan as measured, per rank: vLLM awake (what its sleep freed), the trainer's weight
-   shards and optimizer states (the checkpoint's sizes / ranks), the peak of torch's allocator (the update).
+2. It runs train.py for 2 steps (a checkpoint each) and resumes it for a 3rd, in out/first-gpu-run,
+   with VLLM_LOGGING_LEVEL=INFO; each process's output is kept in
+   out/first-gpu-run/first_run.rank*.log.
+3. It reads the log: vLLM's weight-reload warnings fail it (engine.py raises them too,
+   reload_check.py probes every reload), and on a GPU with vLLM, "Sleep mode freed" must be there
+   (the sleep between rollout and update works).
+4. It prints the memory plan as measured, per rank: vLLM awake (what its sleep freed), the
+   trainer's weight shards and optimizer states (the checkpoint's sizes / ranks), the peak of
+   torch's allocator (the update).
 
 The model: the preset's own (init_from, data_mix) on a GPU with vLLM. Otherwise a stand-in that runs
 the same steps with the preset's trainer settings (FSDP2, bf16, checkpointing, compile, chunked
@@ -46,9 +49,11 @@ from world import tiny
 
 OUT = "out/first-gpu-run"
 RUN = (
-    "import json, resource, sys, torch, train; train.FORWARD_ZERO_ADV = {zero}; train.main(sys.argv[1:]); "
+    "import json, resource, sys, torch, train; train.FORWARD_ZERO_ADV = {zero}; "
+    "train.main(sys.argv[1:]); "
     "print('FIRST_RUN_MEMORY', json.dumps({{'peak_gib': torch.cuda.max_memory_allocated() / 2**30 "
-    "if torch.cuda.is_available() else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20}}))"
+    "if torch.cuda.is_available() else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / "
+    "2**20}}))"
 )
 WARNINGS = re.compile(
     r"Following weights were not loaded|(?<!RotaryEmbedding): Failed to load weights"
@@ -72,7 +77,8 @@ def main(argv):
         import transformers
 
         print(
-            f"first_gpu_run.py: python {sys.version.split()[0]}, torch {torch.__version__} (CUDA {torch.version.cuda}"
+            f"first_gpu_run.py: python {sys.version.split()[0]}, torch {torch.__version__} (CUDA "
+            f"{torch.version.cuda}"
             f", {torch.cuda.device_count()} GPU(s)), transformers {transformers.__version__}, vllm "
             f"{__import__('vllm').__version__ if has_vllm else 'absent'}",
             flush=True,
@@ -86,13 +92,16 @@ def main(argv):
         for path in dirs.values():
             if not os.path.isdir(path):
                 sys.exit(
-                    f"first_gpu_run.py: no model folder {path}, the preset's init_from (python sft.py "
+                    f"first_gpu_run.py: no model folder {path}, the preset's init_from (python "
+                    "sft.py "
                     f"--model MODEL --data DIR --out {path} makes it)"
                 )
     if not real:  # the stand-in: the preset's trainer, the tiny world's tasks, short completions
         folder = os.path.join(tempfile.gettempdir(), f"first-gpu-run-model-{os.getuid()}-{rank}")
         model, tokenizer = tiny.build_model(seed=0)  # random weights and the tiny tokenizer
-        if cuda:  # Qwen3-0.6B's layers: 28 of 1024, 16 query heads of 128, 8 key/value heads, an MLP 3072 wide
+        # on a GPU, Qwen3-0.6B's layers: 28 of 1024, 16 query heads of 128, 8 key/value heads, an
+        # MLP 3072 wide
+        if cuda:
             model.config.update(
                 dict(
                     hidden_size=1024,
@@ -107,19 +116,17 @@ def main(argv):
             model = type(model)(model.config)
         model.save_pretrained(folder)
         tokenizer.save_pretrained(folder)
-        args += (
-            [
-                f"--init_from={folder}",
-                "--data_mix={'tiny': 1.0}",
-                "--eval_tasks=0",
-                "--max_tokens=64",
-                "--first_role=designer",  # random weights write no script that parses: no Executor samples
-                "--designer_max_tokens=64",
-                f"--backend={'vllm' if has_vllm else 'hf'}",
-                "--engine_kwargs={'kv_cache_gib': 0.25}" if has_vllm else "--engine_kwargs={}",
-            ]
-            + ["--device=cpu"] * (not cuda)
-        )
+        args += [
+            f"--init_from={folder}",
+            "--data_mix={'tiny': 1.0}",
+            "--eval_tasks=0",
+            "--max_tokens=64",
+            # random weights write no script that parses: no Executor samples
+            "--first_role=designer",
+            "--designer_max_tokens=64",
+            f"--backend={'vllm' if has_vllm else 'hf'}",
+            "--engine_kwargs={'kv_cache_gib': 0.25}" if has_vllm else "--engine_kwargs={}",
+        ] + ["--device=cpu"] * (not cuda)
     log, env = "", {k: v for k, v in os.environ.items() if k != "TORCHELASTIC_USE_AGENT_STORE"}
     # torchrun: each run its own rendezvous port
     for steps, flag in (
@@ -174,12 +181,15 @@ def main(argv):
 
         peak = json.loads(re.findall(r"FIRST_RUN_MEMORY (.*)", log)[-1])["peak_gib"]
         print(
-            f"memory per rank: vLLM awake {freed[-1] + ' GiB' if freed else 'n/a (no sleep on CPU)'}, weight "
-            f"shards {gib('*/*.safetensors'):.3f} GiB, optimizer states {gib('optimizer.pt'):.3f} GiB, peak "
+            "memory per rank: vLLM awake "
+            f"{freed[-1] + ' GiB' if freed else 'n/a (no sleep on CPU)'}, weight "
+            f"shards {gib('*/*.safetensors'):.3f} GiB, optimizer states {gib('optimizer.pt'):.3f} "
+            "GiB, peak "
             f"{peak:.2f} GiB ({'torch allocator' if cuda else 'process RSS'})"
         )
         print(
-            f"first_gpu_run.py: {'FAILED' if problems else 'OK'} ({'preset' if real else 'stand-in'}, {out})"
+            f"first_gpu_run.py: {'FAILED' if problems else 'OK'} "
+            f"({'preset' if real else 'stand-in'}, {out})"
         )
     if problems:
         sys.exit("first_gpu_run.py: FAILED\n  " + "\n  ".join(problems))

@@ -108,7 +108,10 @@ def panels(runs, spec, path, shade=True):
 
 
 def structures(rows, path):
-    names = sorted({k for r in rows for k in r if k.startswith("structure/")})
+    names = set()  # every structure that some step's line has
+    for r in rows:
+        names |= {k for k in r if k.startswith("structure/")}
+    names = sorted(names)
     steps = [r for r in rows if r["step"] > 0]
     fig, ax = plt.subplots(figsize=(6, 3.4))
     shares = [[r.get(k, 0.0) for r in steps] for k in names]

@@ -8,7 +8,8 @@ It reads RUN_DIR/rollouts.jsonl, one JSON line per query per step, as train.py w
      "R": M x N rewards (0 where no run happened),
      "scripts": M of {"text", "parsed", "error", "structure", "A_D",
                       "runs": N of {"calls": [{"role", "prompt": [{"role", "content"}], "reply"}],
-                                    "answer", "correct", "format", "R", "A_E" (null: did not run), "error"}}]}
+                                    "answer", "correct", "format", "R", "A_E" (null: did not run),
+                                    "error"}}]}
 
 and RUN_DIR/metrics.jsonl when present (its step's key=value line heads each step). Per step and
 query the page shows the task and the M x N grid: a row per design (structure, A_D, row mean R̄), a
@@ -50,10 +51,12 @@ CSS = """body{font:14px system-ui,sans-serif;margin:1em 2em;color:#222}
 pre{white-space:pre-wrap;word-break:break-word;background:#f5f5f5;padding:.4em .6em;margin:.2em 0;
 max-height:28em;overflow:auto}
 section.q{border:1px solid #ddd;border-radius:6px;padding:.3em 1em .6em;margin:.8em 0}
-table.grid{border-collapse:collapse;margin:.5em 0}.grid td,.grid th{border:1px solid #bbb;padding:3px 8px;
-text-align:center}tr.row{cursor:pointer}tr.row:hover{background:#eef}td.cell{cursor:pointer;min-width:5em}
+table.grid{border-collapse:collapse;margin:.5em 0}
+.grid td,.grid th{border:1px solid #bbb;padding:3px 8px;text-align:center}
+tr.row{cursor:pointer}tr.row:hover{background:#eef}td.cell{cursor:pointer;min-width:5em}
 .sel{outline:2px solid #226}.panel{border-left:3px solid #48c;padding-left:.8em;margin:.6em 0}
-.call{border-top:1px dashed #ccc;margin-top:.4em}.m{font-family:monospace;color:#555}.err,.warn{color:#b00}"""
+.call{border-top:1px dashed #ccc;margin-top:.4em}.m{font-family:monospace;color:#555}
+.err,.warn{color:#b00}"""
 
 JS = """function mark(id,on){document.querySelectorAll('[data-open]').forEach(function(t){
 if(t.dataset.open===id)t.classList.toggle('sel',on)})}
@@ -61,12 +64,14 @@ function toggle(id,on){var e=document.getElementById(id);if(!e)return null;e.hid
 e.classList.toggle('open',on);mark(id,on);return e}
 document.addEventListener('click',function(ev){var t=ev.target.closest('[data-open]');if(!t)return;
 var e=document.getElementById(t.dataset.open);toggle(t.dataset.open,!!e&&e.hidden)});
-function fromHash(){var id=location.hash.slice(1);if(!id)return;toggle(id.replace(/-j[0-9]+$/,''),true);
+function fromHash(){var id=location.hash.slice(1);if(!id)return;
+toggle(id.replace(/-j[0-9]+$/,''),true);
 var e=toggle(id,true),s=document.getElementById(id.replace(/-i.*$/,''))||e;if(s)s.scrollIntoView()}
 function filt(){var k=document.getElementById('kind').value,r=document.getElementById('role').value;
 document.querySelectorAll('section.q').forEach(function(s){
 s.hidden=(k&&s.dataset.kind!==k)||(r&&s.dataset.role.split('+').indexOf(r)<0)});
-document.querySelectorAll('div.step').forEach(function(d){d.hidden=!d.querySelector('section.q:not([hidden])')})}
+document.querySelectorAll('div.step').forEach(function(d){
+d.hidden=!d.querySelector('section.q:not([hidden])')})}
 document.getElementById('kind').onchange=document.getElementById('role').onchange=filt;
 window.addEventListener('hashchange',fromHash);fromHash();"""
 
@@ -103,9 +108,11 @@ def run_panel(pid, i, j, run):
     )
     facts = " ".join(f"{k}={fmt(run.get(k))}" for k in ("correct", "format", "R", "A_E"))
     err = f'<p class="err">error: {esc(run["error"])}</p>' if run.get("error") else ""
+    answer = esc(run.get("answer"))
     return (
-        f'<div class="panel" id="{pid}" hidden><h4>design i={i}, execution j={j}</h4><p class="m">{facts}</p>'
-        f"{err}<div>answer:</div><pre>{esc(run.get('answer'))}</pre>{calls or '<p>no calls</p>'}</div>"
+        f'<div class="panel" id="{pid}" hidden><h4>design i={i}, execution j={j}</h4>'
+        f'<p class="m">{facts}</p>{err}<div>answer:</div><pre>{answer}</pre>'
+        f"{calls or '<p>no calls</p>'}</div>"
     )
 
 
@@ -118,8 +125,9 @@ def query_html(r):
         ri, cells = r["R"][i], ""
         err = f'<p class="err">parse error: {esc(d["error"])}</p>' if d.get("error") else ""
         panels.append(
-            f'<div class="panel" id="{pid}-i{i}" hidden><h4>design i={i} script '
-            f'(parsed={fmt(d.get("parsed"))})</h4>{err}<pre class="script">{esc(d.get("text"))}</pre></div>'
+            f'<div class="panel" id="{pid}-i{i}" hidden>'
+            f"<h4>design i={i} script (parsed={fmt(d.get('parsed'))})</h4>"
+            f'{err}<pre class="script">{esc(d.get("text"))}</pre></div>'
         )
         for j, run in enumerate(d["runs"]):
             cells += (
@@ -128,17 +136,23 @@ def query_html(r):
                 f"<small>A_E {fmt(run.get('A_E'))}</small></td>"
             )
             panels.append(run_panel(f"{pid}-i{i}-j{j}", i, j, run))
+        mean = fmt(sum(ri) / len(ri) if ri else 0)
         rows.append(
-            f'<tr class="row" data-open="{pid}-i{i}"><th>i={i}</th><td>{esc(d.get("structure"))}</td>'
-            f"<td>A_D {fmt(d.get('A_D'))}</td><td>{fmt(sum(ri) / len(ri) if ri else 0)}</td>{cells}</tr>"
+            f'<tr class="row" data-open="{pid}-i{i}"><th>i={i}</th>'
+            f"<td>{esc(d.get('structure'))}</td><td>A_D {fmt(d.get('A_D'))}</td>"
+            f"<td>{mean}</td>{cells}</tr>"
         )
     head = "".join(f"<th>j={j}</th>" for j in range(n))
+    where = f"step {int(r['step'])} · query {int(r['query'])}"
+    what = f"{esc(task.get('kind'))} · {esc(task.get('id'))}"
     return (
         f'<section class="q" id="{pid}" data-kind="{esc(str(task.get("kind")))}" '
-        f'data-role="{esc(str(r.get("role")))}"><h3>step {int(r["step"])} · query {int(r["query"])} · '
-        f'{esc(task.get("kind"))} · {esc(task.get("id"))}</h3><pre class="task">{esc(task.get("text"))}</pre>'
-        f'<div>gold:</div><pre class="gold">{esc(task.get("gold"))}</pre><table class="grid"><tr><th>design</th>'
-        f"<th>structure</th><th>A_D</th><th>R̄</th>{head}</tr>{''.join(rows)}</table>{''.join(panels)}</section>"
+        f'data-role="{esc(str(r.get("role")))}"><h3>{where} · {what}</h3>'
+        f'<pre class="task">{esc(task.get("text"))}</pre>'
+        f'<div>gold:</div><pre class="gold">{esc(task.get("gold"))}</pre>'
+        '<table class="grid"><tr><th>design</th>'
+        f"<th>structure</th><th>A_D</th><th>R̄</th>{head}</tr>{''.join(rows)}</table>"
+        f"{''.join(panels)}</section>"
     )
 
 
@@ -147,7 +161,8 @@ def metric_line(m):
         return '<p class="m">(no metrics.jsonl line for this step)</p>'
     first = " ".join(f"{k}={fmt(m[k])}" for k in KEYS if k in m)
     rest = " ".join(f"{k}={fmt(v)}" for k, v in m.items() if k not in KEYS)
-    return f'<p class="m">{first}</p><details><summary>all metrics</summary><p class="m">{rest}</p></details>'
+    details = f'<details><summary>all metrics</summary><p class="m">{rest}</p></details>'
+    return f'<p class="m">{first}</p>{details}'
 
 
 def page(records, metrics=None, title="rollouts", skipped=0):
@@ -155,7 +170,10 @@ def page(records, metrics=None, title="rollouts", skipped=0):
     or None."""
     metrics, steps = metrics or {}, sorted({r["step"] for r in records})
     kinds = sorted({str((r.get("task") or {}).get("kind")) for r in records})
-    roles = sorted({p for r in records for p in str(r.get("role")).split("+")})
+    roles = set()
+    for r in records:
+        roles |= set(str(r.get("role")).split("+"))
+    roles = sorted(roles)
 
     def opts(vs):
         return '<option value="">all</option>' + "".join(
@@ -176,11 +194,14 @@ def page(records, metrics=None, title="rollouts", skipped=0):
         else ""
     )
     span = f"steps {steps[0]}..{steps[-1]}, " if steps else ""
+    head = f'<meta charset="utf-8"><title>{esc(title)}</title><style>{CSS}</style>'
+    help_ = "Click a design's row for its script, a cell for that execution's calls."
+    kind = f'<select id="kind">{opts(kinds)}</select>'
+    role = f'<select id="role">{opts(roles)}</select>'
     return (
-        f'<!DOCTYPE html><html><head><meta charset="utf-8"><title>{esc(title)}</title><style>{CSS}</style>'
-        f"</head><body><h1>{esc(title)}</h1><p>{span}{len(records)} queries. Click a design's row for its "
-        f'script, a cell for that execution\'s calls.</p>{warn}<p>task kind <select id="kind">{opts(kinds)}'
-        f'</select> role <select id="role">{opts(roles)}</select></p>{body}<script>{JS}</script></body></html>'
+        f"<!DOCTYPE html><html><head>{head}</head><body><h1>{esc(title)}</h1>"
+        f"<p>{span}{len(records)} queries. {help_}</p>{warn}<p>task kind {kind} role {role}</p>"
+        f"{body}<script>{JS}</script></body></html>"
     )
 
 

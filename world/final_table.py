@@ -5,7 +5,8 @@ Both models on the same tasks of a held-out split (the "eval" split by default, 
 cold start nor RL nor the tuning of RL's settings sees), measured by heldout.py, and the paired
 difference task by task:
 
-    RL - SFT = mean_t (x_RL,t - x_SFT,t),   SE = std_t(x_RL,t - x_SFT,t) / sqrt(T)      (evaluate.paired_margin)
+    RL - SFT = mean_t (x_RL,t - x_SFT,t),   SE = std_t(x_RL,t - x_SFT,t) / sqrt(T)
+                                                                      (evaluate.paired_margin)
 
 Rows: the sampled accuracy of the learned designs and of the single agent (heldout.SAMPLES draws a
 task, each a fresh design executed once), and the exact rows by teacher forcing
@@ -103,7 +104,8 @@ def final_table(cfg, eng, ckpt, split="eval"):
     results = {"RL": rl, "SFT": sft}
     S = heldout.SAMPLES
     print(
-        f"\nheld-out tiny tasks ({split} split): {len(tasks)}, {S} draws each (a design, executed once; T=1)"
+        f"\nheld-out tiny tasks ({split} split): {len(tasks)}, {S} draws each "
+        "(a design, executed once; T=1)"
     )
     print(f"{'':24s} {'accuracy':>9s}  structures")
     labels = {
@@ -127,14 +129,14 @@ def final_table(cfg, eng, ckpt, split="eval"):
     for what, k in (("learned designs", 0), ("single agent", 1)):
         gains[what] = evaluate.paired_margin(rl[k][0], sft[k][0])
         m, se = gains[what]
-        print(
-            f"RL - SFT, {what + ':':16s} {100 * m:+5.1f} points (paired standard error {100 * se:.1f})"
-        )
+        gain = f"RL - SFT, {what + ':':16s} {100 * m:+5.1f} points"
+        print(f"{gain} (paired standard error {100 * se:.1f})")
     # the same comparison without sampling noise: what each model would write, by teacher forcing
     kinds, names = sorted({t["kind"] for t in tasks}), list(mas.TEMPLATES)
     print(
-        "exact, teacher-forced on the same tasks (no sampling): P(the Designer writes each template's "
-        "script | kind), P(the single agent writes the oracle reply)"
+        "exact, teacher-forced on the same tasks (no sampling): "
+        "P(the Designer writes each template's script | kind), "
+        "P(the single agent writes the oracle reply)"
     )
     head = "   ".join(f"{k}: " + " ".join(f"{n:>8s}" for n in names) for k in kinds)
     print(f"{'':24s} {head}   oracle reply")
@@ -147,8 +149,9 @@ def final_table(cfg, eng, ckpt, split="eval"):
             cells.append(" " * (len(kind) + 2) + " ".join(f"{v:8.1f}" for v in shares))
         print(f"{who:24s} " + "   ".join(cells) + f"   {100 * np.mean(f['oracle']):12.1f}")
     print(
-        "exact, the Executor in its own contexts: P(oracle reply | context), mean over the tasks where it "
-        "occurs; executor = the contexts weighted by the SFT Designer's structure shares (tiny.executor_score)"
+        "exact, the Executor in its own contexts: P(oracle reply | context), mean over the tasks "
+        "where it occurs; executor = the contexts weighted by the SFT Designer's structure shares "
+        "(tiny.executor_score)"
     )
     for who in ("RL", "SFT"):
         f = results[who][2]
@@ -162,9 +165,8 @@ def final_table(cfg, eng, ckpt, split="eval"):
     ):
         gains[what] = evaluate.paired_margin(rl[2][what], sft[2][what])
         m, se = gains[what]
-        print(
-            f"RL - SFT, {label + ':':19s} {100 * m:+5.1f} points (paired standard error {100 * se:.1f})"
-        )
+        gain = f"RL - SFT, {label + ':':19s} {100 * m:+5.1f} points"
+        print(f"{gain} (paired standard error {100 * se:.1f})")
     print(f"(suited: {', '.join(f'{v} on {k}' for k, v in tiny.SUITED.items())})")
     exact = {}
     for who in ("RL", "SFT"):
@@ -176,6 +178,10 @@ def final_table(cfg, eng, ckpt, split="eval"):
             "choice": {n: [c[n] for c in f["choice"]] for n in names},
             "contexts": f["contexts"],
         }
+    correct = {}  # the sampled rows' accuracy over the S draws, per task
+    for who in ("RL", "SFT"):
+        for k in (0, 1):
+            correct[labels[who, k]] = results[who][k][0]
     table = {
         "tasks": len(tasks),
         "split": split,
@@ -194,12 +200,7 @@ def final_table(cfg, eng, ckpt, split="eval"):
         # probabilities
         "ids": [str(t["id"]) for t in tasks],
         "kinds": [t["kind"] for t in tasks],
-        "per_task": {
-            "correct": {
-                labels[who, k]: results[who][k][0] for who in ("RL", "SFT") for k in (0, 1)
-            },
-            "exact": exact,
-        },
+        "per_task": {"correct": correct, "exact": exact},
     }
     name = "final_table.json" if split == "eval" else f"final_table_{split}.json"
     with open(os.path.join(cfg.out_dir, name), "w") as f:  # for scripts (ablations.py)
@@ -221,9 +222,8 @@ def main(argv):
         sys.exit(f"final_table.py: no run folder {a.run_dir} (train.py makes it: its --out_dir)")
     steps = rundir.checkpoints(a.run_dir)
     if not steps:
-        sys.exit(
-            f"final_table.py: {a.run_dir!r} holds no checkpoint (train.py writes them: step_000040/ ...)"
-        )
+        why = "train.py writes them: step_000040/ ..."
+        sys.exit(f"final_table.py: {a.run_dir!r} holds no checkpoint ({why})")
     ckpt = os.path.join(a.run_dir, steps[-1])
     _, ts = rundir.latest(a.run_dir)
     cfg = settings.Config(**{**ts["config"], "out_dir": a.run_dir})

@@ -5,21 +5,23 @@ Two measurements of one policy on tasks it never trained on (tiny.SPLITS: "val" 
 for tuning, "eval" for the final table), each a vector with one value a task, so that two policies
 (RL and its cold start, or two checkpoints) pair task by task:
 
-    sampled: acc_t = (1/S) sum_s correct(design_s, execution_s)   S independent (design, execution) draws of
-             task t at T=1 (rollout with M=S, N=1: every draw a fresh script), lam=0
-    exact:   suited_t   = P(the Designer writes the template that suits t's kind | t)    (teacher forcing;
-             executor_t = tiny.executor_score: P(oracle reply | context), weighted       no sampling noise)
-                          by the cold start's structure shares
+    sampled: acc_t = (1/S) sum_s correct(design_s, execution_s)
+             S independent (design, execution) draws of task t at T=1 (rollout with M=S, N=1: every
+             draw a fresh script), lam=0
+    exact:   suited_t   = P(the Designer writes the template that suits t's kind | t)
+             executor_t = tiny.executor_score: P(oracle reply | context), weighted by the cold
+                          start's structure shares
+             (teacher forcing: no sampling noise)
 
 Paired over T tasks, RL - SFT = mean_t (x_RL,t - x_SFT,t) with SE = std_t(x_RL,t - x_SFT,t) /
 sqrt(T). S draws a task shrink the sampling part of that variance by S; the draw of tasks remains.
 
-    acc, structures = sampled(tasks, eng, eng, cfg, samples=4)   # separate policies: the roles'
-                                                                 # views
-    rows = exact(designer_model, executor_model, tokenizer, tasks, contexts)     # shares: the cold start's
+    acc, structures = sampled(tasks, eng, eng, cfg, samples=4)   # separate: each role's view
+    rows = exact(designer_model, executor_model, tokenizer, tasks, contexts)   # the cold start's
+                                                                               # shares
     curve = Curve(cfg, world, rank)
-    line = curve(step, weights, policy_of, tokenizer)   # train.py: heldout/ keys
-                                                        # (weights.EngineWeights)
+    line = curve(step, weights, policy_of, tokenizer)   # train.py's: heldout/ keys (weights:
+                                                        # machinery/weights.EngineWeights)
 
 Curve (train.py, tiny data, probe_tasks > 0): at step 0 (the cold start) and at every checkpoint,
 probe_tasks "val" tasks, SAMPLES draws each, and the exact rows, into that step's metrics.jsonl line
@@ -130,7 +132,10 @@ def gather_list(xs, world):
         return xs
     out = [None] * world
     dist.all_gather_object(out, xs)
-    return [x for part in out for x in part]
+    every = []
+    for part in out:
+        every += part
+    return every
 
 
 class Curve:

@@ -3,43 +3,45 @@
 Five pieces, each usable on its own:
 
 1. `build_tokenizer()`: a character-level `PreTrainedTokenizerFast`. One token per printable ASCII
-   character (plus newline and tab); anything else (real benchmark text has Unicode) maps to `<|unk|>`.
-   Special tokens: `<|pad|>`, `<|unk|>`, `<|end|>` (= eos, closes every chat turn) and one marker per
-   chat role. The chat template renders `<|system|>...<|end|><|user|>...<|end|><|assistant|>` so a chat
-   turn costs three tokens, not the dozen a "<|im_start|>assistant\\n" header would cost here.
-2. `tiny_config()` / `build_model()` / `save_tiny()`: a small transformers `Qwen3ForCausalLM` (so vLLM
-   loads it unchanged), saved with `save_pretrained` next to its tokenizer.
+   character (plus newline and tab); anything else (real benchmark text has Unicode) maps to
+   `<|unk|>`. Special tokens: `<|pad|>`, `<|unk|>`, `<|end|>` (= eos, closes every chat turn) and
+   one marker per chat role. The chat template renders
+   `<|system|>...<|end|><|user|>...<|end|><|assistant|>` so a chat turn costs three tokens, not the
+   dozen a "<|im_start|>assistant\\n" header would cost here.
+2. `tiny_config()` / `build_model()` / `save_tiny()`: a small transformers `Qwen3ForCausalLM` (so
+   vLLM loads it unchanged), saved with `save_pretrained` next to its tokenizer.
 3. `make_tasks(n, seed)`: a deterministic synthetic world in data.py's task format.
    - math "chain": evaluate a short expression of 2 operations of + and - on operands up to 9, e.g.
-     `7-5+8`. The gold answer is exact integer arithmetic, graded by reward.math_equal. The executor is
-     taught to reduce it one step at a time (`7-5=2` / `2+8=10`) before `<answer>10</answer>`, so that
-     errors come from sampling a wrong digit in some step: they differ between samples and a vote can fix
-     them.
-   - code "fn": write a one-line Python function `f(x)` from ONE shown example (`f(2)==5`); run_tests
-     checks it on three visible tests (the shown one first), five hidden tests grade it. Functions come
-     from a small catalogue (CATALOGUE: `x+K`, `x-K`, `K-x` with K in 1..9, on inputs 0..9). About half
-     the shown examples fit two functions (f(2)==5: x+3 or 7-x), so a single agent guesses; the three
-     visible tests single f out within the catalogue (every function that passes them passes the hidden
-     tests too), so run_tests' failing case is new information and a repair from it is a skill: the
-     tester template (repair after a failed visible test) is the one structure without that ceiling.
-   - splits: every task belongs to "sft" (60%), "rl" (10%), "val" (10%) or "eval" (20%) by a hash of what
-     the model sees (`split_of`); `make_tasks(..., split=...)` draws from one, so the cold start, RL, the
-     tuning of RL's settings and the held-out figures never share a problem (the world holds only ~1,750
-     distinct math problems).
-4. `sft_traces(tasks, seed)`: SFT samples for both roles, with the compact prompts (`short=True`: the
-   one-line Designer prompt, `role: instructions` agent prompts, code examples as `f(3)==7` lines).
-   Designer: the short designer prompt -> the template that suits the task (tester for code, ensemble
-   for math; another template 25% of the time). Executor: every agent call that template makes when run
-   in the sandbox, answered by an oracle that knows the task's answer; in half the critic/tester runs the
-   first reply is deliberately wrong (never a training target), so that the critic and the repair call
-   learn to fix, not just to copy.
-5. `exact_figures(model, tokenizer, tasks)`: what a policy would write, by teacher forcing instead of
-   sampling: P(the Designer writes each template's script | task), and P(the Executor writes the oracle
-   reply | context) in each of its contexts (CONTEXTS: the solver's prompt, the coder's, the repair after a
-   frozen wrong program failed the visible tests, the critic keeping a right or fixing a wrong proposal).
-   `executor_score` weights the contexts by the structures a Designer picks: the Executor's primary row.
-   train.py's final table compares SFT and RL with them; sampled accuracy on 200 tasks carries ~3.5
-   points of noise, these carry none.
+     `7-5+8`. The gold answer is exact integer arithmetic, graded by reward.math_equal. The executor
+     is taught to reduce it one step at a time (`7-5=2` / `2+8=10`) before `<answer>10</answer>`, so
+     that errors come from sampling a wrong digit in some step: they differ between samples and a
+     vote can fix them.
+   - code "fn": write a one-line Python function `f(x)` from ONE shown example (`f(2)==5`);
+     run_tests checks it on three visible tests (the shown one first), five hidden tests grade it.
+     Functions come from a small catalogue (CATALOGUE: `x+K`, `x-K`, `K-x` with K in 1..9, on inputs
+     0..9). About half the shown examples fit two functions (f(2)==5: x+3 or 7-x), so a single agent
+     guesses; the three visible tests single f out within the catalogue (every function that passes
+     them passes the hidden tests too), so run_tests' failing case is new information and a repair
+     from it is a skill: the tester template (repair after a failed visible test) is the one
+     structure without that ceiling.
+   - splits: every task belongs to "sft" (60%), "rl" (10%), "val" (10%) or "eval" (20%) by a hash of
+     what the model sees (`split_of`); `make_tasks(..., split=...)` draws from one, so the cold
+     start, RL, the tuning of RL's settings and the held-out figures never share a problem (the
+     world holds only ~1,750 distinct math problems).
+4. `sft_traces(tasks, seed)`: SFT samples for both roles, with the compact prompts (`short=True`:
+   the one-line Designer prompt, `role: instructions` agent prompts, code examples as `f(3)==7`
+   lines). Designer: the short designer prompt -> the template that suits the task (tester for code,
+   ensemble for math; another template 25% of the time). Executor: every agent call that template
+   makes when run in the sandbox, answered by an oracle that knows the task's answer; in half the
+   critic/tester runs the first reply is deliberately wrong (never a training target), so that the
+   critic and the repair call learn to fix, not just to copy.
+5. `exact_figures(model, tokenizer, tasks)`: what a policy would write, by teacher forcing instead
+   of sampling: P(the Designer writes each template's script | task), and P(the Executor writes the
+   oracle reply | context) in each of its contexts (CONTEXTS: the solver's prompt, the coder's, the
+   repair after a frozen wrong program failed the visible tests, the critic keeping a right or
+   fixing a wrong proposal). `executor_score` weights the contexts by the structures a Designer
+   picks: the Executor's primary row. train.py's final table compares SFT and RL with them; sampled
+   accuracy on 200 tasks carries ~3.5 points of noise, these carry none.
 
 How these settings were chosen (the calibration runs and what moved the numbers): docs/NOTES.md.
 
@@ -456,8 +458,8 @@ def exact_figures(
     reply):
 
         choice[k][name]  = P(the Designer writes template `name`'s script, exactly, for tasks[k])
-        contexts[c][k]   = P(the Executor writes the oracle reply, exactly, in context c of tasks[k])
-                           (CONTEXTS; None where c does not occur for the task)
+        contexts[c][k]   = P(the Executor writes the oracle reply, exactly, in context c of
+                           tasks[k]) (CONTEXTS; None where c does not occur for the task)
         oracle[k]        = contexts["solver"][k], the single agent's call
 
     (and the natural logs, choice_logp and contexts_logp, which do not underflow for an untrained
