@@ -963,7 +963,8 @@ def test_shared_rows_run_equals_plain(model_dir, uninterrupted, tmp_path):
     d = tmp_path / "shared"
     run(args_for(model_dir, d, steps=STEPS, logprobs="shared", probe_tasks=2))  # as uninterrupted
     plain, shared = without_timings(metrics(uninterrupted)), without_timings(metrics(d))
-    assert len(shared) == len(plain) == STEPS + 1  # the held-out curve's step-0 line, then the steps
+    # the held-out curve's step-0 line, then the steps
+    assert len(shared) == len(plain) == STEPS + 1
     for a, b in zip(plain, shared, strict=True):
         assert a.keys() == b.keys()
         for k in a:
