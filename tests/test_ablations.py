@@ -403,7 +403,7 @@ def test_publish(tmp_path):
 
 def test_committed_results_are_current(tmp_path):
     """results/ablations/RESULTS.md and the README's Results are what `report` makes of the
-    committed numbers (run `python ablations.py publish results/ablations` after changing
+    committed numbers (run `python tools/ablations.py publish results/ablations` after changing
     either)."""
     import shutil
 

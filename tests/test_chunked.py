@@ -15,7 +15,7 @@ from machinery.chunked import chunked_logprobs, token_logprobs
 # The options of token_logprobs. compile uses torch.compile's "aot_eager" backend here: it traces
 # the plain element-wise functions through dynamo and AOT autograd exactly as inductor would receive
 # them, without generating C++ (seconds instead of minutes on two shared cores); the inductor
-# kernels themselves run in `python bench.py gpu`.
+# kernels themselves run in `python tools/bench.py gpu`.
 OPTIONS = [
     {},
     {"compile": "aot_eager"},

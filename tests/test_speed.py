@@ -6,7 +6,7 @@ matmul replayed) while `full` replays them.
 compile uses torch.compile's "aot_eager" backend: dynamo traces the checkpointed layer (and AOT
 autograd partitions it under the selective policy) exactly as inductor would receive it, without
 generating C++ (seconds instead of minutes on two shared cores). The inductor kernels themselves run
-in `python bench.py gpu`.
+in `python tools/bench.py gpu`.
 """
 
 import copy
