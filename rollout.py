@@ -130,31 +130,19 @@ class Batch:
             for i in range(M):
                 runs = [self.run(q, i, j) for j in range(N)]
                 parsed = self.scripts[q][i] is not None
-                # A_E None: the run did not happen
-                scripts.append(
-                    {
-                        "text": self.designer_texts[q][i] or self.scripts[q][i] or "",
-                        "parsed": parsed,
-                        "error": None if parsed else runs[0].error,
-                        "A_D": float(A_D[q, i]),
-                        "structure": runs[0].structure,  # None when the script did not parse
-                        "runs": [
-                            {
-                                "calls": [
-                                    {"role": c.role, "prompt": c.messages, "reply": c.reply}
-                                    for c in (r.run.calls if r.run is not None else [])
-                                ],
-                                "answer": r.answer,
-                                "correct": r.correct,
-                                "format": r.format,
-                                "R": r.reward,
-                                "error": r.error,
-                                "A_E": float(A_E[q, i, j]) if self.executed[q, i, j] else None,
-                            }
-                            for j, r in enumerate(runs)
-                        ],
-                    }
-                )
+                records = []
+                for j, r in enumerate(runs):  # A_E None: the run did not happen
+                    a_e = float(A_E[q, i, j]) if self.executed[q, i, j] else None
+                    records.append(_run_record(r, a_e))
+                script = {
+                    "text": self.designer_texts[q][i] or self.scripts[q][i] or "",
+                    "parsed": parsed,
+                    "error": None if parsed else runs[0].error,
+                    "A_D": float(A_D[q, i]),
+                    "structure": runs[0].structure,  # None when the script did not parse
+                    "runs": records,
+                }
+                scripts.append(script)
             text = data.task_text(t, short=short)
             out.append(
                 {
@@ -172,6 +160,20 @@ class Batch:
                 }
             )
         return out
+
+
+def _run_record(r, a_e):
+    """One run of a step's tree: its calls (role, prompt, reply), answer, grades, R and A_E."""
+    calls = r.run.calls if r.run is not None else []
+    return {
+        "calls": [{"role": c.role, "prompt": c.messages, "reply": c.reply} for c in calls],
+        "answer": r.answer,
+        "correct": r.correct,
+        "format": r.format,
+        "R": r.reward,
+        "error": r.error,
+        "A_E": a_e,
+    }
 
 
 def _sample(comp, index, call=-1):

@@ -88,9 +88,8 @@ from world import final_table, heldout, tiny
 
 def load_mix(cfg):
     sources = []
-    for (
-        src
-    ) in cfg.data_mix:  # "tiny", "tiny:math", "tiny:code": the "rl" split, which SFT never showed
+    for src in cfg.data_mix:
+        # "tiny", "tiny:math", "tiny:code": the tasks of the "rl" split, which SFT never showed
         if src in tiny.SOURCES:
             tasks = tiny.make_tasks(2000, seed=cfg.seed, kinds=tiny.SOURCES[src], split="rl")
         else:
@@ -103,14 +102,13 @@ def load_mix(cfg):
 
 def sample_queries(sources, weights, step, B, seed, pos):
     """B tasks for `step`; pos[s] counts the tasks taken from source s so far (the saved data
-    position)."""
+    position): source s is read in a fresh permutation each epoch."""
     w = np.asarray(weights, dtype=float)
     out = []
     for s in np.random.default_rng([seed, step]).choice(len(sources), size=B, p=w / w.sum()):
         epoch, k = divmod(pos[s], len(sources[s]))
-        out.append(
-            sources[s][np.random.default_rng([seed, 1 + s, epoch]).permutation(len(sources[s]))[k]]
-        )
+        order = np.random.default_rng([seed, 1 + s, epoch]).permutation(len(sources[s]))
+        out.append(sources[s][order[k]])
         pos[s] += 1
     return out
 
@@ -145,16 +143,12 @@ def opt_state(cfg, role):
 
 def make_policies(cfg, ckpt, ts, device):
     """The policies, and policy_of[role]: the policy that plays each role."""
-    dirs = {
-        n: os.path.join(ckpt, n) if ckpt else path for n, path in settings.model_dirs(cfg).items()
-    }
-    policies = {
-        n: {"name": n, "model": load_model(path, cfg, device), "opt": {}}
-        for n, path in dirs.items()
-    }
-    policy_of = {
-        r: policies["model" if cfg.policy == "shared" else r] for r in ("designer", "executor")
-    }
+    policies = {}  # each from its cold start, or from the checkpoint's folder of its name
+    for n, path in settings.model_dirs(cfg).items():
+        path = os.path.join(ckpt, n) if ckpt else path
+        policies[n] = {"name": n, "model": load_model(path, cfg, device), "opt": {}}
+    shared = cfg.policy == "shared"
+    policy_of = {r: policies["model" if shared else r] for r in ("designer", "executor")}
     for r, pol in policy_of.items():
         lr = {"designer": cfg.designer_lr, "executor": cfg.executor_lr}[r]
         adam = torch.optim.AdamW(pol["model"].parameters(), lr=lr, weight_decay=WEIGHT_DECAY)
@@ -179,8 +173,7 @@ def batches(cfg, samples, idx, values, pad_id, device):
     samples of A = 0 would): fillers of padding."""
     if cfg.logprobs == "shared":
         # the tiny preset: each prompt forwarded once for its samples (machinery/shared_prompts.py);
-        # a run's numbers are those of a row a sample
-        # (test_train.py::test_shared_rows_run_equals_plain)
+        # its run gives a row a sample's numbers: test_train.py::test_shared_rows_run_equals_plain
         bs = shared_prompts.batches(samples, idx, values, pad_id, cfg.micro_batch)
     else:  # plain: one sample a row, similar lengths together
         lengths = {k: len(samples[k].prompt_ids) + len(samples[k].completion_ids) for k in idx}

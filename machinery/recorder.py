@@ -36,9 +36,9 @@ never recomputed here), over every rank's queries:
                                            "unparsed")
     tokens/ROLE, samples/ROLE              generated tokens and samples of each role
     ROLE/adv_mean, adv_std, adv_zero_frac  the role's advantages (A_E over the runs that happened)
-    entropy/ROLE_tokens                    mean -log pi(token) over the sampled tokens: an estimate
-                                           of the sampling policy's per-token entropy E_x~pi[-log
-                                           pi(x)]
+    entropy/ROLE_tokens                    mean -log pi(token) over the sampled tokens, an
+                                           estimate of the sampling policy's per-token entropy
+                                           E_x~pi[-log pi(x)]
     time/design, time/execute, time/grade  the rollout's phases (rank 0's)
 
 and where the learning signal goes (signal_metrics).
@@ -60,6 +60,8 @@ from machinery import loggers, rundir
 
 
 class Recorder:
+    """A run's records of its steps (the module docstring): every rank makes one and calls it."""
+
     def __init__(self, cfg, rank, device, start):
         self.cfg, self.rank, self.device = cfg, rank, device
         self.metrics_path = os.path.join(cfg.out_dir, "metrics.jsonl")
@@ -71,15 +73,15 @@ class Recorder:
             rundir.truncate_jsonl(self.tree_path, start)
 
     def begin(self, step, active):
-        """Step `step` (0-based), which trains the roles `active`, starts: its clock, times and
-        extra keys."""
-        self.step, self.t0, self.times, self.extra = step, time.perf_counter(), {}, {}
+        """Step `step` (0-based), which trains the roles `active`, starts: its clock, its times."""
+        self.step = step
+        self.t0 = time.perf_counter()
+        self.times, self.extra = {}, {}  # time/NAME: seconds; the keys add() gives
         self.roles = "+".join(sorted(active))  # "designer", "executor" or "designer+executor"
 
     @contextlib.contextmanager
     def timed(self, name):
-        """The time of the block, as time/NAME of the step's line (added up if the name comes
-        again)."""
+        """The block's time as time/NAME of the step's line (added up when the name comes again)."""
         t0 = time.perf_counter()
         yield
         key = f"time/{name}"

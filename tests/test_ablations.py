@@ -99,12 +99,7 @@ def test_equal_budgets_and_stage_lengths():
             assert (n_d, n_e) == tuple(budget * u for u in ablations.updates(run)), (run, budget)
     table = ablations.runs(20)
     assert table["metaagent"] == {"M": 4, "N": 2, "K": 10, "steps": 40}  # the tiny default
-    for (
-        _,
-        claims,
-        _,
-        _,
-    ) in ablations.COMPARISONS.values():  # every comparison names real runs and rows
+    for _, claims, _, _ in ablations.COMPARISONS.values():  # each names real runs and rows
         assert claims and all(
             a in table and b in table and set(rows) <= {"suited", "executor"}
             for a, b, rows in claims
