@@ -309,7 +309,8 @@ def optimizer_step(cfg, pol, mine, stats):
         return
     gn = torch.nn.utils.clip_grad_norm_(pol["model"].parameters(), 1.0)
     gn = float(gn.full_tensor() if hasattr(gn, "full_tensor") else gn)  # every rank's
-    for key in {f"{pol['name']}/grad_norm", f"{'+'.join(mine)}/grad_norm"}:
+    # per policy and per roles: one key when they coincide, in this order (a set's order varies)
+    for key in dict.fromkeys([f"{pol['name']}/grad_norm", f"{'+'.join(mine)}/grad_norm"]):
         stats[key] = stats.get(key, 0.0) + gn / cfg.minibatches
     opt = pol["opt"][opt_state(cfg, mine[0])]
     opt.step()
