@@ -626,7 +626,11 @@ def missing_model(path):
 
 
 def make_engine(model_path, backend="auto", **kw):
-    """backend "auto" picks vLLM when it can be imported, else transformers."""
+    """The engine of a backend: "hf" the reference (HFEngine's plain loop); "lean" (the tiny preset)
+    decode.py's loop, with the reference's greedy tokens (tests/test_engine.py::
+    test_lean_greedy_equals_transformers) and the trainer's log-probs of its samples
+    (::test_lean_logprobs_match_direct_forward); "vllm"; "auto" vLLM when it can be imported, else
+    transformers."""
     if backend == "auto":
         backend = "vllm" if vllm_available() else "hf"
     engines = {"vllm": VLLMEngine, "hf": HFEngine, "lean": LeanEngine}

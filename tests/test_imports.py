@@ -257,17 +257,16 @@ else:
     print("SKIP: no isolation here (code_score)")
 """,
     "machinery.weights": """
-class Engine:   # an engine that says how many weight loads it has had
-    def __init__(self):
-        self.loaded = []
-    def load_weights(self, w):
-        self.loaded.append(w)
-    def generate(self, prompts, sampling):
-        return [[len(self.loaded)]]
-held = weights.Held(Engine(), {"designer": {"d": 1}, "executor": {"e": 2}})
-d, e = held.view("designer"), held.view("executor")
-assert [d.generate([], None), e.generate([], None), e.generate([], None)] == [[[1]], [[2]], [[2]]]
-assert held.eng.loaded == [{"d": 1}, {"e": 2}]   # each role's, loaded when the other's were held
+import os, torch
+from safetensors.torch import save_file
+os.makedirs("m")
+save_file({"a": torch.ones(2), "b": torch.zeros(3)}, "m/model.safetensors")
+got = dict(weights.folder_weights("m"))   # a saved model's tensors, one at a time
+assert sorted(got) == ["a", "b"] and torch.equal(got["a"], torch.ones(2))
+# one folder for both roles: the engine (None here) is never asked to load anything
+held = weights.Held(None, {"designer": "m", "executor": "m"}, held="designer")
+held.hold("executor")
+assert held.held == "executor"
 """,
     "machinery.recorder": """
 import torch
