@@ -82,6 +82,7 @@ def args_for(model_dir, out_dir, steps=3, **kw):
         executor_lr=5e-5,
         designer_lr=1e-4,
         micro_batch=8,
+        minibatches=1,
         logprobs="plain",
         eval_tasks=0,
         probe_tasks=0,
