@@ -453,6 +453,9 @@ def main(argv):
             )
         del model
     if world > 1:
+        # every rank past its last collective before any tears the group down: a rank that left
+        # first can make gloo abort the other at exit (seen once, tests/test_sft.py under load)
+        dist.barrier()
         dist.destroy_process_group()
     if rank != 0:
         return
