@@ -11,8 +11,10 @@ per-token logsumexp, and recomputes each chunk's logits in the backward:
     d logp_t / d z_tv = 1[v = x_{t+1}] - softmax(z_t)_v
     dL/dh_t = sum_v g_tv W_v,   dL/dW = sum_t g_t h_t^T,   g_tv = dL/dlogp_t * d logp_t / d z_tv
 
-Peak extra memory is one [chunk_size x vocab] fp32 block, forward and backward alike. Logits are
-computed in the weight's dtype and then upcast, exactly like `model(...).logits.float()`.
+Peak extra memory is one [chunk_size x vocab] fp32 block, forward and backward alike; in bf16 the
+lm_head's gradient is summed over the chunks in fp32 (an fp32 [vocab x hidden] accumulator beside
+one chunk's bf16 product). Logits are computed in the weight's dtype and then upcast, exactly like
+`model(...).logits.float()`.
 
 FSDP2 installs its all-gather/reshard hooks on module __call__, so the model is called through its
 root module (with logits_to_keep=1: it computes one position's logits only) and the chunked head
@@ -102,7 +104,10 @@ class _ChunkedLogprob(torch.autograd.Function):
         hidden, weight, targets, lse, *kept = ctx.saved_tensors
         need_h, need_w = ctx.needs_input_grad[0], ctx.needs_input_grad[1]
         grad_h = torch.empty_like(hidden) if need_h else None
-        grad_w = torch.zeros_like(weight) if need_w else None  # accumulated in the weight's dtype
+        # dL/dW summed over the chunks in fp32 (up to 64 bf16 partial sums would lose the small
+        # ones), each chunk's product in the weight's dtype (its matmul accumulates in fp32 itself)
+        acc = torch.promote_types(weight.dtype, torch.float32)
+        grad_w = torch.zeros(weight.shape, dtype=acc, device=weight.device) if need_w else None
         for i, s in enumerate(range(0, hidden.shape[0], ctx.chunk_size)):
             h, t = hidden[s : s + ctx.chunk_size], targets[s : s + ctx.chunk_size]
             z, g_out, c_lse = (
@@ -120,7 +125,12 @@ class _ChunkedLogprob(torch.autograd.Function):
             if need_h:
                 grad_h[s : s + ctx.chunk_size] = g @ weight
             if need_w:
-                grad_w.addmm_(g.T, h)
+                if acc == weight.dtype:
+                    grad_w.addmm_(g.T, h)
+                else:
+                    grad_w.add_(g.T @ h)  # a [V, H] product in bf16, added in fp32
+        if need_w:
+            grad_w = grad_w.to(weight.dtype)
         return grad_h, grad_w, None, None, None, None
 
 

@@ -90,8 +90,8 @@ def test_options_agree_with_the_reference_in_bf16():
     # to bf16 (8 significant bits: one ulp is 2^-8 to 2^-7 of the value); an entry within those ulps
     # of a rounding boundary can round the other way. Each bf16 result then differs by at most: its
     # own rounding flipped (<= 2^-7), one flipped input term (<= 2^-7 of one product, <~ 2^-7·max),
-    # and grad_w's bf16 accumulator over the 3 chunks rounds 3 times: <= 3 ulps, 3·2^-7 ~ 0.023 of
-    # the entry or of max|g|.
+    # and grad_w's 3 chunk products round to bf16 once each before their fp32 sum, which rounds
+    # once: <= 3 ulps, 3·2^-7 ~ 0.023 of the entry or of max|g|.
     bf16 = 3 * 2.0**-7
     for options, (logp, gh, gw) in zip(OPTIONS[1:], results[1:]):
         torch.testing.assert_close(
@@ -103,6 +103,22 @@ def test_options_agree_with_the_reference_in_bf16():
         torch.testing.assert_close(
             gw, results[0][2], rtol=bf16, atol=bf16 * gw.abs().max().item(), msg=str(options)
         )
+
+
+def test_lm_head_gradient_is_summed_over_chunks_in_fp32():
+    """1024 chunks of one token each, all the same token: dL/dW is 1024 times one token's, bit for
+    bit. Each chunk adds the same bf16 product x; an fp32 sum of 1024 of them is exact (8
+    significant bits times 2^10 fits fp32's 24) and so is its cast to bf16 (a power-of-two
+    multiple). A bf16 running sum would stall near 256 x: from there an addend of x is below half
+    its unit in the last place (2^-8 of the sum)."""
+    g = torch.Generator().manual_seed(5)
+    h1 = torch.randn(1, 16, generator=g).bfloat16()
+    w = (0.5 * torch.randn(300, 16, generator=g)).bfloat16().requires_grad_()
+    target = torch.randint(0, 300, (1,), generator=g)
+    (one,) = torch.autograd.grad(chunked_logprobs(h1, w, target, 1).sum(), (w,))
+    many = chunked_logprobs(h1.expand(1024, 16).contiguous(), w, target.expand(1024), 1)
+    (gw,) = torch.autograd.grad(many.sum(), (w,))
+    assert torch.equal(gw, 1024 * one)
 
 
 @pytest.mark.parametrize(
