@@ -9,6 +9,20 @@ taken from the authors' released config where the paper is silent; everything el
 
     cfg = parse_config(["config/qwen3_8b.py", "--M=8", "--backend=hf"])   # no file: config/tiny.py
     validate(cfg, world=8)                                                 # raises ConfigError
+    plan = memory_plan(cfg, world=8)          # a GPU rank's memory, GiB (the check validate makes)
+
+The memory plan of a GPU rank (a preset's gpu_memory_gib, model_params and the engine's
+gpu_memory_utilization), refused before any model loads when it does not fit:
+
+    trainer = 16 B x params / ranks      fp32 weights, gradients, Adam's two moments (FSDP2 shards
+                                         all four)
+    engine  = gpu_memory_utilization x gpu_memory_gib
+                                         vLLM's share: its bf16 weights (2 B x params, whole on
+                                         every rank), activations, CUDA graphs, the KV cache
+    trainer + engine + RESERVE_GIB <= gpu_memory_gib,   engine >= 2 B x params + RESERVE_GIB
+
+The update's activations live in the engine's share, which its level-2 sleep frees while the
+trainer runs; tools/first_gpu_run.py prints the plan beside what it measures.
 
 run_files / clear_run: what a run writes into out_dir (a fresh run refuses such a folder;
 --overwrite deletes it).
@@ -19,6 +33,8 @@ Needs: mas.py, stagewise.py
 import ast
 import dataclasses
 import difflib
+import json
+import math
 import os
 import re
 import shutil
@@ -79,6 +95,10 @@ class Config:
     # GPU
     ac_policy: str = "off"  # activation checkpointing: off | full | selective (speed.py)
     compile_layers: bool = False  # torch.compile each decoder layer (speed.py)
+    # the memory plan of a GPU rank (memory_plan): one GPU's memory and init_from's parameters
+    # (0: no plan, as for the CPU presets)
+    gpu_memory_gib: float = 0.0
+    model_params: float = 0.0
 
 
 CONFIG_KEYS = {f.name: f for f in dataclasses.fields(Config)}
@@ -233,8 +253,99 @@ def validate(cfg, world=1):
         # tiny: the cold start makes it
         if not cfg.resume and not os.path.isdir(path) and not is_tiny(cfg):
             problems.append(f"init_from: {path!r} is not a model directory")
+    problems += plan_problems(cfg, world)
     if problems:
         raise ConfigError("bad config:\n  " + "\n  ".join(problems))
+
+
+RESERVE_GIB = 4.0  # ours: the CUDA context, NCCL's buffers, the allocator's fragmentation
+GIB = 2**30
+
+
+def memory_plan(cfg, world):
+    """A GPU rank's memory plan in GiB (see the module docstring): {"trainer", "engine",
+    "engine_weights", "reserve", "total", "gpu"}; None without a plan (gpu_memory_gib 0)."""
+    if cfg.gpu_memory_gib <= 0:
+        return None
+    util = cfg.engine_kwargs.get("gpu_memory_utilization", 0.0)
+    plan = {
+        "trainer": 16 * cfg.model_params / world / GIB,
+        "engine": util * cfg.gpu_memory_gib,
+        "engine_weights": 2 * cfg.model_params / GIB,
+        "reserve": RESERVE_GIB,
+        "gpu": cfg.gpu_memory_gib,
+    }
+    plan["total"] = plan["trainer"] + plan["engine"] + plan["reserve"]
+    return plan
+
+
+def plan_line(cfg, world):
+    """The plan's arithmetic, in a line (validate's message, first_gpu_run.py's print)."""
+    p, util = memory_plan(cfg, world), cfg.engine_kwargs.get("gpu_memory_utilization", 0.0)
+    return (
+        f"16 B x {cfg.model_params:.3g} params / {world} rank(s) = {p['trainer']:.1f} GiB "
+        f"(fp32 weights, gradients, Adam's two moments) + the engine {util} x "
+        f"{p['gpu']:g} GiB = {p['engine']:.1f} GiB (its bf16 weights {p['engine_weights']:.1f} "
+        f"GiB, the KV cache) + {p['reserve']:g} GiB reserve = {p['total']:.1f} GiB of "
+        f"{p['gpu']:g} GiB"
+    )
+
+
+def plan_problems(cfg, world):
+    """What is wrong with the memory plan: it does not fit a rank, it leaves the engine no room
+    beside its weights, or it is for another model than init_from's (the *.safetensors headers'
+    count)."""
+    if cfg.gpu_memory_gib <= 0 or cfg.device == "cpu":
+        return []
+    util = cfg.engine_kwargs.get("gpu_memory_utilization")
+    if cfg.model_params <= 0 or not isinstance(util, float) or not 0 < util < 1:
+        return [
+            "a memory plan (gpu_memory_gib > 0) needs model_params > 0 and engine_kwargs' "
+            f"gpu_memory_utilization in (0, 1), got {cfg.model_params} and {util!r}"
+        ]
+    p, problems = memory_plan(cfg, world), []
+    if p["total"] > p["gpu"]:
+        # the fewest ranks that fit, the largest utilization that fits these
+        fewest = next((w for w in range(world + 1, 1025) if fits(cfg, w)), None)
+        most = (p["gpu"] - p["trainer"] - p["reserve"]) / p["gpu"]
+        fix = f"at least {fewest} ranks" if fewest else "more ranks"
+        if most * p["gpu"] >= p["engine_weights"] + p["reserve"]:  # the engine still fits
+            fix += f", or gpu_memory_utilization <= {most:.2f}"
+        problems.append(f"the memory plan does not fit: {plan_line(cfg, world)} ({fix})")
+    if p["engine"] < p["engine_weights"] + p["reserve"]:
+        problems.append(
+            f"the memory plan leaves the engine no KV cache: {util} x {p['gpu']:g} GiB = "
+            f"{p['engine']:.1f} GiB for its bf16 weights ({p['engine_weights']:.1f} GiB) and "
+            f"{p['reserve']:g} GiB of activations"
+        )
+    for path in model_dirs(cfg).values():
+        n = stored_params(path)
+        if n and abs(n - cfg.model_params) > 0.02 * n:
+            problems.append(
+                f"model_params={cfg.model_params:.3g} (the memory plan) but {path} holds "
+                f"{n:.4g} parameters"
+            )
+    return problems
+
+
+def fits(cfg, world):
+    p = memory_plan(cfg, world)
+    return p["total"] <= p["gpu"]
+
+
+def stored_params(path):
+    """The parameters a model folder's *.safetensors files hold (their headers alone: nothing is
+    loaded); 0 without such files."""
+    total = 0
+    for name in sorted(os.listdir(path)) if os.path.isdir(path) else []:
+        if not name.endswith(".safetensors"):
+            continue
+        with open(os.path.join(path, name), "rb") as f:
+            header = json.loads(f.read(int.from_bytes(f.read(8), "little")))
+        for key, t in header.items():
+            if key != "__metadata__":
+                total += math.prod(t["shape"])
+    return total
 
 
 def model_dirs(cfg):

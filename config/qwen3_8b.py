@@ -4,8 +4,10 @@
 
 [paper] marks the values the paper gives, [authors] those of the authors' released config where the
 paper is silent; everything else is ours. init_from is an SFT cold start of Qwen3-8B (`python sft.py
---model Qwen3-8B --data DIR --out out/sft-qwen3-8b`), the data files in machinery/data.py's task
-format (`python machinery/data.py convert ...`).
+--model Qwen/Qwen3-8B --data DIR --out out/sft-qwen3-8b`), the data files in machinery/data.py's
+task format (`python machinery/data.py convert ...`): docs/gpu.md makes both.
+
+It needs 2 GPUs at least (the memory plan below; settings.validate refuses fewer), and is set for 8.
 """
 
 out_dir = "out/qwen3-8b-rl"
@@ -40,13 +42,22 @@ designer_max_tokens = 8192  # [paper]
 # the sampler's own.
 
 backend = "vllm"
-# ours: no thinking
+# ours: no thinking; the engine's share of the GPU from the memory plan below
 engine_kwargs = {
     "max_model_len": 16384,
     "gpu_memory_utilization": 0.45,
     "enable_thinking": False,
 }
 device = "cuda"
+# The memory plan of a rank (settings.memory_plan, checked before any model loads), one H200:
+#   trainer: 16 B x 8.19e9 / 8 ranks = 15.3 GiB (fp32 weights, gradients, Adam's two moments)
+#   engine: 0.45 x 139 GiB = 62.6 GiB: the bf16 weights (2 B x 8.19e9 = 15.3 GiB), ~4 GiB of
+#     activations and CUDA graphs, and a KV cache for the rollout's 16 sequences of a rank (B/8
+#     queries x M x N) at max_model_len: 16 x 16384 tokens x 144 KiB (36 layers x 8 KV heads x
+#     128 x 2 x bf16) = 36 GiB
+#   15.3 + 62.6 + 4 reserve = 81.8 GiB of 139. On 1 GPU the trainer alone is 122 GiB: refused.
+gpu_memory_gib = 139.0
+model_params = 8.19e9  # Qwen3-8B (untied lm_head)
 ac_policy = (
     "full"  # ours: "selective" keeps every matmul output, which micro-batches of 4-8 sequences
 )

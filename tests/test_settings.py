@@ -1,0 +1,62 @@
+"""settings.py's memory plan of a GPU rank: the presets fit the ranks they are set for, a plan that
+does not fit is refused before any model loads with its arithmetic in the message (and the fix), an
+engine share too small for its own weights is refused, and model_params must be init_from's."""
+
+import pytest
+
+import settings
+from world import tiny
+
+GIB = 2**30
+
+
+def test_the_presets_plans_fit_and_8b_on_one_gpu_is_refused():
+    big = settings.parse_config(["config/qwen3_8b.py"])
+    assert settings.plan_problems(big, world=8) == []
+    assert settings.plan_problems(big, world=2) == []  # 61.0 + 62.6 + 4 = 127.6 GiB of 139
+    (problem,) = settings.plan_problems(big, world=1)
+    # 16 B x 8.19e9 = 122.0 GiB of trainer states alone
+    assert "does not fit: 16 B x 8.19e+09 params / 1 rank(s) = 122.0 GiB" in problem
+    assert "at least 2 ranks" in problem
+    small = settings.parse_config(["config/qwen3_4b.py"])
+    assert settings.plan_problems(small, world=1) == []
+    plan = settings.memory_plan(small, world=1)
+    assert plan["trainer"] == pytest.approx(16 * 4.02e9 / GIB)
+    assert plan["engine"] == pytest.approx(0.5 * 139.0)
+    assert plan["total"] == pytest.approx(plan["trainer"] + plan["engine"] + settings.RESERVE_GIB)
+    assert plan["total"] <= plan["gpu"]
+    # the CPU presets have no plan
+    assert settings.memory_plan(settings.parse_config([]), world=1) is None
+
+
+def test_validate_refuses_a_plan_that_does_not_fit_with_its_arithmetic():
+    cfg = settings.parse_config(
+        ["config/qwen3_4b.py", "--engine_kwargs={'gpu_memory_utilization': 0.6}"]
+    )
+    # 59.9 + 0.6 x 139 = 83.4 + 4 = 147.3 GiB of 139: the largest share that fits is 0.54
+    with pytest.raises(settings.ConfigError) as e:
+        settings.validate(cfg, world=1)
+    assert "= 59.9 GiB" in str(e.value) and "= 147.3 GiB of 139 GiB" in str(e.value)
+    assert "gpu_memory_utilization <= 0.54" in str(e.value)
+    low = settings.parse_config(
+        ["config/qwen3_8b.py", "--engine_kwargs={'gpu_memory_utilization': 0.1}"]
+    )
+    (problem,) = settings.plan_problems(low, world=8)
+    # 0.1 x 139 = 13.9 GiB, below the bf16 weights' 15.3 GiB
+    assert "leaves the engine no KV cache" in problem and "(15.3 GiB)" in problem
+    unset = settings.parse_config(["config/qwen3_8b.py", "--model_params=0"])
+    assert "needs model_params > 0" in settings.plan_problems(unset, world=8)[0]
+
+
+def test_model_params_must_be_init_froms(tmp_path):
+    folder = tiny.save_tiny(str(tmp_path / "m"), seed=0)
+    n = settings.stored_params(folder)  # from the safetensors headers alone
+    model, _ = tiny.build_model(seed=0)
+    assert n == sum(p.numel() for p in model.parameters())  # tied: the head stored once
+    cfg = settings.parse_config(["config/qwen3_8b.py", f"--init_from={folder}"])
+    (problem,) = settings.plan_problems(cfg, world=8)
+    assert f"but {folder} holds {n:.4g} parameters" in problem
+    ok = settings.parse_config(
+        ["config/qwen3_8b.py", f"--init_from={folder}", f"--model_params={n}"]
+    )
+    assert settings.plan_problems(ok, world=8) == []
