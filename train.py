@@ -68,6 +68,7 @@ from collections import Counter
 import numpy as np
 import torch
 import torch.distributed as dist
+from torch.distributed.tensor import DTensor
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 import advantage
@@ -272,8 +273,8 @@ def update(cfg, step, roles, policy_of, pad_id, device, world):
     for role, (samples, A) in roles.items():
         values[role] = token_values(cfg, policy_of[role]["model"], samples, A, pad_id, device)
     for mb in range(cfg.minibatches):
-        for pol in pols:
-            pol["model"].zero_grad(set_to_none=True)
+        for pol in pols:  # through the optimizers, which hold the parameters FSDP2 steps (below)
+            clear_grads(pol)
         for role, (samples, A) in roles.items():
             order = np.random.default_rng([cfg.seed, step]).permutation(len(samples))
             part = [int(k) for k in np.array_split(order, cfg.minibatches)[mb]]
@@ -301,19 +302,37 @@ def update(cfg, step, roles, policy_of, pad_id, device, world):
     return stats
 
 
+def clear_grads(pol):
+    """The policy's gradients freed, through its optimizers: they hold the parameters each step
+    updates (FSDP2: the shards). model.zero_grad would clear the module's parameters instead, which
+    after a forward without grad are the root's gathered copies, and leave the shards' last
+    gradients for the next backward to add to (tests/test_first_gpu_run.py: the grad norm with and
+    without such a forward, at 1 and 2 ranks)."""
+    for opt in pol["opt"].values():
+        opt.zero_grad(set_to_none=True)
+
+
 def optimizer_step(cfg, pol, mine, stats):
     """One optimizer step of the policy pol, whose gradient is of the roles `mine`: clipped to norm
     1, with the Adam state of those roles (opt_state); its norm into stats (per policy and per
-    roles, a mean over the minibatches), and the lr. Nothing forwarded on any rank: no step."""
-    if not any(p.grad is not None for p in pol["model"].parameters()):
+    roles, a mean over the minibatches), and the lr. Nothing forwarded on any rank: no step.
+
+    Under FSDP2 (every GPU run) the gradients are freed right after the step: the engine wakes
+    into their memory for the rollout (4 B a parameter), and no shard keeps one for the next step.
+    One process on a CPU frees them at the next update's start, as before: freeing them earlier
+    moves the heap, and the tiny run's numbers with it, in their last bits (docs/NOTES.md, #46)."""
+    opt = pol["opt"][opt_state(cfg, mine[0])]
+    params = [p for group in opt.param_groups for p in group["params"]]  # what opt.step updates
+    if not any(p.grad is not None for p in params):
         return
-    gn = torch.nn.utils.clip_grad_norm_(pol["model"].parameters(), 1.0)
+    gn = torch.nn.utils.clip_grad_norm_(params, 1.0)
     gn = float(gn.full_tensor() if hasattr(gn, "full_tensor") else gn)  # every rank's
     # per policy and per roles: one key when they coincide, in this order (a set's order varies)
     for key in dict.fromkeys([f"{pol['name']}/grad_norm", f"{'+'.join(mine)}/grad_norm"]):
         stats[key] = stats.get(key, 0.0) + gn / cfg.minibatches
-    opt = pol["opt"][opt_state(cfg, mine[0])]
     opt.step()
+    if isinstance(params[0], DTensor):
+        clear_grads(pol)
     stats["lr"] = opt.param_groups[0]["lr"]
 
 
@@ -449,9 +468,12 @@ def main(argv):
         final_table.final_table(cfg, eng, last)
     if rank == 0:
         rundir.provenance(cfg, argv, end=True)
+    # every rank done before any tears down: the engine (vLLM's groups, which it made from ours,
+    # and with them ours), then our group, if the engine left it
     dist.barrier()
-    if not isinstance(eng, engine_lib.VLLMEngine):
-        dist.destroy_process_group()  # (vLLM tears down its groups at exit, with ours alive)
+    eng.close()
+    if dist.is_initialized():
+        dist.destroy_process_group()
 
 
 if __name__ == "__main__":
