@@ -306,9 +306,9 @@ def plan_problems(cfg, world):
     p, problems = memory_plan(cfg, world), []
     if p["total"] > p["gpu"]:
         # the fewest ranks that fit, the largest utilization that fits these
-        fewest = next((w for w in range(world + 1, 1025) if fits(cfg, w)), None)
+        fewest = next((w for w in range(world + 1, 65) if fits(cfg, w)), None)  # a few nodes
         most = (p["gpu"] - p["trainer"] - p["reserve"]) / p["gpu"]
-        fix = f"at least {fewest} ranks" if fewest else "more ranks"
+        fix = f"at least {fewest} ranks" if fewest else "a smaller engine share"
         if most * p["gpu"] >= p["engine_weights"] + p["reserve"]:  # the engine still fits
             fix += f", or gpu_memory_utilization <= {most:.2f}"
         problems.append(f"the memory plan does not fit: {plan_line(cfg, world)} ({fix})")
@@ -318,6 +318,12 @@ def plan_problems(cfg, world):
             f"{p['engine']:.1f} GiB for its bf16 weights ({p['engine_weights']:.1f} GiB) and "
             f"{p['reserve']:g} GiB of activations"
         )
+    here = gpu_gib()
+    if here and here < 0.99 * p["gpu"]:
+        problems.append(
+            f"the memory plan is for {p['gpu']:g} GiB GPUs, this one has {here:.1f} GiB: set "
+            f"gpu_memory_gib={here:.0f} and check the plan again"
+        )
     for path in model_dirs(cfg).values():
         n = stored_params(path)
         if n and abs(n - cfg.model_params) > 0.02 * n:
@@ -326,6 +332,17 @@ def plan_problems(cfg, world):
                 f"{n:.4g} parameters"
             )
     return problems
+
+
+def gpu_gib():
+    """This machine's first GPU's memory in GiB (0: none, or no torch to ask)."""
+    try:
+        import torch
+    except ImportError:
+        return 0.0
+    if not torch.cuda.is_available():
+        return 0.0
+    return torch.cuda.get_device_properties(0).total_memory / GIB
 
 
 def fits(cfg, world):

@@ -107,16 +107,18 @@ FUSED = {
 
 @torch.no_grad()
 def expected(model, dtype, names=tuple(FUSED)):
-    """{engine name: the trainer's tensor of it}: its parts, full (FSDP2: gathered, so every rank
-    calls it), cast to dtype (None: as they are), concatenated along dim 0."""
+    """{engine name: the trainer's tensor of it}: its parts cast to dtype (None: as they are), full
+    (FSDP2: gathered after the cast, so every rank calls it), concatenated along dim 0."""
     state = model.state_dict()
     out = {}
     for name in names:
         parts = []
         for part in FUSED[name]:
-            t = state[part]
-            t = t.full_tensor() if isinstance(t, DTensor) else t
-            parts.append(t.detach() if dtype is None else t.detach().to(dtype))
+            t = state[part].detach()
+            t = (
+                t if dtype is None else t.to(dtype)
+            )  # cast first: a bf16 gather moves half the bytes
+            parts.append(t.full_tensor() if isinstance(t, DTensor) else t)
         out[name] = torch.cat(parts)
     return out
 

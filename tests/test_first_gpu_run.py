@@ -81,3 +81,24 @@ def test_the_presets_own_run_needs_a_gpu_and_says_so(tmp_path):
     assert (
         "the preset's run needs a GPU and vLLM (--stand_in runs a stand-in of it here)" in p.stderr
     )
+
+
+def test_the_stand_in_shapes_build_as_qwen3s():
+    """The GPU stand-ins (never built on a CPU run, which takes the tiny shapes) build: every layer
+    full attention, Qwen3's context, and at 4B with Qwen3's vocabulary the parameters of the
+    plan's model_params (config/qwen3_4b.py: 4.02e9), on the meta device (no memory)."""
+    from transformers import Qwen3ForCausalLM
+
+    from tools import first_gpu_run
+
+    for shape in first_gpu_run.SHAPES:
+        config = first_gpu_run.stand_in_config(shape, vocab=first_gpu_run.QWEN3_VOCAB)
+        layers = first_gpu_run.SHAPES[shape]["num_hidden_layers"]
+        assert config.layer_types == ["full_attention"] * layers
+        assert config.max_position_embeddings >= 16384  # the presets' max_model_len
+        with torch.device("meta"):
+            model = Qwen3ForCausalLM(config)
+        n = sum(p.numel() for p in model.parameters())
+        if shape == "4b":
+            assert n == 4_022_468_096
+            assert abs(n - 4.02e9) <= 0.02 * n  # what settings.plan_problems allows

@@ -44,6 +44,12 @@ def test_validate_refuses_a_plan_that_does_not_fit_with_its_arithmetic():
     (problem,) = settings.plan_problems(low, world=8)
     # 0.1 x 139 = 13.9 GiB, below the bf16 weights' 15.3 GiB
     assert "leaves the engine no KV cache" in problem and "(15.3 GiB)" in problem
+    # an engine share that leaves no room at any number of ranks: the fix is the share
+    full = settings.parse_config(
+        ["config/qwen3_8b.py", "--engine_kwargs={'gpu_memory_utilization': 0.97}"]
+    )
+    (problem,) = settings.plan_problems(full, world=8)
+    assert "(a smaller engine share, or gpu_memory_utilization <= 0.86)" in problem
     unset = settings.parse_config(["config/qwen3_8b.py", "--model_params=0"])
     assert "needs model_params > 0" in settings.plan_problems(unset, world=8)[0]
 

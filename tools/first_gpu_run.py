@@ -46,13 +46,17 @@ summary; a part that needs what this machine lacks says it was skipped and why:
 Needs: machinery/engine.py, settings.py, world/tiny.py, machinery/decode.py, mas.py, stagewise.py,
 machinery/reload_check.py, machinery/rundir.py, machinery/ranks.py, machinery/speed.py,
 rollout.py, sandbox.py, reward.py, machinery/isolation.py; train.py (the fsdp and step4b parts call
-its update, the runs run it in a subprocess): it, and the files its Needs line names
+its update, the runs run it in a subprocess) and what it needs: advantage.py, grpo.py, sft.py,
+evaluate.py, machinery/chunked.py, machinery/data.py, machinery/loggers.py, machinery/muon.py,
+machinery/recorder.py, machinery/shared_prompts.py, machinery/weights.py, tools/show.py,
+world/final_table.py, world/heldout.py
 """
 
 import glob
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
 import tempfile
@@ -69,8 +73,8 @@ from machinery import engine, ranks, reload_check, rundir
 from world import tiny
 
 OUT = "out/first-gpu-run"
-# the layer shapes of the stand-in (Qwen3's config.json): ~596M parameters with Qwen3's vocabulary
-# (0.6b), 4.02e9 (4b)
+# the layer shapes of the stand-in (Qwen3's config.json): 0.6b 441M parameters with the tiny
+# vocabulary (596M with Qwen3's), 4b 4.02e9 with Qwen3's (step4b)
 SHAPES = {
     "0.6b": dict(
         hidden_size=1024,
@@ -99,8 +103,10 @@ RUN = (
     "if torch.cuda.is_available() else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / "
     "2**20}}), flush=True)"
 )
-# (name, its own time limit in seconds) in the order --check runs them; BUDGET_S for them all
-PARTS = (("fsdp", 90), ("engine", 150), ("engine(V1)", 150), ("step4b", 240), ("train", 300))
+# (name, its own time limit in seconds) in the order --check runs them, the whole loop (train)
+# before the measurements and the fallback runner; BUDGET_S for them all: a part that starts late
+# gets what is left
+PARTS = (("fsdp", 60), ("engine", 120), ("train", 240), ("step4b", 150), ("engine(V1)", 120))
 BUDGET_S = 600
 
 
@@ -119,7 +125,17 @@ def stand_in_config(shape, vocab=None):
     special tokens, and the tiny vocabulary (or `vocab`)."""
     config = tiny.tiny_config()
     if shape != "tiny":
-        config.update(dict(SHAPES[shape], max_window_layers=SHAPES[shape]["num_hidden_layers"]))
+        layers = SHAPES[shape]["num_hidden_layers"]
+        config.update(SHAPES[shape])
+        # every layer full attention, as Qwen3's (a decoder layer reads its own entry), and
+        # Qwen3's context (vLLM refuses a max_model_len above it)
+        config.update(
+            dict(
+                max_window_layers=layers,
+                layer_types=["full_attention"] * layers,
+                max_position_embeddings=40960,
+            )
+        )
     if vocab:
         config.vocab_size = vocab
     return config
@@ -135,6 +151,27 @@ def save_stand_in(folder, shape):
     model.save_pretrained(folder)
     tiny.build_tokenizer().save_pretrained(folder)
     return sum(p.numel() for p in model.parameters())
+
+
+def run_group(cmd, env, timeout):
+    """(exit code, stdout + stderr) of cmd run in a session of its own; past timeout seconds every
+    process of it is killed (train.py's vLLM and compile workers too, which would hold the GPU)
+    and the code is None."""
+    p = subprocess.Popen(
+        cmd,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    try:
+        out, err = p.communicate(timeout=timeout)
+        return p.returncode, out + err
+    except subprocess.TimeoutExpired:
+        os.killpg(p.pid, signal.SIGKILL)
+        out, err = p.communicate()
+        return None, out + err
 
 
 # --------------------------------------------------------------------------------------------------
@@ -185,22 +222,19 @@ def run(preset, shape, extra):
         # torchrun: each run its own rendezvous port
         port = {"MASTER_PORT": str(int(env["MASTER_PORT"]) + steps)} if "MASTER_PORT" in env else {}
         cmd = [sys.executable, "-c", RUN.format(zero=shape is not None), *args]
-        p = subprocess.run(
+        code, text = run_group(
             [*cmd, f"--steps={steps}", flag, *extra],
-            env={**env, **port, "VLLM_LOGGING_LEVEL": "INFO"},
-            capture_output=True,
-            text=True,
-            timeout=RUN_S,
+            {**env, **port, "VLLM_LOGGING_LEVEL": "INFO"},
+            RUN_S,
         )
         ended = time.time()
-        log += p.stdout + p.stderr
+        log += text
         os.makedirs(out, exist_ok=True)
         with open(os.path.join(out, f"first_run.rank{rank}.log"), "w") as f:
             f.write(log)
-        if p.returncode != 0:
-            sys.exit(
-                f"first_gpu_run.py: train.py {flag} failed (exit {p.returncode}):\n{log[-4000:]}"
-            )
+        if code != 0:
+            why = f"exit {code}" if code is not None else f"still running after {RUN_S} s: killed"
+            sys.exit(f"first_gpu_run.py: train.py {flag} failed ({why}):\n{log[-4000:]}")
         # from its last checkpoint to its end: the rank's teardown (the engine, the group) and exit
         exits.append(ended - os.path.getmtime(f"{out}/step_{steps:06d}/trainer_state.pt"))
     problems = [ln for ln in log.splitlines() if "Following weights were not loaded" in ln]
@@ -305,6 +339,8 @@ def engine_part(tmp):
     else:
         print("engine: the exact check sees an lm_head the engine was not given")
     if cuda:  # and a sync that left k_proj out (the engine's last act: its qkv is spoiled)
+        with torch.no_grad():
+            k_proj.mul_(1.25)  # a new k, which the engine is not given
         eng.sleep()
         left_out = "model.layers.0.self_attn.k_proj.weight"
         eng.load_weights((k, t) for k, t in rundir.full_state(model, dtype) if k != left_out)
@@ -353,7 +389,9 @@ def policy(model, lr):
 
 def fsdp_part(tmp):
     """FSDP2 at this world size: the grad norm two steps in, with and without a forward without
-    grad between, against the unsharded model's (every rank the same samples: the same gradient)."""
+    grad between, against the unsharded model's (every rank the same samples: the same gradient);
+    and the exact check's trainer tensors gathered from the shards, bit for bit the unsharded
+    model's."""
     import train
     from machinery import speed
 
@@ -385,6 +423,13 @@ def fsdp_part(tmp):
         for step, (a, b) in enumerate(zip(got, plain, strict=True), start=1):
             if not abs(a - b) <= 1e-4 * b:
                 problems.append(f"{name}: step {step}'s grad norm {a} against unsharded {b}")
+    # the exact check's trainer side gathers the shards after the cast: the unsharded model's bits
+    want = reload_check.expected(tiny.build_model(seed=0)[0], torch.bfloat16)
+    shards = speed.prepare(tiny.build_model(seed=0)[0].to(device), shard=True)
+    got = reload_check.expected(shards, torch.bfloat16)
+    bad = reload_check.mismatches(got, {k: t.to(device) for k, t in want.items()})
+    problems += [f"the exact check's gathered bf16 tensors: {b}" for b in bad]
+    print(f"fsdp: the exact check's tensors, gathered from the shards in bf16: {len(bad)} differ")
     torch.distributed.barrier()  # no rank's group gone while another still uses it
     torch.distributed.destroy_process_group()
     return (
@@ -491,18 +536,9 @@ def check(out):
         part_env = dict(env, VLLM_USE_V2_MODEL_RUNNER="0") if name == "engine(V1)" else env
         left = BUDGET_S - (time.monotonic() - start)
         t0 = time.monotonic()
-        try:
-            p = subprocess.run(
-                [sys.executable, *cmd],
-                env=part_env,
-                capture_output=True,
-                text=True,
-                timeout=max(1.0, min(limit, left)),
-            )
-            text, code = p.stdout + p.stderr, p.returncode
-        except subprocess.TimeoutExpired as e:
-            text = (e.stdout or b"").decode() + (e.stderr or b"").decode()
-            code = f"its limit of {min(limit, left):.0f} s passed"
+        code, text = run_group([sys.executable, *cmd], part_env, max(1.0, min(limit, left)))
+        if code is None:
+            code = f"its limit of {min(limit, left):.0f} s passed: killed"
         with open(os.path.join(out, f"check.{name.replace('(V1)', '-v1')}.log"), "w") as f:
             f.write(text)
         lines = [ln for ln in text.splitlines() if ln.strip()]
