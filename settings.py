@@ -9,17 +9,18 @@ taken from the authors' released config where the paper is silent; everything el
 
     cfg = parse_config(["config/qwen3_8b.py", "--M=8", "--backend=hf"])   # no file: config/tiny.py
     validate(cfg, world=8)                                                 # raises ConfigError
-    plan = memory_plan(cfg, world=8)          # a GPU rank's memory, GiB (the check validate makes)
+    plan = memory_plan(cfg, 8, init_params(cfg))   # a GPU rank's memory, GiB (validate's check)
 
-The memory plan of a GPU rank (a preset's gpu_memory_gib, model_params and the engine's
-gpu_memory_utilization), refused before any model loads when it does not fit:
+The memory plan of a GPU rank (init_from's parameters, the preset's engine share
+gpu_memory_utilization, the GPU's memory: this one's, or an H200's where none is here), refused
+before any model loads when it does not fit:
 
     trainer = 16 B x params / ranks      fp32 weights, gradients, Adam's two moments (FSDP2 shards
                                          all four)
-    engine  = gpu_memory_utilization x gpu_memory_gib
+    engine  = gpu_memory_utilization x gpu_gib
                                          vLLM's share: its bf16 weights (2 B x params, whole on
                                          every rank), activations, CUDA graphs, the KV cache
-    trainer + engine + RESERVE_GIB <= gpu_memory_gib,   engine >= 2 B x params + RESERVE_GIB
+    trainer + engine + RESERVE_GIB <= gpu_gib,   engine >= 2 B x params + RESERVE_GIB
 
 The update's activations live in the engine's share, which its level-2 sleep frees while the
 trainer runs; tools/first_gpu_run.py prints the plan beside what it measures.
@@ -95,10 +96,6 @@ class Config:
     # GPU
     ac_policy: str = "off"  # activation checkpointing: off | full | selective (speed.py)
     compile_layers: bool = False  # torch.compile each decoder layer (speed.py)
-    # the memory plan of a GPU rank (memory_plan): one GPU's memory and init_from's parameters
-    # (0: no plan, as for the CPU presets)
-    gpu_memory_gib: float = 0.0
-    model_params: float = 0.0
 
 
 CONFIG_KEYS = {f.name: f for f in dataclasses.fields(Config)}
@@ -259,31 +256,34 @@ def validate(cfg, world=1):
 
 
 RESERVE_GIB = 4.0  # ours: the CUDA context, NCCL's buffers, the allocator's fragmentation
+H200_GIB = 139.0  # the plan's GPU where no GPU is here to ask: one H200
 GIB = 2**30
 
 
-def memory_plan(cfg, world):
-    """A GPU rank's memory plan in GiB (see the module docstring): {"trainer", "engine",
-    "engine_weights", "reserve", "total", "gpu"}; None without a plan (gpu_memory_gib 0)."""
-    if cfg.gpu_memory_gib <= 0:
+def memory_plan(cfg, world, params):
+    """A GPU rank's memory plan in GiB for a model of `params` parameters (see the module
+    docstring): {"trainer", "engine", "engine_weights", "reserve", "total", "gpu"}; None without a
+    plan (no engine share set: the CPU presets)."""
+    util = cfg.engine_kwargs.get("gpu_memory_utilization")
+    if util is None or cfg.device == "cpu":
         return None
-    util = cfg.engine_kwargs.get("gpu_memory_utilization", 0.0)
+    gpu = gpu_gib() or H200_GIB
     plan = {
-        "trainer": 16 * cfg.model_params / world / GIB,
-        "engine": util * cfg.gpu_memory_gib,
-        "engine_weights": 2 * cfg.model_params / GIB,
+        "trainer": 16 * params / world / GIB,
+        "engine": util * gpu,
+        "engine_weights": 2 * params / GIB,
         "reserve": RESERVE_GIB,
-        "gpu": cfg.gpu_memory_gib,
+        "gpu": gpu,
     }
     plan["total"] = plan["trainer"] + plan["engine"] + plan["reserve"]
     return plan
 
 
-def plan_line(cfg, world):
+def plan_line(cfg, world, params):
     """The plan's arithmetic, in a line (validate's message, first_gpu_run.py's print)."""
-    p, util = memory_plan(cfg, world), cfg.engine_kwargs.get("gpu_memory_utilization", 0.0)
+    p, util = memory_plan(cfg, world, params), cfg.engine_kwargs["gpu_memory_utilization"]
     return (
-        f"16 B x {cfg.model_params:.3g} params / {world} rank(s) = {p['trainer']:.1f} GiB "
+        f"16 B x {params:.3g} params / {world} rank(s) = {p['trainer']:.1f} GiB "
         f"(fp32 weights, gradients, Adam's two moments) + the engine {util} x "
         f"{p['gpu']:g} GiB = {p['engine']:.1f} GiB (its bf16 weights {p['engine_weights']:.1f} "
         f"GiB, the KV cache) + {p['reserve']:g} GiB reserve = {p['total']:.1f} GiB of "
@@ -291,46 +291,40 @@ def plan_line(cfg, world):
     )
 
 
-def plan_problems(cfg, world):
-    """What is wrong with the memory plan: it does not fit a rank, it leaves the engine no room
-    beside its weights, or it is for another model than init_from's (the *.safetensors headers'
-    count)."""
-    if cfg.gpu_memory_gib <= 0 or cfg.device == "cpu":
+def init_params(cfg):
+    """The parameters the trainer holds: init_from's models' (*.safetensors headers); 0 while a
+    folder is missing (validate says so on its own)."""
+    return sum(stored_params(path) for path in model_dirs(cfg).values())
+
+
+def plan_problems(cfg, world, params=None):
+    """What is wrong with the memory plan of a model of `params` parameters (None: init_from's):
+    it does not fit a rank, or it leaves the engine no room beside its weights."""
+    params = init_params(cfg) if params is None else params
+    if memory_plan(cfg, world, params) is None or params <= 0:
         return []
-    util = cfg.engine_kwargs.get("gpu_memory_utilization")
-    if cfg.model_params <= 0 or not isinstance(util, float) or not 0 < util < 1:
-        return [
-            "a memory plan (gpu_memory_gib > 0) needs model_params > 0 and engine_kwargs' "
-            f"gpu_memory_utilization in (0, 1), got {cfg.model_params} and {util!r}"
-        ]
-    p, problems = memory_plan(cfg, world), []
+    util = cfg.engine_kwargs["gpu_memory_utilization"]
+    if not isinstance(util, float) or not 0 < util < 1:
+        return [f"engine_kwargs' gpu_memory_utilization must be in (0, 1), got {util!r}"]
+    p, problems = memory_plan(cfg, world, params), []
     if p["total"] > p["gpu"]:
-        # the fewest ranks that fit, the largest utilization that fits these
-        fewest = next((w for w in range(world + 1, 65) if fits(cfg, w)), None)  # a few nodes
+        # the fewest ranks that fit (within a few nodes), the largest utilization that fits these
+        fewest = None
+        for w in range(world + 1, 65):
+            if memory_plan(cfg, w, params)["total"] <= p["gpu"]:
+                fewest = w
+                break
         most = (p["gpu"] - p["trainer"] - p["reserve"]) / p["gpu"]
         fix = f"at least {fewest} ranks" if fewest else "a smaller engine share"
         if most * p["gpu"] >= p["engine_weights"] + p["reserve"]:  # the engine still fits
             fix += f", or gpu_memory_utilization <= {most:.2f}"
-        problems.append(f"the memory plan does not fit: {plan_line(cfg, world)} ({fix})")
+        problems.append(f"the memory plan does not fit: {plan_line(cfg, world, params)} ({fix})")
     if p["engine"] < p["engine_weights"] + p["reserve"]:
         problems.append(
             f"the memory plan leaves the engine no KV cache: {util} x {p['gpu']:g} GiB = "
             f"{p['engine']:.1f} GiB for its bf16 weights ({p['engine_weights']:.1f} GiB) and "
             f"{p['reserve']:g} GiB of activations"
         )
-    here = gpu_gib()
-    if here and here < 0.99 * p["gpu"]:
-        problems.append(
-            f"the memory plan is for {p['gpu']:g} GiB GPUs, this one has {here:.1f} GiB: set "
-            f"gpu_memory_gib={here:.0f} and check the plan again"
-        )
-    for path in model_dirs(cfg).values():
-        n = stored_params(path)
-        if n and abs(n - cfg.model_params) > 0.02 * n:
-            problems.append(
-                f"model_params={cfg.model_params:.3g} (the memory plan) but {path} holds "
-                f"{n:.4g} parameters"
-            )
     return problems
 
 
@@ -343,11 +337,6 @@ def gpu_gib():
     if not torch.cuda.is_available():
         return 0.0
     return torch.cuda.get_device_properties(0).total_memory / GIB
-
-
-def fits(cfg, world):
-    p = memory_plan(cfg, world)
-    return p["total"] <= p["gpu"]
 
 
 def stored_params(path):

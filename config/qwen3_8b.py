@@ -49,15 +49,14 @@ engine_kwargs = {
     "enable_thinking": False,
 }
 device = "cuda"
-# The memory plan of a rank (settings.memory_plan, checked before any model loads), one H200:
+# The memory plan of a rank (settings.memory_plan, checked before any model loads, from
+# init_from's 8.19e9 parameters: Qwen3-8B, untied lm_head), one H200:
 #   trainer: 16 B x 8.19e9 / 8 ranks = 15.3 GiB (fp32 weights, gradients, Adam's two moments)
 #   engine: 0.45 x 139 GiB = 62.6 GiB: the bf16 weights (2 B x 8.19e9 = 15.3 GiB), ~4 GiB of
 #     activations and CUDA graphs, and a KV cache for the rollout's 16 sequences of a rank (B/8
 #     queries x M x N) at max_model_len: 16 x 16384 tokens x 144 KiB (36 layers x 8 KV heads x
 #     128 x 2 x bf16) = 36 GiB
 #   15.3 + 62.6 + 4 reserve = 81.8 GiB of 139. On 1 GPU the trainer alone is 122 GiB: refused.
-gpu_memory_gib = 139.0
-model_params = 8.19e9  # Qwen3-8B (untied lm_head)
 ac_policy = (
     "full"  # ours: "selective" keeps every matmul output, which micro-batches of 4-8 sequences
 )

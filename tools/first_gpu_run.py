@@ -200,7 +200,7 @@ def run(preset, shape, extra):
     else:  # the stand-in: the preset's trainer, the tiny world's tasks, short completions
         shape = shape if cuda else "tiny"
         folder = os.path.join(tempfile.gettempdir(), f"first-gpu-run-{shape}-{os.getuid()}-{rank}")
-        n = save_stand_in(folder, shape)
+        save_stand_in(folder, shape)
         cfg = settings.parse_config([preset, *extra])
         kw = {k: v for k, v in cfg.engine_kwargs.items() if k != "max_model_len"}
         args += [
@@ -214,7 +214,6 @@ def run(preset, shape, extra):
             f"--engine_kwargs={dict(kw, kv_cache_gib=0.25)!r}"
             if has_vllm
             else "--engine_kwargs={}",
-            f"--model_params={n}",  # the memory plan of the stand-in
         ] + ["--device=cpu"] * (not cuda)
     log, env = "", {k: v for k, v in os.environ.items() if k != "TORCHELASTIC_USE_AGENT_STORE"}
     exits = []
@@ -272,8 +271,9 @@ def report(out, args, extra, world, freed, log, cuda):
         return sum(map(os.path.getsize, files)) / world / 2**30
 
     cfg = settings.parse_config(args + extra)
-    if cfg.gpu_memory_gib > 0 and cuda:
-        print(f"memory plan per rank: {settings.plan_line(cfg, world)}")
+    params = settings.init_params(cfg)
+    if cuda and settings.memory_plan(cfg, world, params):
+        print(f"memory plan per rank: {settings.plan_line(cfg, world, params)}")
     peak = json.loads(re.findall(r"FIRST_RUN_MEMORY (.*)", log)[-1])["peak_gib"]
     awake = f"{freed[-1]} GiB" if freed else "n/a (no sleep on CPU)"
     print(
@@ -471,10 +471,9 @@ def step4b_part(tmp):
     eng.wake()
     free, total = (x / 2**30 for x in torch.cuda.mem_get_info())
     bad = reload_check.exact(eng, model, torch.bfloat16)
-    cfg.model_params = float(n)
-    plan = settings.memory_plan(cfg, world)
+    plan = settings.memory_plan(cfg, world, n)
     print(f"step4b: {n:,} parameters, {cfg.micro_batch} x 4096 tokens, {total:.1f} GiB GPU")
-    print(f"step4b: the plan: {settings.plan_line(cfg, world)}")
+    print(f"step4b: the plan: {settings.plan_line(cfg, world, n)}")
     print(
         f"step4b: measured: the update's peak {peak:.1f} GiB (torch allocator), the trainer after "
         f"the step {held:.1f} GiB (weights and Adam: 12 B x params = {12 * n / 2**30:.1f}), the "
