@@ -300,8 +300,10 @@ def init_params(cfg):
 def plan_problems(cfg, world, params=None):
     """What is wrong with the memory plan of a model of `params` parameters (None: init_from's):
     it does not fit a rank, or it leaves the engine no room beside its weights."""
+    if memory_plan(cfg, world, 0.0) is None:  # no plan: nothing to read
+        return []
     params = init_params(cfg) if params is None else params
-    if memory_plan(cfg, world, params) is None or params <= 0:
+    if params <= 0:
         return []
     util = cfg.engine_kwargs["gpu_memory_utilization"]
     if not isinstance(util, float) or not 0 < util < 1:
