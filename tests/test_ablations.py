@@ -29,7 +29,16 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def write_run(
-    root, run, seed, rewards, structure="ensemble", exact=None, correct=None, n=4, table=True
+    root,
+    run,
+    seed,
+    rewards,
+    structure="ensemble",
+    exact=None,
+    correct=None,
+    n=4,
+    table=True,
+    extra=None,
 ):
     """A run folder as train.py leaves it: metrics.jsonl and final_table.json with per-task vectors
     on n tasks. exact = {"RL"/"SFT": (suited, executor, oracle)} gives every task those
@@ -58,6 +67,8 @@ def write_run(
             who: {"suited": [su] * n, "executor": [ex] * n, "oracle": [orc] * n}
             for who, (su, ex, orc) in exact.items()
         }
+        for who, rows_of in (extra or {}).items():  # {"RL"/"SFT": {row: [value per task]}}
+            per[who].update(rows_of)
         (d / "final_table.json").write_text(
             json.dumps(
                 {
@@ -99,6 +110,7 @@ def test_equal_budgets_and_stage_lengths():
             assert (n_d, n_e) == tuple(budget * u for u in ablations.updates(run)), (run, budget)
     table = ablations.runs(20)
     assert table["metaagent"] == {"M": 4, "N": 2, "K": 10, "steps": 40}  # the tiny default
+    assert ablations.DEFAULT_ONLY == ["metaagent", "single"]
     for _, claims, _, _ in ablations.COMPARISONS.values():  # each names real runs and rows
         assert claims and all(
             a in table and b in table and set(rows) <= {"suited", "executor"}
@@ -113,14 +125,39 @@ def test_train_command_lines(tmp_path):
     args = cmd[3:]
     assert f"--out_dir={tmp_path}/flat16-s1" in args and "--seed=1" in args and "--steps=40" in args
     assert args.index("--M=16") > 0 and "--N=1" in args and "--K=10" in args
+    assert f"--init_from={tmp_path}/sft-s1" in args  # the seed's own cold start
+    assert "--eval_tasks=0" not in args
     single = ablations.train_command("single", 0, 20, str(tmp_path))
     assert "--template=single" in single and "--mode=executor" in single and "--steps=20" in single
+    # 16 queries x 8 single-call executions = 128 executor samples an update
+    assert "--executor_batch_size=16" in single and f"--init_from={tmp_path}/sft-s0" in single
+    val = ablations.train_command("metaagent", 2, 20, str(tmp_path), "val")
+    assert val[-2:] == [f"--init_from={tmp_path}/sft-s2", "--eval_tasks=0"]
+    assert ablations.table_command("metaagent", 2, str(tmp_path), "val")[1:] == [
+        "world/final_table.py",
+        f"{tmp_path}/metaagent-s2",
+        "--split",
+        "val",
+        "--tasks",
+        "200",
+    ]
+    assert ablations.sft_command(3, str(tmp_path))[1:] == [
+        "sft.py",
+        "--no-eval",
+        "--seed",
+        "3",
+        "--prior",
+        "single",
+        "--out",
+        f"{tmp_path}/sft-s3",
+    ]
     sep = ablations.train_command("separate", 0, 20, str(tmp_path))
     assert (
         "--policy=separate" in sep
         and "--init_from=out/tiny-sft-separate" in sep
         and "--steps=40" in sep
     )
+    assert sum(a.startswith("--init_from=") for a in sep) == 1  # its own two, not the seed's
     for run in ("coupled", "designer", "executor"):
         c = ablations.train_command(run, 0, 20, str(tmp_path))
         assert f"--mode={run}" in c and "--steps=20" in c
@@ -131,6 +168,7 @@ def test_train_command_lines(tmp_path):
 def test_finished_runs_skipped_unfinished_resumed(tmp_path, monkeypatch, capsys):
     calls = []
     monkeypatch.setattr(ablations, "launch", lambda cmd, log, *rest: calls.append(cmd) or 0)
+    (tmp_path / "sft-s0").mkdir()  # seed 0's cold start is there: none is built
     write_run(tmp_path, "metaagent", 0, [0.1] * 6)  # finished (budget 3: 6 of 6 steps)
     write_run(tmp_path, "flat8", 0, [0.1])  # unfinished: resumed from its checkpoint
     (tmp_path / "flat8-s0" / "step_000001").mkdir()
@@ -165,6 +203,12 @@ def test_finished_runs_skipped_unfinished_resumed(tmp_path, monkeypatch, capsys)
 
 def test_failed_run_reported(tmp_path, monkeypatch, capsys):
     monkeypatch.setattr(ablations, "launch", lambda cmd, log, *rest: 3)
+    rc = ablations.main(["--seeds", "0", "--budget", "2", "--root", str(tmp_path)])
+    out = capsys.readouterr().out
+    # the default set; its cold start failed, so no run was launched
+    assert rc == 1 and "runs metaagent, single;" in out
+    assert "single-s0: failed (cold start rc 3)" in out and not (tmp_path / "sft-s0").exists()
+    (tmp_path / "sft-s0").mkdir()
     rc = ablations.main(
         ["--only", "single", "--seeds", "0", "--budget", "2", "--root", str(tmp_path)]
     )
@@ -282,8 +326,8 @@ def test_report_tables_sentences(tmp_path):
         "+5.00 ± 0.00 | +50.00 ± 0.00 | +0.600 ± 0.000 | ensemble 100% |"
     ) in md
     assert (
-        "| single | `M=4 N=2 K=1 steps=5 template=single mode=executor` | 0 + 5 | 1 | +10.00 (1 "
-        "seed) |" in md
+        "| single | `M=4 N=2 K=1 steps=5 template=single mode=executor executor_batch_size=16` "
+        "| 0 + 5 | 1 | +10.00 (1 seed) |" in md
     )
     sent = next(ln for ln in md.splitlines() if ln.startswith("- metaagent > flat8"))
     assert sent == (
@@ -310,7 +354,9 @@ def test_report_tables_sentences(tmp_path):
         "table)." in md
     )
     assert (
-        "Missing (seeds 0, 1, 2 of every run): coupled-s0, coupled-s1," in md
+        "Missing (seeds 0, 1, 2 of metaagent, single and of every arm begun here): coupled-s0, "
+        "coupled-s1,"
+        in md
         and "single-s1, single-s2." in md
     )
     assert "17 primary tests: by chance alone about 0.85" in md
@@ -368,8 +414,14 @@ def test_publish(tmp_path):
     (src / "metaagent-s0" / "train.log").write_text("log")
     (src / "metaagent-s0" / "run.json").write_text(json.dumps({"cmd": ["python", "train.py"]}))
     write_run(src, "flat8", 3, [0.9] * 4, table=False)  # unfinished: not published
+    (src / "sft-s0" / "model").mkdir(parents=True)  # a cold start: its prior.json alone goes
+    (src / "sft-s0" / "prior.json").write_text("{}")
+    (src / "sft-s1").mkdir()  # no prior.json: nothing of it goes
     dest = tmp_path / "results"
-    (dest / "stale-s0").mkdir(parents=True)  # what dest held is replaced
+    # a run published by an earlier sitting, which src lacks: kept
+    write_run(dest, "single", 2, [0.2] * 10)
+    (dest / "metaagent-s0").mkdir(parents=True)
+    (dest / "metaagent-s0" / "old.txt").write_text("x")  # a run src has again: replaced
     readme = readme_with_block(tmp_path / "README.md")
     ablations.publish(str(src), str(dest), str(readme))
     assert sorted(p.name for p in (dest / "metaagent-s0").iterdir()) == [
@@ -377,7 +429,9 @@ def test_publish(tmp_path):
         "metrics.jsonl",
         "run.json",
     ]
-    assert not (dest / "stale-s0").exists() and not (dest / "flat8-s3").exists()
+    assert (dest / "single-s2" / "final_table.json").exists() and not (dest / "flat8-s3").exists()
+    assert sorted(p.name for p in (dest / "sft-s0").iterdir()) == ["prior.json"]
+    assert not (dest / "sft-s1").exists()
     assert (
         "metaagent > flat8 (seeds: 3): suited +21.00 [+18.52, +23.48], held"
         in (dest / "RESULTS.md").read_text()
@@ -439,46 +493,264 @@ def test_launch_pins_cores(tmp_path):
 @pytest.mark.skipif(
     len(os.sched_getaffinity(0)) < 2, reason="needs two cores to give each job its own"
 )
-def test_jobs_own_cores_and_wait_for_a_missing_cold_start(tmp_path, monkeypatch):
-    sft = tmp_path / "tiny-sft"  # missing: the first run builds it
-    monkeypatch.setattr(ablations, "SFT_DIR", str(sft))
-    seen, lock, calls = [], threading.Lock(), []
-    # the two runs after the cold start meet, so both workers ran one
-    meet = threading.Barrier(2, timeout=60)
+def test_jobs_own_cores_and_one_cold_start_per_seed(tmp_path, monkeypatch):
+    # the two runs of a seed meet at their train.py launch, so both workers were at that seed while
+    # its cold start was missing: each seed's cold start is built once all the same
+    meet, lock, seen = threading.Barrier(2, timeout=60), threading.Lock(), []
 
-    def fake_run_one(run, seed, budget, root, cpus, echo):
-        existed = sft.exists()
+    def fake_launch(cmd, log, cpus=None, echo=True):
+        if cmd[1] == "sft.py":
+            out = Path(cmd[cmd.index("--out") + 1])
+            with lock:
+                seen.append(("sft", out.name, out.exists(), tuple(cpus)))
+            out.mkdir()  # what sft.py does last
+            Path(log).write_text("sft log")
+            return 0
+        meet.wait()
         with lock:
-            calls.append(run)
-            k = len(calls)
-        if k in (2, 3):
-            meet.wait()
-        sft.mkdir(exist_ok=True)  # what train.py does
-        with lock:
-            seen.append((run, seed, tuple(cpus), existed, echo))
-        return "ok"
+            seen.append(("train", cmd[3], None, tuple(cpus)))
+        return 0
 
-    monkeypatch.setattr(ablations, "run_one", fake_run_one)
-    rc = ablations.main(
-        [
-            "--only",
-            "metaagent,flat8,flat16",
-            "--seeds",
-            "0,1",
-            "--budget",
-            "3",
-            "--jobs",
-            "2",
-            "--root",
-            str(tmp_path),
-        ]
-    )
-    assert rc == 0 and len(seen) == 6 and not any(echo for *_, echo in seen)
-    assert sum(not existed for *_, existed, _ in seen) == 1  # built once, never twice at once
-    cores = {c for *_, c, _, _ in seen}
+    monkeypatch.setattr(ablations, "launch", fake_launch)
+    rc = ablations.main(["--seeds", "0,1", "--budget", "3", "--jobs", "2", "--root", str(tmp_path)])
+    assert rc == 0
+    builds = [(name, existed) for kind, name, existed, _ in seen if kind == "sft"]
+    assert sorted(builds) == [("sft-s0", False), ("sft-s1", False)]  # once each, never twice
+    trains = sorted(x for kind, x, *_ in seen if kind == "train")
+    assert trains == [
+        f"--out_dir={tmp_path}/{r}-s{s}" for r in ("metaagent", "single") for s in (0, 1)
+    ]
+    assert (tmp_path / "sft-s0" / "sft.log").read_text() == "sft log"
+    assert set(json.loads((tmp_path / "sft-s1" / "build.json").read_text())) == {
+        "cmd",
+        "start",
+        "end",
+    }
+    cores = {c for *_, c in seen}
     assert len(cores) == 2 and all(len(c) == 1 for c in cores) and len({c[0] for c in cores}) == 2
     with pytest.raises(SystemExit, match="this process has"):
         ablations.main(["--jobs", str(len(os.sched_getaffinity(0)) + 1), "--root", str(tmp_path)])
+
+
+def test_val_split_trains_without_a_table_then_makes_the_val_one(tmp_path, monkeypatch):
+    calls = []
+    monkeypatch.setattr(ablations, "launch", lambda cmd, log, *rest: calls.append(cmd) or 0)
+    (tmp_path / "sft-s0").mkdir()
+    d = write_run(tmp_path, "single", 0, [0.1] * 3)  # trained (budget 3), final_table.json only
+    argv = ["--only", "single", "--seeds", "0", "--budget", "3", "--split", "val"]
+    assert ablations.main(argv + ["--root", str(tmp_path)]) == 0
+    # no training again: the val table alone
+    assert [c[1] for c in calls] == ["world/final_table.py"] and "val" in calls[0]
+    (d / "final_table_val.json").write_text((d / "final_table.json").read_text())
+    assert ablations.is_finished(str(d), 3, "val")
+    assert ablations.main(argv + ["--root", str(tmp_path)]) == 0 and len(calls) == 1  # skipped
+
+
+def test_power_against_known_values():
+    # pwr.t.test(n = 10, d = 1, type = "one.sample") = 0.8031 (4 decimals; Simpson's error on the
+    # smooth integrand is far below that): 1e-3
+    assert ablations.t_power(10, 1.0) == pytest.approx(0.8031, abs=1e-3)
+    assert ablations.t_power(9, 1.0) < 0.80 and ablations.seeds_needed(1.0) == 10
+    for S in (2, 3, 10):  # no effect: the test rejects at its level
+        assert ablations.t_power(S, 0.0) == pytest.approx(0.05, abs=1e-6)
+    assert ablations.seeds_needed(0.0) is None and ablations.seeds_needed(-1.0) is None
+    # a Monte Carlo check at S = 3, effect 0.5 (few degrees of freedom): 400k draws of the t
+    # statistic, SE = sqrt(p(1 - p)/n) < 8e-4; 4 SE
+    np = pytest.importorskip("numpy")
+    rng, S, n = np.random.default_rng(0), 3, 400_000
+    x = rng.standard_normal((n, S)) + 0.5
+    t = x.mean(1) / (x.std(1, ddof=1) / math.sqrt(S))
+    mc = float(np.mean(np.abs(t) > ablations.t_critical(0.05, S - 1)))
+    assert ablations.t_power(S, 0.5) == pytest.approx(mc, abs=4 * math.sqrt(mc * (1 - mc) / n))
+
+
+def seeds_r(ds):
+    return ablations.paired([([d] * 4, [0] * 4) for d in ds])
+
+
+def test_verdict45_four_outcomes():
+    t95, t90 = ablations.t_critical(0.05, 2), ablations.t_critical(0.10, 2)
+    assert t95 == pytest.approx(4.303, abs=5e-4) and t90 == pytest.approx(2.920, abs=5e-4)
+    # d_s = .19, .20, .21: SE = .01/sqrt 3 = .00577, 95% [.20 -+ .0248] above 0
+    assert ablations.verdict45(seeds_r((0.19, 0.20, 0.21)), 0.05) == "held"
+    assert ablations.verdict45(seeds_r((-0.19, -0.20, -0.21)), 0.05) == "reversed"
+    # d_s = -.01, 0, .01: 95% [-.0248, +.0248] holds 0; 90% [-.0169, +.0169] inside +-.05
+    r = seeds_r((-0.01, 0.0, 0.01))
+    assert ablations.verdict45(r, 0.05) == "equivalent within ±5.00"
+    # ... but not inside +-.01: inconclusive; its power: delta/sd = .01/.01 = 1 at S = 3
+    assert ablations.verdict45(r, 0.01) == f"inconclusive (power {ablations.t_power(3, 1.0):.2f})"
+    # d_s = .1, .2, .3: 95% [-.048, +.448], 90% [+.031, +.369]: inconclusive at delta .05, with
+    # the power to detect .05 at sd .1
+    r = seeds_r((0.1, 0.2, 0.3))
+    assert ablations.verdict45(r, 0.05) == f"inconclusive (power {ablations.t_power(3, 0.5):.2f})"
+    assert ablations.verdict45(r, None) == "inconclusive (no margin pre-registered)"
+    assert ablations.verdict45(None, 0.05) == "missing"
+    assert ablations.verdict45(seeds_r((0.2,)), 0.05) == "undecided (1 seed)"
+
+
+def new_set(root, repair_single=(0.1, -0.1)):
+    """Issue #45's set on 4 tasks (math, code, math, code), seeds 0-2, each from its own cold start.
+    repair_own: the context occurs on the code tasks only (None on math); the cold start's prior
+    shows single most on both kinds."""
+    choice = {"single": [0.6, 0.5, 0.6, 0.5], "ensemble": [0.3, 0.1] * 2, "tester": [0.1, 0.4] * 2}
+    for seed in range(3):
+        sft = {
+            "repair_own": [None, 0.2, None, 0.4],
+            "repair": [None, 0.3, None, 0.3],
+            "executor_answer": [0.2] * 4,
+            "executor_steps": [0.5] * 4,
+            "choice": choice,
+        }
+        rl_meta = {
+            "repair_own": [None, 0.5 + 0.01 * seed, None, 0.6],  # gains .3 + .01 s, .2
+            "repair": [None, 0.3, None, 0.3],
+            "executor_answer": [0.3] * 4,
+            "executor_steps": [0.5] * 4,
+        }
+        rl_single = {
+            "repair_own": [None, 0.2 + repair_single[0], None, 0.4 + repair_single[1]],
+            "repair": [None, 0.3, None, 0.3],
+            "executor_answer": [0.2] * 4,
+            "executor_steps": [0.5] * 4,
+        }
+        for run, rl, su in (("metaagent", rl_meta, 0.4 + 0.01 * seed), ("single", rl_single, 0.1)):
+            d = write_run(
+                root,
+                run,
+                seed,
+                [0.1] * 5,
+                exact={"RL": (su, 0.3, 0.3), "SFT": (0.1, 0.3, 0.3)},
+                extra={"RL": rl, "SFT": sft},
+            )
+            t = json.loads((d / "final_table.json").read_text())
+            t["ids"] = [f"t{seed}-{k}" for k in range(4)]  # one seed's tasks for both arms
+            (d / "final_table.json").write_text(json.dumps(t))
+            write_starts(d, run, seed, root)
+
+
+def write_starts(d, run, seed, root, commit="0" * 40, dirty=False, hours=1.0):
+    cmd = ablations.train_command(run, seed, 3, str(root))
+    start = {
+        "commit": commit,
+        "dirty": dirty,
+        "command": cmd,
+        "start": "2025-01-01T10:00:00+0000",
+        "end": f"2025-01-01T{10 + int(hours):02d}:{int(60 * (hours % 1)):02d}:00+0000",
+        "machine": {"cpu": "Test CPU"},
+    }
+    (d / "run.json").write_text(json.dumps({"cmd": cmd, "starts": [start]}))
+
+
+def test_repair_lists_with_none(tmp_path):
+    new_set(tmp_path)
+    results = ablations.collect(str(tmp_path))
+    assert results["metaagent"][0]["gain"]["repair_own"] == [
+        None,
+        pytest.approx(0.3),
+        None,
+        pytest.approx(0.2),
+    ]
+    # metaagent: mean over the code tasks (.3 + .01 s + .2)/2; single .0: paired .25 + .005 s
+    r = ablations.measure(results, "metaagent", None, "repair_own")
+    assert r["ds"] == pytest.approx([0.25, 0.255, 0.26])
+    r = ablations.measure(results, "metaagent", "single", "repair_own")
+    assert r["ds"] == pytest.approx([0.25, 0.255, 0.26]) and r["S"] == 3
+    # a pair counts a task where both gains are there
+    assert ablations.paired([([None, 0.4, 0.2], [0.1, None, 0.1])])["D"] == pytest.approx(0.1)
+    assert ablations.paired([([None, None], [0.1, 0.2])]) is None
+    # an older table (no repair rows): that measure missing, the report made all the same
+    write_run(tmp_path / "old", "metaagent", 0, [0.1] * 5)
+    old = ablations.collect(str(tmp_path / "old"))
+    assert ablations.measure(old, "metaagent", None, "repair_own") is None
+    md = Path(ablations.report(str(tmp_path / "old"))).read_text()
+    assert (
+        "| P2 repair: metaagent − single, gain on repair_own | 0 | n/a | - | not set | missing |"
+        in md
+    )
+
+
+def git_repo(path):
+    """A repository with two commits; returns (older, newer)."""
+    import subprocess
+
+    path.mkdir()
+    git = ["git", "-C", str(path), "-c", "user.email=t@t", "-c", "user.name=t"]
+    subprocess.run([*git, "init", "-q"], check=True)
+    commits = []
+    for k in range(2):
+        (path / "f").write_text(str(k))
+        subprocess.run([*git, "add", "f"], check=True)
+        subprocess.run([*git, "commit", "-q", "-m", str(k)], check=True)
+        out = subprocess.run(
+            [*git, "rev-parse", "HEAD"], capture_output=True, text=True, check=True
+        )
+        commits.append(out.stdout.strip())
+    return commits
+
+
+def test_provenance_and_the_new_report(tmp_path, monkeypatch):
+    older, newer = git_repo(tmp_path / "repo")
+    root = tmp_path / "set"
+    new_set(root)
+    for run, seed in (("metaagent", 0), ("metaagent", 1), ("single", 0), ("single", 1)):
+        write_starts(root / f"{run}-s{seed}", run, seed, root, commit=newer)
+    write_starts(root / "metaagent-s2", "metaagent", 2, root, commit=older)  # before: not counted
+    write_starts(root / "single-s2", "single", 2, root, commit=newer, dirty=True)  # not counted
+    (root / "PREREGISTERED").write_text(newer + "\n")
+    monkeypatch.setattr(ablations, "PLAN", {"designer": {"delta": 2.0}, "repair": {"delta": 5.0}})
+    md = Path(ablations.report(str(root), repo=str(tmp_path / "repo"))).read_text()
+    assert (
+        "Not counted (left out of every verdict): metaagent-s2 (before the pre-registration); "
+        "single-s2 (dirty tree)." in md
+    )
+    assert f"| metaagent-s1 | {newer[:7]} | False | 2025-01-01T10:00:00+0000 |" in md
+    # P1: suited gains 30, 31 points (seed 2 left out): SE .5, 95% 30.5 -+ 12.706 * .5
+    assert (
+        "| P1 designer: metaagent's gain on suited | 2 | +30.50 [+24.15, +36.85] | +30.00, +31.00 "
+        "| ±2.00 | held |" in md
+    )
+    assert "| P2 repair: metaagent − single, gain on repair_own | 2 | +25.25" in md
+    assert "| 0 | code | 10.0 | 50.0 | 40.0 | single | tester: no |" in md
+    assert "Every run here started from its seed's own cold start." in md
+    # without the file: nothing checked, nothing left out
+    (root / "PREREGISTERED").unlink()
+    md = Path(ablations.report(str(root), repo=str(tmp_path / "repo"))).read_text()
+    assert "Provenance not checked: no PREREGISTERED file" in md and "Not counted: none." in md
+    # without git's history: the same
+    (root / "PREREGISTERED").write_text(newer)
+    md = Path(ablations.report(str(root), repo=str(tmp_path))).read_text()
+    assert "not checked: git cannot read" in md and "Not counted: none." in md
+    # no run.json: not counted
+    (root / "single-s1" / "run.json").unlink()
+    _, excluded, _ = ablations.provenance(
+        str(root), ["single-s1", "metaagent-s1"], str(tmp_path / "repo")
+    )
+    assert excluded == {"single-s1": "no run.json"}
+
+
+def test_power_subcommand(tmp_path, capsys):
+    new_set(tmp_path)  # runs of 1 hour each
+    (tmp_path / "sft-s0").mkdir()
+    (tmp_path / "sft-s0" / "build.json").write_text(
+        json.dumps({"start": "2025-01-01T09:00:00+0000", "end": "2025-01-01T09:30:00+0000"})
+    )
+    assert ablations.main(["power", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    # P1: d_s 30, 31, 32 points: sd 1 < the reference 3.65; delta = 31/2 = 15.5: S = 3 (at S = 2
+    # one degree of freedom's t(0.975) = 12.7 leaves the power below 0.80)
+    assert (
+        "P1 designer: metaagent's gain on suited: S=3, D=+31.00, sd=1.00, reference SD 3.65" in out
+    )
+    assert (
+        "delta +15.50 (half metaagent's suited gain), SD used 3.65: seeds for power 0.80: 3" in out
+    )
+    assert ablations.t_power(2, 15.5 / 3.65) < 0.8 <= ablations.t_power(3, 15.5 / 3.65)
+    assert "SD used 0.53: seeds for power 0.80: 2" in out  # P2: 12.75 / .53 = 24 SDs
+    # P2: sd of d_s .5 point; delta half of metaagent's repair_own gain 25.5 -> 12.75, SD .53
+    assert "P2 repair: metaagent − single, gain on repair_own: S=3, D=+25.50, sd=0.50" in out
+    # compute: 1 h a run, .5 h a cold start, a seed = .5 + 1 * 1
+    assert "a run 1.00 h (mean of 6), a cold start 0.50 h (mean of 1)" in out
+    assert "--jobs 2: 1.50 h" in out and "3 seeds: 4.5 h on this machine" in out
 
 
 def test_claims_compare_gains_over_each_runs_own_cold_start(tmp_path):
