@@ -11,7 +11,13 @@ recorder).
   rule (paired by seed and task, the 95% t interval), gains over each run's own cold start, the run
   table, the claim sentences, the pairings, what is missing, publish (with the README's Results),
   and that the committed results/ablations/RESULTS.md and README Results are what the report makes
-  of the committed numbers.
+  of the committed numbers;
+- issue #45's set: metaagent and single by default, each seed's own cold start in its command and
+  built once per seed with --jobs 2, the val split (no table from train.py, then the val one);
+  verdict45's four outcomes on hand-derived numbers; t_power against pwr.t.test's 0.8031, its
+  level at no effect and a Monte Carlo check; None in the repair lists; the provenance check on a
+  two-commit git repository; the power subcommand's seeds and compute; publish keeping what dest
+  holds and src lacks.
 """
 
 import json
