@@ -397,6 +397,14 @@ def main(argv):
         default=tiny.OTHER_SHARE,
         help="tiny: the share of designer samples that show a template other than the suited one",
     )
+    p.add_argument(
+        "--prior",
+        default=None,
+        choices=sorted(mas.TEMPLATES),
+        help="tiny: the template the Designer's samples show most on every kind, instead of the "
+        "suited one (the Executor's samples unchanged): a cold start that does not prefer the "
+        "suited template (tools/ablations.py: single)",
+    )
     p.add_argument("--seed", type=int, default=0)
     a = p.parse_args(argv)
     # before any process group or model
@@ -418,7 +426,9 @@ def main(argv):
         defaults = {k: TINY[k] for k in ("steps", "lr", "batch_size", "optimizer")}
         t0 = time.perf_counter()
         tasks = tiny.make_tasks(TINY["train_tasks"], seed=a.seed, split="sft")
-        designer, executor = tiny.sft_traces(tasks, seed=a.seed, other_share=a.other_share)
+        designer, executor = tiny.sft_traces(
+            tasks, seed=a.seed, other_share=a.other_share, prior=a.prior
+        )
         # the four scripts are learned from fewer samples than the executor's arithmetic needs
         designer = designer[: TINY["designer_tasks"]]
         if rank == 0:

@@ -1,6 +1,7 @@
 """tiny.py: tokenizer, chat template, model save/load, the synthetic world and its SFT traces."""
 
 import json
+import math
 import re
 import subprocess
 import sys
@@ -304,6 +305,31 @@ def test_exact_figures_are_the_teacher_forced_sequence_logprobs():
     assert set(f["choice"][0]) == set(mas.TEMPLATES) and len(f["oracle"]) == len(tasks)
     assert all(0.0 <= p <= 1.0 for c in f["choice"] for p in c.values())
     assert all(x < 0 for x in f["contexts_logp"]["solver"])
+    # the answer tokens' factor by hand: the solver's oracle reply for task 0, its tokens [a, b)
+    messages, completion = tiny.executor_contexts(tasks)["solver"][0]
+    prompt = tok.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+    p_ids = tok(prompt, add_special_tokens=False)["input_ids"]
+    c_ids = tok(completion, add_special_tokens=False)["input_ids"]
+    ids = torch.tensor([p_ids + c_ids + [tok.eos_token_id]])
+    with torch.no_grad():
+        logits = model(ids).logits[0, :-1].double()
+    lp = torch.log_softmax(logits, -1).gather(-1, ids[0, 1:, None])[:, 0][len(p_ids) - 1 :]
+    a, b = tiny.answer_span(tok, completion)
+    assert completion[a:b] == tasks[0]["answer"]  # one token a character
+    answer = math.exp(lp[a:b].sum().item())
+    # a sum of b - a (here 1-2) token log-probs: the same 16·eps bound, on the log
+    assert f["contexts_answer"]["solver"][0] == pytest.approx(answer, rel=rel)
+    # the two factors multiply back to the whole reply's probability, in every context
+    for c in tiny.CONTEXTS:
+        parts = zip(f["contexts"][c], f["contexts_answer"][c], f["contexts_steps"][c])
+        for whole, ans, steps in parts:
+            assert (whole is None and ans is None) or whole == pytest.approx(ans * steps, rel=1e-12)
+
+
+def test_answer_span_is_the_text_between_the_tags(tok):
+    reply = "7-5=2\n2+8=10\n<answer>10</answer>"
+    a, b = tiny.answer_span(tok, reply)
+    assert reply[a:b] == "10" and tiny.answer_span(tok, "no tags") is None
 
 
 @needs_sandbox
@@ -327,6 +353,40 @@ def test_executor_contexts_are_the_prompts_a_rollout_shows():
         )
         assert ctx["keep"][k][0][1]["content"] == f"{shown}\nAnswer: {t['metadata']['solution']}"
         assert ctx["fix"][k][0][1]["content"] == f"{shown}\nAnswer: {wrong}"
+
+
+@needs_sandbox
+def test_repair_contexts_repair_the_models_own_wrong_programs():
+    tasks = tiny.make_tasks(3, seed=5, kinds=("code",))
+    ctx = tiny.executor_contexts(tasks)
+    ids = [str(t["id"]) for t in tasks]
+    # task 0: a wrong program (wrong_reply's, so the prompt is the repair context's); task 1: a
+    # right one (it passes the visible tests: no second call); task 2: no reply of its own
+    first = {ids[0]: tiny.wrong_reply(tasks[0]), ids[1]: tiny.oracle_reply(tasks[1])}
+    got = tiny.repair_contexts(tasks, first)
+    assert got[0] == ctx["repair"][0] and got[1] is None and got[2] is None
+    # another wrong program: its own code and its own test report in the prompt
+    bad = "<answer>def f(x): return 100</answer>"
+    own = tiny.repair_contexts(tasks, {ids[2]: bad})[2]
+    assert own[1] == tiny.oracle_reply(tasks[2])
+    assert "Code:\ndef f(x): return 100\nTests: FAIL " in own[0][1]["content"]
+
+
+def test_sft_traces_prior_moves_the_designer_alone():
+    import mas
+
+    tasks = tiny.make_tasks(60, seed=3, split="sft")
+    designer, executor = tiny.sft_traces(tasks, seed=1)
+    d_single, e_single = tiny.sft_traces(tasks, seed=1, prior="single")
+    assert e_single == executor  # the Executor's traces are the suited templates' runs still
+    assert [d["messages"] for d in d_single] == [d["messages"] for d in designer]
+    script = {mas.script_completion(s): n for n, s in mas.TEMPLATES.items()}
+    shown = [script[d["completion"]] for d in d_single]
+    suited = [script[d["completion"]] == tiny.SUITED[t["kind"]] for d, t in zip(designer, tasks)]
+    # other_share 0.25: single on ~75% of the 60 (the draw is fixed by the seed: 3 SE is ~17
+    # points, so more than half is far inside); the default shows the suited one as often
+    assert shown.count("single") > 30 and sum(suited) > 30
+    assert set(shown) == set(mas.TEMPLATES)  # every structure still shown
 
 
 def test_executor_score_weights_each_structures_contexts():

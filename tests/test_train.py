@@ -372,13 +372,29 @@ def test_seeded_runs_agree_with_real_advantages(model_dir, uninterrupted, tmp_pa
         "SFT: designs",
         "SFT: single agent",
     }
+    parts = ("executor_answer", "executor_steps", "repair", "repair_own")
     assert set(table["rl_minus_sft"]) == {
         "learned designs",
         "single agent",
         "suited",
         "executor",
         "oracle",
+        *parts,
     }
+    # the new exact rows, per task: probabilities, None where a repair context does not occur
+    # (math tasks; code tasks whose own frozen reply passed the visible tests)
+    own = json.loads(Path(model_dir, final_table.OWN_REPLIES).read_text())
+    code = [i for i, k in zip(table["ids"], table["kinds"]) if k == "code"]
+    assert code and set(code) <= set(own)  # every code task's own reply, frozen in the cold start
+    for who in ("RL", "SFT"):
+        ex = table["per_task"]["exact"][who]
+        for k in parts:
+            assert all(v is None or 0 <= v <= 1 for v in ex[k]) and len(ex[k]) == 4
+        assert sum(v is not None for v in ex["repair_own"]) == table["own_wrong_programs"]
+        kinds = table["kinds"]
+        assert [v is None for v in ex["repair"]] == [k == "math" for k in kinds]
+    for what in parts:
+        del table["rl_minus_sft"][what]
     for what, gain in table["rl_minus_sft"].items():  # paired: RL row minus SFT row, task by task
         # exact (teacher-forced) probabilities, not sampled accuracies
         if what in (

@@ -85,6 +85,50 @@ def measure(cfg, eng, dirs, tasks, contexts, shares):
     return designs, single, rows
 
 
+OWN_REPLIES = "own_first_replies.json"  # in the cold start's Executor folder: frozen once made
+
+
+def own_first_replies(cfg, eng, sft_dirs, tasks, contexts):
+    """{task id: the cold start Executor's own reply to the tester's first call}, on the code tasks:
+    sampled once at T=1 (each task's seed a hash of its id) and frozen in the cold start's folder
+    (OWN_REPLIES), so that every run from that cold start, its RL model and the cold start alike,
+    every arm of a seed, is scored on the same programs (tiny.repair_contexts: the repair_own row).
+    Written atomically; tasks already there are never sampled again."""
+    path = os.path.join(sft_dirs["executor"], OWN_REPLIES)
+    frozen = {}
+    if os.path.exists(path):
+        with open(path) as f:
+            frozen = json.load(f)
+    todo = []
+    for k, t in enumerate(tasks):
+        if t["kind"] == "code" and str(t["id"]) not in frozen and contexts["coder"][k]:
+            todo.append(k)
+    if todo:
+        view = weights.Held(eng, {"executor": sft_dirs["executor"]}).view("executor")
+        samplings = []
+        for k in todo:
+            seed = engine_lib.derive_seed("own-first-reply", str(tasks[k]["id"]))
+            samplings.append(engine_lib.Sampling(max_tokens=cfg.max_tokens, seed=seed))
+        outs = view.generate([contexts["coder"][k][0] for k in todo], samplings)
+        for k, out in zip(todo, outs):
+            frozen[str(tasks[k]["id"])] = out[0].text
+        tmp = f"{path}.{os.getpid()}.tmp"
+        with open(tmp, "w") as f:
+            json.dump(frozen, f, indent=1, sort_keys=True)
+        os.replace(tmp, path)
+    return {str(t["id"]): frozen[str(t["id"])] for t in tasks if str(t["id"]) in frozen}
+
+
+def known_margin(x, y):
+    """evaluate.paired_margin over the tasks where both values are known (a context that occurs):
+    (mean, SE, tasks); (nan, nan, 0) where none is."""
+    pairs = [(a, b) for a, b in zip(x, y) if a is not None and b is not None]
+    if not pairs:
+        return float("nan"), float("nan"), 0
+    m, se = evaluate.paired_margin([a for a, _ in pairs], [b for _, b in pairs])
+    return m, se, len(pairs)
+
+
 def structures_text(counter):
     n = max(1, sum(counter.values()))
     return ", ".join(f"{k} {v / n:.0%}" for k, v in counter.most_common())
@@ -98,6 +142,9 @@ def final_table(cfg, eng, ckpt, split="eval"):
     tasks = heldout_tasks(cfg, split)
     dirs = policy_dirs(cfg, ckpt)
     contexts = tiny.executor_contexts(tasks)
+    # the repairs of the cold start's own wrong programs, frozen in its folder
+    first = own_first_replies(cfg, eng, dirs["SFT"], tasks, contexts)
+    contexts["repair_own"] = tiny.repair_contexts(tasks, first)
     # its shares weight both executor rows
     sft = measure(cfg, eng, dirs["SFT"], tasks, contexts, None)
     rl = measure(cfg, eng, dirs["RL"], tasks, contexts, sft[2]["shares"])
@@ -167,17 +214,32 @@ def final_table(cfg, eng, ckpt, split="eval"):
         m, se = gains[what]
         gain = f"RL - SFT, {label + ':':19s} {100 * m:+5.1f} points"
         print(f"{gain} (paired standard error {100 * se:.1f})")
+    for what, label in (
+        ("executor_answer", "Executor, answer tokens"),
+        ("executor_steps", "Executor, format+steps"),
+    ):
+        gains[what] = evaluate.paired_margin(rl[2][what], sft[2][what])
+        m, se = gains[what]
+        gain = f"RL - SFT, {label + ':':24s} {100 * m:+5.1f} points"
+        print(f"{gain} (paired standard error {100 * se:.1f})")
+    # the repair rows: over the code tasks where the context occurs
+    for what, label in (
+        ("repair", "repair of wrong_reply's program"),
+        ("repair_own", "repair of its own wrong program"),
+    ):
+        m, se, n = known_margin(rl[2][what], sft[2][what])
+        gains[what] = (m, se)
+        gain = f"RL - SFT, {label + ':':33s} {100 * m:+5.1f} points"
+        print(f"{gain} (paired SE {100 * se:.1f}, {n} tasks)")
     print(f"(suited: {', '.join(f'{v} on {k}' for k, v in tiny.SUITED.items())})")
     exact = {}
+    keys = ("suited", "executor", "executor_answer", "executor_steps", "repair", "repair_own")
     for who in ("RL", "SFT"):
         f = results[who][2]
-        exact[who] = {
-            "suited": f["suited"],
-            "executor": f["executor"],
-            "oracle": f["oracle"],
-            "choice": {n: [c[n] for c in f["choice"]] for n in names},
-            "contexts": f["contexts"],
-        }
+        exact[who] = {k: f[k] for k in keys}
+        exact[who]["oracle"] = f["oracle"]
+        exact[who]["choice"] = {n: [c[n] for c in f["choice"]] for n in names}
+        exact[who]["contexts"] = f["contexts"]
     correct = {}  # the sampled rows' accuracy over the S draws, per task
     for who in ("RL", "SFT"):
         for k in (0, 1):
@@ -191,6 +253,7 @@ def final_table(cfg, eng, ckpt, split="eval"):
             who: {w: float(np.mean(v[w])) for w in ("suited", "executor", "oracle")}
             for who, v in exact.items()
         },
+        "own_wrong_programs": sum(v is not None for v in contexts["repair_own"]),
         "executor_shares": sft[2]["shares"],
         "rl_minus_sft": {
             w: {"points": 100 * m, "stderr": 100 * se} for w, (m, se) in gains.items()

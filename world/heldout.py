@@ -119,6 +119,13 @@ def exact(designer_model, executor_model, tokenizer, tasks, contexts, shares=Non
     return {
         "suited": suited,
         "executor": tiny.executor_score(f["contexts"], kinds, shares),
+        # the executor row's two factors: the answer tokens, the format and step tokens
+        "executor_answer": tiny.executor_score(f["contexts_answer"], kinds, shares),
+        "executor_steps": tiny.executor_score(f["contexts_steps"], kinds, shares),
+        # the repair after wrong_reply's program, and after the cold start's own wrong program
+        # (None where it does not occur)
+        "repair": list(f["contexts"]["repair"]),
+        "repair_own": list(f["contexts"].get("repair_own", [None] * len(tasks))),
         "oracle": list(f["oracle"]),
         "choice": f["choice"],
         "contexts": f["contexts"],

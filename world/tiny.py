@@ -331,21 +331,31 @@ def oracle_generate(tasks, wrong_first=()):
     return generate
 
 
-def sft_traces(tasks, seed, other_share=OTHER_SHARE, wrong_share=WRONG_SHARE):
+def sft_traces(tasks, seed, other_share=OTHER_SHARE, wrong_share=WRONG_SHARE, prior=None):
     """(designer_samples, executor_samples), each sample {"messages": [...], "completion": str}.
 
     Designer: the short designer prompt -> the script of the template suited to the task's kind
     (SUITED), or with probability other_share one of the other templates, so that the choice carries
     signal but RL still sees every structure. Executor: every agent call the chosen template makes
-    when run in the sandbox with oracle replies (identical (prompt, reply) pairs kept once)."""
+    when run in the sandbox with oracle replies (identical (prompt, reply) pairs kept once).
+
+    prior: a template name, the one the Designer's samples show with probability 1 - other_share on
+    every kind instead of the suited one (drawn apart from the Executor's, which stay the suited
+    template's runs): a cold start whose Designer does not prefer the suited template, while its
+    Executor has learned the same calls. `sft.py --prior single` (tools/ablations.py's set)."""
     rng = random.Random(f"tiny-sft-{seed}")
+    prior_rng = random.Random(f"tiny-prior-{seed}")
     names = list(mas.TEMPLATES)
-    chosen, wrong_first = [], []
+    chosen, shown, wrong_first = [], [], []
     for k, t in enumerate(tasks):
         suited = SUITED.get(t["kind"], "single")
         others = [n for n in names if n != suited]
         name = rng.choice(others) if others and rng.random() < other_share else suited
         chosen.append(name)
+        shown.append(name)
+        if prior is not None:  # the Designer's template, from its own prior
+            rest = [n for n in names if n != prior]
+            shown[-1] = prior_rng.choice(rest) if prior_rng.random() < other_share else prior
         # the tester repairs only what visible tests catch, so it gets wrong first replies on code
         # alone
         if (
@@ -362,7 +372,7 @@ def sft_traces(tasks, seed, other_share=OTHER_SHARE, wrong_share=WRONG_SHARE):
         short=True,
     )
     designer, executor, seen = [], [], set()
-    for t, name, run in zip(tasks, chosen, runs):
+    for t, name, show, run in zip(tasks, chosen, shown, runs):
         gold = oracle_reply(t)
         if run.error is not None or mas.answer_of(gold) != run.answer:
             raise RuntimeError(
@@ -371,7 +381,7 @@ def sft_traces(tasks, seed, other_share=OTHER_SHARE, wrong_share=WRONG_SHARE):
         designer.append(
             {
                 "messages": mas.designer_messages(data.task_text(t, short=True), short=True),
-                "completion": mas.script_completion(mas.TEMPLATES[name]),
+                "completion": mas.script_completion(mas.TEMPLATES[show]),
             }
         )
         for c in run.calls:
@@ -436,6 +446,52 @@ def executor_contexts(tasks):
     return out
 
 
+def repair_contexts(tasks, first_replies):
+    """[(messages, oracle reply) or None, one a task]: the tester's repair call after a first reply
+    of the model's own (first_replies[task id], e.g. a cold start's sampled coder reply) failed the
+    visible tests, the prompt exactly as a rollout shows it. None where the task has no such reply,
+    or where the reply passed run_tests (then the tester makes no second call). final_table's
+    `repair_own` row: repairs of the programs the model itself gets wrong, not of wrong_reply's."""
+    idx = [k for k, t in enumerate(tasks) if str(t["id"]) in first_replies]
+    sub = [tasks[k] for k in idx]
+
+    def generate(calls):
+        replies = []
+        for c in calls:
+            own = c.index == 0
+            replies.append(
+                first_replies[str(sub[c.run]["id"])] if own else oracle_reply(sub[c.run])
+            )
+        return replies
+
+    runs = sandbox.run_workflows(
+        [mas.TEMPLATES["tester"]] * len(sub),
+        sub,
+        generate,
+        equal=reward.math_equal,
+        width=64,
+        short=True,
+    )
+    out = [None] * len(tasks)
+    for k, t, run in zip(idx, sub, runs):
+        if run.error is None and len(run.calls) > 1:
+            out[k] = (run.calls[1].messages, oracle_reply(t))
+    return out
+
+
+def answer_span(tokenizer, completion):
+    """(a, b): the completion tokens [a, b) that spell the answer inside <answer>...</answer> (the
+    rest are the format and the worked steps), by the token counts of the text before each end
+    (exact for the tiny tokenizer, one token a character); None without the tags."""
+    i, j = completion.find("<answer>"), completion.rfind("</answer>")
+    if i < 0 or j < i:
+        return None
+    i += len("<answer>")
+    a = len(tokenizer(completion[:i], add_special_tokens=False)["input_ids"])
+    b = len(tokenizer(completion[:j], add_special_tokens=False)["input_ids"])
+    return a, b
+
+
 def executor_score(contexts, kinds, shares):
     """The Executor's primary exact row, one value a task: its contexts weighted as the Designer's
     structures would call them,  E_t = sum_s shares[kind_t][s] * mean_{c in CALLS[s], c occurs for
@@ -461,6 +517,8 @@ def exact_figures(
         contexts[c][k]   = P(the Executor writes the oracle reply, exactly, in context c of
                            tasks[k]) (CONTEXTS; None where c does not occur for the task)
         oracle[k]        = contexts["solver"][k], the single agent's call
+        contexts_answer[c][k] = P(the answer tokens | the reply before them), answer_span's tokens
+        contexts_steps[c][k]  = contexts[c][k] / contexts_answer[c][k]: the format and step tokens
 
     (and the natural logs, choice_logp and contexts_logp, which do not underflow for an untrained
     model). designer=False / executor=False skip a role's forwards (separate policies score each
@@ -473,7 +531,9 @@ def exact_figures(
     The mass that no template gets goes to other scripts (variants, or ones that do not parse).
     Under FSDP2 every rank must call this with the same tasks: each forward is collective."""
     samples, where = [], []  # where[s]: the (table, key) that sample s's log-prob goes to
-    choice_logp, contexts_logp = [{} for _ in tasks], {c: [None] * len(tasks) for c in CONTEXTS}
+    contexts = contexts or (executor_contexts(tasks) if executor else {})
+    choice_logp, contexts_logp = [{} for _ in tasks], {c: [None] * len(tasks) for c in contexts}
+    answer_logp = {c: [None] * len(tasks) for c in contexts}  # the answer tokens' part
     if designer:
         for k, t in enumerate(tasks):
             for n in mas.TEMPLATES:
@@ -486,14 +546,20 @@ def exact_figures(
                     }
                 )
                 where.append((choice_logp[k], n))
+    spans = [None] * len(samples)
     if executor:
-        for c, pairs in (contexts or executor_contexts(tasks)).items():
+        for c, pairs in contexts.items():
             for k, pair in enumerate(pairs):
                 if pair is not None:
                     samples.append({"messages": pair[0], "completion": pair[1]})
-                    where.append((contexts_logp[c], k))
-    for (table, key), lp in zip(where, _sequence_logprobs(model, tokenizer, samples, batch_size)):
-        table[key] = lp
+                    where.append((c, k))
+                    spans.append(answer_span(tokenizer, pair[1]))
+    logps, span_logps = _sequence_logprobs(model, tokenizer, samples, batch_size, spans)
+    for (table, key), lp, span_lp in zip(where, logps, span_logps):
+        if isinstance(table, str):  # an executor context
+            contexts_logp[table][key], answer_logp[table][key] = lp, span_lp
+        else:
+            table[key] = lp
     out = {}
     if designer:
         out["choice_logp"] = choice_logp
@@ -504,13 +570,24 @@ def exact_figures(
             c: [None if v is None else math.exp(v) for v in vs] for c, vs in contexts_logp.items()
         }
         out["oracle"] = out["contexts"]["solver"]
+        # P(oracle) = P(answer tokens | the rest before them) * P(format and step tokens | ...):
+        # the two factors, so that a gain can be located
+        out["contexts_answer"] = {
+            c: [None if v is None else math.exp(v) for v in vs] for c, vs in answer_logp.items()
+        }
+        out["contexts_steps"] = {}
+        for c, vs in contexts_logp.items():
+            parts = zip(vs, answer_logp[c])
+            out["contexts_steps"][c] = [None if v is None else math.exp(v - a) for v, a in parts]
     return out
 
 
-def _sequence_logprobs(model, tokenizer, samples, batch_size):
-    """log P(completion | messages) for each sample, by the trainer's own packing
+def _sequence_logprobs(model, tokenizer, samples, batch_size, spans=None):
+    """(log P(completion | messages) for each sample, by the trainer's own packing
     (rollout.samples_to_tensors: right padding, completion mask) and log-probs
-    (chunked.token_logprobs), in float64 sums."""
+    (chunked.token_logprobs), in float64 sums; and the sum over each sample's span of completion
+    tokens [a, b) (spans[s], None: no span, sum 0.0))."""
+    spans = spans or [None] * len(samples)
     encoded, _ = engine.encode_samples(tokenizer, samples)
     seqs = [
         rollout.Sample(ids[:p], ids[p:], [0.0] * (len(ids) - p), (k,))
@@ -518,7 +595,7 @@ def _sequence_logprobs(model, tokenizer, samples, batch_size):
     ]
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
     device = next(model.parameters()).device
-    seq_logp = []
+    seq_logp, span_logp = [], []
     was_training = model.training
     model.eval()
     with torch.no_grad():
@@ -526,5 +603,9 @@ def _sequence_logprobs(model, tokenizer, samples, batch_size):
             b = rollout.samples_to_tensors(seqs[s : s + batch_size], pad, device)
             lp = chunked.token_logprobs(model, b["input_ids"], b["attention_mask"]).double()
             seq_logp += (lp * b["completion_mask"]).sum(-1).tolist()
+            for r, span in enumerate(spans[s : s + batch_size]):
+                # the completion's tokens in order: completion_mask marks them
+                own = lp[r][b["completion_mask"][r].bool()]
+                span_logp.append(0.0 if span is None else float(own[span[0] : span[1]].sum()))
     model.train(was_training)
-    return seq_logp
+    return seq_logp, span_logp
