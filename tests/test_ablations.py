@@ -23,6 +23,7 @@ recorder).
 import json
 import math
 import os
+import subprocess
 import sys
 import threading
 from pathlib import Path
@@ -194,8 +195,15 @@ def test_finished_runs_skipped_unfinished_resumed(tmp_path, monkeypatch, capsys)
     launched = [next(a for a in c if a.startswith("--out_dir=")) for c in calls]
     assert launched == [f"--out_dir={tmp_path}/flat8-s0", f"--out_dir={tmp_path}/flat16-s0"]
     assert calls[0][-1] == "--resume" and "--resume" not in calls[1]  # flat16 has no checkpoint yet
-    stamp = json.loads((tmp_path / "flat8-s0" / "run.json").read_text())
-    assert stamp["cmd"] == calls[0][:-1]
+    # the runner's record is its own file: train.py refuses a fresh run into a folder holding
+    # run.json (settings.run_files), so the runner never writes one
+    stamp = json.loads((tmp_path / "flat8-s0" / ablations.STAMP).read_text())
+    assert stamp["cmd"] == calls[0][:-1] and not (tmp_path / "flat16-s0" / "run.json").exists()
+    # killed after train.py's run.json, before any checkpoint: started over, nothing to keep
+    (tmp_path / "flat16-s0" / "run.json").write_text("{}")
+    ablations.main(["--only", "flat16", "--seeds", "0", "--budget", "3", "--root", str(tmp_path)])
+    assert calls[-1][-1] == "--overwrite"
+    del calls[-1]
     # the same folder with other settings is refused, not mixed
     capsys.readouterr()
     assert (
@@ -527,11 +535,11 @@ def test_jobs_own_cores_and_one_cold_start_per_seed(tmp_path, monkeypatch):
         f"--out_dir={tmp_path}/{r}-s{s}" for r in ("metaagent", "single") for s in (0, 1)
     ]
     assert (tmp_path / "sft-s0" / "sft.log").read_text() == "sft log"
-    assert set(json.loads((tmp_path / "sft-s1" / "build.json").read_text())) == {
-        "cmd",
-        "start",
-        "end",
-    }
+    build = json.loads((tmp_path / "sft-s1" / "build.json").read_text())
+    assert set(build) == {"cmd", "start", "end", "commit", "dirty"}
+    # the commit the repo's checkout is at (this one: the tests run in it)
+    head = subprocess.run(["git", "-C", ablations.REPO, "rev-parse", "HEAD"], capture_output=True)
+    assert build["commit"] == (head.stdout.decode().strip() or None)
     cores = {c for *_, c in seen}
     assert len(cores) == 2 and all(len(c) == 1 for c in cores) and len({c[0] for c in cores}) == 2
     with pytest.raises(SystemExit, match="this process has"):

@@ -354,9 +354,39 @@ def build_cold_start(seed, root, cpus=None, echo=True):
         return f"failed (cold start rc {rc})"
     if os.path.exists(log):
         os.replace(log, os.path.join(path, "sft.log"))
+    record = {"cmd": cmd, "start": start, "end": time.strftime(CLOCK), **git_state()}
     with open(os.path.join(path, "build.json"), "w") as f:
-        json.dump({"cmd": cmd, "start": start, "end": time.strftime(CLOCK)}, f)
+        json.dump(record, f)
     return "ok"
+
+
+def git_state(repo=REPO):
+    """{"commit", "dirty"} of repo's work tree (None, None without git): a cold start's provenance,
+    as train.py records a run's in run.json."""
+    git = ["git", "-C", repo]
+    try:
+        head = subprocess.run([*git, "rev-parse", "HEAD"], capture_output=True, text=True)
+        changes = subprocess.run(
+            [*git, "status", "--porcelain", "--untracked-files=no"], capture_output=True, text=True
+        )
+    except OSError:
+        return {"commit": None, "dirty": None}
+    if head.returncode != 0:
+        return {"commit": None, "dirty": None}
+    return {"commit": head.stdout.strip(), "dirty": bool(changes.stdout.strip())}
+
+
+STAMP = "ablations.json"  # in a run folder: {"cmd": the train.py command this script ran}
+
+
+def run_cmd(run_dir):
+    """The train.py command this script ran in run_dir (issue #34's runs kept it in run.json's
+    "cmd"), or None."""
+    for name in (STAMP, "run.json"):
+        cmd = (read_json(os.path.join(run_dir, name)) or {}).get("cmd")
+        if cmd:
+            return cmd
+    return None
 
 
 def run_one(run, seed, budget, root, cpus=None, echo=True, split="eval"):
@@ -364,9 +394,8 @@ def run_one(run, seed, budget, root, cpus=None, echo=True, split="eval"):
     train.py records there); a different one in the same out_dir is an error (resuming with other
     settings would mix two runs). With split val a trained run gets its val table."""
     d, cmd = out_dir(root, run, seed), train_command(run, seed, budget, root, split)
-    stamp, steps = read_json(f"{d}/run.json") or {}, runs(budget)[run]["steps"]
-    if stamp.get("cmd") and stamp["cmd"][1:] != cmd[1:]:
-        before = stamp["cmd"]
+    before, steps = run_cmd(d), runs(budget)[run]["steps"]
+    if before and before[1:] != cmd[1:]:
         raise SystemExit(
             f"ablations.py: {d} was made by a different command:\n  {' '.join(before[1:])}\n"
             f"now:\n  {' '.join(cmd[1:])}\nuse another --root or delete {d}"
@@ -375,8 +404,9 @@ def run_one(run, seed, budget, root, cpus=None, echo=True, split="eval"):
         print(f"== {run} seed {seed}: finished, skipped ({d})", flush=True)
         return "skipped"
     os.makedirs(d, exist_ok=True)
-    with open(f"{d}/run.json", "w") as f:
-        json.dump({**stamp, "cmd": cmd}, f, indent=1)
+    # this script's own record (train.py refuses a fresh run into a folder that holds run.json)
+    with open(f"{d}/{STAMP}", "w") as f:
+        json.dump({"cmd": cmd}, f, indent=1)
     print(
         f"== {run} seed {seed}: {' '.join(cmd[1:])}" + (f" (cores {cpus})" if cpus else ""),
         flush=True,
@@ -385,7 +415,11 @@ def run_one(run, seed, budget, root, cpus=None, echo=True, split="eval"):
     if not trained(d, steps):
         # an interrupted run continues from its last checkpoint (train.py refuses a fresh run into
         # its folder)
-        resume = ["--resume"] if os.path.exists(f"{d}/metrics.jsonl") else []
+        resume = []
+        if any(re.fullmatch(r"step_\d+", x) for x in os.listdir(d)):
+            resume = ["--resume"]
+        elif os.path.exists(f"{d}/run.json"):  # killed before its first checkpoint: nothing to keep
+            resume = ["--overwrite"]
         rc = launch(cmd + resume, f"{d}/train.log", cpus, echo)
     if rc == 0 and split != "eval":
         rc = launch(table_command(run, seed, root, split), f"{d}/train.log", cpus, echo)
@@ -508,7 +542,7 @@ def summarize(run_dir, run, split="eval"):
         "ids": None,
         "gain": {},
         "prior": None,
-        "cmd": (read_json(os.path.join(run_dir, "run.json")) or {}).get("cmd"),
+        "cmd": run_cmd(run_dir),
     }
     sampled = (
         ("RL: single agent", "SFT: single agent")
@@ -1311,19 +1345,24 @@ def readme_block(root):
 
 def numbers_only(folder, files):
     """shutil.copytree's ignore: all but a run's numbers (no checkpoints, no logs)."""
-    keep = ("metrics.jsonl", "run.json")
+    keep = ("metrics.jsonl", "run.json", STAMP)
     return [f for f in files if f not in keep and not re.fullmatch(r"final_table(_\w+)?\.json", f)]
+
+
+# what publish copies of a cold start: its build record and the frozen own first replies that the
+# repair_own row repairs (world/final_table.py's OWN_REPLIES)
+COLD_START_FILES = ("build.json", "own_first_replies.json", "prior.json")
 
 
 def publish(src, dest=RESULTS_DIR, readme=README):
     """Copy every finished run's metrics.jsonl, final tables and run.json from src to dest, each
     replacing that run's folder there (checkpoints and logs stay behind; a run dest holds that src
     lacks is kept: a set continued across sittings on fresh machines publishes what each
-    finished), each cold start's prior.json alone (sft-s{s}/prior.json, when there is one) and
+    finished), each cold start's COLD_START_FILES (not its model) and
     PREREGISTERED; then report there and rewrite the Results block of `readme`."""
     names, priors = [], []
     for n in sorted(os.listdir(src)) if os.path.isdir(src) else []:
-        if re.fullmatch(r"sft-s\d+", n) and os.path.isfile(os.path.join(src, n, "prior.json")):
+        if re.fullmatch(r"sft-s\d+", n):
             priors.append(n)
         elif re.fullmatch(r"(.+)-s(\d+)", n) and os.path.exists(
             os.path.join(src, n, "final_table.json")
@@ -1336,9 +1375,11 @@ def publish(src, dest=RESULTS_DIR, readme=README):
         for n in names:
             shutil.rmtree(os.path.join(dest, n), ignore_errors=True)
             shutil.copytree(os.path.join(src, n), os.path.join(dest, n), ignore=numbers_only)
-        for n in priors:
-            os.makedirs(os.path.join(dest, n), exist_ok=True)
-            shutil.copyfile(os.path.join(src, n, "prior.json"), os.path.join(dest, n, "prior.json"))
+        for n in priors:  # a cold start's record, not its model: COLD_START_FILES
+            for f in COLD_START_FILES:
+                if os.path.isfile(os.path.join(src, n, f)):
+                    os.makedirs(os.path.join(dest, n), exist_ok=True)
+                    shutil.copyfile(os.path.join(src, n, f), os.path.join(dest, n, f))
         if os.path.isfile(os.path.join(src, "PREREGISTERED")):
             shutil.copyfile(os.path.join(src, "PREREGISTERED"), os.path.join(dest, "PREREGISTERED"))
     path = report(dest)
