@@ -400,10 +400,11 @@ def main(argv):
     p.add_argument(
         "--prior",
         default=None,
-        choices=sorted(mas.TEMPLATES),
-        help="tiny: the template the Designer's samples show most on every kind, instead of the "
-        "suited one (the Executor's samples unchanged): a cold start that does not prefer the "
-        "suited template (tools/ablations.py: single)",
+        choices=["flat", *sorted(mas.TEMPLATES)],
+        help="tiny: the Designer's samples show every template equally often (flat), or this "
+        "template most, on every kind, instead of the suited one (the Executor's samples "
+        "unchanged): a cold start that does not prefer the suited template (tools/ablations.py: "
+        "flat)",
     )
     p.add_argument("--seed", type=int, default=0)
     a = p.parse_args(argv)

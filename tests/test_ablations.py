@@ -154,7 +154,7 @@ def test_train_command_lines(tmp_path):
         "--seed",
         "3",
         "--prior",
-        "single",
+        "flat",
         "--out",
         f"{tmp_path}/sft-s3",
     ]

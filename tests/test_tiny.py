@@ -387,6 +387,10 @@ def test_sft_traces_prior_moves_the_designer_alone():
     # points, so more than half is far inside); the default shows the suited one as often
     assert shown.count("single") > 30 and sum(suited) > 30
     assert set(shown) == set(mas.TEMPLATES)  # every structure still shown
+    # flat: each of the four on ~1/4 of the 60 (SE ~3.4 tasks: 5 to 25 is beyond 3 SE either way)
+    d_flat, e_flat = tiny.sft_traces(tasks, seed=1, prior="flat")
+    flat = [script[d["completion"]] for d in d_flat]
+    assert e_flat == executor and all(5 <= flat.count(n) <= 25 for n in mas.TEMPLATES)
 
 
 def test_executor_score_weights_each_structures_contexts():

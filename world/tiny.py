@@ -339,10 +339,11 @@ def sft_traces(tasks, seed, other_share=OTHER_SHARE, wrong_share=WRONG_SHARE, pr
     signal but RL still sees every structure. Executor: every agent call the chosen template makes
     when run in the sandbox with oracle replies (identical (prompt, reply) pairs kept once).
 
-    prior: a template name, the one the Designer's samples show with probability 1 - other_share on
-    every kind instead of the suited one (drawn apart from the Executor's, which stay the suited
-    template's runs): a cold start whose Designer does not prefer the suited template, while its
-    Executor has learned the same calls. `sft.py --prior single` (tools/ablations.py's set)."""
+    prior: the Designer's samples drawn apart from the Executor's (which stay the suited template's
+    runs): "flat", every template equally often on every kind; or a template name, the one shown
+    with probability 1 - other_share on every kind instead of the suited one. A cold start whose
+    Designer does not prefer the suited template, while its Executor has learned the same calls.
+    `sft.py --prior flat` (tools/ablations.py's set)."""
     rng = random.Random(f"tiny-sft-{seed}")
     prior_rng = random.Random(f"tiny-prior-{seed}")
     names = list(mas.TEMPLATES)
@@ -353,7 +354,9 @@ def sft_traces(tasks, seed, other_share=OTHER_SHARE, wrong_share=WRONG_SHARE, pr
         name = rng.choice(others) if others and rng.random() < other_share else suited
         chosen.append(name)
         shown.append(name)
-        if prior is not None:  # the Designer's template, from its own prior
+        if prior == "flat":  # the Designer's template, from its own prior
+            shown[-1] = prior_rng.choice(names)
+        elif prior is not None:
             rest = [n for n in names if n != prior]
             shown[-1] = prior_rng.choice(rest) if prior_rng.random() < other_share else prior
         # the tester repairs only what visible tests catch, so it gets wrong first replies on code
