@@ -329,8 +329,10 @@ def launch(cmd, log_path, cpus=None, echo=True):
     with open(log_path, "a") as log:
         log.write(f"$ {' '.join(cmd)}\n")
         argv = [cmd[0], "-c", PIN, ",".join(map(str, cpus)), *cmd[1:]] if cpus else cmd
+        # unbuffered: the log grows line by line, as the program prints
+        env = {**os.environ, "PYTHONUNBUFFERED": "1"}
         p = subprocess.Popen(
-            argv, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+            argv, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env
         )
         for line in p.stdout:
             log.write(line)
