@@ -786,3 +786,13 @@ def test_claims_compare_gains_over_each_runs_own_cold_start(tmp_path):
         "+1.00 (1 seed)"
         in ablations.claim_sentence("metaagent", "separate", ablations.BOTH, results)
     )
+
+
+def test_fewer_seeds_than_planned_is_an_interim_verdict(monkeypatch):
+    monkeypatch.setitem(ablations.PLAN, "designer", {"delta": 0.02, "sd": 0.03, "seeds": 10})
+    r = ablations.paired([([0.05], [0.0]), ([0.06], [0.0]), ([0.04], [0.0])])
+    # D = 0.05, sd 0.01: the 95% interval is above 0, but 3 of the 10 planned seeds
+    assert ablations.planned("designer", r, ablations.verdict45(r, 0.02)) == (
+        "interim, 3 of 10 seeds: held"
+    )
+    assert ablations.planned(None, r, "held") == "held"  # secondary rows have no plan

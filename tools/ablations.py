@@ -768,6 +768,15 @@ def margin(plan_key):
     return None if delta is None else delta / 100
 
 
+def planned(plan_key, r, text):
+    """A verdict with fewer seeds than the plan asked for is an interim one: it says so (the set
+    continues across sittings; the pre-registered verdict is the one at the planned seeds)."""
+    want = PLAN.get(plan_key, {}).get("seeds") if plan_key else None
+    if want and r is not None and r["S"] < want:
+        return f"interim, {r['S']} of {want} seeds: {text}"
+    return text
+
+
 def verdict45(r, delta):
     """Issue #45's rule on paired()'s result, delta the pre-registered margin (a fraction):
 
@@ -993,7 +1002,7 @@ def row45(results, plan_key, label, a, b, key):
         diff_text(r, key),
         per,
         f"±{100 * delta:.2f}" if delta is not None else "not set",
-        verdict45(r, delta),
+        planned(plan_key, r, verdict45(r, delta)),
     ]
     return "| " + " | ".join(cells) + " |"
 
@@ -1327,7 +1336,8 @@ def readme_block(root):
     if preregistered(root):
         for plan_key, label, a, b, key in PRIMARY45:
             r = measure(results, a, b, key)
-            primary.append(f"- **{label}**: {diff_text(r, key)}, {verdict45(r, margin(plan_key))}.")
+            said = planned(plan_key, r, verdict45(r, margin(plan_key)))
+            primary.append(f"- **{label}**: {diff_text(r, key)}, {said}.")
     return "\n".join(
         [
             README_BLOCK[0],
