@@ -678,7 +678,7 @@ def test_repair_lists_with_none(tmp_path):
     assert ablations.measure(old, "metaagent", None, "repair_own") is None
     md = Path(ablations.report(str(tmp_path / "old"))).read_text()
     assert (
-        "| P2 repair: metaagent − single, gain on repair_own | 0 | n/a | - | not set | missing |"
+        "| P2 repair: metaagent − single, gain on repair_own | 0 | n/a | - | ±0.95 | missing |"
         in md
     )
 

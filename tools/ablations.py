@@ -62,8 +62,9 @@ and are compared on that role's row only.
                                                     # README's Results
 
 A finished run is skipped and an unfinished one resumed from its last checkpoint, so the same
-command continues an interrupted set across sittings; runs go seed by seed, and the report names
-what is missing. publish adds to results/ablations and never deletes a run it does not bring.
+command continues an interrupted set across sittings; runs go --jobs seeds at a time, and the
+report names what is missing. publish adds to results/ablations and never deletes a run it does
+not bring.
 
 What the report computes, from each run's metrics.jsonl and final table (tests/test_ablations.py
 checks that the committed results/ablations/RESULTS.md and the README's Results are what `report`
@@ -432,12 +433,13 @@ def run_one(run, seed, budget, root, cpus=None, echo=True, split="eval"):
 
 
 def run_all(a):
-    """Every (run, seed), seed by seed, a.jobs at a time: with one job on every core, its output
-    printed; with more, each on a free one of a.jobs disjoint sets of cores (usable[k::jobs]), its
-    output in its log only (train.py sizes its threads to the cores it may use). Before a seed's
-    run, that seed's cold start (build_cold_start()), under the seed's lock: the other runs of the
-    seed wait for it instead of making it twice at once (a finished run needs none: it is skipped).
-    `separate`'s cold start, made by train.py, the same way under its path's lock."""
+    """Every (run, seed), a.jobs seeds at a time, a.jobs runs at once: with one job on every core,
+    its output printed; with more, each on a free one of a.jobs disjoint sets of cores
+    (usable[k::jobs]), its output in its log only (train.py sizes its threads to the cores it may
+    use). Before a seed's run, that seed's cold start (build_cold_start()), under the seed's lock:
+    the other runs of the seed wait for it instead of making it twice at once (a finished run needs
+    none: it is skipped). `separate`'s cold start, made by train.py, the same way under its path's
+    lock."""
     names = [r for r in RUN_NAMES if r in a.only]
     print(
         f"ablations.py: runs {', '.join(names)}; seeds {a.seeds}; {a.budget} updates per role; "
@@ -472,9 +474,12 @@ def run_all(a):
         finally:
             free.put(cpus)
 
-    work = []  # seed by seed
-    for seed in a.seeds:
-        work += [(run, seed) for run in names]
+    # a.jobs seeds at a time, each arm of them in turn: the first arm of each seed builds its cold
+    # start, side by side with the other seeds' (seed by seed, the other jobs would wait for it)
+    work = []
+    for i in range(0, len(a.seeds), a.jobs):
+        for run in names:
+            work += [(run, seed) for seed in a.seeds[i : i + a.jobs]]
     with ThreadPoolExecutor(a.jobs) as pool:
         status = dict(zip((f"{run}-s{seed}" for run, seed in work), pool.map(one, work)))
     split = "" if a.split == "eval" else f" --split {a.split}"
@@ -727,8 +732,12 @@ def seeds_needed(effect, target=0.80, most=100000):
 # (the effect the seeds are sized to detect with power 0.80, and equivalence is judged within
 # ±delta), "sd" the SD of d_s it was sized at, "seeds" the count. None: not yet set.
 PLAN = {
-    "designer": {"delta": None, "sd": None, "seeds": None},
-    "repair": {"delta": None, "sd": None, "seeds": None},
+    # issue #45's pre-registration (docs/NOTES.md), from the pilot `python tools/ablations.py power
+    # out/pilot --split val` (seeds 100, 101 on the val split): delta, half of the pilot's
+    # metaagent gain, is both the effect the seeds are planned to detect (power 0.80 at the larger
+    # of the pilot's and the reference SD) and the equivalence margin; in points
+    "designer": {"delta": 5.23, "sd": 3.65, "seeds": 7},
+    "repair": {"delta": 0.95, "sd": 0.68, "seeds": 7},
 }
 # the SD of d_s seen before, in points: designer, issue #43's three seeds of metaagent's suited
 # gain; repair, issue #45's text (metaagent − single repair gains of seeds 0-2: −0.18, −0.10,
