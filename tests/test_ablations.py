@@ -454,7 +454,9 @@ def test_publish(tmp_path):
     assert text.startswith("# X\n\n## Results\n\n" + ablations.README_BLOCK[0]) and text.endswith(
         ablations.README_BLOCK[1] + "\n\nafter\n"
     )
-    assert "paper hierarchical > flat; here 1 held, 3 within noise of its 4 primary tests." in text
+    # the README's block is issue #45's set alone, and a pointer to issue #34's
+    assert "Issue #45's pre-registered set" in text and "results/ablations34/RESULTS.md" in text
+    assert "paper hierarchical > flat" not in text
     ablations.publish(str(src), str(dest), str(readme))  # again: the same README
     assert readme.read_text() == text
     with pytest.raises(SystemExit, match="no finished runs"):

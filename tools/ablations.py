@@ -1332,14 +1332,29 @@ README_BLOCK = (
 )
 
 
+def unsuited_priors(results, seeds):
+    """How many of the seeds' cold starts do not prefer the suited template on at least one kind
+    (their most likely template is another), of how many have a prior in their tables."""
+    n = known = 0
+    for seed in seeds:
+        arms = [a for a in DEFAULT_ONLY if seed in results.get(a, {})]
+        pr = next((results[a][seed]["prior"] for a in arms if results[a][seed]["prior"]), None)
+        if pr is None:
+            continue
+        known += 1
+        tops = {kind: max(sorted(ps), key=ps.get) for kind, ps in pr.items()}
+        n += any(top != SUITED.get(kind) for kind, top in tops.items())
+    return n, known
+
+
 def readme_block(root):
     """The README's Results, from the runs under root that pass the provenance check: issue #45's
-    primary verdicts (once ROOT/PREREGISTERED names the pre-registration), the summary sentences
-    and a pointer to RESULTS.md."""
+    primary verdicts (once ROOT/PREREGISTERED names the pre-registration), the cold starts' priors,
+    and pointers to RESULTS.md and to issue #34's set."""
     results, _ = counted(root)
     seeds = set()
-    for per in results.values():
-        seeds |= set(per)
+    for a in DEFAULT_ONLY:
+        seeds |= set(results.get(a, {}))
     seeds = sorted(seeds)
     primary = []
     if preregistered(root):
@@ -1347,19 +1362,24 @@ def readme_block(root):
             r = measure(results, a, b, key)
             said = planned(plan_key, r, verdict45(r, margin(plan_key)))
             primary.append(f"- **{label}**: {diff_text(r, key)}, {said}.")
+    n, known = unsuited_priors(results, seeds)
     return "\n".join(
         [
             README_BLOCK[0],
             "",
-            f"The paper's comparisons in miniature at equal update budgets, seeds "
-            f"{', '.join(map(str, seeds))}, every number an RL − SFT gain on the exact rows "
-            "`suited` and "
-            "`executor`, judged by Student's t at S − 1 degrees of freedom "
-            "([results/ablations/RESULTS.md](results/ablations/RESULTS.md) has the rule, every run "
-            "and every interval):",
+            "Issue #45's pre-registered set: MetaAgent-X against single-agent GRPO at 20 Executor "
+            f"updates each, seeds {', '.join(map(str, seeds)) or 'none yet'}, each from its own "
+            "cold start whose Designer was shown the four templates equally often; RL − SFT "
+            "gains in points with their 95% t intervals "
+            "([results/ablations/RESULTS.md](results/ablations/RESULTS.md): the rule, the power, "
+            "every run and its provenance):",
             "",
             *primary,
-            *summary_lines(results),
+            f"- The cold start's most likely template was not the suited one on at least one kind "
+            f"at {n} of {known} seeds.",
+            "",
+            "Issue #34's set (ten arms from one cold start, 3 seeds): "
+            "[results/ablations34/RESULTS.md](results/ablations34/RESULTS.md).",
             "",
             README_BLOCK[1],
         ]

@@ -209,12 +209,6 @@ def final_table(cfg, eng, ckpt, split="eval"):
         ("suited", "P(suited template)"),
         ("executor", "Executor (exact)"),
         ("oracle", "P(oracle reply)"),
-    ):
-        gains[what] = evaluate.paired_margin(rl[2][what], sft[2][what])
-        m, se = gains[what]
-        gain = f"RL - SFT, {label + ':':19s} {100 * m:+5.1f} points"
-        print(f"{gain} (paired standard error {100 * se:.1f})")
-    for what, label in (
         ("executor_answer", "Executor, answer tokens"),
         ("executor_steps", "Executor, format+steps"),
     ):
