@@ -428,9 +428,10 @@ def test_publish(tmp_path):
     (src / "metaagent-s0" / "train.log").write_text("log")
     (src / "metaagent-s0" / "run.json").write_text(json.dumps({"cmd": ["python", "train.py"]}))
     write_run(src, "flat8", 3, [0.9] * 4, table=False)  # unfinished: not published
-    (src / "sft-s0" / "model").mkdir(parents=True)  # a cold start: its prior.json alone goes
-    (src / "sft-s0" / "prior.json").write_text("{}")
-    (src / "sft-s1").mkdir()  # no prior.json: nothing of it goes
+    (src / "sft-s0" / "model").mkdir(parents=True)  # a cold start: its records alone go
+    (src / "sft-s0" / "build.json").write_text("{}")
+    (src / "sft-s0" / "own_first_replies.json").write_text("{}")
+    (src / "sft-s1").mkdir()  # no records: nothing of it goes
     dest = tmp_path / "results"
     # a run published by an earlier sitting, which src lacks: kept
     write_run(dest, "single", 2, [0.2] * 10)
@@ -444,7 +445,10 @@ def test_publish(tmp_path):
         "run.json",
     ]
     assert (dest / "single-s2" / "final_table.json").exists() and not (dest / "flat8-s3").exists()
-    assert sorted(p.name for p in (dest / "sft-s0").iterdir()) == ["prior.json"]
+    assert sorted(p.name for p in (dest / "sft-s0").iterdir()) == [
+        "build.json",
+        "own_first_replies.json",
+    ]
     assert not (dest / "sft-s1").exists()
     assert (
         "metaagent > flat8 (seeds: 3): suited +21.00 [+18.52, +23.48], held"
@@ -533,9 +537,10 @@ def test_jobs_own_cores_and_one_cold_start_per_seed(tmp_path, monkeypatch):
     builds = [(name, existed) for kind, name, existed, _ in seen if kind == "sft"]
     assert sorted(builds) == [("sft-s0", False), ("sft-s1", False)]  # once each, never twice
     trains = sorted(x for kind, x, *_ in seen if kind == "train")
-    assert trains == [
-        f"--out_dir={tmp_path}/{r}-s{s}" for r in ("metaagent", "single") for s in (0, 1)
-    ]
+    expected = []
+    for r in ("metaagent", "single"):
+        expected += [f"--out_dir={tmp_path}/{r}-s{s}" for s in (0, 1)]
+    assert trains == expected
     assert (tmp_path / "sft-s0" / "sft.log").read_text() == "sft log"
     build = json.loads((tmp_path / "sft-s1" / "build.json").read_text())
     assert set(build) == {"cmd", "start", "end", "commit", "dirty"}
@@ -712,6 +717,10 @@ def test_provenance_and_the_new_report(tmp_path, monkeypatch):
         write_starts(root / f"{run}-s{seed}", run, seed, root, commit=newer)
     write_starts(root / "metaagent-s2", "metaagent", 2, root, commit=older)  # before: not counted
     write_starts(root / "single-s2", "single", 2, root, commit=newer, dirty=True)  # not counted
+    for seed in (0, 1, 2):  # the cold starts' records, as build_cold_start writes them
+        record = {"cmd": ablations.sft_command(seed, "/elsewhere"), "commit": newer, "dirty": False}
+        (root / f"sft-s{seed}").mkdir(exist_ok=True)
+        (root / f"sft-s{seed}" / "build.json").write_text(json.dumps(record))
     (root / "PREREGISTERED").write_text(newer + "\n")
     monkeypatch.setattr(ablations, "PLAN", {"designer": {"delta": 2.0}, "repair": {"delta": 5.0}})
     md = Path(ablations.report(str(root), repo=str(tmp_path / "repo"))).read_text()
@@ -728,6 +737,14 @@ def test_provenance_and_the_new_report(tmp_path, monkeypatch):
     assert "| P2 repair: metaagent − single, gain on repair_own | 2 | +25.25" in md
     assert "| 0 | code | 10.0 | 50.0 | 40.0 | single | tester: no |" in md
     assert "Every run here started from its seed's own cold start." in md
+    # a cold start built before the pre-registration leaves its seed's runs out
+    record = {"cmd": ablations.sft_command(1, str(root)), "commit": older, "dirty": False}
+    (root / "sft-s1" / "build.json").write_text(json.dumps(record))
+    _, prov = ablations.counted(str(root), repo=str(tmp_path / "repo"))
+    why = "its cold start was built before the pre-registration (or at an unknown commit)"
+    assert prov[1]["metaagent-s1"] == why and prov[1]["single-s1"] == why
+    record["commit"] = newer
+    (root / "sft-s1" / "build.json").write_text(json.dumps(record))
     # without the file: nothing checked, nothing left out
     (root / "PREREGISTERED").unlink()
     md = Path(ablations.report(str(root), repo=str(tmp_path / "repo"))).read_text()
@@ -798,3 +815,23 @@ def test_fewer_seeds_than_planned_is_an_interim_verdict(monkeypatch):
         "interim, 3 of 10 seeds: held"
     )
     assert ablations.planned(None, r, "held") == "held"  # secondary rows have no plan
+
+
+def test_issue45_judges_runs_from_their_own_cold_start_on_the_same_programs():
+    def summary(init, own):
+        return {
+            "cmd": ["python", "train.py", f"--init_from={init}"],
+            "sft_rows": {"repair_own": own},
+        }
+
+    results = {
+        "metaagent": {0: summary("/r/sft-s0", [None, 0.5]), 1: summary("out/tiny-sft", [0.1])},
+        "single": {0: summary("/r/sft-s0", [None, 0.5])},
+    }
+    own = ablations.own_cold_starts(results)
+    # seed 1's metaagent ran from issue #34's shared cold start: left out of issue #45's section
+    assert set(own["metaagent"]) == {0} and set(own["single"]) == {0}
+    assert ablations.same_frozen_programs(own) == []
+    # the two arms' cold-start rows on repair_own differ: they did not score the same programs
+    own["single"][0]["sft_rows"]["repair_own"] = [None, 0.4]
+    assert ablations.same_frozen_programs(own) == [0]

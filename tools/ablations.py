@@ -348,9 +348,13 @@ def build_cold_start(seed, root, cpus=None, echo=True):
     log grows beside it (ROOT/sft-s{s}.log) and moves in as sft.log, with build.json (the command,
     start and end clock times). Callers hold the seed's lock (run_all)."""
     path = cold_start(root, seed)
-    if os.path.isdir(path):
-        return "ok"
     cmd, log = sft_command(seed, root), path + ".log"
+    if os.path.isdir(path):
+        before = (read_json(os.path.join(path, "build.json")) or {}).get("cmd")
+        if before and sft_args(before) != sft_args(cmd):  # another set's: never reused silently
+            print(f"== cold start seed {seed}: {path} was made by {' '.join(before[1:])}")
+            return "failed (cold start made by another command)"
+        return "ok"
     print(f"== cold start seed {seed}: {' '.join(cmd[1:])}", flush=True)
     start = time.strftime(CLOCK)
     rc = launch(cmd, log, cpus, echo)
@@ -551,6 +555,7 @@ def summarize(run_dir, run, split="eval"):
         "ids": None,
         "gain": {},
         "prior": None,
+        "sft_rows": {},
         "cmd": run_cmd(run_dir),
     }
     sampled = (
@@ -570,6 +575,8 @@ def summarize(run_dir, run, split="eval"):
         out["sft"] = {key: sum(sft[key]) / len(sft[key]) for key in ("suited", "executor")}
         out["ids"] = table["ids"]
         out["prior"] = prior(sft.get("choice"), table.get("kinds"))
+        # the cold start's own rows, to check that two arms of a seed scored the same programs
+        out["sft_rows"] = {"repair_own": sft.get("repair_own")}
         out["gain"] = gain
     except (ValueError, KeyError, TypeError):
         pass  # no (readable) final table yet: the run has a curve but no held-out measures
@@ -1078,14 +1085,47 @@ def older_runs(results):
     return out
 
 
+def own_cold_starts(results):
+    """results without the default set's runs that did not start from their seed's own cold start
+    (older_runs(): issue #34's, from the shared cold start that already prefers the suited
+    template), which issue #45's comparisons must not judge."""
+    older = set(older_runs(results))
+    out = {}
+    for r, per in results.items():
+        out[r] = {seed: s for seed, s in per.items() if f"{r}-s{seed}" not in older}
+    return out
+
+
+def same_frozen_programs(results):
+    """The seeds whose two arms scored different programs: the cold start's SFT row on repair_own,
+    per task, must be the same in metaagent's table and single's (one cold start, one frozen
+    sample of its own programs, world/final_table.py's own_first_replies); [] when they agree."""
+    bad = []
+    for seed in sorted(set(results.get("metaagent", {})) & set(results.get("single", {}))):
+        rows = [results[a][seed].get("sft_rows", {}).get("repair_own") for a in DEFAULT_ONLY]
+        if rows[0] != rows[1]:
+            bad.append(seed)
+    return bad
+
+
 def section45(results, prov, seeds, split):
     """Issue #45's section: the primary comparisons, the secondary rows, the cold start's prior and
-    the provenance."""
+    the provenance. Runs not from their seed's own cold start are named and left out."""
     older = older_runs(results)
+    results = own_cold_starts(results)
+    seeds = [s for s in seeds if any(s in results.get(a, {}) for a in DEFAULT_ONLY)]
     note = (
-        f"Not from their seed's own cold start (older runs): {', '.join(older)}."
+        f"Not from their seed's own cold start, left out of this section (older runs): "
+        f"{', '.join(older)}."
         if older
         else "Every run here started from its seed's own cold start."
+    )
+    bad = same_frozen_programs(results)
+    frozen = (
+        f"The two arms' cold-start rows on repair_own differ at seeds {bad}: not the same programs."
+        if bad
+        else "At every seed both arms scored the same frozen programs (the cold start's repair_own "
+        "row is the same, task by task, in both tables)."
     )
     head = [
         "| comparison | seeds | D [95% t interval] | d_s per seed | margin | verdict |",
@@ -1110,6 +1150,7 @@ def section45(results, prov, seeds, split):
         *(row45(results, *c) for c in PRIMARY45),
         "",
         note,
+        frozen,
         "",
         "Secondary:",
         "",
@@ -1188,6 +1229,46 @@ def summary_lines(results):
     return lines
 
 
+def sft_args(cmd):
+    """An sft.py command's arguments less the interpreter and the --out folder (a published cold
+    start's record names the folder it was built in); None for no command."""
+    if not cmd:
+        return None
+    args = list(cmd[1:])
+    if "--out" in args:
+        k = args.index("--out")
+        del args[k : k + 2]
+    return args
+
+
+def cold_start_problems(root, results, repo=REPO):
+    """{run: why} for the default set's runs whose seed's cold start (ROOT/sft-s{s}/build.json:
+    build_cold_start's record) fails the provenance check: no record, another command than
+    sft_command(), a commit before the pre-registration or unknown, a dirty tree. Nothing without
+    PREREGISTERED or git (provenance() says so)."""
+    prereg = preregistered(root)
+    if prereg is None or not git_works(repo):
+        return {}
+    out = {}
+    for r in DEFAULT_ONLY:
+        for seed in results.get(r, {}):
+            rec = read_json(os.path.join(cold_start(root, seed), "build.json"))
+            if rec is None:
+                why = "its cold start has no build.json"
+            elif sft_args(rec.get("cmd")) != sft_args(sft_command(seed, root)):
+                why = "its cold start was made by another command"
+            elif not rec.get("commit") or is_after(prereg, rec["commit"], repo) is not True:
+                why = (
+                    "its cold start was built before the pre-registration (or at an unknown commit)"
+                )
+            elif rec.get("dirty") is not False:
+                why = "its cold start was built from a dirty tree"
+            else:
+                continue
+            out[f"{r}-s{seed}"] = why
+    return out
+
+
 def counted(root, split="eval", unfinished=None, repo=REPO):
     """(results, provenance): collect()'s finished runs less those that fail the provenance check
     (provenance()), and that check's (rows, excluded, note)."""
@@ -1196,6 +1277,10 @@ def counted(root, split="eval", unfinished=None, repo=REPO):
     for r, per in results.items():
         names += [f"{r}-s{seed}" for seed in sorted(per)]
     prov = provenance(root, sorted(names), repo)
+    # a seed's cold start is part of its runs: one built before the pre-registration, from a dirty
+    # tree or by another command than sft_command's leaves its runs out too
+    for name, why in cold_start_problems(root, results, repo).items():
+        prov[1][name] = why
     kept = {}
     for r, per in results.items():
         kept[r] = {seed: s for seed, s in per.items() if f"{r}-s{seed}" not in prov[1]}
@@ -1352,6 +1437,7 @@ def readme_block(root):
     primary verdicts (once ROOT/PREREGISTERED names the pre-registration), the cold starts' priors,
     and pointers to RESULTS.md and to issue #34's set."""
     results, _ = counted(root)
+    results = own_cold_starts(results)
     seeds = set()
     for a in DEFAULT_ONLY:
         seeds |= set(results.get(a, {}))
@@ -1394,7 +1480,7 @@ def numbers_only(folder, files):
 
 # what publish copies of a cold start: its build record and the frozen own first replies that the
 # repair_own row repairs (world/final_table.py's OWN_REPLIES)
-COLD_START_FILES = ("build.json", "own_first_replies.json", "prior.json")
+COLD_START_FILES = ("build.json", "own_first_replies.json")
 
 
 def publish(src, dest=RESULTS_DIR, readme=README):

@@ -29,6 +29,7 @@ machinery/chunked.py, reward.py, sandbox.py, machinery/isolation.py
 """
 
 import argparse
+import fcntl
 import json
 import os
 import sys
@@ -93,8 +94,15 @@ def own_first_replies(cfg, eng, sft_dirs, tasks, contexts):
     sampled once at T=1 (each task's seed a hash of its id) and frozen in the cold start's folder
     (OWN_REPLIES), so that every run from that cold start, its RL model and the cold start alike,
     every arm of a seed, is scored on the same programs (tiny.repair_contexts: the repair_own row).
-    Written atomically; tasks already there are never sampled again."""
+    Written atomically, under a lock on the folder's OWN_REPLIES.lock: two runs from one cold start
+    (two arms of a seed) never both sample; tasks already there are never sampled again."""
     path = os.path.join(sft_dirs["executor"], OWN_REPLIES)
+    with open(path + ".lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
+        return _own_first_replies(cfg, eng, sft_dirs, tasks, contexts, path)
+
+
+def _own_first_replies(cfg, eng, sft_dirs, tasks, contexts, path):
     frozen = {}
     if os.path.exists(path):
         with open(path) as f:

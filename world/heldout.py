@@ -119,7 +119,8 @@ def exact(designer_model, executor_model, tokenizer, tasks, contexts, shares=Non
     return {
         "suited": suited,
         "executor": tiny.executor_score(f["contexts"], kinds, shares),
-        # the executor row's two factors: the answer tokens, the format and step tokens
+        # the executor row from each context's two factors alone (P = P_answer * P_steps per
+        # context; the weighted rows do not multiply): the answer tokens, the format and steps
         "executor_answer": tiny.executor_score(f["contexts_answer"], kinds, shares),
         "executor_steps": tiny.executor_score(f["contexts_steps"], kinds, shares),
         # the repair after wrong_reply's program, and after the cold start's own wrong program
