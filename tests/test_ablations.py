@@ -835,3 +835,11 @@ def test_issue45_judges_runs_from_their_own_cold_start_on_the_same_programs():
     # the two arms' cold-start rows on repair_own differ: they did not score the same programs
     own["single"][0]["sft_rows"]["repair_own"] = [None, 0.4]
     assert ablations.same_frozen_programs(own) == [0]
+
+
+def test_plan_is_compared_with_the_pre_registrations():
+    text = 'x = 1\nPLAN = {\n    "designer": {"delta": 5.23},\n}\ny = 2\n'
+    assert ablations.plan_block(text) == '\nPLAN = {\n    "designer": {"delta": 5.23},\n}\n'
+    assert ablations.plan_block("no plan here") is None
+    # an unknown commit: git cannot show it, so no comparison
+    assert ablations.plan_as_registered("0" * 40) is None

@@ -851,6 +851,31 @@ def is_after(prereg, commit, repo):
     return {0: True, 1: False}.get(p.returncode)
 
 
+def plan_block(text):
+    """The `PLAN = {...}` block of ablations.py's text (to its closing brace at the line start), or
+    None."""
+    start = text.find("\nPLAN = {")
+    end = text.find("\n}\n", start)
+    return None if start < 0 or end < 0 else text[start : end + 3]
+
+
+def plan_as_registered(prereg, repo=REPO):
+    """Whether this file's PLAN (the margins and planned seeds) is the one committed at the
+    pre-registration; None when git cannot show that commit's tools/ablations.py."""
+    try:
+        p = subprocess.run(
+            ["git", "-C", repo, "show", f"{prereg}:tools/ablations.py"],
+            capture_output=True,
+            text=True,
+        )
+    except OSError:
+        return None
+    if p.returncode != 0:
+        return None
+    with open(os.path.abspath(__file__)) as f:
+        return plan_block(p.stdout) == plan_block(f.read())
+
+
 def git_works(repo):
     """Whether git runs and repo is a repository."""
     try:
@@ -892,6 +917,11 @@ def provenance(root, names, repo=REPO):
                 why.append("dirty tree")
         if checked and why:
             excluded[name] = ", ".join(dict.fromkeys(why))
+    note_plan = ""
+    if checked:
+        same = plan_as_registered(prereg, repo)
+        plan = {True: "the same as", False: "NOT the same as", None: "not comparable with"}[same]
+        note_plan = f"; PLAN (the margins and seeds) is {plan} the pre-registration's"
     if prereg is None:
         note = "not checked: no PREREGISTERED file (a 40-hex commit) here; no run counts as checked"
     elif not checked:
@@ -899,7 +929,7 @@ def provenance(root, names, repo=REPO):
     else:
         note = (
             f"checked against the pre-registration commit {prereg[:7]} (PREREGISTERED): every "
-            "start at or after it, from a clean tree"
+            f"start at or after it, from a clean tree{note_plan}"
         )
     return rows, excluded, note
 
