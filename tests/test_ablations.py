@@ -480,9 +480,13 @@ def test_committed_results_are_current(tmp_path):
     dest = tmp_path / "ablations"
     shutil.copytree(src, dest, ignore=shutil.ignore_patterns("RESULTS.md"))
     results = ablations.collect(str(dest))
-    assert {r: sorted(per) for r, per in results.items()} == {
-        r: [0, 1, 2] for r in ablations.RUN_NAMES
-    }
+    # issue #45's set: its two arms, seeds from 0 on, each seed's cold start's records beside them
+    assert set(results) == set(ablations.DEFAULT_ONLY)
+    for per in results.values():
+        assert sorted(per) == list(range(len(per)))
+        for seed in per:
+            assert (dest / f"sft-s{seed}" / "build.json").exists()
+            assert (dest / f"sft-s{seed}" / "own_first_replies.json").exists()
     ablations.report(str(dest))
     assert (dest / "RESULTS.md").read_text() == (src / "RESULTS.md").read_text()
     readme = (ROOT / "README.md").read_text()
