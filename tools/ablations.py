@@ -1162,7 +1162,9 @@ def section45(results, prov, seeds, split):
         "|---|---|---|---|---|---|",
     ]
     return [
-        "## Issue #45's pre-registered comparisons",
+        "## Issue #45's pre-registered comparisons: the mechanism (a cold start that does not "
+        "prefer the suited template; the repair of the model's own programs, MetaAgent-X against "
+        "single-agent GRPO)",
         "",
         "Arms: `metaagent` (the tiny default) and `single` (single-agent GRPO, 16 queries an "
         "Executor update: 128 executor samples an update against metaagent's ~136; 20 Executor "
