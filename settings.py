@@ -91,6 +91,9 @@ class Config:
     # generation
     backend: str = "auto"  # auto | vllm | hf | lean (engine.make_engine)
     engine_kwargs: dict = field(default_factory=dict)
+    # the chat template's switches (Qwen3: enable_thinking), one source for every rendering of a
+    # prompt: SFT, RL, evaluation and distillation (engine.prompt_ids)
+    chat_template_kwargs: dict = field(default_factory=dict)
     max_tokens: int = 8192  # [paper] per executor completion
     designer_max_tokens: int = 8192  # [paper] per designer completion
     # GPU

@@ -395,7 +395,12 @@ def main(argv):
     # engine (tests/test_engine.py::test_lean_greedy_equals_transformers) and the trainer's
     # log-probs of what it samples (::test_lean_logprobs_match_direct_forward); its seeded draws are
     # its own
-    eng = engine_lib.make_engine(model_dir, backend=cfg.backend, **cfg.engine_kwargs)
+    eng = engine_lib.make_engine(
+        model_dir,
+        backend=cfg.backend,
+        chat_template_kwargs=cfg.chat_template_kwargs,
+        **cfg.engine_kwargs,
+    )
     weights = EngineWeights(cfg, eng, policy_of, device)  # the trainer's weights, each sync proven
     start, pos = (ts["step"], list(ts["data_pos"])) if ts else (0, [0] * len(sources))
     rundir.restore_rng(ts, cfg.seed, rank)

@@ -42,12 +42,10 @@ designer_max_tokens = 8192  # [paper]
 # the sampler's own.
 
 backend = "vllm"
-# ours: no thinking; the engine's share of the GPU from the memory plan below
-engine_kwargs = {
-    "max_model_len": 16384,
-    "gpu_memory_utilization": 0.45,
-    "enable_thinking": False,
-}
+# ours: the engine's share of the GPU from the memory plan below
+engine_kwargs = {"max_model_len": 16384, "gpu_memory_utilization": 0.45}
+# [authors] no thinking: every prompt rendered with it off, in SFT, RL, evaluation and distillation
+chat_template_kwargs = {"enable_thinking": False}
 device = "cuda"
 # The memory plan of a rank (settings.memory_plan, checked before any model loads, from
 # init_from's 8.19e9 parameters: Qwen3-8B, untied lm_head), one H200:

@@ -18,8 +18,9 @@ preset's; `python tools/bench.py engine` compares).
     eng.close()                                         # at the end: vLLM shut down, its groups
                                                         # destroyed (a no-op elsewhere)
 
-`prompts` are token-id lists or chat-message lists (rendered with the tokenizer's chat template,
-with `enable_thinking` passed through for Qwen3). `sampling` is one Sampling or one per prompt.
+`prompts` are token-id lists or chat-message lists (rendered with the tokenizer's chat template and
+chat_template_kwargs, the preset's switches such as Qwen3's enable_thinking: settings.Config's, the
+same in SFT, RL, evaluation and distillation). `sampling` is one Sampling or one per prompt.
 
 What each log-prob is (the on-policy contract with grpo.token_logprobs):
 
@@ -164,13 +165,15 @@ def prompt_ids(tokenizer, messages, **template_kwargs) -> list[int]:
     return list(out)
 
 
-def encode_samples(tokenizer, samples, max_len=None):
-    """Samples -> list of (token ids, prompt length). Samples longer than max_len are dropped, not
-    truncated (a cut completion without its end-of-turn would teach the model never to stop)."""
+def encode_samples(tokenizer, samples, max_len=None, template_kwargs=None):
+    """Samples -> list of (token ids, prompt length), each prompt rendered by prompt_ids with
+    template_kwargs (the preset's chat_template_kwargs, as the engine renders it). Samples longer
+    than max_len are dropped, not truncated (a cut completion without its end-of-turn would teach
+    the model never to stop)."""
     eot = end_of_turn_id(tokenizer)
     out, dropped = [], 0
     for s in samples:
-        p = prompt_ids(tokenizer, s["messages"])
+        p = prompt_ids(tokenizer, s["messages"], **(template_kwargs or {}))
         c = tokenizer(s["completion"], add_special_tokens=False)["input_ids"] + [eot]
         if max_len is not None and len(p) + len(c) > max_len:
             dropped += 1
@@ -181,18 +184,17 @@ def encode_samples(tokenizer, samples, max_len=None):
 
 class _Base:
     """Prompt handling shared by the backends: rendering, validation, seeds, error completions. Each
-    backend sets tokenizer, max_model_len, vocab_size and enable_thinking (None: the template's
-    default)."""
+    backend sets tokenizer, max_model_len, vocab_size and template_kwargs (the chat template's
+    switches, chat_template_kwargs; {}: the template's defaults)."""
 
     def encode_prompt(self, prompt) -> list[int]:
-        """Chat messages rendered by prompt_ids (enable_thinking passed when set); token ids as
+        """Chat messages rendered by prompt_ids with template_kwargs; token ids as
         given; a str is refused (it would read as one id per character): _requests makes it an error
         completion."""
         if isinstance(prompt, str):
             raise TypeError("a prompt is a list of token ids or of chat messages, not a str")
         if isinstance(prompt, (list, tuple)) and prompt and isinstance(prompt[0], Mapping):
-            kw = {} if self.enable_thinking is None else {"enable_thinking": self.enable_thinking}
-            return prompt_ids(self.tokenizer, list(prompt), **kw)
+            return prompt_ids(self.tokenizer, list(prompt), **self.template_kwargs)
         return [int(t) for t in prompt]
 
     def _requests(self, prompts, sampling):
@@ -243,7 +245,7 @@ class HFEngine(_Base):
         dtype="auto",
         device=None,
         max_model_len=None,
-        enable_thinking=None,
+        chat_template_kwargs=None,
         max_batch=64,
     ):
         self.device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
@@ -261,7 +263,7 @@ class HFEngine(_Base):
         cfg = model.config
         self.max_model_len = int(max_model_len or cfg.max_position_embeddings)
         self.vocab_size = cfg.vocab_size
-        self.enable_thinking = enable_thinking
+        self.template_kwargs = dict(chat_template_kwargs or {})
         self.max_batch = max_batch
         self.eos = eos_ids(tokenizer, cfg, getattr(model, "generation_config", None))
         pad = tokenizer.pad_token_id
@@ -431,7 +433,7 @@ class VLLMEngine(_Base):
         *,
         dtype="auto",
         max_model_len=None,
-        enable_thinking=None,
+        chat_template_kwargs=None,
         gpu_memory_utilization=0.5,
         kv_cache_gib=1.0,
         sleep_level=2,
@@ -480,7 +482,7 @@ class VLLMEngine(_Base):
         mc = self.llm.llm_engine.model_config
         self.max_model_len = mc.max_model_len
         self.vocab_size = mc.get_vocab_size()
-        self.enable_thinking = enable_thinking
+        self.template_kwargs = dict(chat_template_kwargs or {})
         try:
             gen_cfg = GenerationConfig.from_pretrained(str(model_path))
         except Exception:  # no generation_config.json: the tokenizer's EOS is enough

@@ -597,7 +597,7 @@ def test_vllm_too_long_prompt(vllm_pair):
     assert outs[1][0].error and outs[0][0].token_ids == outs[2][0].token_ids
 
 
-def test_enable_thinking_reaches_the_chat_template(tiny_dir):
+def test_chat_template_kwargs_reach_the_chat_template(tiny_dir):
     from transformers import AutoModelForCausalLM
 
     tok = build_tokenizer()
@@ -605,7 +605,10 @@ def test_enable_thinking_reaches_the_chat_template(tiny_dir):
     off_block = "{% if enable_thinking is defined and not enable_thinking %}"
     tok.chat_template = CHAT + off_block + "<think>\n\n</think>\n\n{% endif %}"
     model = AutoModelForCausalLM.from_pretrained(tiny_dir, dtype=torch.float32)
-    on, off = HFEngine(model, tok, dtype="float32"), HFEngine(model, tok, enable_thinking=False)
+    on, off = (
+        HFEngine(model, tok, dtype="float32"),
+        HFEngine(model, tok, chat_template_kwargs={"enable_thinking": False}),
+    )
     assert tok.decode(on.encode_prompt(CHAT_PROMPT)).endswith("<|im_start|>assistant\n")
     assert tok.decode(off.encode_prompt(CHAT_PROMPT)).endswith("assistant\n<think>\n\n</think>\n\n")
     c = off.generate([CHAT_PROMPT], Sampling(max_tokens=3, seed=0))[0][0]

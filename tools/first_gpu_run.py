@@ -460,7 +460,12 @@ def step4b_part(tmp):
         model, checkpointing=cfg.ac_policy, compile=cfg.compile_layers, shard=True, bf16=True
     )
     policy_of = policy(model, cfg.executor_lr)
-    eng = engine.VLLMEngine(os.path.join(tmp, "model"), load_format="dummy", **cfg.engine_kwargs)
+    eng = engine.VLLMEngine(
+        os.path.join(tmp, "model"),
+        load_format="dummy",
+        chat_template_kwargs=cfg.chat_template_kwargs,
+        **cfg.engine_kwargs,
+    )
     eng.sleep()
     # a micro-batch of the preset's size, 4096 tokens a sequence
     samples, adv = random_samples(cfg.micro_batch, 1, (1024, 1025), (3072, 3073), 100)
