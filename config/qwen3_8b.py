@@ -12,9 +12,14 @@ It needs 2 GPUs at least (the memory plan below; settings.validate refuses fewer
 
 out_dir = "out/qwen3-8b-rl"
 init_from = "out/sft-qwen3-8b"
-# [paper] Polaris + APPS + CodeContests (the authors' code data: code_contests); ours: equal
-# math/code weights
-data_mix = {"data/polaris.jsonl": 1.0, "data/apps.jsonl": 0.5, "data/codecontests.jsonl": 0.5}
+# [paper] Polaris + APPS + CodeContests, their train splits (`python machinery/data.py prepare
+# polaris apps_train codecontests_train`; the benchmarks' test splits are evaluation's only);
+# [authors] math_ratio 0.5: half math, half code (their code half: code_contests alone)
+data_mix = {
+    "data/polaris.jsonl": 1.0,
+    "data/apps_train.jsonl": 0.5,
+    "data/codecontests_train.jsonl": 0.5,
+}
 
 M = 4  # [paper]
 N = 4  # [paper]
