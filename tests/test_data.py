@@ -1,4 +1,5 @@
-"""data.py on the real benchmark files and on fixtures in each published shape."""
+"""data.py on the real benchmark files and on fixtures in each published shape: the converters,
+skip-and-count, the recipe (`prepare --from` on local files, offline) and its train/test split."""
 
 import base64
 import json
@@ -12,6 +13,7 @@ from pathlib import Path
 import pytest
 
 import sandbox
+import settings
 from machinery import data
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -27,10 +29,11 @@ needs_sandbox = pytest.mark.skipif(ISOLATION is None, reason=f"no sandbox here: 
 
 def _convert(source, path, tmp_path, **kw):
     out = tmp_path / f"{source}.jsonl"
-    n, skipped = data.convert(source, str(path), str(out), **kw)
+    manifest = data.convert(source, str(path), str(out), **kw)
     tasks = data.load_tasks(str(out))
-    assert len(tasks) == n
-    return tasks, skipped
+    assert len(tasks) == manifest["written"]
+    assert json.loads((tmp_path / f"{source}.manifest.json").read_text()) == manifest
+    return tasks, manifest["skipped"]
 
 
 @needs_data
@@ -89,7 +92,8 @@ def test_polaris_fixture(tmp_path):
 
 def test_apps_fixture_with_introductory_filter(tmp_path):
     tasks, skipped = _convert("apps", FIX / "apps.jsonl", tmp_path)
-    assert skipped == 1 and [t["id"] for t in tasks] == ["apps-4001", "apps-4002", "apps-4003"]
+    assert skipped == {"other difficulty": 1}
+    assert [t["id"] for t in tasks] == ["apps-4001", "apps-4002", "apps-4003"]
     stdin, call, lines = tasks
     assert stdin["tests"] == {
         "inputs": ["1 2\n", "3 4\n", "-5 5\n"],
@@ -105,7 +109,7 @@ def test_apps_fixture_with_introductory_filter(tmp_path):
     assert call["metadata"]["starter_code"].startswith("def pair_sum")
     assert lines["tests"]["inputs"] == ["a\nb\nc\n"]
     all_tasks, skipped = _convert("apps", FIX / "apps.jsonl", tmp_path, difficulty=None)
-    assert len(all_tasks) == 4 and skipped == 0
+    assert len(all_tasks) == 4 and skipped == {}
 
 
 @needs_sandbox
@@ -176,14 +180,21 @@ def test_crafted_pickle_is_refused_and_runs_nothing(tmp_path):
     )
     proc = subprocess.run([sys.executable, "-c", probe], input=blob, capture_output=True)
     assert proc.stdout.decode().strip() == "1"
-    # ours refuses it with a clear error naming file, line and the global it asked for; nothing ran
+    # ours refuses it, naming file, line and the global it asked for; nothing ran. The row is
+    # skipped as "refused pickle"; a file of nothing else writes no task file at all
     os.environ.pop("METAAGENT_PWNED", None)
     with pytest.raises(ValueError) as e:
         data.convert("livecodebench", str(path), str(tmp_path / "out.jsonl"))
     msg = str(e.value)
+    assert "skipped 1 row: refused pickle 1" in msg
     assert f"{path}:1:" in msg and "refused" in msg and "builtins.exec" in msg
     assert "METAAGENT_PWNED" not in os.environ
     assert not (tmp_path / "out.jsonl").exists()
+    rows = tmp_path / "rows.jsonl"
+    rows.write_text((FIX / "livecodebench_functional.jsonl").read_text() + path.read_text())
+    tasks, skipped = _convert("livecodebench", rows, tmp_path)
+    assert [t["id"] for t in tasks] == ["livecodebench-1"] and skipped == {"refused pickle": 1}
+    assert "METAAGENT_PWNED" not in os.environ
 
 
 def test_restricted_unpickler_accepts_plain_data_only(tmp_path):
@@ -204,8 +215,9 @@ def test_restricted_unpickler_accepts_plain_data_only(tmp_path):
         data.safe_unpickle(pickle.dumps(Evil()))
     assert not marker.exists()
     blob = base64.b64encode(zlib.compress(pickle.dumps(Evil()))).decode()
-    with pytest.raises(ValueError, match="private_test_cases: refused"):
+    with pytest.raises(data.BadRow, match="private_test_cases: refused") as e:
         data.decode_lcb_tests(blob)
+    assert e.value.reason == "refused pickle"
     assert not marker.exists()
 
 
@@ -226,27 +238,19 @@ def test_malformed_rows_name_file_and_line(tmp_path):
     )
     with pytest.raises(ValueError, match=rf"{p}:1: tests: inputs and outputs"):
         data.load_tasks(str(p))
+    p.write_text(json.dumps({**good, "answer": " "}) + "\n")  # a hand-made file is refused too
+    with pytest.raises(ValueError, match=rf"{p}:1: math task with an empty 'answer'"):
+        data.load_tasks(str(p))
+    # a file that is not JSONL is an error naming file and line, for convert as for load_tasks
     rows = tmp_path / "apps.jsonl"
-    rows.write_text(
-        (FIX / "apps.jsonl").read_text()
-        + json.dumps(
-            {
-                "problem_id": 9,
-                "question": "q",
-                "input_output": "{not json",
-                "difficulty": "introductory",
-            }
-        )
-        + "\n"
-    )
-    with pytest.raises(
-        ValueError, match=rf"{rows}:5: cannot convert this apps row: input_output is not JSON"
-    ):
+    rows.write_text((FIX / "apps.jsonl").read_text() + '{"problem_id": 9, oops\n')
+    with pytest.raises(ValueError, match=rf"{rows}:5: not valid JSON"):
         data.convert("apps", str(rows), str(tmp_path / "o.jsonl"))
-    with pytest.raises(
-        ValueError, match=rf"{rows}:1: cannot convert this polaris row: missing field 'problem'"
-    ):
-        data.convert("polaris", str(rows), str(tmp_path / "o.jsonl"))
+    # rows of another shape: each skipped as "missing field"; with none left, an error naming the
+    # first one's file and line, and nothing written
+    with pytest.raises(ValueError, match=rf"missing field at {FIX}/apps.jsonl:1: missing field"):
+        data.convert("polaris", str(FIX / "apps.jsonl"), str(tmp_path / "o.jsonl"))
+    assert not (tmp_path / "o.jsonl").exists()
 
 
 def test_save_load_roundtrip_and_task_text(tmp_path):
@@ -296,34 +300,267 @@ def test_save_load_roundtrip_and_task_text(tmp_path):
     assert data.load_tasks(str(p)) == tasks  # the old file is intact
 
 
+def _cli(*args, env=None):
+    return subprocess.run(
+        [sys.executable, "machinery/data.py", *map(str, args)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        env=env,
+    )
+
+
+def _concat(tmp_path, name, *paths):
+    """One file of several fixtures' rows, as a published file holds good rows and bad."""
+    out = tmp_path / name
+    out.write_text("".join(Path(p).read_text() for p in paths))
+    return out
+
+
 def test_cli_convert(tmp_path):
     out = tmp_path / "p.jsonl"
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "machinery/data.py",
-            "convert",
-            "polaris",
-            str(FIX / "polaris.jsonl"),
-            str(out),
-        ],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-    )
+    proc = _cli("convert", "polaris", FIX / "polaris.jsonl", out)
     assert proc.returncode == 0, proc.stderr
-    assert "wrote 2 tasks" in proc.stdout and len(data.load_tasks(str(out))) == 2
-    proc = subprocess.run(
+    assert proc.stdout.splitlines()[0] == f"wrote 2 tasks to {out}"
+    assert len(data.load_tasks(str(out))) == 2
+    proc = _cli("convert", "apps", FIX / "polaris.jsonl", out)  # no row is an APPS problem
+    assert proc.returncode != 0 and "polaris.jsonl:1" in proc.stderr
+    assert len(data.load_tasks(str(out))) == 2  # the old file is intact
+
+
+def test_cli_convert_skips_and_counts_bad_rows(tmp_path):
+    rows = _concat(tmp_path, "apps_rows.jsonl", FIX / "apps.jsonl", FIX / "apps_bad_rows.jsonl")
+    out = tmp_path / "apps.jsonl"
+    proc = _cli("convert", "apps", rows, out)
+    assert proc.returncode == 0, proc.stderr
+    first, *examples = proc.stdout.splitlines()
+    assert first == (
+        f"wrote 3 tasks to {out} (skipped 6 rows: no tests 2, other difficulty 2, "
+        "malformed tests 1, unparsable tests 1)"
+    )
+    assert f"  first no tests: {rows}:5: input_output is empty" in examples
+    manifest = json.loads((tmp_path / "apps.manifest.json").read_text())
+    assert manifest["rows_read"] == 9 and manifest["written"] == 3
+    assert manifest["filter"] == "difficulty == introductory"
+    assert manifest["revision"] == {str(rows): data._sha256(rows)}
+    assert manifest["first_skipped"]["unparsable tests"].startswith(f"{rows}:6: input_output")
+
+
+@pytest.mark.parametrize(
+    "source,fixtures,ids,skipped",
+    [
+        (
+            "polaris",
+            ["polaris.jsonl", "polaris_bad_rows.jsonl"],
+            ["polaris-0", "polaris-1"],
+            {"empty answer": 2, "empty question": 1},
+        ),
+        (
+            "codecontests",
+            ["codecontests.jsonl", "codecontests_no_tests.jsonl"],
+            ["codecontests-1000_A. Double it"],
+            {"no tests": 1},
+        ),
+        (
+            "livecodebench",  # convert has no date window: only the garbled blob goes
+            ["livecodebench_functional.jsonl", "livecodebench_bad_rows.jsonl"],
+            ["livecodebench-1", "livecodebench-fixture_after"],
+            {"unparsable tests": 1},
+        ),
+    ],
+)
+def test_bad_rows_are_skipped_and_counted(source, fixtures, ids, skipped, tmp_path):
+    rows = _concat(tmp_path, "rows.jsonl", *(FIX / f for f in fixtures))
+    tasks, got = _convert(source, rows, tmp_path)
+    assert [t["id"] for t in tasks] == ids and got == skipped
+
+
+def test_an_empty_gold_answer_is_never_a_task():
+    for answer in ("", "  ", None):
+        with pytest.raises(data.BadRow) as e:
+            data.validate_task(data.from_polaris({"problem": "1+1?", "answer": answer}))
+        assert e.value.reason == "empty answer"
+    row = {"question": "q", "final_answer": "[]"}  # OlympiadBench with no final answer
+    with pytest.raises(data.BadRow) as e:
+        data.validate_task(data.from_olympiadbench(row))
+    assert e.value.reason == "empty answer"
+
+
+def test_skip_reasons_are_short_stable_keys():
+    rows = [
+        ("a", {"problem": "q", "answer": "1"}),
+        ("b", {"answer": "1"}),  # a missing field
+        ("c", ["not", "an", "object"]),  # a row of another type
+        ("d", {"problem": "q", "answer": ""}),
+    ]
+    tasks, skipped, n = data.convert_rows("polaris", rows)
+    assert len(tasks) == 1 and n == 4
+    assert skipped.by_reason() == {"empty answer": 1, "malformed row": 1, "missing field": 1}
+    assert skipped.first["missing field"] == "b: missing field 'problem'"
+    assert skipped.summary() == "skipped 3 rows: empty answer 1, malformed row 1, missing field 1"
+    assert data.skip_summary({}) == ""
+    assert data.skip_summary({"no tests": 1}) == "skipped 1 row: no tests 1"
+    lcb = json.loads((FIX / "livecodebench_v5_window.jsonl").read_text())
+    rows = [
+        ("x", lcb),
+        ("y", {**lcb, "contest_date": ""}),
+        ("z", {**lcb, "contest_date": "2023-05-06T00:00:00"}),
+    ]
+    tasks, skipped, _ = data.convert_rows("livecodebench", rows, dates=data.LCB_WINDOW)
+    assert [t["metadata"]["contest_date"] for t in tasks] == ["2024-09-14"]
+    assert skipped.by_reason() == {"no contest date": 1, "outside date window": 1}
+
+
+# --------------------------------------------------------------------------------------------------
+# The recipe: prepare --from, offline, on files in each published shape
+
+
+CC_ROWS = [FIX / "codecontests.jsonl", FIX / "codecontests_no_tests.jsonl"]
+
+
+def _cc_parquet(tmp_path):
+    """CodeContests as published: parquet (the fixtures' rows, a good problem and one without
+    tests)."""
+    import datasets
+
+    files = [str(f) for f in CC_ROWS]
+    rows = datasets.load_dataset("json", data_files=files, split="train", cache_dir=tmp_path)
+    out = tmp_path / "test-00000-of-00001.parquet"
+    rows.to_parquet(str(out))
+    return out
+
+
+APPS_SKIPPED = {"no tests": 2, "other difficulty": 2, "malformed tests": 1, "unparsable tests": 1}
+PREPARED = {  # name: (the files' stand-ins, rows read, tasks written, skipped by reason)
+    "polaris": (
+        ["polaris.jsonl", "polaris_bad_rows.jsonl"],
+        5,
+        2,
+        {"empty answer": 2, "empty question": 1},
+    ),
+    "apps_train": (["apps.jsonl", "apps_bad_rows.jsonl"], 9, 3, APPS_SKIPPED),
+    "apps": (["apps.jsonl", "apps_bad_rows.jsonl"], 9, 3, APPS_SKIPPED),
+    "codecontests_train": ("parquet", 2, 1, {"no tests": 1}),
+    "codecontests": ("parquet", 2, 1, {"no tests": 1}),
+    "aime24": ([DATA / "benchmarks" / "aime24.jsonl"], 30, 30, {}),
+    "aime25": ([DATA / "benchmarks" / "aime25.jsonl"], 30, 30, {}),
+    "olympiadbench": ([DATA / "benchmarks" / "olympiadbench.jsonl"], 675, 675, {}),
+    "livecodebench": (
         [
-            sys.executable,
-            "machinery/data.py",
-            "convert",
-            "apps",
-            str(FIX / "polaris.jsonl"),
-            str(out),
+            DATA / "samples" / "livecodebench_row.jsonl",  # 2023-08-21: before the window
+            "livecodebench_functional.jsonl",
+            "livecodebench_v5_window.jsonl",
+            "livecodebench_bad_rows.jsonl",
         ],
+        5,
+        1,
+        {"outside date window": 3, "unparsable tests": 1},
+    ),
+}
+
+
+def test_every_recipe_is_tested_offline():
+    assert sorted(PREPARED) == sorted(data.RECIPES)
+
+
+@pytest.mark.parametrize("name", sorted(PREPARED))
+def test_prepare_from_files(name, tmp_path):
+    fixtures, n_read, n_written, skipped = PREPARED[name]
+    if any(str(f).startswith(str(DATA)) for f in fixtures) and not DATA.is_dir():
+        pytest.skip(f"benchmark data folder {DATA} is absent")
+    if fixtures == "parquet":
+        files = [_cc_parquet(tmp_path)]
+    else:
+        files = [FIX / f for f in fixtures]  # an absolute path (DATA's) stays itself
+    out = tmp_path / "data"
+    manifest = data.prepare(name, str(out), [str(f) for f in files], cache_dir=str(tmp_path))
+    tasks = data.load_tasks(str(out / f"{name}.jsonl"))
+    recipe = data.RECIPES[name]
+    assert len(tasks) == n_written and len({t["id"] for t in tasks}) == n_written
+    assert json.loads((out / f"{name}.manifest.json").read_text()) == manifest
+    assert manifest["rows_read"] == n_read and manifest["written"] == n_written
+    assert manifest["skipped"] == skipped
+    assert manifest["split"] == recipe.split and manifest["converter"] == recipe.converter
+    assert manifest["source"] == f"{recipe.host}:{recipe.repo}"
+    assert manifest["revision"] == {str(f): data._sha256(f) for f in files}
+    assert all(t["source"] == recipe.converter for t in tasks)
+    if recipe.dates is None:  # convert has no date window
+        # the same rows through convert, without `datasets`: the same tasks
+        rows = _concat(tmp_path, "rows.jsonl", *(CC_ROWS if fixtures == "parquet" else files))
+        convert_out = tmp_path / "converted.jsonl"
+        data.convert(recipe.converter, str(rows), str(convert_out), recipe.difficulty)
+        assert data.load_tasks(str(convert_out)) == tasks
+
+
+def test_cli_prepare_from_and_its_errors(tmp_path):
+    env = {**os.environ, "HF_DATASETS_CACHE": str(tmp_path / "cache")}
+    out = tmp_path / "data"
+    args = ("prepare", "polaris", "--out", out, "--from", FIX / "polaris.jsonl")
+    proc = _cli(*args, FIX / "polaris_bad_rows.jsonl", env=env)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.splitlines()[0] == (
+        f"wrote 2 tasks to {out}/polaris.jsonl (skipped 3 rows: empty answer 2, empty question 1)"
+    )
+    assert (out / "polaris.manifest.json").exists()
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"problem": "a", "answer": "1"}\n{"problem": "b", oops\n')
+    proc = _cli(*args[:-1], bad, env=env)
+    assert proc.returncode != 0 and f"{bad}:2: not valid JSON" in proc.stderr
+    proc = _cli("prepare", "polaris", "apps", "--from", bad, env=env)
+    assert proc.returncode != 0 and "--from gives the files of one name" in proc.stderr
+    proc = _cli("prepare", "polaris", "--from", tmp_path / "absent.jsonl", env=env)
+    assert proc.returncode != 0 and "no file" in proc.stderr
+
+
+def test_convert_needs_no_datasets_package(tmp_path):
+    """`datasets` is imported where data is prepared, nowhere else: convert runs without it, and
+    prepare says what to install."""
+    out = tmp_path / "p.jsonl"
+    code = (
+        "import sys; sys.modules['datasets'] = None; from machinery import data; "
+        "data.main(sys.argv[1:])"
+    )
+    run = [sys.executable, "-c", code]
+    proc = subprocess.run(
+        [*run, "convert", "polaris", str(FIX / "polaris.jsonl"), str(out)],
         cwd=ROOT,
         capture_output=True,
         text=True,
     )
-    assert proc.returncode != 0 and "polaris.jsonl:1:" in proc.stderr
+    assert proc.returncode == 0 and "wrote 2 tasks" in proc.stdout, proc.stderr
+    proc = subprocess.run(
+        [*run, "prepare", "polaris", "--from", str(FIX / "polaris.jsonl")],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+    )
+    assert proc.returncode != 0 and "pip install datasets" in proc.stderr
+
+
+def test_rl_presets_read_train_splits_only():
+    """The Qwen3 presets' data_mix names prepared files of train splits only: RL never sees a
+    benchmark the paper reports."""
+    for preset in ("config/qwen3_8b.py", "config/qwen3_4b.py"):
+        cfg = settings.parse_config([str(ROOT / preset)])
+        assert cfg.data_mix, preset
+        for path in cfg.data_mix:
+            name = path.removeprefix("data/").removesuffix(".jsonl")
+            assert path == f"data/{name}.jsonl" and name in data.RECIPES, (preset, path)
+            assert data.RECIPES[name].split == "train", (preset, path)
+
+
+def test_the_recipe_table():
+    train = sorted(n for n, r in data.RECIPES.items() if r.split == "train")
+    assert train == ["apps_train", "codecontests_train", "polaris"]
+    for name, r in data.RECIPES.items():
+        assert r.split in ("train", "test") and r.converter in data.CONVERTERS
+        assert all(f.endswith((".jsonl", ".parquet")) for f in r.files), name  # never a script
+        assert f"\n    {name} " in data.__doc__, f"the docstring's table lacks {name}"
+    assert data.RECIPES["apps"].difficulty == data.RECIPES["apps_train"].difficulty
+    assert data.RECIPES["apps_train"].files == ("train.jsonl",)
+    assert data.RECIPES["codecontests_train"].files == ("data/train-*.parquet",)
+    lcb = data.RECIPES["livecodebench"]  # release_v5: the published files up to test5.jsonl
+    assert lcb.files == tuple(f"test{k}.jsonl" for k in ("", 2, 3, 4, 5))
+    assert lcb.dates == data.LCB_WINDOW == ("2024-08-01", "2025-02-01")
+    for name in ("aime24", "olympiadbench", "aime25"):  # ../shared/data's files, at their commit
+        assert len(data.RECIPES[name].revision) == 40
