@@ -22,7 +22,7 @@ fault(point, step) is the fault injection tests/test_train.py uses to SIGKILL a 
 points; append_jsonl writes a step's lines, durably (recorder.py calls both at their points of the
 step).
 
-Needs: settings.py, mas.py, stagewise.py
+Needs: settings.py, mas.py, stagewise.py, machinery/provenance.py
 """
 
 import dataclasses
@@ -33,7 +33,6 @@ import random
 import re
 import shutil
 import signal
-import subprocess
 import sys
 import time
 
@@ -45,6 +44,7 @@ from torch.distributed.checkpoint import state_dict as dcp
 from torch.distributed.tensor import DTensor
 
 import settings
+from machinery.provenance import CLOCK, git_state
 
 
 def full_state(model, dtype=None):
@@ -135,22 +135,13 @@ def provenance(cfg, argv, end=False):
     if os.path.exists(path):
         with open(path) as f:
             info = {**json.load(f), "config": dataclasses.asdict(cfg)}
-    now = time.strftime("%Y-%m-%dT%H:%M:%S%z")
+    now = time.strftime(CLOCK)
     if end:
         info["starts"][-1]["end"] = now
     else:
-        here = os.path.dirname(os.path.abspath(__file__))
-        git = ["git", "-C", here]
-        commit = subprocess.run(
-            [*git, "rev-parse", "HEAD"], capture_output=True, text=True
-        ).stdout.strip()
-        dirty = subprocess.run(
-            [*git, "status", "--porcelain", "--untracked-files=no"], capture_output=True, text=True
-        ).stdout.strip()
         info["starts"].append(
             {
-                "commit": commit or None,
-                "dirty": bool(dirty),
+                **git_state(),  # the commit and whether the tree had changes (provenance.py)
                 "command": [sys.executable, *sys.argv[:1], *argv],
                 "start": now,
                 "end": None,
@@ -220,10 +211,16 @@ def save_checkpoint(cfg, step, policies, tokenizer, trainer_state, rank, keep=2)
             save_hf(os.path.join(tmp, name), state, pol["model"], tokenizer)
         del state
         for sname, opt in pol["opt"].items():
+            # an idle role's state in host memory (machinery/offload.py) is saved from there: back
+            # in opt.state for the save, which gathers it a tensor at a time, then out again
+            held = getattr(opt, "host_state", {})
+            opt.state.update(held)
             if opt.state:  # the same on every rank: they step together
                 optim[f"{name}/{sname}"] = dcp.get_optimizer_state_dict(
                     pol["model"], opt, options=opts
                 )
+            for p in held:
+                del opt.state[p]
         fault("checkpoint", step)
     rngs = [None] * dist.get_world_size()
     dist.all_gather_object(rngs, rng_state())

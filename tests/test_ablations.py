@@ -1,23 +1,26 @@
-"""ablations.py on small synthetic inputs: no training is launched (launch() is replaced by a
-recorder).
+"""ablations.py (the set and its runner) and ablation_report.py (judging it) on small synthetic
+inputs: no training is launched (launch() is replaced by a recorder).
 
 - the run table builds the right train.py command lines at equal budgets (each arm's updates of each
   role it trains), with stage lengths that divide the budget;
 - finished runs are skipped, unfinished ones launched with --resume; a different command in an
   existing out_dir stops with a clear message; bad arguments stop with clear messages;
-- runs needing a missing cold start wait for the one that builds it; --jobs pins each run to its own
-  cores;
-- the report: Student's t (checked against its closed forms at 1 and 2 degrees of freedom), the one
-  rule (paired by seed and task, the 95% t interval), gains over each run's own cold start, the run
-  table, the claim sentences, the pairings, what is missing, publish (with the README's Results),
-  and that the committed results/ablations/RESULTS.md and README Results are what the report makes
-  of the committed numbers;
-- issue #45's set: metaagent and single by default, each seed's own cold start in its command and
-  built once per seed with --jobs 2, the val split (no table from train.py, then the val one);
-  verdict45's four outcomes on hand-derived numbers; t_power against pwr.t.test's 0.8031, its
-  level at no effect and a Monte Carlo check; None in the repair lists; the provenance check on a
-  two-commit git repository; the power subcommand's seeds and compute; publish keeping what dest
-  holds and src lacks.
+- runs needing a missing cold start wait for the one that builds it, and a cold start made by
+  another command is never reused; --jobs pins each run to its own cores;
+- the command line: --help and each subcommand's help, by path from another folder; a missing
+  ROOT stops in one line;
+- the report: Student's t (checked against its closed forms at 1 and 2 degrees of freedom),
+  paired() (by seed and task, the 95% t interval), gains over each run's own cold start, the arms
+  table, what is missing, publish (with the README's Results, into --dest), and that the committed
+  results/ablations/RESULTS.md and README Results are what the report makes of the committed
+  numbers;
+- the set (issue #45's): metaagent and single by default, its comparisons naming real arms and
+  PLAN's keys, each seed's own cold start in its command and built once per seed with --jobs 2,
+  the val split (no table from train.py, then the val one); the rule's four outcomes on
+  hand-derived numbers; t_power against pwr.t.test's 0.8031, its level at no effect and a Monte
+  Carlo check; None in the repair lists; the provenance check on a two-commit git repository (and
+  PLAN against the pre-registration's); the power subcommand's seeds and compute; publish keeping
+  what dest holds and src lacks.
 """
 
 import json
@@ -30,7 +33,7 @@ from pathlib import Path
 
 import pytest
 
-from tools import ablations
+from tools import ablation_report, ablations
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -117,13 +120,19 @@ def test_equal_budgets_and_stage_lengths():
             assert (n_d, n_e) == tuple(budget * u for u in ablations.updates(run)), (run, budget)
     table = ablations.runs(20)
     assert table["metaagent"] == {"M": 4, "N": 2, "K": 10, "steps": 40}  # the tiny default
-    assert ablations.DEFAULT_ONLY == ["metaagent", "single"]
-    for _, claims, _, _ in ablations.COMPARISONS.values():  # each names real runs and rows
-        assert claims and all(
-            a in table and b in table and set(rows) <= {"suited", "executor"}
-            for a, b, rows in claims
-        )
-    assert ablations.n_tests() == 17
+    assert [r for r in table if not ablations.own_start(r)] == ["separate"]
+
+
+def test_the_set_names_real_arms_and_plan_keys():
+    assert ablations.SET["arms"] == ["metaagent", "single"]  # issue #45's
+    measures = {*ablation_report.EXACT_KEYS, "accuracy"}
+    for plan_key, label, a, b, key in ablations.SET["primary"] + ablations.SET["secondary"]:
+        assert a in ablations.SET["arms"] and b in (None, *ablations.SET["arms"]), label
+        assert key in measures and (plan_key is None or plan_key in ablations.PLAN), label
+    for plan_key, *_ in ablations.SET["primary"]:  # power needs a reference SD of each
+        assert plan_key in ablations.REFERENCE_SD
+    assert ablation_report.margin(ablations.PLAN, "repair") == pytest.approx(0.0095)
+    assert ablation_report.margin(ablations.PLAN, None) is None
 
 
 def test_train_command_lines(tmp_path):
@@ -237,15 +246,41 @@ def test_failed_run_reported(tmp_path, monkeypatch, capsys):
         (["--budget", "0"], "--budget and --jobs must be >= 1"),
         (["--jobs", "0"], "--budget and --jobs must be >= 1"),
         (["--only", "metaagent,bogus"], "unknown run bogus"),
-        (["report"], "usage"),
-        (["publish", "a", "b"], "usage"),
     ],
 )
 def test_bad_arguments(argv, msg, tmp_path):
     with pytest.raises(SystemExit, match=msg):
-        ablations.main(
-            argv + (["--root", str(tmp_path)] if argv[0] not in ("report", "publish") else [])
+        ablations.main(argv + ["--root", str(tmp_path)])
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [["report"], ["publish", "a", "b"], ["power", "a", "--split", "test"], ["report", "a", "-x"]],
+)
+def test_bad_subcommand_arguments(argv, capsys):
+    with pytest.raises(SystemExit) as e:
+        ablations.main(argv)
+    assert e.value.code == 2 and f"usage: ablations.py {argv[0]} " in capsys.readouterr().err
+
+
+def test_a_missing_root_stops_in_one_line(tmp_path):
+    for cmd in ("report", "power", "publish"):
+        with pytest.raises(SystemExit, match=f"ablations.py {cmd}: no folder .*nothing"):
+            ablations.main([cmd, str(tmp_path / "nothing")])
+
+
+def test_help_by_path_from_another_folder(tmp_path):
+    # run by path, as the docstring's commands do: machinery/provenance.py imports from elsewhere
+    script = str(ROOT / "tools" / "ablations.py")
+    for sub, says in (([], "--jobs"), (["report"], "--split"), (["publish"], "README")):
+        p = subprocess.run(
+            [sys.executable, script, *sub, "--help"], cwd=tmp_path, capture_output=True, text=True
         )
+        assert p.returncode == 0 and says in p.stdout, p.stderr
+    p = subprocess.run([sys.executable, script, "power", "-h"], capture_output=True, text=True)
+    assert (
+        p.returncode == 0 and "usage: ablations.py power [-h] [--split {eval,val}] root" in p.stdout
+    )
 
 
 def test_student_t():
@@ -253,52 +288,41 @@ def test_student_t():
     # + t^2). Simpson's error on these smooth integrands is below 1e-10; 1e-9 leaves room for
     # rounding
     for t in (0.3, 1.0, 4.303, 12.7, 40.0):
-        assert ablations.t_pvalue(t, 1) == pytest.approx(1 - 2 / math.pi * math.atan(t), abs=1e-9)
-        assert ablations.t_pvalue(-t, 2) == pytest.approx(1 - t / math.sqrt(2 + t * t), abs=1e-9)
-    assert ablations.t_pvalue(0.0, 5) == pytest.approx(1.0, abs=1e-9)
+        cauchy, two = 1 - 2 / math.pi * math.atan(t), 1 - t / math.sqrt(2 + t * t)
+        assert ablation_report.t_pvalue(t, 1) == pytest.approx(cauchy, abs=1e-9)
+        assert ablation_report.t_pvalue(-t, 2) == pytest.approx(two, abs=1e-9)
+    assert ablation_report.t_pvalue(0.0, 5) == pytest.approx(1.0, abs=1e-9)
     # the 97.5% quantiles of the t tables (printed to 3 decimals)
     for df, q in ((1, 12.706), (2, 4.303), (3, 3.182), (4, 2.776), (10, 2.228)):
-        assert ablations.t_critical(0.05, df) == pytest.approx(q, abs=5e-4)
+        assert ablation_report.t_critical(0.05, df) == pytest.approx(q, abs=5e-4)
 
 
-def test_paired_rule():
-    assert ablations.paired([]) is None and ablations.verdict(None) == "missing"
-    one = ablations.paired([([1, 0, 1, 0], [0, 0, 0, 0])])  # one seed: no spread, no verdict
-    assert one["D"] == 0.5 and one["SE"] is None and ablations.verdict(one) == "undecided (1 seed)"
-    # three seeds: d_s = 0.1, 0.2, 0.3 -> D 0.2, SE 0.1/sqrt(3), t = 2 sqrt(3) = 3.46 < 4.30: within
-    # noise
-    r = ablations.paired([([d] * 4, [0] * 4) for d in (0.1, 0.2, 0.3)])
+def test_paired():
+    assert ablation_report.paired([]) is None
+    one = ablation_report.paired([([1, 0, 1, 0], [0, 0, 0, 0])])  # one seed: no spread, no verdict
+    assert one["D"] == 0.5 and one["SE"] is None and one["lo"] is None
+    assert ablation_report.verdict(one, 0.1) == "undecided (1 seed)"
+    # three seeds: d_s = 0.1, 0.2, 0.3 -> D 0.2, SE 0.1/sqrt(3), the interval D -+ 4.30 SE
+    r = ablation_report.paired([([d] * 4, [0] * 4) for d in (0.1, 0.2, 0.3)])
     assert (
-        r["D"] == pytest.approx(0.2)
-        and r["SE"] == pytest.approx(0.1 / math.sqrt(3))
-        and r["S"] == 3
+        r["D"] == pytest.approx(0.2) and r["S"] == 3 and r["ds"] == pytest.approx([0.1, 0.2, 0.3])
     )
-    half = ablations.t_critical(0.05, 2) * 0.1 / math.sqrt(3)
+    assert r["SE"] == pytest.approx(0.1 / math.sqrt(3))
+    half = ablation_report.t_critical(0.05, 2) * 0.1 / math.sqrt(3)
     assert (r["lo"], r["hi"]) == pytest.approx((0.2 - half, 0.2 + half))
-    assert (
-        r["p"] == pytest.approx(1 - 2 * math.sqrt(3) / math.sqrt(2 + 12))
-        and ablations.verdict(r) == "within noise"
-    )
-    # d_s = 0.19, 0.20, 0.21: t = 34.6, p = 8e-4 < 0.05/17: held, and held under Bonferroni too
-    r = ablations.paired([([d] * 4, [0] * 4) for d in (0.19, 0.20, 0.21)])
-    assert ablations.verdict(r) == "held" and ablations.verdict(r, 17) == "held (also at α/17)"
-    r = ablations.paired([([0] * 4, [d] * 4) for d in (0.15, 0.20, 0.25)])  # t = -6.9, p = 0.02
-    assert ablations.verdict(r) == "reversed" and ablations.verdict(r, 17) == "reversed"
+    # paired by task: y - x per task, then the mean
+    r = ablation_report.paired([([0, 0, 0, 0], [d] * 4) for d in (0.15, 0.20, 0.25)])
+    assert r["D"] == pytest.approx(-0.2)
     # the seeds are the unit: the spread of the tasks within a seed does not enter
-    r = ablations.paired([([1, 0, 1, 0], [0, 0, 0, 0])] * 3)
-    assert (
-        r["D"] == pytest.approx(0.5)
-        and r["SE"] == 0
-        and r["p"] == 0.0
-        and ablations.verdict(r) == "held"
-    )
+    r = ablation_report.paired([([1, 0, 1, 0], [0, 0, 0, 0])] * 3)
+    assert r["D"] == pytest.approx(0.5) and r["SE"] == 0
+    assert ablation_report.verdict(r, 0.1) == "held"
 
 
 def three_seeds(root):
-    """metaagent's Designer gains 20 points of suited more than flat8's on every seed (+ 1 point a
-    seed: held), flat16's scatters around metaagent's (within noise); single has one seed; the
-    Executors gain alike; sampled accuracy: metaagent 3/4 vs flat8 1/4 on every seed, from the same
-    1/4."""
+    """Runs with no command recorded (not this script's): metaagent's Designer gains 40, 41, 42
+    points of suited, flat8's 20, flat16's 50, 30, 40; every Executor gains 5 points; single has
+    one seed; sampled accuracy: metaagent 3/4 and flat8 1/4 on every seed, from the same 1/4."""
     for seed in range(3):
         write_run(
             root,
@@ -327,41 +351,31 @@ def three_seeds(root):
     write_run(root, "single", 0, [0.2] * 10, correct={"RL: single agent": [1, 1, 0, 0]})
 
 
-def test_report_tables_sentences(tmp_path):
+def test_report_arms_table_and_what_is_missing(tmp_path):
     three_seeds(tmp_path)
     write_run(tmp_path, "flat8", 3, [0.9] * 4, table=False)  # still running: 4 steps so far
     # trained, final table not written yet
     write_run(tmp_path, "coupled", 0, [0.5] * 10, table=False)
-    md = Path(ablations.report(str(tmp_path))).read_text()
-    # metaagent: suited gains 40, 41, 42 -> +41.00, SE 1/sqrt(3), interval +-4.30 * 0.577 = 2.48
+    md = Path(ablation_report.report(ablations, str(tmp_path))).read_text()
+    # metaagent: suited gains 40, 41, 42 -> +41.00, SE 1/sqrt(3), interval +-4.30 * 0.577 = 2.48;
+    # the setting from runs() at the budget of metaagent's 10 steps
     assert (
         "| metaagent | `M=4 N=2 K=1 steps=10` | 5 + 5 | 3 | +41.00 [+38.52, +43.48] | +5.00 "
-        "[+5.00, +5.00] | "
-        "+5.00 ± 0.00 | +50.00 ± 0.00 | +0.600 ± 0.000 | ensemble 100% |"
+        "[+5.00, +5.00] | +5.00 ± 0.00 | +50.00 ± 0.00 | +0.600 ± 0.000 | ensemble 100% |"
     ) in md
+    assert "| flat8 | `M=8 N=1 K=1 steps=10` | 5 + 5 | 3 | +20.00 [+20.00, +20.00] |" in md
+    # flat16: 50, 30, 40 -> SE 10/sqrt(3), interval +-24.84; ended on the single template
+    assert "| flat16 | `M=16 N=1 K=1 steps=10` | 5 + 5 | 3 | +40.00 [+15.16, +64.84] |" in md
+    flat16 = next(ln for ln in md.splitlines() if ln.startswith("| flat16 |"))
+    assert flat16.endswith("| single 100% |")
     assert (
         "| single | `M=4 N=2 K=1 steps=5 template=single mode=executor executor_batch_size=16` "
         "| 0 + 5 | 1 | +10.00 (1 seed) |" in md
     )
-    sent = next(ln for ln in md.splitlines() if ln.startswith("- metaagent > flat8"))
-    assert sent == (
-        "- metaagent > flat8 (seeds: 3): suited +21.00 [+18.52, +23.48], held (also at α/17) "
-        "(per seed: +20.00, +21.00, +22.00); executor +0.00 [+0.00, +0.00], within noise (per "
-        "seed: "
-        "+0.00, +0.00, +0.00); secondary: oracle +0.00 ± 0.00, accuracy (sampled) +50.00 ± 0.00, "
-        "training-reward change +0.400 ± 0.000."
-    )
-    sent16 = next(ln for ln in md.splitlines() if ln.startswith("- metaagent > flat16"))
-    assert "suited +1.00 [-25.17, +27.17], within noise" in sent16
-    assert "- metaagent > single (seeds: 1): executor +5.00 (1 seed), undecided (1 seed);" in md
+    # no command recorded: not from their seed's own cold start, so the set's section judges none
     assert (
-        "**Hierarchical M×N vs flat M×1 (paper Table 3)**: paper hierarchical > flat; here 1 held, "
-        "3 within "
-        "noise of its 4 primary tests." in md
-    )
-    assert (
-        "**Shared vs separate policies (paper Table 5)**: paper shared >= separate; not yet run"
-        in md
+        "older runs): metaagent-s0, metaagent-s1, metaagent-s2, single-s0." in md
+        and "| P1 designer: metaagent's gain on suited | 0 | n/a | - | ±5.23 | missing |" in md
     )
     assert (
         "Unfinished, left out: coupled-s0 (10 steps, no final table), flat8-s3 (4 steps, no final "
@@ -373,7 +387,7 @@ def test_report_tables_sentences(tmp_path):
         in md
         and "single-s1, single-s2." in md
     )
-    assert "17 primary tests: by chance alone about 0.85" in md
+    assert "within noise" not in md and "Bonferroni" not in md  # one rule
 
 
 def test_runs_on_other_tasks_are_not_paired(tmp_path):
@@ -386,9 +400,9 @@ def test_runs_on_other_tasks_are_not_paired(tmp_path):
     t = json.loads((d / "final_table.json").read_text())
     t["ids"] = [i + "x" for i in t["ids"]]  # another seed's tasks, say
     (d / "final_table.json").write_text(json.dumps(t))
-    results = ablations.collect(str(tmp_path))
-    assert ablations.measure(results, "metaagent", "flat8", "suited") is None
-    assert ablations.measure(results, "metaagent", "flat8", "train_change") is None
+    results = ablation_report.collect(ablations, str(tmp_path))
+    assert ablation_report.measure(results, "metaagent", "flat8", "suited") is None
+    assert ablation_report.measure(results, "metaagent", "flat8", "train_change") is None
     # single-agent GRPO is measured by its single-agent rows, the others by their learned designs
     write_run(
         tmp_path,
@@ -397,23 +411,8 @@ def test_runs_on_other_tasks_are_not_paired(tmp_path):
         [0.1] * 5,
         correct={"RL: single agent": [1, 1, 1, 1], "SFT: single agent": [1, 0, 0, 0]},
     )
-    results = ablations.collect(str(tmp_path))
-    assert ablations.measure(results, "single", None, "accuracy")["D"] == pytest.approx(0.75)
-
-
-def test_report_pairings(tmp_path):
-    write_run(
-        tmp_path, "metaagent", 0, [0.1] * 5, exact={"RL": (0.7, 0.32, 0.3), "SFT": (0.5, 0.3, 0.3)}
-    )
-    write_run(
-        tmp_path, "metaagent", 1, [0.1] * 5, exact={"RL": (0.7, 0.34, 0.3), "SFT": (0.5, 0.3, 0.3)}
-    )
-    md = Path(ablations.report(str(tmp_path))).read_text()
-    # suited depends on the Designer alone, executor on the Executor alone: two paired RL - SFT
-    # differences; executor: d_s = 2, 4 points -> SE 1, interval 3 -+ 12.706
-    assert "- the Designer (suited): RL − SFT +20.00 [+20.00, +20.00], held (also at α/17)." in md
-    assert "- the Executor (executor): RL − SFT +3.00 [-9.71, +15.71], within noise." in md
-    assert "the Designer (suited) held (also at α/17), the Executor (executor) within noise." in md
+    results = ablation_report.collect(ablations, str(tmp_path))
+    assert ablation_report.measure(results, "single", None, "accuracy")["D"] == pytest.approx(0.75)
 
 
 def readme_with_block(path):
@@ -451,7 +450,7 @@ def test_publish(tmp_path):
     ]
     assert not (dest / "sft-s1").exists()
     assert (
-        "metaagent > flat8 (seeds: 3): suited +21.00 [+18.52, +23.48], held"
+        "| metaagent | `M=4 N=2 K=1 steps=10` | 5 + 5 | 3 | +41.00 [+38.52, +43.48]"
         in (dest / "RESULTS.md").read_text()
     )
     text = readme.read_text()
@@ -460,7 +459,7 @@ def test_publish(tmp_path):
     )
     # the README's block is issue #45's set alone, and a pointer to issue #34's
     assert "Issue #45's pre-registered set" in text and "results/ablations34/RESULTS.md" in text
-    assert "paper hierarchical > flat" not in text
+    assert "| flat8 |" not in text
     ablations.publish(str(src), str(dest), str(readme))  # again: the same README
     assert readme.read_text() == text
     with pytest.raises(SystemExit, match="no finished runs"):
@@ -468,6 +467,18 @@ def test_publish(tmp_path):
     (tmp_path / "plain.md").write_text("# no block\n")
     with pytest.raises(SystemExit, match="has no Results block"):
         ablations.publish(str(src), str(dest), str(tmp_path / "plain.md"))
+
+
+def test_publish_takes_its_destination(tmp_path, monkeypatch, capsys):
+    # the command line: results/ablations unless --dest names another folder (a new set's own)
+    calls = []
+    monkeypatch.setattr(ablations, "publish", lambda src, dest: calls.append((src, dest)))
+    assert ablations.main(["publish", str(tmp_path)]) == 0
+    assert ablations.main(["publish", str(tmp_path), "--dest", "results/new"]) == 0
+    assert calls == [(str(tmp_path), ablations.RESULTS_DIR), (str(tmp_path), "results/new")]
+    with pytest.raises(SystemExit):
+        ablations.main(["publish", "--help"])
+    assert "--dest DEST" in capsys.readouterr().out
 
 
 def test_committed_results_are_current(tmp_path):
@@ -479,15 +490,15 @@ def test_committed_results_are_current(tmp_path):
     src = ROOT / "results" / "ablations"
     dest = tmp_path / "ablations"
     shutil.copytree(src, dest, ignore=shutil.ignore_patterns("RESULTS.md"))
-    results = ablations.collect(str(dest))
+    results = ablation_report.collect(ablations, str(dest))
     # issue #45's set: its two arms, seeds from 0 on, each seed's cold start's records beside them
-    assert set(results) == set(ablations.DEFAULT_ONLY)
+    assert set(results) == set(ablations.SET["arms"])
     for per in results.values():
         assert sorted(per) == list(range(len(per)))
         for seed in per:
             assert (dest / f"sft-s{seed}" / "build.json").exists()
             assert (dest / f"sft-s{seed}" / "own_first_replies.json").exists()
-    ablations.report(str(dest))
+    ablation_report.report(ablations, str(dest))
     assert (dest / "RESULTS.md").read_text() == (src / "RESULTS.md").read_text()
     readme = (ROOT / "README.md").read_text()
     start, end = readme.index(ablations.README_BLOCK[0]), readme.index(ablations.README_BLOCK[1])
@@ -496,9 +507,10 @@ def test_committed_results_are_current(tmp_path):
 
 def test_report_errors(tmp_path):
     with pytest.raises(SystemExit, match="no finished"):
-        ablations.report(str(tmp_path))
-    with pytest.raises(SystemExit, match="usage"):
-        ablations.main(["report", str(tmp_path), "--readmee", "x"])
+        ablation_report.report(ablations, str(tmp_path))
+    write_run(tmp_path, "metaagent", 0, [0.1] * 3, table=False)
+    with pytest.raises(SystemExit, match="unfinished: metaagent-s0 .3 steps, no final table."):
+        ablations.main(["report", str(tmp_path)])
 
 
 def test_launch_pins_cores(tmp_path):
@@ -574,43 +586,46 @@ def test_val_split_trains_without_a_table_then_makes_the_val_one(tmp_path, monke
 def test_power_against_known_values():
     # pwr.t.test(n = 10, d = 1, type = "one.sample") = 0.8031 (4 decimals; Simpson's error on the
     # smooth integrand is far below that): 1e-3
-    assert ablations.t_power(10, 1.0) == pytest.approx(0.8031, abs=1e-3)
-    assert ablations.t_power(9, 1.0) < 0.80 and ablations.seeds_needed(1.0) == 10
+    assert ablation_report.t_power(10, 1.0) == pytest.approx(0.8031, abs=1e-3)
+    assert ablation_report.t_power(9, 1.0) < 0.80 and ablation_report.seeds_needed(1.0) == 10
     for S in (2, 3, 10):  # no effect: the test rejects at its level
-        assert ablations.t_power(S, 0.0) == pytest.approx(0.05, abs=1e-6)
-    assert ablations.seeds_needed(0.0) is None and ablations.seeds_needed(-1.0) is None
+        assert ablation_report.t_power(S, 0.0) == pytest.approx(0.05, abs=1e-6)
+    assert ablation_report.seeds_needed(0.0) is None and ablation_report.seeds_needed(-1.0) is None
     # a Monte Carlo check at S = 3, effect 0.5 (few degrees of freedom): 400k draws of the t
     # statistic, SE = sqrt(p(1 - p)/n) < 8e-4; 4 SE
     np = pytest.importorskip("numpy")
     rng, S, n = np.random.default_rng(0), 3, 400_000
     x = rng.standard_normal((n, S)) + 0.5
     t = x.mean(1) / (x.std(1, ddof=1) / math.sqrt(S))
-    mc = float(np.mean(np.abs(t) > ablations.t_critical(0.05, S - 1)))
-    assert ablations.t_power(S, 0.5) == pytest.approx(mc, abs=4 * math.sqrt(mc * (1 - mc) / n))
+    mc = float(np.mean(np.abs(t) > ablation_report.t_critical(0.05, S - 1)))
+    se = math.sqrt(mc * (1 - mc) / n)
+    assert ablation_report.t_power(S, 0.5) == pytest.approx(mc, abs=4 * se)
 
 
 def seeds_r(ds):
-    return ablations.paired([([d] * 4, [0] * 4) for d in ds])
+    return ablation_report.paired([([d] * 4, [0] * 4) for d in ds])
 
 
-def test_verdict45_four_outcomes():
-    t95, t90 = ablations.t_critical(0.05, 2), ablations.t_critical(0.10, 2)
+def test_the_rule_four_outcomes():
+    t95, t90 = ablation_report.t_critical(0.05, 2), ablation_report.t_critical(0.10, 2)
     assert t95 == pytest.approx(4.303, abs=5e-4) and t90 == pytest.approx(2.920, abs=5e-4)
     # d_s = .19, .20, .21: SE = .01/sqrt 3 = .00577, 95% [.20 -+ .0248] above 0
-    assert ablations.verdict45(seeds_r((0.19, 0.20, 0.21)), 0.05) == "held"
-    assert ablations.verdict45(seeds_r((-0.19, -0.20, -0.21)), 0.05) == "reversed"
+    assert ablation_report.verdict(seeds_r((0.19, 0.20, 0.21)), 0.05) == "held"
+    assert ablation_report.verdict(seeds_r((-0.19, -0.20, -0.21)), 0.05) == "reversed"
     # d_s = -.01, 0, .01: 95% [-.0248, +.0248] holds 0; 90% [-.0169, +.0169] inside +-.05
     r = seeds_r((-0.01, 0.0, 0.01))
-    assert ablations.verdict45(r, 0.05) == "equivalent within ±5.00"
+    assert ablation_report.verdict(r, 0.05) == "equivalent within ±5.00"
     # ... but not inside +-.01: inconclusive; its power: delta/sd = .01/.01 = 1 at S = 3
-    assert ablations.verdict45(r, 0.01) == f"inconclusive (power {ablations.t_power(3, 1.0):.2f})"
+    power = ablation_report.t_power(3, 1.0)
+    assert ablation_report.verdict(r, 0.01) == f"inconclusive (power {power:.2f})"
     # d_s = .1, .2, .3: 95% [-.048, +.448], 90% [+.031, +.369]: inconclusive at delta .05, with
     # the power to detect .05 at sd .1
     r = seeds_r((0.1, 0.2, 0.3))
-    assert ablations.verdict45(r, 0.05) == f"inconclusive (power {ablations.t_power(3, 0.5):.2f})"
-    assert ablations.verdict45(r, None) == "inconclusive (no margin pre-registered)"
-    assert ablations.verdict45(None, 0.05) == "missing"
-    assert ablations.verdict45(seeds_r((0.2,)), 0.05) == "undecided (1 seed)"
+    power = ablation_report.t_power(3, 0.5)
+    assert ablation_report.verdict(r, 0.05) == f"inconclusive (power {power:.2f})"
+    assert ablation_report.verdict(r, None) == "inconclusive (no margin pre-registered)"
+    assert ablation_report.verdict(None, 0.05) == "missing"
+    assert ablation_report.verdict(seeds_r((0.2,)), 0.05) == "undecided (1 seed)"
 
 
 def new_set(root, repair_single=(0.1, -0.1)):
@@ -654,7 +669,9 @@ def new_set(root, repair_single=(0.1, -0.1)):
 
 
 def write_starts(d, run, seed, root, commit="0" * 40, dirty=False, hours=1.0):
+    """The records of a run the runner made: its ablations.json and train.py's run.json."""
     cmd = ablations.train_command(run, seed, 3, str(root))
+    (d / ablations.STAMP).write_text(json.dumps({"cmd": cmd}))
     start = {
         "commit": commit,
         "dirty": dirty,
@@ -663,12 +680,12 @@ def write_starts(d, run, seed, root, commit="0" * 40, dirty=False, hours=1.0):
         "end": f"2025-01-01T{10 + int(hours):02d}:{int(60 * (hours % 1)):02d}:00+0000",
         "machine": {"cpu": "Test CPU"},
     }
-    (d / "run.json").write_text(json.dumps({"cmd": cmd, "starts": [start]}))
+    (d / "run.json").write_text(json.dumps({"starts": [start]}))
 
 
 def test_repair_lists_with_none(tmp_path):
     new_set(tmp_path)
-    results = ablations.collect(str(tmp_path))
+    results = ablation_report.collect(ablations, str(tmp_path))
     assert results["metaagent"][0]["gain"]["repair_own"] == [
         None,
         pytest.approx(0.3),
@@ -676,18 +693,18 @@ def test_repair_lists_with_none(tmp_path):
         pytest.approx(0.2),
     ]
     # metaagent: mean over the code tasks (.3 + .01 s + .2)/2; single .0: paired .25 + .005 s
-    r = ablations.measure(results, "metaagent", None, "repair_own")
+    r = ablation_report.measure(results, "metaagent", None, "repair_own")
     assert r["ds"] == pytest.approx([0.25, 0.255, 0.26])
-    r = ablations.measure(results, "metaagent", "single", "repair_own")
+    r = ablation_report.measure(results, "metaagent", "single", "repair_own")
     assert r["ds"] == pytest.approx([0.25, 0.255, 0.26]) and r["S"] == 3
     # a pair counts a task where both gains are there
-    assert ablations.paired([([None, 0.4, 0.2], [0.1, None, 0.1])])["D"] == pytest.approx(0.1)
-    assert ablations.paired([([None, None], [0.1, 0.2])]) is None
+    assert ablation_report.paired([([None, 0.4, 0.2], [0.1, None, 0.1])])["D"] == pytest.approx(0.1)
+    assert ablation_report.paired([([None, None], [0.1, 0.2])]) is None
     # an older table (no repair rows): that measure missing, the report made all the same
     write_run(tmp_path / "old", "metaagent", 0, [0.1] * 5)
-    old = ablations.collect(str(tmp_path / "old"))
-    assert ablations.measure(old, "metaagent", None, "repair_own") is None
-    md = Path(ablations.report(str(tmp_path / "old"))).read_text()
+    old = ablation_report.collect(ablations, str(tmp_path / "old"))
+    assert ablation_report.measure(old, "metaagent", None, "repair_own") is None
+    md = Path(ablation_report.report(ablations, str(tmp_path / "old"))).read_text()
     assert (
         "| P2 repair: metaagent − single, gain on repair_own | 0 | n/a | - | ±0.95 | missing |"
         in md
@@ -727,7 +744,7 @@ def test_provenance_and_the_new_report(tmp_path, monkeypatch):
         (root / f"sft-s{seed}" / "build.json").write_text(json.dumps(record))
     (root / "PREREGISTERED").write_text(newer + "\n")
     monkeypatch.setattr(ablations, "PLAN", {"designer": {"delta": 2.0}, "repair": {"delta": 5.0}})
-    md = Path(ablations.report(str(root), repo=str(tmp_path / "repo"))).read_text()
+    md = Path(ablation_report.report(ablations, str(root), repo=str(tmp_path / "repo"))).read_text()
     assert (
         "Not counted (left out of every verdict): metaagent-s2 (before the pre-registration); "
         "single-s2 (dirty tree)." in md
@@ -744,23 +761,39 @@ def test_provenance_and_the_new_report(tmp_path, monkeypatch):
     # a cold start built before the pre-registration leaves its seed's runs out
     record = {"cmd": ablations.sft_command(1, str(root)), "commit": older, "dirty": False}
     (root / "sft-s1" / "build.json").write_text(json.dumps(record))
-    _, prov = ablations.counted(str(root), repo=str(tmp_path / "repo"))
-    why = "its cold start was built before the pre-registration (or at an unknown commit)"
+    _, prov = ablation_report.counted(ablations, str(root), repo=str(tmp_path / "repo"))
+    why = "its cold start: before the pre-registration"
     assert prov[1]["metaagent-s1"] == why and prov[1]["single-s1"] == why
+    for change, why in (
+        ({"commit": newer, "dirty": True}, "its cold start: dirty tree"),
+        ({"commit": "f" * 40, "dirty": None}, "commit unknown to the repository, dirty tree"),
+        ({"commit": newer, "cmd": ablations.sft_command(9, "x")}, "made by another command"),
+    ):
+        (root / "sft-s1" / "build.json").write_text(json.dumps({**record, **change}))
+        _, prov = ablation_report.counted(ablations, str(root), repo=str(tmp_path / "repo"))
+        assert prov[1]["single-s1"].endswith(why)
+    (root / "sft-s1" / "build.json").unlink()
+    _, prov = ablation_report.counted(ablations, str(root), repo=str(tmp_path / "repo"))
+    assert prov[1]["single-s1"] == "its cold start: no build.json"
     record["commit"] = newer
     (root / "sft-s1" / "build.json").write_text(json.dumps(record))
+    # a start at a commit the repository does not know
+    write_starts(root / "single-s1", "single", 1, root, commit="f" * 40)
+    _, prov = ablation_report.counted(ablations, str(root), repo=str(tmp_path / "repo"))
+    assert prov[1]["single-s1"] == "commit unknown to the repository"
+    write_starts(root / "single-s1", "single", 1, root, commit=newer)
     # without the file: nothing checked, nothing left out
     (root / "PREREGISTERED").unlink()
-    md = Path(ablations.report(str(root), repo=str(tmp_path / "repo"))).read_text()
+    md = Path(ablation_report.report(ablations, str(root), repo=str(tmp_path / "repo"))).read_text()
     assert "Provenance not checked: no PREREGISTERED file" in md and "Not counted: none." in md
     # without git's history: the same
     (root / "PREREGISTERED").write_text(newer)
-    md = Path(ablations.report(str(root), repo=str(tmp_path))).read_text()
+    md = Path(ablation_report.report(ablations, str(root), repo=str(tmp_path))).read_text()
     assert "not checked: git cannot read" in md and "Not counted: none." in md
     # no run.json: not counted
     (root / "single-s1" / "run.json").unlink()
-    _, excluded, _ = ablations.provenance(
-        str(root), ["single-s1", "metaagent-s1"], str(tmp_path / "repo")
+    _, excluded, _ = ablation_report.provenance(
+        ablations, str(root), ["single-s1", "metaagent-s1"], str(tmp_path / "repo")
     )
     assert excluded == {"single-s1": "no run.json"}
 
@@ -781,7 +814,7 @@ def test_power_subcommand(tmp_path, capsys):
     assert (
         "delta +15.50 (half metaagent's suited gain), SD used 3.65: seeds for power 0.80: 3" in out
     )
-    assert ablations.t_power(2, 15.5 / 3.65) < 0.8 <= ablations.t_power(3, 15.5 / 3.65)
+    assert ablation_report.t_power(2, 15.5 / 3.65) < 0.8 <= ablation_report.t_power(3, 15.5 / 3.65)
     assert "SD used 0.53: seeds for power 0.80: 2" in out  # P2: 12.75 / .53 = 24 SDs
     # P2: sd of d_s .5 point; delta half of metaagent's repair_own gain 25.5 -> 12.75, SD .53
     assert "P2 repair: metaagent − single, gain on repair_own: S=3, D=+25.50, sd=0.50" in out
@@ -790,7 +823,7 @@ def test_power_subcommand(tmp_path, capsys):
     assert "--jobs 2: 1.50 h" in out and "3 seeds: 4.5 h on this machine" in out
 
 
-def test_claims_compare_gains_over_each_runs_own_cold_start(tmp_path):
+def test_comparisons_are_of_gains_over_each_runs_own_cold_start(tmp_path):
     # separate policies start from a stronger executor cold start: RL - RL would blame the method
     # for it
     write_run(
@@ -799,29 +832,23 @@ def test_claims_compare_gains_over_each_runs_own_cold_start(tmp_path):
     write_run(
         tmp_path, "separate", 0, [0.1] * 5, exact={"RL": (0.9, 0.61, 0.3), "SFT": (0.7, 0.60, 0.3)}
     )
-    results = ablations.collect(str(tmp_path))
-    assert ablations.measure(results, "metaagent", "separate", "executor")["D"] == pytest.approx(
-        0.01
-    )
-    assert ablations.measure(results, "metaagent", "separate", "suited")["D"] == pytest.approx(0.2)
-    assert (
-        "metaagent > separate (seeds: 1): suited +20.00 (1 seed), undecided (1 seed); executor "
-        "+1.00 (1 seed)"
-        in ablations.claim_sentence("metaagent", "separate", ablations.BOTH, results)
-    )
+    results = ablation_report.collect(ablations, str(tmp_path))
+    r = ablation_report.measure(results, "metaagent", "separate", "executor")
+    assert r["D"] == pytest.approx(0.01)
+    r = ablation_report.measure(results, "metaagent", "separate", "suited")
+    assert r["D"] == pytest.approx(0.2)
 
 
-def test_fewer_seeds_than_planned_is_an_interim_verdict(monkeypatch):
-    monkeypatch.setitem(ablations.PLAN, "designer", {"delta": 0.02, "sd": 0.03, "seeds": 10})
-    r = ablations.paired([([0.05], [0.0]), ([0.06], [0.0]), ([0.04], [0.0])])
+def test_fewer_seeds_than_planned_is_an_interim_verdict():
+    plan = {"designer": {"delta": 0.02, "sd": 0.03, "seeds": 10}}
+    r = ablation_report.paired([([0.05], [0.0]), ([0.06], [0.0]), ([0.04], [0.0])])
     # D = 0.05, sd 0.01: the 95% interval is above 0, but 3 of the 10 planned seeds
-    assert ablations.planned("designer", r, ablations.verdict45(r, 0.02)) == (
-        "interim, 3 of 10 seeds: held"
-    )
-    assert ablations.planned(None, r, "held") == "held"  # secondary rows have no plan
+    held = ablation_report.verdict(r, 0.02)
+    assert ablation_report.planned(plan, "designer", r, held) == "interim, 3 of 10 seeds: held"
+    assert ablation_report.planned(plan, None, r, "held") == "held"  # secondary rows have no plan
 
 
-def test_issue45_judges_runs_from_their_own_cold_start_on_the_same_programs():
+def test_the_set_judges_runs_from_their_own_cold_start_on_the_same_programs():
     def summary(init, own):
         return {
             "cmd": ["python", "train.py", f"--init_from={init}"],
@@ -832,18 +859,48 @@ def test_issue45_judges_runs_from_their_own_cold_start_on_the_same_programs():
         "metaagent": {0: summary("/r/sft-s0", [None, 0.5]), 1: summary("out/tiny-sft", [0.1])},
         "single": {0: summary("/r/sft-s0", [None, 0.5])},
     }
-    own = ablations.own_cold_starts(results)
-    # seed 1's metaagent ran from issue #34's shared cold start: left out of issue #45's section
-    assert set(own["metaagent"]) == {0} and set(own["single"]) == {0}
-    assert ablations.same_frozen_programs(own) == []
+    own, older = ablation_report.own_cold_starts(results, ablations.SET["arms"])
+    # seed 1's metaagent ran from issue #34's shared cold start: left out of the set's section
+    assert set(own["metaagent"]) == {0} and set(own["single"]) == {0} and older == ["metaagent-s1"]
+    assert ablation_report.same_frozen_programs(own, ablations.SET["arms"]) == []
     # the two arms' cold-start rows on repair_own differ: they did not score the same programs
     own["single"][0]["sft_rows"]["repair_own"] = [None, 0.4]
-    assert ablations.same_frozen_programs(own) == [0]
+    assert ablation_report.same_frozen_programs(own, ablations.SET["arms"]) == [0]
 
 
-def test_plan_is_compared_with_the_pre_registrations():
+def test_plan_is_compared_with_the_pre_registrations(tmp_path):
     text = 'x = 1\nPLAN = {\n    "designer": {"delta": 5.23},\n}\ny = 2\n'
-    assert ablations.plan_block(text) == '\nPLAN = {\n    "designer": {"delta": 5.23},\n}\n'
-    assert ablations.plan_block("no plan here") is None
+    assert ablation_report.plan_block(text) == '\nPLAN = {\n    "designer": {"delta": 5.23},\n}\n'
+    assert ablation_report.plan_block("no plan here") is None
     # an unknown commit: git cannot show it, so no comparison
-    assert ablations.plan_as_registered("0" * 40) is None
+    assert ablation_report.plan_as_registered(ablations, "0" * 40) is None
+    # a repository whose tools/ablations.py holds this file's PLAN, then another one
+    repo = tmp_path / "repo"
+    (repo / "tools").mkdir(parents=True)
+    git = ["git", "-C", str(repo), "-c", "user.email=t@t", "-c", "user.name=t"]
+    subprocess.run([*git, "init", "-q"], check=True)
+    this = (ROOT / "tools" / "ablations.py").read_text()
+    commits = []
+    for text in (this, this.replace('"seeds": 7}', '"seeds": 8}', 1)):
+        (repo / "tools" / "ablations.py").write_text(text)
+        subprocess.run([*git, "add", "tools"], check=True)
+        subprocess.run([*git, "commit", "-q", "-m", "plan"], check=True)
+        head = subprocess.run([*git, "rev-parse", "HEAD"], capture_output=True, text=True)
+        commits.append(head.stdout.strip())
+    assert ablation_report.plan_as_registered(ablations, commits[0], str(repo)) is True
+    assert ablation_report.plan_as_registered(ablations, commits[1], str(repo)) is False
+
+
+def test_a_cold_start_made_by_another_command_is_never_reused(tmp_path, monkeypatch, capsys):
+    calls = []
+    monkeypatch.setattr(ablations, "launch", lambda cmd, log, *rest: calls.append(cmd) or 0)
+    argv = ["--only", "single", "--seeds", "0", "--budget", "2", "--root", str(tmp_path)]
+    (tmp_path / "sft-s0").mkdir()
+    other = [sys.executable, "sft.py", "--no-eval", "--seed", "0", "--out", "x"]  # no --prior flat
+    (tmp_path / "sft-s0" / "build.json").write_text(json.dumps({"cmd": other}))
+    assert ablations.main(argv) == 1 and not calls
+    assert "single-s0: failed (cold start made by another command)" in capsys.readouterr().out
+    # the same command built elsewhere (a published record names its folder): reused
+    same = ablations.sft_command(0, "/elsewhere")
+    (tmp_path / "sft-s0" / "build.json").write_text(json.dumps({"cmd": same}))
+    assert ablations.main(argv) == 0 and [c[1] for c in calls] == ["train.py"]
