@@ -16,31 +16,27 @@ paper's "Avg"). A script or program that crashes is simply wrong; it never abort
     python evaluate.py --model M --tasks my.jsonl --mode single template:ensemble auto --out out/x
     python evaluate.py --designer RUN/step_000300/designer --executor RUN/step_000300/executor \\
         --tasks aime24                                      # separate policies, one model a role
-    python evaluate.py --model out/tiny-sft --tasks tiny --short-prompt --max-tokens 128 \\
-        --designer-max-tokens 400 --temperature 1 --top-p 1   # the tiny world's held-out tasks
+    python world/tiny.py tasks && python evaluate.py --model out/tiny-sft --tasks tiny \\
+        --short-prompt --max-tokens 128 --designer-max-tokens 400 --temperature 1 --top-p 1
+                                                            # the tiny world's held-out tasks
 
 --tasks takes task files in machinery/data.py's format, or the names aime24 / aime25 / olympiadbench
-(read from ../shared/data through its converters) and tiny (held-out tiny-world tasks). Results go
-to OUT/results.md (Tables 1-2 and 6 of the paper, as Markdown) and OUT/results.json (every number
-plus exactly what was evaluated: problem ids, data-file hashes, the models, K, sampling settings).
---model: one model plays both roles (a shared policy); --designer and --executor: separate policies,
-one engine holding each role's weights in its phase (machinery/weights.py), as train.py runs them. A
-model that is not there ends the run in one line that says so.
-
-One query of your own, as a page of its tree (tools/show.py): M designs, N runs each, graded when a
-gold is given; with --against, a second model on the same query and seeds, below the first (the
-paper's Table 7 cases):
-
-    python evaluate.py ask "Compute 9-7+8." --model out/tiny-rl --against out/tiny-sft --gold 10 \\
-        --short-prompt --max-tokens 128 --designer-max-tokens 400 --temperature 1 --top-p 1
+(read from ../shared/data through its converters) and tiny (the tiny world's held-out tasks,
+--data/tiny.jsonl: `python world/tiny.py tasks` writes them). Results go to OUT/results.md (Tables
+1-2 and 6 of the paper, as Markdown) and OUT/results.json (every number plus exactly what was
+evaluated: problem ids, data-file hashes, the models, K, sampling settings). --model: one model
+plays both roles (a shared policy); --designer and --executor: separate policies, one engine holding
+each role's weights in its phase (machinery/weights.py), as train.py runs them. A model that is not
+there ends the run in one line that says so. One query of your own, as a page of its tree:
+tools/ask.py.
 
 paired_margin gives the honest error bar of a difference on the same problems (world/final_table.py,
 sft.py's quality bar).
 
-Needs: advantage.py, machinery/data.py, machinery/engine.py, machinery/weights.py, mas.py,
-rollout.py, tools/show.py, world/tiny.py, machinery/decode.py, machinery/ranks.py,
-machinery/reload_check.py, machinery/rundir.py, reward.py, sandbox.py, machinery/chunked.py,
-settings.py, machinery/isolation.py, stagewise.py
+Needs: machinery/data.py, machinery/engine.py, machinery/weights.py, mas.py, rollout.py,
+settings.py, machinery/decode.py, machinery/isolation.py, machinery/provenance.py,
+machinery/ranks.py, machinery/reload_check.py, machinery/rundir.py, reward.py, sandbox.py,
+stagewise.py
 """
 
 import argparse
@@ -53,34 +49,38 @@ from pathlib import Path
 
 from tqdm import tqdm
 
-import advantage
 import mas
 import rollout as rollout_lib
+import settings
 from machinery import data, weights
 from machinery import engine as engine_lib
-from tools import show
-from world import tiny
 
 ROOT = Path(__file__).resolve().parent
 SHARED = ROOT.parent / "shared" / "data" / "benchmarks"
 NAMED = ("aime24", "aime25", "olympiadbench")  # SHARED/NAME.jsonl, as published
+DATA = ROOT / "data"  # prepared task files: data/NAME.jsonl
 STRUCTURES = ("single", "ensemble", "critic", "tester", "other")
-TINY_EVAL_SEED = (
-    10_007  # held-out tiny tasks: the "eval" split (tiny.SPLITS), which SFT and RL never see
-)
 
 
 # -------------------------------------------------------------------------------------------- tasks
-def load_benchmark(spec, n_tiny=100):
-    """(name, tasks, source file or None) for a benchmark name or a task file; clear errors
-    otherwise."""
+def load_benchmark(spec, n_tiny=100, data_dir=DATA):
+    """(name, tasks, source file) for a benchmark name or a task file; clear errors otherwise.
+    tiny: the first n_tiny tasks of data_dir/tiny.jsonl (`python world/tiny.py tasks` writes the
+    tiny world's held-out "eval" split there)."""
     if spec == "tiny":
-        return "tiny", tiny.make_tasks(n_tiny, seed=TINY_EVAL_SEED, split="eval"), None
+        path = Path(data_dir) / "tiny.jsonl"
+        if not path.exists():
+            raise SystemExit(
+                f"evaluate.py: benchmark 'tiny': {path} not found (`python world/tiny.py "
+                f"tasks --out {path}` writes the tiny world's held-out tasks)"
+            )
+        return "tiny", data.load_tasks(path)[:n_tiny], path
     if spec in NAMED:
         path = SHARED / f"{spec}.jsonl"
         if not path.exists():
             raise SystemExit(
-                f"benchmark {spec!r}: {path} not found (the published file, see data.py)"
+                f"evaluate.py: benchmark {spec!r}: {path} not found "
+                "(the published file, see data.py)"
             )
         convert = data.CONVERTERS[spec]  # the tested converter, each task validated
         tasks = [data.validate_task(convert(row, k)) for k, row in enumerate(data.read_jsonl(path))]
@@ -88,7 +88,8 @@ def load_benchmark(spec, n_tiny=100):
     path = Path(spec)
     if not path.exists():
         raise SystemExit(
-            f"task file not found: {spec} (give a task file or one of {[*NAMED, 'tiny']})"
+            f"evaluate.py: task file not found: {spec} "
+            f"(give a task file or one of {[*NAMED, 'tiny']})"
         )
     return path.stem, data.load_tasks(path), path
 
@@ -216,102 +217,50 @@ MAKES = (
 )
 
 
-def load_engine(path, backend, flag="--model"):
-    """The engine of a model folder or hub id; a missing one ends the program in one line."""
+def load_engine(path, backend, flag="--model", template_kwargs=None):
+    """The engine of a model folder or hub id, rendering chat prompts with template_kwargs (the
+    preset's chat_template_kwargs, as train.py's engine); a missing one ends the program in one
+    line."""
     why = engine_lib.missing_model(path)
     if why:
         raise SystemExit(f"evaluate.py: {flag}: {why} ({MAKES}; or a hub id: Qwen/Qwen3-8B)")
-    return engine_lib.make_engine(str(path), backend=backend)
+    return engine_lib.make_engine(str(path), backend=backend, chat_template_kwargs=template_kwargs)
 
 
-def load_policies(a):
-    """(the Designer's engine, the Executor's): one model playing both roles (--model), or separate
-    policies (--designer, --executor: two model folders) on one engine, each role's view of it
-    holding that role's weights (machinery/weights.py), as train.py's separate policies run."""
+def check_models(a):
+    """Each model path given is a model folder (or a hub id): a missing one ends the program in one
+    line, before any task file is read or any model loads."""
     if a.model:
-        eng = load_engine(a.model, a.backend)
-        return eng, eng
+        why = engine_lib.missing_model(a.model)
+        if why:
+            raise SystemExit(f"evaluate.py: --model: {why} ({MAKES}; or a hub id: Qwen/Qwen3-8B)")
+        return
     for flag, path in (("--designer", a.designer), ("--executor", a.executor)):
         why = engine_lib.missing_model(path) or (
             None if os.path.isdir(path) else f"no model folder {path}"
         )
         if why:  # (a hub id is no folder: the weights are read from the folder's safetensors)
             raise SystemExit(f"evaluate.py: {flag}: {why} ({MAKES})")
-    eng = load_engine(a.designer, a.backend, "--designer")
-    held = weights.Held(eng, {"designer": a.designer, "executor": a.executor}, held="designer")
+
+
+def load_policies(a):
+    """(the Designer's engine, the Executor's): one model playing both roles (--model), or separate
+    policies (--designer, --executor: two model folders) on one engine, each role's view of it
+    holding that role's weights (machinery/weights.py), as train.py's separate policies run."""
+    kw = settings.chat_template_kwargs(a.config)
+    if a.model:
+        eng = load_engine(a.model, a.backend, template_kwargs=kw)
+        return eng, eng
+    eng = load_engine(a.designer, a.backend, "--designer", kw)
+    folders = {"designer": a.designer, "executor": a.executor}
+    held = weights.EngineWeights(eng, folders, held="designer")
     return held.view("designer"), held.view("executor")
-
-
-def ask(a, sampling):
-    """`evaluate.py ask QUERY`: the tree of one query (kind a.kind, graded against a.gold when
-    given) under --model and, with --against, the other model on the same seeds; written as one page
-    by show.py."""
-    task = {
-        "id": "ask",
-        "kind": a.kind,
-        "question": a.query,
-        "answer": a.gold or "",
-        "source": "ask",
-    }
-    # code: the gold is the hidden tests, {"inputs", "outputs", "fn_name"}
-    if a.kind == "code" and a.gold:
-        try:
-            task.update(answer="", tests=json.loads(a.gold))
-        except json.JSONDecodeError as e:
-            raise SystemExit(f"--gold for a code query is the tests as JSON ({e})") from None
-    records, metrics = [], {}
-    for k, path in enumerate([a.model] + ([a.against] if a.against else []), start=1):
-        eng = load_engine(path, a.backend, "--model" if k == 1 else "--against")
-        batch = rollout_lib.rollout(
-            [task],
-            eng,
-            eng,
-            a.M,
-            a.N,
-            seed=a.seed,
-            short=a.short_prompt,
-            designer_sampling=sampling[0],
-            executor_sampling=sampling[1],
-        )
-        A_D = advantage.designer_advantages(batch.R)
-        A_E = advantage.executor_advantages(batch.R, executed=batch.executed)
-        for rec in batch.tree([task], A_D, A_E, k, "ask", a.short_prompt):
-            # nothing to grade against: correct unknown, R is the format reward alone
-            if not a.gold:
-                for sc in rec["scripts"]:
-                    for run in sc["runs"]:
-                        run["correct"] = None
-            records.append(rec)
-        metrics[k] = {
-            "step": k,
-            "model": path,
-            "R mean": float(batch.R[batch.executed].mean()) if batch.executed.any() else 0.0,
-            "graded": bool(a.gold),
-        }
-        del eng
-    out = Path(a.out)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "ask.html").write_text(show.page(records, metrics, title=f"ask: {a.query}"))
-    print(f"written: {out / 'ask.html'}")
-    return records
 
 
 def parse_args(argv):
     p = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    if argv[:1] == ["ask"]:
-        p.add_argument("ask")
-        p.add_argument("query", help="the query, as the Designer will see it")
-        p.add_argument(
-            "--against", help="a second model on the same query and seeds (e.g. its cold start)"
-        )
-        p.add_argument(
-            "--gold", help="the answer (math) or the tests as JSON (code); without it, ungraded"
-        )
-        p.add_argument("--kind", default="math", choices=["math", "code"])
-        p.add_argument("--M", type=int, default=4, help="designs")
-        p.add_argument("--N", type=int, default=4, help="runs per design")
     p.add_argument("--model", help="one model playing both roles (shared policy)")
     p.add_argument(
         "--designer", help="the Designer's model folder (separate policies, with --executor)"
@@ -322,7 +271,7 @@ def parse_args(argv):
     p.add_argument(
         "--tasks",
         nargs="+",
-        required=argv[:1] != ["ask"],
+        required=True,
         help="task files, aime24/aime25/olympiadbench, tiny",
     )
     p.add_argument(
@@ -342,7 +291,14 @@ def parse_args(argv):
     p.add_argument(
         "--short-prompt", action="store_true", help="the tiny world's one-line Designer prompt"
     )
-    p.add_argument("--n-tiny", type=int, default=100)
+    p.add_argument("--n-tiny", type=int, default=100, help="tiny: its first N tasks")
+    p.add_argument("--data", default=str(DATA), help="the folder of prepared task files")
+    p.add_argument(
+        "--config",
+        default=None,
+        help="the RL preset whose chat_template_kwargs render the prompts (as train.py renders "
+        "them: config/qwen3_8b.py, thinking off); default: the tiny preset's",
+    )
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out", default="out/eval")
     return p.parse_args(argv)
@@ -355,10 +311,6 @@ def main(argv=None):
         temperature=a.temperature, top_p=a.top_p, max_tokens=a.designer_max_tokens
     )
     esamp = engine_lib.Sampling(temperature=a.temperature, top_p=a.top_p, max_tokens=a.max_tokens)
-    if argv[:1] == ["ask"]:
-        if not a.model or a.designer or a.executor or min(a.M, a.N) < 1:
-            raise SystemExit("evaluate.py ask: give --model (and --against), M and N >= 1")
-        return ask(a, (dsamp, esamp))
     both = "evaluate.py: give --model (one model, both roles), or --designer and --executor"
     if a.model and (a.designer or a.executor):
         raise SystemExit(both)
@@ -371,7 +323,8 @@ def main(argv=None):
     methods = a.mode or ["single"] + [f"template:{t}" for t in mas.TEMPLATES if t != "single"] + [
         "auto"
     ]
-    benchmarks = [load_benchmark(t, a.n_tiny) for t in a.tasks]
+    check_models(a)
+    benchmarks = [load_benchmark(t, a.n_tiny, a.data) for t in a.tasks]
     names = [b[0] for b in benchmarks]
     designer_eng, executor_eng = load_policies(a)
     res = evaluate_all(
@@ -403,6 +356,7 @@ def main(argv=None):
         "models": models,
         "samples": a.samples,
         "backend": a.backend,
+        "chat_template_kwargs": settings.chat_template_kwargs(a.config),
         "seed": a.seed,
         "sampling": {"designer": vars(dsamp), "executor": vars(esamp)},
         "results": res,

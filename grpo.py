@@ -13,10 +13,7 @@
 2) grpo_loss: the clipped surrogate, a token-mean over the trained tokens of the (global) batch
 
        rho_t = exp(logp_t - logp_old_t)
-       l_t   = -min(rho_t A_t, clip(rho_t, 1 - eps, 1 + eps) A_t) * w_t
-       w_t   = min(exp(logp_old_t - logp_engine_t), cap)    (truncated importance sampling, only
-               when cap > 0: the engine that sampled and the trainer differ by float rounding,
-               much more in bf16)
+       l_t   = -min(rho_t A_t, clip(rho_t, 1 - eps, 1 + eps) A_t)        eps: Config.clip_eps
        L     = sum_t mask_t l_t / num_tokens
 
    (log rho is clamped to +-20 before exp, as verl does, so a stale log-prob cannot give inf.)
@@ -24,11 +21,13 @@
    config takes several) the old log-probs are the current ones, detached: rho = 1 and the gradient
    is A_t * grad logp_t; with several minibatches the clip acts. num_tokens is the token count of
    the whole batch, so the micro-batch losses (and gradients) add up to the one-batch loss; under
-   FSDP, which averages gradients over ranks, pass the global count / world size.
+   FSDP, which averages gradients over ranks, pass the global count / world size. The engine's
+   log-probs, when given, are only measured against the trainer's (stats: logprob_gap), never
+   weighted into the loss: rollouts sample untruncated, so the two differ by float rounding.
 
 Usage:
     logp = token_logprobs(model, ids, attn)                                   # [B, T-1]
-    loss, stats = grpo_loss(logp, None, adv, loss_mask[:, 1:], num_tokens=n_total)
+    loss, stats = grpo_loss(logp, None, adv, loss_mask[:, 1:], num_tokens=n_total, clip_eps=0.2)
     loss.backward()
 
 Needs: no other file of this project (torch only).
@@ -54,8 +53,8 @@ def grpo_loss(
     mask,
     num_tokens=None,
     engine_logprobs=None,
-    tis_cap=0.0,
-    clip_eps=0.2,
+    *,
+    clip_eps,
 ):
     """The clipped GRPO surrogate, token-mean. Returns (loss, stats).
 
@@ -70,8 +69,6 @@ def grpo_loss(
     clipped = ratio.clamp(1 - clip_eps, 1 + clip_eps)
     surr, surr_clipped = ratio * adv, clipped * adv
     per_token = -torch.minimum(surr, surr_clipped)
-    if tis_cap > 0:
-        per_token = per_token * torch.exp(old - engine_logprobs).clamp(max=tis_cap).detach()
     n = mask.sum()
     loss = (per_token * mask).sum() / (n.clamp(min=1) if num_tokens is None else num_tokens)
     with torch.no_grad():

@@ -30,14 +30,15 @@ import re
 from dataclasses import dataclass
 
 ANSWER_TAG = "answer"
-_ANSWER_RE = re.compile(rf"<{ANSWER_TAG}>(.*?)</{ANSWER_TAG}>", re.S)
+# the answer tag's contents, every one in a reply (reward.py reads the same tag with it)
+ANSWER_RE = re.compile(rf"<{ANSWER_TAG}>(.*?)</{ANSWER_TAG}>", re.S)
 
 
 def answer_of(reply):
     """Content of the last <answer>...</answer> in a reply (stripped); None if there is none."""
     if not isinstance(reply, str):
         return None
-    found = _ANSWER_RE.findall(reply)
+    found = ANSWER_RE.findall(reply)
     return found[-1].strip() if found else None
 
 

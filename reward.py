@@ -2,7 +2,7 @@
 
 The reward of one execution e_ij of workflow d_i on query q (the paper's eq. for R):
 
-    R(e_ij) = correct(e_ij) + λ · format(e_ij)            λ = 0.4 in the paper
+    R(e_ij) = correct(e_ij) + λ · format(e_ij)            λ: settings.Config.lam (0.4, the paper's)
     correct  = math_equal(answer, gold)                   (math)
              = 1 if the program passes every hidden test  (code: code_score == 1), else 0
     format   = share of the execution's executor replies that carry exactly one well-formed
@@ -28,11 +28,13 @@ numbers with a tolerance).
     math_equal("\\boxed{025}", "25")                        # True
     math_equal("x = \\frac12", "0.5")                       # True, in a grader process (safe from
                                                             # threads)
-    reward(task, run)                                       # R for one WorkflowRun of
+    reward(task, run, lam=0.4)                              # R for one WorkflowRun of
                                                             # sandbox.run_workflows
+    correct = grade_runs(pairs)                             # a step's runs, each distinct answer
+    reward(task, run, lam=0.4, correct=correct[k])          # graded once; R from that grade
 
 Needs: sandbox.py, machinery/isolation.py (code_score runs programs; outputs_match), mas.py (the
-answer tag), machinery/data.py (for sandbox.py)
+answer tag and its regex), machinery/data.py (for sandbox.py)
 """
 
 import atexit
@@ -52,17 +54,14 @@ from fractions import Fraction
 
 import mas
 import sandbox
-from mas import ANSWER_TAG
+from mas import ANSWER_RE, ANSWER_TAG
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-LAM = 0.4  # the paper's λ
 # relative/absolute tolerance for non-integer numbers (as in program output)
 FLOAT_TOL = sandbox.FLOAT_TOL
 MAX_ANSWER_CHARS = 4000  # a longer "answer" is a runaway generation, never a final answer
 GRADER_MEMORY = 4 << 30  # address space of one grader process: a blow-up dies, the trainer does not
 GRADER_STARTUP = 120.0  # seconds a grader process may take to import SymPy on a busy machine
-
-_TAG_RE = re.compile(rf"<{ANSWER_TAG}>(.*?)</{ANSWER_TAG}>", re.S)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -384,7 +383,7 @@ def extract_code(text):
     the last fenced block, or an unclosed one cut off by the length limit), else the text itself."""
     if not isinstance(text, str):
         return ""
-    inner = _TAG_RE.findall(text)
+    inner = ANSWER_RE.findall(text)
     if inner:
         text = inner[-1]
     blocks = re.findall(r"```([\w+-]*)[^\n]*\n(.*?)```", text, re.S)
@@ -426,7 +425,7 @@ def well_formed(reply):
 
 
 def format_score(run):
-    """The paper's format reward (weighted by λ = 0.4 in R): the share of the execution's executor
+    """The paper's format reward (weighted by λ in R): the share of the execution's executor
     replies (run.calls[k].reply) that carry exactly one well-formed answer tag; 0 when there were no
     replies. Only the tag's content goes back to the script: a reply without one gives the script ""
     from agent(message), so a badly formatted reply also starves the workflow."""
@@ -441,7 +440,7 @@ def graded_part(kind, answer):
     if answer is None:
         return None
     answer = str(answer)
-    if kind == "math" and (_TAG_RE.search(answer) or "\\boxed" in answer):
+    if kind == "math" and (ANSWER_RE.search(answer) or "\\boxed" in answer):
         return extract_answer(answer) or ""
     if kind == "code":
         return extract_code(answer)
@@ -462,10 +461,14 @@ def correctness(task, answer):
     raise ValueError(f"task {task.get('id')!r}: unknown kind {kind!r} (expected 'math' or 'code')")
 
 
-def reward(task, run, lam=LAM):
+def reward(task, run, *, lam, correct=None):
     """R = correct + λ·format (the paper's; a run that failed to parse or run just earns no
-    correctness)."""
-    return correctness(task, run.answer) + lam * format_score(run)
+    correctness). λ has no default here: settings.Config.lam is its one (0.4, the paper's).
+    correct: the run's correctness when it is already graded (grade_runs, as rollout.py grades a
+    step's runs), else None: graded here."""
+    if correct is None:
+        correct = correctness(task, run.answer)
+    return correct + lam * format_score(run)
 
 
 def grade_runs(pairs, workers=4):

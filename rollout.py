@@ -3,8 +3,8 @@
 For each query q of a batch of B tasks the Designer writes M workflow scripts d_1..d_M, and every
 script that parses is executed N times e_i1..e_iN by the Executor. Every run gets a reward
 
-    R[q, i, j] = correct(e_ij) + lam * format(e_ij)      (reward.py; a script that does not parse
-                                                          is never run and scores 0)
+    R[q, i, j] = correct(e_ij) + lam * format(e_ij)      (reward.reward; a script that does not
+                                                          parse is never run and scores 0)
 
 so R is a [B, M, N] tensor: advantage.py turns it into the Designer's advantage (per script, over
 the M scripts of a query) and the Executor's (per run, over the runs of a query). Unparseable
@@ -12,22 +12,28 @@ scripts stay in the Designer's group: they are its failures and must pull its ad
 runs never happened, so batch.executed [B, M, N] marks the runs that did: the Executor's advantage
 leaves the others out of its group.
 
-Batching is what makes this fast. The design phase is one engine.generate call for all B*M prompts.
-The execution phase is ONE sandbox.run_workflows call for all B*M*N runs; each tick, every agent
-call pending across all live scripts goes to the engine as one generate call. Every completion is
-seeded from (seed, step, q, i) or (seed, step, q, i, j, call index), so a seeded rollout does not
-depend on the order in which scripts reach their calls. q counts from q_offset: a rank that rolls
-out queries b..b+B-1 of the global batch passes q_offset=b and draws exactly what one process
-rolling out the whole batch would.
+rollout() is four phases, a function each, called in order:
+
+    design    M scripts a query: ONE engine.generate call for all B*M designer prompts
+    execute   N runs a parsed script: ONE sandbox.run_workflows call for all B*M*N runs; each of
+              its ticks, every agent call pending across all live scripts is one generate call
+    grade     R = correct + lam * format a run (reward.reward), each distinct answer graded once
+    assemble  the samples, one RunInfo a run, R and executed [B, M, N]: the Batch
+
+Batching is what makes this fast. Every completion is seeded from (seed, step, q, i) or (seed,
+step, q, i, j, call index), so a seeded rollout does not depend on the order in which scripts reach
+their calls. q counts from q_offset: a rank that rolls out queries b..b+B-1 of the global batch
+passes q_offset=b and draws exactly what one process rolling out the whole batch would.
 
 What comes out is trajectories as token ids, exactly as the engine generated them (never
 re-tokenized): a designer sample is (designer prompt, script completion) for (q, i); an executor
 sample is one agent call (call prompt, reply) for (q, i, j). samples_to_tensors packs them for
 grpo.token_logprobs.
 
-    batch = rollout(tasks, engine, engine, M=4, N=4, step=t)      # shared policy
-    batch = rollout(tasks, d, e, M=4, N=4, step=t)                # separate: two engines, or views
-    batch = rollout(tasks, None, engine, 1, 8, template="single")  # fixed structure, no Designer
+    batch = rollout(tasks, engine, engine, M=4, N=4, step=t, lam=cfg.lam)  # shared policy
+    batch = rollout(tasks, d, e, M=4, N=4, step=t, lam=cfg.lam)  # separate: two engines, or views
+    batch = rollout(tasks, None, engine, 1, 8, template="single", lam=0)  # fixed structure; R is
+                                                                          # the correctness
     batch.R, batch.executed   # [B, M, N] rewards; True where the run happened (its script parsed)
     t = samples_to_tensors(batch.executor, pad_id)   # input_ids, attention_mask, completion_mask,
                                                      # logprobs
@@ -36,9 +42,11 @@ Needs: machinery/data.py, machinery/engine.py, mas.py, reward.py, sandbox.py, ma
 machinery/isolation.py
 """
 
+import contextlib
 import itertools
 import time
 from dataclasses import dataclass, field, replace
+from functools import partial
 
 import torch
 
@@ -180,16 +188,158 @@ def _sample(comp, index, call=-1):
     return Sample(list(comp.prompt_ids), list(comp.token_ids), list(comp.logprobs), index, call)
 
 
-def executor_generate(eng, sampling, seed_of, records, stats):
-    """The `generate` callback for sandbox.run_workflows: one engine.generate call per tick.
-    seed_of(call) gives each call's seed; every completion is stored in records[(run, index)]."""
+def rollout(
+    queries,
+    designer_engine,
+    executor_engine,
+    M,
+    N,
+    step=0,
+    *,
+    lam,
+    seed=0,
+    template=None,
+    designer_sampling=None,
+    executor_sampling=None,
+    short=False,
+    q_offset=0,
+) -> Batch:
+    """The bi-level rollout of a batch of tasks (machinery/data.py's dicts): the four phases below,
+    in order.
+
+    lam: λ in R = correct + λ·format (settings.Config.lam in training; 0 makes R the correctness).
+    template: None (the Designer writes the scripts) or a key of mas.TEMPLATES (a fixed structure:
+      every one of the M designs is that template; designer_engine is not used and may be None).
+    designer_engine, executor_engine: anything with engine.py's generate; separate policies that
+      share one engine pass each role's view of it (machinery/weights.py: it holds that role's
+      weights when it generates).
+    q_offset: the global index of queries[0] in the step's batch (seeds follow global indices)."""
+    seed_of = partial(_seed, seed, step, q_offset)
+    stats = {"generate_calls": 0, "generate_s": 0.0}
+    with _timed(stats, "design_s"):
+        designs = design(queries, designer_engine, M, template, designer_sampling, short, seed_of)
+    with _timed(stats, "execute_s"):
+        ran = execute(
+            queries, designs.scripts, executor_engine, N, executor_sampling, short, seed_of, stats
+        )
+    with _timed(stats, "grade_s"):
+        correct, rewards = grade(queries, ran, lam)
+    return assemble(len(queries), M, N, designs, ran, correct, rewards, stats)
+
+
+def _seed(seed, step, q_offset, q, *rest):
+    """The seed of a completion for query q of this call, (q, i) or (q, i, j, call): derived from
+    (seed, step, q's global index, *rest)."""
+    return engine_lib.derive_seed(seed, step, q_offset + q, *rest)
+
+
+@contextlib.contextmanager
+def _timed(stats, key):
+    """stats[key]: the seconds the block took."""
+    t0 = time.perf_counter()
+    yield
+    stats[key] = time.perf_counter() - t0
+
+
+# --------------------------------------------------------------------------------------------------
+# Phase 1: design
+
+
+@dataclass
+class Designs:
+    """What the Designer wrote, [B][M] each: its completion texts ("" with a template), the scripts
+    (None: unparseable) and why not; and its samples, in (q, i) order."""
+
+    samples: list[Sample]
+    texts: list[list[str]]
+    scripts: list[list[str | None]]
+    errors: list[list[str | None]]
+
+
+def design(queries, engine, M, template, sampling, short, seed_of) -> Designs:
+    """M scripts a query. With a template, every one is the template and nothing is generated; else
+    ONE generate call for all B*M designer prompts, completion (q, i) seeded from seed_of(q, i) and
+    parsed by mas.parse_script."""
+    B = len(queries)
+    fixed = mas.TEMPLATES[template] if template else None
+    d = Designs(
+        samples=[],
+        texts=[[""] * M for _ in range(B)],
+        scripts=[[fixed] * M for _ in range(B)],
+        errors=[[None] * M for _ in range(B)],
+    )
+    if template is not None or B == 0:
+        return d
+    sampling = sampling or engine_lib.Sampling(max_tokens=1024)
+    prompts = [mas.designer_messages(data.task_text(t, short=short), short=short) for t in queries]
+    slots = list(itertools.product(range(B), range(M)))  # completion (q, i) at q * M + i
+    samplings = [replace(sampling, seed=seed_of(q, i)) for q, i in slots]
+    outs = engine.generate([prompts[q] for q, _ in slots], samplings)
+    for (q, i), out in zip(slots, outs):
+        comp = out[0]
+        if comp.finish_reason == "error":
+            d.errors[q][i] = f"designer generation failed: {comp.error}"
+            continue
+        d.samples.append(_sample(comp, (q, i)))
+        d.texts[q][i] = comp.text
+        d.scripts[q][i], d.errors[q][i] = mas.parse_script(comp.text)
+    return d
+
+
+# --------------------------------------------------------------------------------------------------
+# Phase 2: execute
+
+
+@dataclass
+class Execution:
+    """The runs (q, i, j) that happened, in (q, i, j) order; their sandbox.WorkflowRuns; the
+    engine's completion of every agent call, by (run, call)."""
+
+    keys: list[tuple[int, int, int]]
+    runs: list
+    completions: dict
+
+
+def execute(queries, scripts, engine, N, sampling, short, seed_of, stats) -> Execution:
+    """Every parsed script N times: all B*M*N runs in ONE sandbox.run_workflows call, whose every
+    tick is one generate call; agent call c of run (q, i, j) seeded from seed_of(q, i, j, c). An
+    engine failure is raised, not scored."""
+    keys = []
+    for q, row in enumerate(scripts):
+        for i, script in enumerate(row):
+            if script is not None:
+                keys += [(q, i, j) for j in range(N)]
+    ran = Execution(keys, [], {})
+    if not keys:
+        return ran
+    sampling = sampling or engine_lib.Sampling()
+    gen = executor_generate(engine, sampling, keys, seed_of, ran.completions, stats)
+    ran.runs = sandbox.run_workflows(
+        [scripts[q][i] for q, i, _ in keys],
+        [queries[q] for q, _, _ in keys],
+        gen,
+        equal=reward_lib.math_equal,
+        short=short,
+    )
+    if "engine_error" in stats:
+        e = stats.pop("engine_error")
+        raise RuntimeError(
+            f"the executor engine failed in the rollout: {type(e).__name__}: {e}"
+        ) from e
+    return ran
+
+
+def executor_generate(eng, sampling, keys, seed_of, completions, stats):
+    """The `generate` callback for sandbox.run_workflows: one engine.generate call per tick. Call c
+    of run k = (q, i, j) is seeded from seed_of(q, i, j, c); its completion is stored in
+    completions[(k, c)]."""
 
     def generate(calls):
         if not calls:
             return []
         t0 = time.perf_counter()
         try:
-            samplings = [replace(sampling, seed=seed_of(c)) for c in calls]
+            samplings = [replace(sampling, seed=seed_of(*keys[c.run], c.index)) for c in calls]
             outs = eng.generate([c.messages for c in calls], samplings)
         except Exception as e:
             # the sandbox would turn this into failed runs (reward 0); an engine failure is ours,
@@ -199,143 +349,72 @@ def executor_generate(eng, sampling, seed_of, records, stats):
         stats["generate_calls"] += 1
         stats["generate_s"] += time.perf_counter() - t0
         for c, out in zip(calls, outs, strict=True):
-            records[(c.run, c.index)] = out[0]
+            completions[(c.run, c.index)] = out[0]
         return [o[0] for o in outs]
 
     return generate
 
 
-def rollout(
-    queries,
-    designer_engine,
-    executor_engine,
-    M,
-    N,
-    step=0,
-    *,
-    seed=0,
-    template=None,
-    designer_sampling=None,
-    executor_sampling=None,
-    short=False,
-    lam=0.4,
-    q_offset=0,
-) -> Batch:
-    """The bi-level rollout of a batch of tasks (machinery/data.py's dicts).
+# --------------------------------------------------------------------------------------------------
+# Phase 3: grade
 
-    template: None (the Designer writes the scripts) or a key of mas.TEMPLATES (a fixed structure:
-      every one of the M designs is that template; designer_engine is not used and may be None).
-    designer_engine, executor_engine: anything with engine.py's generate; separate policies that
-      share one engine pass each role's view of it (machinery/weights.py: it holds that role's
-      weights when it generates).
-    q_offset: the global index of queries[0] in the step's batch (seeds follow global indices)."""
-    B = len(queries)
-    designer_sampling = designer_sampling or engine_lib.Sampling(max_tokens=1024)
-    stats = {"generate_calls": 0, "generate_s": 0.0}
 
-    # ---- design phase: one generate call for all B*M designer prompts, one seeded completion each
-    t0 = time.perf_counter()
-    designer, texts = [], [[""] * M for _ in range(B)]
-    scripts = [[mas.TEMPLATES[template] if template else None] * M for _ in range(B)]
-    errors = [[None] * M for _ in range(B)]
-    if template is None:
-        prompts = [
-            mas.designer_messages(data.task_text(t, short=short), short=short) for t in queries
-        ]
-        seeds = []  # completion (q, i) at position q * M + i
-        for q in range(B):
-            seeds += [engine_lib.derive_seed(seed, step, q_offset + q, i) for i in range(M)]
-        outs = (
-            designer_engine.generate(
-                [prompts[k // M] for k in range(B * M)],
-                [replace(designer_sampling, seed=s) for s in seeds],
-            )
-            if B
-            else []
-        )
-        for k, out in enumerate(outs):
-            (q, i), comp = divmod(k, M), out[0]
-            if comp.finish_reason == "error":
-                errors[q][i] = f"designer generation failed: {comp.error}"
-                continue
-            designer.append(_sample(comp, (q, i)))
-            texts[q][i] = comp.text
-            scripts[q][i], errors[q][i] = mas.parse_script(comp.text)
-    stats["design_s"] = time.perf_counter() - t0
+def grade(queries, ran, lam):
+    """R = correct + λ·format of every run that happened, by reward.reward, from the correctness
+    reward.grade_runs gives (each distinct answer to a query graded once). Returns (correct, R),
+    lists in ran.keys' order."""
+    pairs = [(queries[q], run) for (q, _, _), run in zip(ran.keys, ran.runs, strict=True)]
+    correct = reward_lib.grade_runs(pairs)
+    rewards = []
+    for (task, run), c in zip(pairs, correct, strict=True):
+        rewards.append(reward_lib.reward(task, run, lam=lam, correct=c))
+    return correct, rewards
 
-    # ---- execution phase: every parsed script N times, all B*M*N runs in ONE run_workflows call
-    t0 = time.perf_counter()
-    keys = []  # the runs (q, i, j) of every parsed script, in (q, i, j) order
-    for q, i in itertools.product(range(B), range(M)):
-        if scripts[q][i] is not None:
-            keys += [(q, i, j) for j in range(N)]
-    records, wf_runs = {}, []
-    if keys:
 
-        def seed_of(call):
-            q, i, j = keys[call.run]
-            return engine_lib.derive_seed(seed, step, q_offset + q, i, j, call.index)
+# --------------------------------------------------------------------------------------------------
+# Phase 4: assemble
 
-        sampling = executor_sampling or engine_lib.Sampling()
-        gen = executor_generate(executor_engine, sampling, seed_of, records, stats)
-        wf_runs = sandbox.run_workflows(
-            [scripts[q][i] for q, i, _ in keys],
-            [queries[q] for q, _, _ in keys],
-            gen,
-            equal=reward_lib.math_equal,
-            short=short,
-        )
-        if "engine_error" in stats:
-            e = stats.pop("engine_error")
-            raise RuntimeError(
-                f"the executor engine failed in the rollout: {type(e).__name__}: {e}"
-            ) from e
-    stats["execute_s"] = time.perf_counter() - t0
 
-    # ---- rewards: R = correct + lam * format (reward.py grades a query's distinct answers once)
-    t0 = time.perf_counter()
-    correct = reward_lib.grade_runs(
-        [(queries[q], run) for (q, _, _), run in zip(keys, wf_runs, strict=True)]
-    )
-    stats["grade_s"] = time.perf_counter() - t0
-
-    # ---- assemble: executor samples in (q, i, j, call) order, per-run info, R
+def assemble(B, M, N, designs, ran, correct, rewards, stats) -> Batch:
+    """The Batch: executor samples in (q, i, j, call) order; a RunInfo for every slot (q, i, j),
+    in that order (an unparsed script's: not run, reward 0, still in the Designer's group); R and
+    executed [B, M, N]."""
     executor, by_run = [], {}
-    for (k, c), comp in sorted(records.items()):
+    for (k, c), comp in sorted(ran.completions.items()):
         by_run.setdefault(k, []).append(comp)
         if comp.finish_reason != "error":
-            executor.append(_sample(comp, keys[k], c))
+            executor.append(_sample(comp, ran.keys[k], c))
     R, executed = torch.zeros(B, M, N), torch.zeros(B, M, N, dtype=torch.bool)
-    done, runs = {key: k for k, key in enumerate(keys)}, []
+    slot = {key: k for k, key in enumerate(ran.keys)}
+    runs = []
     for q, i, j in itertools.product(range(B), range(M), range(N)):
-        k = done.get((q, i, j))
-        if k is None:  # an unparsed script: not run, reward 0, still in the Designer's group
-            why = f"unparseable script: {errors[q][i]}"
+        k = slot.get((q, i, j))
+        if k is None:
+            why = f"unparseable script: {designs.errors[q][i]}"
             runs.append(RunInfo(q, i, j, None, why, 0, 0, None, 0.0, 0.0, 0.0))
             continue
-        wr, fmt = wf_runs[k], reward_lib.format_score(wf_runs[k])
-        R[q, i, j] = r = correct[k] + lam * fmt
-        executed[q, i, j] = True
-        tokens = sum(len(c.token_ids) for c in by_run.get(k, []))
-        runs.append(
-            RunInfo(
-                q,
-                i,
-                j,
-                mas.structure_of(scripts[q][i]),
-                wr.error,
-                len(wr.calls),
-                tokens,
-                wr.answer,
-                correct[k],
-                fmt,
-                r,
-                wr,
-            )
+        R[q, i, j], executed[q, i, j] = rewards[k], True
+        wr = ran.runs[k]
+        info = RunInfo(
+            q,
+            i,
+            j,
+            structure=mas.structure_of(designs.scripts[q][i]),
+            error=wr.error,
+            n_calls=len(wr.calls),
+            tokens=sum(len(c.token_ids) for c in by_run.get(k, [])),
+            answer=wr.answer,
+            correct=correct[k],
+            format=reward_lib.format_score(wr),
+            reward=rewards[k],
+            run=wr,
         )
+        runs.append(info)
     stats["executor_tokens"] = sum(len(s.completion_ids) for s in executor)
-    stats["designer_tokens"] = sum(len(s.completion_ids) for s in designer)
-    return Batch(R, executed, designer, executor, runs, scripts, texts, stats)
+    stats["designer_tokens"] = sum(len(s.completion_ids) for s in designs.samples)
+    return Batch(
+        R, executed, designs.samples, executor, runs, designs.scripts, designs.texts, stats
+    )
 
 
 def samples_to_tensors(samples, pad_id, device=None):

@@ -6,12 +6,13 @@ How a workflow script runs. run_workflows(scripts, tasks, generate) starts one s
 script: a child process that can hurt nothing (isolation.py: namespaces, read-only files, no
 network, seccomp, rlimits). There the script's workflow(task) runs, and each helper it calls
 (mas.py) sends one request to the trainer over the job's socket and blocks on the reply. Here, in
-the trainer:
+the trainer, a Workflows object serves each kind of request in a method of its own and batches the
+agent calls in its tick():
 
     Agent(role, instructions)(message), agent.sample(message, n)
         queued as n AgentCalls; when EVERY live script waits on an agent call, ONE generate(calls)
-        answers all of them (a tick), the calls sorted by (run, index), so that a seeded rollout
-        gets the same batches whatever the timing of the children. The script gets
+        answers all of them (Workflows.tick), the calls sorted by (run, index), so that a seeded
+        rollout gets the same batches whatever the timing of the children. The script gets
         mas.answer_of(reply), the text inside the answer tag; WorkflowRun.calls keeps each full
         reply and what generate returned (token ids, ...).
     vote(answers)     mas.majority(answers, equal), counted here with the `equal` run_workflows was
@@ -56,7 +57,7 @@ import time
 from collections import deque
 from dataclasses import dataclass, field
 from decimal import Decimal, InvalidOperation
-from types import SimpleNamespace
+from functools import partial
 
 import mas
 from machinery import data
@@ -278,142 +279,84 @@ def run_workflows(scripts, tasks, generate, *, equal=None, limits=None, width=No
       (default: all of them).
     short: the tiny world's compact prompts (data.task_text(short=True),
       mas.agent_messages(short=True))."""
-    lim = limits or mas.Limits()
     assert len(scripts) == len(tasks), (len(scripts), len(tasks))
     if iso.server().unsafe:  # the opt-in is repeated in every step's log
         print(f"WARNING: sandbox {isolation()}", file=sys.stderr, flush=True)
-    runs = [WorkflowRun(None, None) for _ in scripts]
-    parts = [_task_parts(t, short) for t in tasks]
-    # live: job -> its script, in launch order
-    todo, live, jobs = (
-        deque(range(len(scripts))),
-        {},
-        [],
-    )
+    return Workflows(scripts, tasks, generate, equal, limits or mas.Limits(), width, short).run()
 
-    def launch():
-        while todo and len(live) < (width or len(scripts)):
-            k = todo.popleft()
-            payload = {"script": str(scripts[k]), "task": parts[k][0], "max_output": lim.max_output}
-            jobs.append(
-                iso.Job(
-                    "workflow", payload, lim.timeout, lim.max_output, iso.MEMORY, request, ended
-                )
+
+@dataclass
+class LiveScript:
+    """A script whose job runs: its run k; the agent calls it used; what it waits on (None: it
+    runs | a list of AgentCalls, `many` saying whether it asked for a list | the job of its
+    run_python or run_tests); done: it sent its answer or error."""
+
+    k: int
+    job: object
+    used: int = 0
+    waiting: object = None
+    many: bool = False
+    done: bool = False
+
+
+class Workflows:
+    """The trainer's side of one run_workflows call: the scripts' jobs, the requests their helpers
+    send, and the tick that batches every pending agent call into one generate call.
+
+    run() launches up to `width` scripts and drives every job (isolation.drive): each request
+    arrives at request(), each ended job at ended() (which launches the next script), and between
+    turns tick() runs."""
+
+    def __init__(self, scripts, tasks, generate, equal, limits, width, short):
+        self.scripts, self.generate, self.equal = scripts, generate, equal
+        self.lim, self.width, self.short = limits, width or len(scripts), short
+        self.runs = [WorkflowRun(None, None) for _ in scripts]
+        self.parts = [_task_parts(t, short) for t in tasks]
+        self.todo = deque(range(len(scripts)))  # the scripts not launched yet
+        self.live = {}  # job -> its LiveScript, in launch order (that is, in k's order)
+        self.jobs = []  # every job drive() watches: the scripts' and their programs'
+
+    def run(self):
+        self.launch()
+        iso.drive(self.jobs, idle=self.tick)
+        return self.runs
+
+    def launch(self):
+        """Start scripts while fewer than `width` are alive."""
+        while self.todo and len(self.live) < self.width:
+            k = self.todo.popleft()
+            payload = {
+                "script": str(self.scripts[k]),
+                "task": self.parts[k][0],
+                "max_output": self.lim.max_output,
+            }
+            job = iso.Job(
+                "workflow",
+                payload,
+                self.lim.timeout,
+                self.lim.max_output,
+                iso.MEMORY,
+                self.request,
+                self.ended,
             )
-            # a live script: its run k; the agent calls it used; what it waits on (None: it runs |
-            # [AgentCalls, many] | the job of its run_python or run_tests); done: it sent its answer
-            # or error
-            live[jobs[-1]] = SimpleNamespace(k=k, job=jobs[-1], used=0, waiting=None, done=False)
+            self.jobs.append(job)
+            self.live[job] = LiveScript(k, job)
 
-    def request(job, msg):  # one request from a script's helpers (mas.py)
-        s, op = live[job], msg.get("op")
-        # (the helpers wait for each reply, and end with "done")
-        if s.waiting is not None or s.done:
-            job.kill("protocol violation: a request while another was pending, or after the answer")
-        elif op == "done":  # its answer, or why it has none
-            s.done, answer, error = (
-                True,
-                msg.get("answer"),
-                str(msg.get("error", "unknown error"))[:1000],
-            )
-            r = runs[s.k]
-            r.answer, r.error = (
-                (answer[: lim.max_output], None) if isinstance(answer, str) else (None, error)
-            )
-        elif op == "agent":
-            role, ins, text, n = (msg.get(key) for key in ("role", "instructions", "message", "n"))
-            if (
-                not all(isinstance(x, str) for x in (role, ins, text))
-                or not isinstance(n, int)
-                or n < 1
-            ):
-                return job.kill(
-                    "bad agent call: role, instructions and message must be strings, n >= 1"
-                )
-            if s.used + n > lim.max_calls:
-                return job.kill(f"limit exceeded: more than max_calls={lim.max_calls} agent calls")
-            prompt = mas.agent_messages(role, ins, text, short)
-            calls = [AgentCall(s.k, s.used + i, role, ins, text, prompt) for i in range(n)]
-            s.waiting, s.used = [calls, msg.get("many")], s.used + n
-            job.paused_at = time.monotonic()  # its clock stops while it waits on the trainer
-        elif op == "vote":
-            votes = msg.get("answers")
-            if (
-                not isinstance(votes, list)
-                or len(votes) > mas.MAX_VOTE
-                or {type(a) for a in votes} - {str}
-            ):
-                return job.kill(f"bad vote call: at most {mas.MAX_VOTE} answers, each a string")
-            if equal is None:
-                return job.kill(
-                    "vote() needs run_workflows(..., equal=...): how two answers are compared"
-                )
-            t0, won = time.monotonic(), None  # the count runs on the voting script's clock
-            try:
-                won = mas.majority(
-                    votes, lambda a, b: time.monotonic() < job.deadline and bool(equal(a, b))
-                )
-            except Exception as e:  # a grader failing on odd answers fails this run only
-                job.kill(f"vote failed: {type(e).__name__}: {e}")
-            if time.monotonic() >= job.deadline:
-                job.kill(f"timeout after {job.timeout:g}s (counting a vote)")
-            elif won is not None:
-                job.reply({"ok": won})
-            for other in jobs:  # and on no other script's: they waited on this loop meanwhile
-                if other is not job and other.paused_at is None:
-                    other.deadline += time.monotonic() - t0
-        elif op in ("run_python", "run_tests"):
-            code, stdin, tests = msg.get("code"), msg.get("input", ""), parts[s.k][1]
-            if not isinstance(code, str) or not isinstance(stdin, str):
-                return job.kill(f"bad {op} call: code and input must be strings")
-            if op == "run_python":
-                s.waiting = iso.Job(
-                    "code",
-                    {"code": code, "stdin": stdin},
-                    lim.code_timeout,
-                    lim.max_output,
-                    on_end=lambda sub: answer_with(s, sub, _program_text(sub)),
-                )
-            elif not (tests or {}).get("inputs"):
-                return job.reply({"ok": "PASS 0/0 (no visible tests)"})
-            else:
-                # once every outcome is in: the script goes on while the job exits
-                def report(sub, _=None):
-                    if len(sub.messages) >= len(tests["inputs"]) or sub.finished:
-                        answer_with(
-                            s, sub, tests_report(_outcomes(sub, len(tests["inputs"])), tests)
-                        )
+    # ---- the tick: every live script waits on agent calls -> ONE generate call answers them all
 
-                # as reward.code_score runs it
-                code = CALL_HEADER + code if tests.get("fn_name") else code
-                s.waiting = _tests_job(
-                    code,
-                    tests,
-                    min(4.0, lim.code_timeout),
-                    lim.max_output,
-                    on_message=report,
-                    on_end=report,
-                )
-            job.paused_at = time.monotonic()  # its clock stops while it waits on the trainer
-            jobs.append(s.waiting)
-        else:
-            job.kill(f"protocol violation: unknown request {str(op)[:40]!r}")
-
-    # a run_python / run_tests reply, once (a script may wait on a later one)
-    def answer_with(s, sub, text):
-        if s.waiting is sub and not s.job.finished:
-            s.waiting = None
-            s.job.reply({"ok": text[: lim.max_output]})
-
-    def tick():  # when every live script waits on an agent call: ONE generate for all of them
-        waiting = [s for s in live.values() if not s.done and s.job.kill_reason is None]
-        if not waiting or not all(isinstance(s.waiting, list) for s in waiting):
+    def tick(self):
+        """When every live script waits on agent calls: collect all their calls, answer them with
+        ONE generate call, hand each script its replies. The calls go in (run, index) order, so a
+        seeded rollout gets the same batches whatever the timing of the children. A failed generate
+        fails the waiting runs; the trainer goes on."""
+        waiting = self.all_waiting()
+        if not waiting:
             return
         batch = []  # (script, call): the scripts in their order, each one's calls in theirs
-        for s in sorted(waiting, key=lambda s: s.k):
-            batch += [(s, c) for c in s.waiting[0]]
+        for s in waiting:
+            batch += [(s, c) for c in s.waiting]
         try:
-            outs = list(generate([c for _, c in batch]))
+            outs = list(self.generate([c for _, c in batch]))
             if len(outs) != len(batch):
                 raise ValueError(
                     f"generate returned {len(outs)} completions for {len(batch)} calls"
@@ -422,21 +365,158 @@ def run_workflows(scripts, tasks, generate, *, equal=None, limits=None, width=No
             for s in waiting:
                 s.job.kill(f"generate failed: {type(e).__name__}: {e}")
             return
+        self.hand_back(waiting, batch, outs)
+
+    def all_waiting(self):
+        """The live scripts in run order if every one of them waits on agent calls, else [] (one
+        still running may yet add calls to this tick's batch)."""
+        alive = [s for s in self.live.values() if not s.done and s.job.kill_reason is None]
+        if not all(isinstance(s.waiting, list) for s in alive):
+            return []
+        return sorted(alive, key=lambda s: s.k)
+
+    def hand_back(self, waiting, batch, outs):
+        """Each completion to its call's run, which keeps the full reply and what generate returned;
+        each script gets mas.answer_of(reply) of each of its calls ("" without an answer tag): a
+        list for agent.sample, one string for agent(message)."""
         replies = {s.k: [] for s in waiting}
         for (s, call), comp in zip(batch, outs):
             text = comp if isinstance(comp, str) else getattr(comp, "text", None)
             if not isinstance(text, str):
                 s.job.kill("generate returned a completion without text")
-            else:
-                runs[s.k].calls.append(CallRecord(call.role, call.messages, text, comp, call.index))
-                replies[s.k].append(mas.answer_of(text) or "")
+                continue
+            record = CallRecord(call.role, call.messages, text, comp, call.index)
+            self.runs[s.k].calls.append(record)
+            replies[s.k].append(mas.answer_of(text) or "")
         for s in waiting:
-            many, s.waiting = s.waiting[1], None
+            s.waiting = None
             if s.job.kill_reason is None:
-                s.job.reply({"ok": replies[s.k] if many else replies[s.k][0]})
+                s.job.reply({"ok": replies[s.k] if s.many else replies[s.k][0]})
 
-    def ended(job):
-        r = runs[live.pop(job).k]
+    # ---- a script's requests: mas.py's helpers, each waiting for its reply; "done" ends a script
+
+    def request(self, job, msg):
+        """One request from a script's helpers, to the method that serves it."""
+        s, op = self.live[job], msg.get("op")
+        if s.waiting is not None or s.done:
+            job.kill("protocol violation: a request while another was pending, or after the answer")
+        elif op == "done":
+            self.done(s, msg)
+        elif op == "agent":
+            self.agent(s, msg)
+        elif op == "vote":
+            self.vote(s, msg)
+        elif op in ("run_python", "run_tests"):
+            self.program(s, op, msg)
+        else:
+            job.kill(f"protocol violation: unknown request {str(op)[:40]!r}")
+
+    def done(self, s, msg):
+        """The script's answer, or why it has none."""
+        s.done, answer = True, msg.get("answer")
+        error = str(msg.get("error", "unknown error"))[:1000]
+        r = self.runs[s.k]
+        if isinstance(answer, str):
+            r.answer, r.error = answer[: self.lim.max_output], None
+        else:
+            r.answer, r.error = None, error
+
+    def agent(self, s, msg):
+        """agent(message) or agent.sample(message, n): n AgentCalls queued for the next tick; the
+        script's clock stops while it waits on the trainer."""
+        role, ins, text, n = (msg.get(key) for key in ("role", "instructions", "message", "n"))
+        strings = all(isinstance(x, str) for x in (role, ins, text))
+        if not strings or not isinstance(n, int) or n < 1:
+            return s.job.kill(
+                "bad agent call: role, instructions and message must be strings, n >= 1"
+            )
+        if s.used + n > self.lim.max_calls:
+            return s.job.kill(
+                f"limit exceeded: more than max_calls={self.lim.max_calls} agent calls"
+            )
+        prompt = mas.agent_messages(role, ins, text, self.short)
+        s.waiting = [AgentCall(s.k, s.used + i, role, ins, text, prompt) for i in range(n)]
+        s.many, s.used = msg.get("many"), s.used + n
+        s.job.paused_at = time.monotonic()
+
+    def vote(self, s, msg):
+        """vote(answers): mas.majority with the `equal` run_workflows was given, counted here on the
+        voting script's clock (and on no other script's: they waited on this loop meanwhile)."""
+        job, votes = s.job, msg.get("answers")
+        strings = isinstance(votes, list) and not {type(a) for a in votes} - {str}
+        if not strings or len(votes) > mas.MAX_VOTE:
+            return job.kill(f"bad vote call: at most {mas.MAX_VOTE} answers, each a string")
+        if self.equal is None:
+            return job.kill(
+                "vote() needs run_workflows(..., equal=...): how two answers are compared"
+            )
+        t0, won = time.monotonic(), None
+        try:
+            won = mas.majority(
+                votes, lambda a, b: time.monotonic() < job.deadline and bool(self.equal(a, b))
+            )
+        except Exception as e:  # a grader failing on odd answers fails this run only
+            job.kill(f"vote failed: {type(e).__name__}: {e}")
+        if time.monotonic() >= job.deadline:
+            job.kill(f"timeout after {job.timeout:g}s (counting a vote)")
+        elif won is not None:
+            job.reply({"ok": won})
+        for other in self.jobs:
+            if other is not job and other.paused_at is None:
+                other.deadline += time.monotonic() - t0
+
+    def program(self, s, op, msg):
+        """run_python(code, input) or run_tests(code): the program in a job of its own, which the
+        script waits on, its clock stopped."""
+        code, stdin, tests = msg.get("code"), msg.get("input", ""), self.parts[s.k][1]
+        if not isinstance(code, str) or not isinstance(stdin, str):
+            return s.job.kill(f"bad {op} call: code and input must be strings")
+        if op == "run_python":
+            s.waiting = iso.Job(
+                "code",
+                {"code": code, "stdin": stdin},
+                self.lim.code_timeout,
+                self.lim.max_output,
+                on_end=partial(self.on_python, s),
+            )
+        elif not (tests or {}).get("inputs"):
+            return s.job.reply({"ok": "PASS 0/0 (no visible tests)"})
+        else:
+            # as reward.code_score runs it
+            code = CALL_HEADER + code if tests.get("fn_name") else code
+            report = partial(self.on_tests, s, tests)
+            s.waiting = _tests_job(
+                code,
+                tests,
+                min(4.0, self.lim.code_timeout),
+                self.lim.max_output,
+                on_message=report,
+                on_end=report,
+            )
+        s.job.paused_at = time.monotonic()
+        self.jobs.append(s.waiting)
+
+    def on_python(self, s, sub):
+        """run_python's job ended: its stdout, and how it failed if it did."""
+        self.answer_with(s, sub, _program_text(sub))
+
+    def on_tests(self, s, tests, sub, _msg=None):
+        """run_tests: once every outcome is in, the report (the script goes on while the job
+        exits)."""
+        n = len(tests["inputs"])
+        if len(sub.messages) >= n or sub.finished:
+            self.answer_with(s, sub, tests_report(_outcomes(sub, n), tests))
+
+    def answer_with(self, s, sub, text):
+        """A run_python / run_tests reply, once (a script may wait on a later one)."""
+        if s.waiting is sub and not s.job.finished:
+            s.waiting = None
+            s.job.reply({"ok": text[: self.lim.max_output]})
+
+    def ended(self, job):
+        """A script's job ended: its run's duration, why it has no answer if it has none; the next
+        script is launched."""
+        r = self.runs[self.live.pop(job).k]
         r.duration = time.monotonic() - job.t0
         if job.kill_reason:
             r.answer, r.error = None, r.error or job.kill_reason
@@ -446,11 +526,7 @@ def run_workflows(scripts, tasks, generate, *, equal=None, limits=None, width=No
             if rc is not None and rc >= 0:
                 why = f"the script exited (code {rc}) without returning: {why or 'no message'}"
             r.error = why
-        launch()
-
-    launch()
-    iso.drive(jobs, idle=tick)
-    return runs
+        self.launch()
 
 
 def _program_text(job):

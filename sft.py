@@ -15,15 +15,29 @@ fp32). Batches are length-bucketed (samples of similar length together, little p
 Muon on the hidden matrices (muon.py; the tiny default), with linear warmup and cosine decay;
 gradient-norm clipping; Hugging Face checkpoints (model and tokenizer).
 
+What fits a GPU: a batch goes forward and backward in micro-batches of at most --micro-tokens
+tokens (padding counted), their gradients accumulated before the one optimizer step. Each
+micro-batch m adds sum_{t in C_m} -log pi / |C|, |C| the whole batch's count: the sum over m is L
+exactly, so the step is the whole batch's (to fp32 rounding). Activation checkpointing
+(speed.prepare's "full") keeps each decoder layer's input alone. The memory plan of a GPU rank
+(settings.sft_plan: 16 B a parameter of states over the ranks, the micro-batch's activations, the
+lm head's chunk) is checked before any model loads and refused with its arithmetic and the fix.
+The tiny default forwards each batch whole, without checkpointing; a run on --data takes
+micro-batches of 16384 tokens and checkpointed layers (SCALE).
+
     python sft.py                                   # tiny default: build, train on CPU, write
                                                     # out/tiny-sft/, print the quality-bar figures
                                                     # on held-out tasks
     python sft.py --roles separate                  # two cold-started models: OUT/designer,
                                                     # OUT/executor
-    python sft.py --model Qwen3-8B --data DIR --out out/sft-8b --no-eval
-                                                    # DIR holds designer.jsonl, executor.jsonl
+    python sft.py --model Qwen/Qwen3-8B --data DIR --config config/qwen3_8b.py --out out/sft-8b
+                                                    # DIR holds designer.jsonl, executor.jsonl;
+                                                    # prompts rendered as the preset's RL renders
+                                                    # them (chat_template_kwargs: thinking off)
     torchrun --nproc_per_node=8 sft.py --model ...  # FSDP2 (nccl on GPU, gloo on CPU), the data
                                                     # sharded by rank
+    python sft.py --model Qwen/Qwen3-8B --plan --ranks 1,2,8
+                                                    # a GPU rank's memory plan; loads nothing
 
 Roles: "both" trains one model on both sample sets (shared policy) into OUT; "separate" trains one
 model a role, OUT/designer and OUT/executor, each from the same base weights. At scale the data
@@ -35,9 +49,9 @@ From Python:
                                                        # accuracies
 
 Needs: evaluate.py, machinery/chunked.py, machinery/data.py, machinery/engine.py, machinery/muon.py,
-machinery/rundir.py, machinery/speed.py, machinery/weights.py, mas.py, rollout.py, world/tiny.py,
-advantage.py, tools/show.py, machinery/decode.py, settings.py, machinery/ranks.py,
-machinery/reload_check.py, reward.py, sandbox.py, stagewise.py, machinery/isolation.py
+machinery/ranks.py, machinery/rundir.py, machinery/speed.py, machinery/weights.py, mas.py,
+rollout.py, settings.py, world/tiny.py, machinery/decode.py, machinery/isolation.py,
+machinery/provenance.py, machinery/reload_check.py, reward.py, sandbox.py, stagewise.py
 """
 
 import argparse
@@ -45,7 +59,6 @@ import math
 import os
 import random
 import shutil
-import subprocess
 import sys
 import time
 
@@ -57,7 +70,8 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 import evaluate as evaluate_lib
 import mas
 import rollout
-from machinery import data, muon, rundir, speed, weights
+import settings
+from machinery import data, muon, ranks, rundir, speed, weights
 from machinery import engine as engine_lib
 from machinery.chunked import token_logprobs
 from world import tiny
@@ -67,6 +81,13 @@ from world import tiny
 TINY = dict(
     steps=1300, lr=2e-3, batch_size=8, train_tasks=3000, designer_tasks=600, optimizer="muon"
 )
+# ... each batch whole, no checkpointing (the cold start's numbers as they were); a run on --data:
+# AdamW, micro-batches of 16384 tokens and checkpointed layers (its memory plan: settings.sft_plan)
+TINY.update(micro_tokens=0, checkpointing="off")
+SCALE = dict(
+    steps=1000, lr=1e-5, batch_size=8, optimizer="adamw", micro_tokens=16384, checkpointing="full"
+)
+HP = ("steps", "lr", "batch_size", "optimizer", "micro_tokens", "checkpointing")
 
 # --------------------------------------------------------------------------------------------------
 # batching: samples tokenized by engine.encode_samples (the chat-template prompt, the completion,
@@ -85,6 +106,20 @@ def length_batches(lengths, batch_size, rng, bucket=32):
         batches += [part[k : k + batch_size] for k in range(0, len(part), batch_size)]
     rng.shuffle(batches)
     return batches
+
+
+def micro_batches(idx, lengths, budget):
+    """A batch's samples as micro-batches of at most `budget` tokens each, padding counted (rows x
+    the longest row): shortest first, a new micro-batch whenever the next sample would pass the
+    budget. budget 0, or a batch within it: the batch whole, in its order."""
+    if budget <= 0 or len(idx) * max(lengths[k] for k in idx) <= budget:
+        return [list(idx)]
+    out = [[]]
+    for k in sorted(idx, key=lengths.__getitem__):
+        if out[-1] and (len(out[-1]) + 1) * lengths[k] > budget:
+            out.append([])
+        out[-1].append(k)
+    return out
 
 
 def collate(encoded, idx, pad_id, device):
@@ -110,35 +145,26 @@ def cosine_lr(step, steps, warmup, min_ratio=0.1):
 
 
 # --------------------------------------------------------------------------------------------------
-# distributed: FSDP2 when torchrun started us, plain single process otherwise
+# distributed: FSDP2 when torchrun started us (machinery/ranks.py's group), one process otherwise
 
 
-def dist_info():
-    return (dist.get_rank(), dist.get_world_size()) if dist.is_initialized() else (0, 1)
-
-
-def init_distributed():
-    """Initialise the process group when launched by torchrun (gloo on CPU, nccl on GPU); returns
-    device."""
+def start():
+    """(rank, world, device): under torchrun a rank of ranks.setup's group (nccl on a GPU, gloo on
+    a CPU, its share of the cores); one process without a group otherwise, on a GPU if there is
+    one (its threads as torch sets them: the tiny cold start's numbers do not move)."""
     if "RANK" in os.environ and "WORLD_SIZE" in os.environ and not dist.is_initialized():
-        if torch.cuda.is_available():
-            local = int(os.environ.get("LOCAL_RANK", 0))
-            torch.cuda.set_device(local)
-            dist.init_process_group("nccl", device_id=torch.device("cuda", local))
-        else:
-            dist.init_process_group("gloo")
-    return (
-        torch.device("cuda", torch.cuda.current_device())
-        if torch.cuda.is_available()
-        else torch.device("cpu")
-    )
+        return ranks.setup("auto")
+    rank, world = ranks.rank_world()
+    if torch.cuda.is_available():
+        return rank, world, torch.device("cuda", torch.cuda.current_device())
+    return rank, world, torch.device("cpu")
 
 
 def save_checkpoint(model, tokenizer, out_dir):
     """HF-format model + tokenizer (rundir.save_hf, as train.py writes its checkpoints), written to
     a temporary folder and renamed into place. Under FSDP every rank takes part in gathering the
     weights (a collective, one tensor at a time); rank 0 keeps and writes them."""
-    rank, world = dist_info()
+    rank, world = ranks.rank_world()
     state = rundir.gathered_state(model, rank)  # collective: every rank takes part
     if rank == 0:
         out_dir = os.path.abspath(out_dir)
@@ -174,21 +200,38 @@ def train_sft(
     log_every=25,
     log=print,
     optimizer="adamw",
+    template_kwargs=None,
+    micro_tokens=0,
+    checkpointing="off",
 ):
     """Train `model` on chat samples for `steps` optimizer steps; save to out_dir (HF format) if
-    given.
+    given. Prompts are rendered with template_kwargs (the preset's chat_template_kwargs, as RL,
+    evaluation and distillation render them).
 
     batch_size is samples per rank per step. Under torchrun the model is sharded with FSDP2
     (speed.prepare's layout, unless it already is), each rank trains on its own share of the
-    length-bucketed batches, and FSDP reduces the gradients. Returns a stats dict."""
-    rank, world = dist_info()
+    length-bucketed batches, and FSDP reduces the gradients. checkpointing (speed.prepare's: off |
+    full) keeps each decoder layer's input alone and replays the layer in the backward.
+    micro_tokens > 0: a batch goes forward and backward in micro-batches of at most that many
+    tokens (micro_batches), their gradients accumulated before the one optimizer step; each
+    micro-batch's loss is divided by the batch's token count over every rank, so the sum is the
+    batch's token-mean exactly (tests/test_sft.py: equal to the whole batch's gradient to fp32
+    rounding). Every rank forwards as many micro-batches (FSDP2's forwards are collective): fillers
+    that train nothing. Returns a stats dict."""
+    rank, world = ranks.rank_world()
     torch.manual_seed(seed)
     device = next(model.parameters()).device
-    encoded, _ = engine_lib.encode_samples(tokenizer, samples)
+    encoded, _ = engine_lib.encode_samples(tokenizer, samples, template_kwargs=template_kwargs)
     if not encoded:
         raise ValueError("no trainable samples")
-    if world > 1 and not isinstance(model, FSDPModule):
-        speed.prepare(model, shard=True, bf16=device.type == "cuda")
+    longest = max(len(e[0]) for e in encoded)
+    if 0 < micro_tokens < longest:
+        raise ValueError(
+            f"a sample of {longest} tokens is longer than micro_tokens={micro_tokens} (its "
+            f"micro-batch would pass the memory plan's): raise --micro-tokens"
+        )
+    if not isinstance(model, FSDPModule):  # checkpointed layers; FSDP2 under torchrun
+        speed.prepare(model, checkpointing, shard=world > 1, bf16=device.type == "cuda")
     model.train()
     pad_id = (
         tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
@@ -213,22 +256,33 @@ def train_sft(
             yield from bs[: len(bs) - len(bs) % world][rank::world]
 
     stream = my_batches()
+    lengths = [len(e[0]) for e in encoded]
     losses, tokens, t0 = [], 0, time.perf_counter()
     for step in range(steps):
-        ids, attn, mask = collate(encoded, next(stream), pad_id, device)
-        n_tok = mask.sum()
+        parts = micro_batches(next(stream), lengths, micro_tokens)
+        micro = [collate(encoded, part, pad_id, device) for part in parts]
+        if world > 1 and micro_tokens > 0:  # as many forwards on every rank: fillers
+            count = torch.tensor([len(micro)], device=device)
+            dist.all_reduce(count, op=dist.ReduceOp.MAX)
+            for _ in range(int(count) - len(micro)):
+                ids, attn, mask = collate([([pad_id, pad_id], 1)], [0], pad_id, device)
+                micro.append((ids, attn, mask * 0))  # a sequence that trains no token
+        n_tok = sum(mask.sum() for _, _, mask in micro)
         if world > 1:
             dist.all_reduce(n_tok)
-        with autocast:
-            lp = token_logprobs(model, ids, attn)
-        # FSDP averages gradients over ranks, so scale by world: the result is the global token-mean
-        loss = -(lp.float() * mask).sum() * world / n_tok.clamp(min=1)
-        loss.backward()
+        total = 0.0
+        for ids, attn, mask in micro:
+            with autocast:
+                lp = token_logprobs(model, ids, attn)
+            # FSDP averages gradients over ranks, so scale by world: the global token-mean; each
+            # micro-batch's share of it, its gradient added to the others' until the step
+            loss = -(lp.float() * mask).sum() * world / n_tok.clamp(min=1)
+            loss.backward()
+            total = total + loss.detach() / world
         gnorm = torch.nn.utils.clip_grad_norm_(model.parameters(), clip)
         opt.step()
         sched.step()
         opt.zero_grad(set_to_none=True)
-        total = loss.detach() / world
         if world > 1:
             dist.all_reduce(total)
         losses.append(total.item())
@@ -255,32 +309,6 @@ def train_sft(
     }
 
 
-def cold_start(out, seed=0, separate=False):
-    """The tiny world's cold start, `python sft.py --no-eval` in a process of its own (not a rank of
-    the caller's torchrun job): out/ holds the model, or out/designer and out/executor with
-    separate=True."""
-    print(f"{out} is missing: running the SFT cold start (python sft.py)", flush=True)
-    ours = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
-    env = {
-        k: v for k, v in os.environ.items() if k not in ours and not k.startswith("TORCHELASTIC")
-    }
-    roles = ["--roles", "separate"] if separate else []
-    subprocess.run(
-        [
-            sys.executable,
-            os.path.abspath(__file__),
-            "--no-eval",
-            "--seed",
-            str(seed),
-            "--out",
-            out,
-            *roles,
-        ],
-        check=True,
-        env=env,
-    )
-
-
 # --------------------------------------------------------------------------------------------------
 # the quality bar, with rollout.py's own machinery (the same code evaluate.py and RL use)
 
@@ -299,7 +327,7 @@ def evaluate_sft(model_path, tasks, *, designer_path=None, seed=0):
     if designer_path is not None:  # one engine, each role's view of it holding that role's weights
         paths = {"designer": designer_path, "executor": model_path}
         # the engine: model_path's (the Executor's)
-        held = weights.Held(eng, paths, held="executor")
+        held = weights.EngineWeights(eng, paths, held="executor")
         designer_eng, eng = held.view("designer"), held.view("executor")
     kw = {
         "short": True,
@@ -373,6 +401,25 @@ def _load_base(model_path, device, seed):
     return model.to(device), tok
 
 
+def plan_report(model, hp, ranks):
+    """sft.py --plan: a GPU rank's SFT memory plan (settings.sft_plan) of `model` at each rank
+    count, "fits" or "does not fit" with the fix; loads nothing (the parameters from the folder's
+    safetensors headers, or Qwen3's by the size its name says)."""
+    params, shape = settings.model_shape(model) if model else (0, None)
+    if shape is None:
+        return f"sft.py --plan: no plan for {model or 'the tiny model'} (a CPU run, or no shape)"
+    lines = [
+        f"sft.py --plan: {model}, {params:.3g} parameters; batch_size {hp['batch_size']}, "
+        f"micro_tokens {hp['micro_tokens']}, checkpointing {hp['checkpointing']}"
+    ]
+    for w in map(int, ranks.split(",")):
+        plan = (shape, params, w, hp["micro_tokens"], hp["checkpointing"], hp["batch_size"])
+        problems = settings.sft_plan_problems(*plan)
+        verdict = "does not fit: " + problems[0].split(" GiB (")[-1][:-1] if problems else "fits"
+        lines.append(f"{w} rank(s): {settings.sft_plan_line(*plan)}: {verdict}")
+    return "\n".join(lines)
+
+
 def main(argv):
     p = argparse.ArgumentParser(
         description="SFT cold start (no arguments: the tiny default on CPU)"
@@ -406,8 +453,37 @@ def main(argv):
         "unchanged): a cold start that does not prefer the suited template (tools/ablations.py: "
         "flat)",
     )
+    p.add_argument(
+        "--config",
+        default=None,
+        help="the RL preset whose chat_template_kwargs render the prompts (config/qwen3_8b.py: "
+        "thinking off), so SFT trains on the prompts RL samples from; default: the tiny preset's",
+    )
+    p.add_argument(
+        "--micro-tokens",
+        type=int,
+        default=None,
+        help="tokens a micro-batch (padding counted): each batch forwarded in micro-batches, their "
+        "gradients accumulated (0: the batch whole, the tiny default; --data: 16384)",
+    )
+    p.add_argument(
+        "--checkpointing",
+        default=None,
+        choices=speed.MODES,
+        help="activation checkpointing (speed.py): off (the tiny default) | full (--data)",
+    )
+    p.add_argument(
+        "--plan",
+        action="store_true",
+        help="print a GPU rank's memory plan of --model at --ranks, load nothing, and exit",
+    )
+    p.add_argument("--ranks", default="1,2,8", help="--plan's rank counts (default 1,2,8)")
     p.add_argument("--seed", type=int, default=0)
     a = p.parse_args(argv)
+    try:
+        template_kwargs = settings.chat_template_kwargs(a.config)
+    except settings.ConfigError as e:
+        sys.exit(f"sft.py: --config: {e}")
     # before any process group or model
     if a.model is not None and engine_lib.missing_model(a.model):
         sys.exit(
@@ -420,11 +496,21 @@ def main(argv):
                 f"sft.py: --data: no {os.path.join(a.data, name)} (python tools/distill.py --out "
                 f"{a.data} writes designer.jsonl and executor.jsonl)"
             )
-    device = init_distributed()
-    rank, world = dist_info()
     tiny_world = a.data is None
+    given = {k: getattr(a, k) for k in HP if getattr(a, k, None) is not None}
+    hp = {k: given.get(k, (TINY if tiny_world else SCALE)[k]) for k in HP}
+    if a.plan:  # of a run on --data
+        return print(plan_report(a.model, {k: given.get(k, SCALE[k]) for k in HP}, a.ranks))
+    # a GPU run's memory plan, before any model loads (the tiny model trains on a CPU)
+    if a.model is not None and torch.cuda.is_available():
+        world = int(os.environ.get("WORLD_SIZE", "1"))
+        params, shape = settings.model_shape(a.model)
+        plan = (shape, params, world, hp["micro_tokens"], hp["checkpointing"], hp["batch_size"])
+        problems = settings.sft_plan_problems(*plan) if shape else []
+        if problems:
+            sys.exit(f"sft.py: {problems[0]}")
+    rank, world, device = start()
     if tiny_world:
-        defaults = {k: TINY[k] for k in ("steps", "lr", "batch_size", "optimizer")}
         t0 = time.perf_counter()
         tasks = tiny.make_tasks(TINY["train_tasks"], seed=a.seed, split="sft")
         designer, executor = tiny.sft_traces(
@@ -438,10 +524,8 @@ def main(argv):
                 f"from {len(tasks)} tasks in {time.perf_counter() - t0:.1f}s"
             )
     else:
-        defaults = dict(steps=1000, lr=1e-5, batch_size=8, optimizer="adamw")
         designer = data.read_jsonl(os.path.join(a.data, "designer.jsonl"))
         executor = data.read_jsonl(os.path.join(a.data, "executor.jsonl"))
-    hp = {k: getattr(a, k) if getattr(a, k, None) is not None else v for k, v in defaults.items()}
     jobs = (
         [(a.out, designer + executor)]
         if a.roles == "both"
@@ -456,7 +540,9 @@ def main(argv):
         model, tok = _load_base(a.model, device, a.seed)
         if rank == 0:
             print(f"sft -> {out_dir}: {len(samples)} samples, {hp}, world {world}")
-        stats = train_sft(model, tok, samples, out_dir=out_dir, seed=a.seed, **hp)
+        stats = train_sft(
+            model, tok, samples, out_dir=out_dir, seed=a.seed, template_kwargs=template_kwargs, **hp
+        )
         if rank == 0:
             print(
                 f"sft done: {stats['steps']} steps, final loss {stats['loss']:.4f}, "

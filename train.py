@@ -55,12 +55,13 @@ machinery/recorder.py's. The tiny default ends with a table on held-out tasks
 
 Needs: advantage.py, grpo.py, machinery/chunked.py, machinery/data.py, machinery/engine.py,
 machinery/ranks.py, machinery/recorder.py, machinery/rundir.py, machinery/shared_prompts.py,
-machinery/speed.py, machinery/weights.py, rollout.py, settings.py, sft.py, stagewise.py,
-world/final_table.py, world/heldout.py, world/tiny.py, machinery/decode.py, machinery/loggers.py,
-machinery/reload_check.py, mas.py, reward.py, sandbox.py, evaluate.py, machinery/muon.py,
-machinery/isolation.py, tools/show.py
+machinery/speed.py, machinery/weights.py, rollout.py, settings.py, stagewise.py,
+world/final_table.py, world/heldout.py, world/tiny.py, evaluate.py, machinery/decode.py,
+machinery/isolation.py, machinery/loggers.py, machinery/offload.py, machinery/provenance.py,
+machinery/reload_check.py, mas.py, reward.py, sandbox.py
 """
 
+import math
 import os
 import sys
 from collections import Counter
@@ -75,9 +76,8 @@ import advantage
 import grpo
 import rollout as rollout_lib
 import settings
-import sft
 import stagewise
-from machinery import chunked, data, ranks, rundir, shared_prompts, speed
+from machinery import chunked, data, offload, ranks, rundir, shared_prompts, speed
 from machinery import engine as engine_lib
 from machinery.recorder import Recorder
 from machinery.weights import EngineWeights
@@ -132,9 +132,6 @@ def load_model(path, cfg, device):
     )
 
 
-WEIGHT_DECAY = 0.01  # [authors] AdamW's (verl's actor optimizer); the paper does not say
-
-
 def opt_state(cfg, role):
     """The AdamW state a role's steps use: a shared policy keeps one per role, so each role's
     moments see only its own gradients and the frozen role's state waits for its next stage; coupled
@@ -152,18 +149,25 @@ def make_policies(cfg, ckpt, ts, device):
     policy_of = {r: policies["model" if shared else r] for r in ("designer", "executor")}
     for r, pol in policy_of.items():
         lr = {"designer": cfg.designer_lr, "executor": cfg.executor_lr}[r]
-        adam = torch.optim.AdamW(pol["model"].parameters(), lr=lr, weight_decay=WEIGHT_DECAY)
+        adam = torch.optim.AdamW(pol["model"].parameters(), lr=lr, weight_decay=cfg.weight_decay)
         pol["opt"].setdefault(opt_state(cfg, r), adam)
     if ts is not None:
         rundir.restore_optimizers(policies, ckpt, ts, dist.get_rank() == 0)
+        idle_to_host(cfg, policy_of, ts["step"])  # as the run left them, before the engine starts
     return policies, policy_of
+
+
+def idle_to_host(cfg, policy_of, step):
+    """The stage switch at step t: the Adam state of a role idle at t waits in host memory, an
+    active role's is back on its device (machinery/offload.py; offload_idle_state off: nothing
+    moves, both stay)."""
+    if cfg.offload_idle_state:
+        active = stagewise.active_roles(step, cfg.mode, cfg.K, cfg.first_role)
+        offload.switch({r: pol["opt"][opt_state(cfg, r)] for r, pol in policy_of.items()}, active)
 
 
 # --------------------------------------------------------------------------------------------------
 # the update
-
-# True: samples of A = 0 forwarded too (tools/first_gpu_run.py: random weights earn no reward)
-FORWARD_ZERO_ADV = False
 
 
 def batches(cfg, samples, idx, values, pad_id, device):
@@ -191,12 +195,7 @@ def pack(samples, order, values, pad_id):
     """One sample a row (rollout.samples_to_tensors), values laid out [S, T-1]; no order: filler."""
     b = rollout_lib.samples_to_tensors([samples[k] for k in order] if order else samples, pad_id)
     mask = b["completion_mask"] * bool(order)  # a filler trains nothing
-    out = {
-        "input_ids": b["input_ids"],
-        "attention_mask": b["attention_mask"],
-        "mask": mask,
-        "order": order,
-    }
+    out = dict(input_ids=b["input_ids"], attention_mask=b["attention_mask"], mask=mask, order=order)
     for name, v in values.items():
         out[name] = None if v is None else laid_out(v, order, mask)
     return out
@@ -216,16 +215,10 @@ def logprobs(model, b, cfg):
         # logprobs="shared", the tiny preset: shared-prompt rows (block masks, restarted positions),
         # equal to the reference by tests/test_shared_prompts.py::test_shared_prompts_match_unshared
         return shared_prompts.logprobs(model, b)
-    if cfg.logprobs.startswith("chunked"):
+    if cfg.logprobs == "chunked":
         # the Qwen3 presets: the lm head a chunk at a time, never the full logits in fp32, equal to
         # the reference by tests/test_chunked.py::test_token_logprobs_matches_naive
-        return chunked.token_logprobs(
-            model,
-            b["input_ids"],
-            b["attention_mask"],
-            compile="compile" in cfg.logprobs,
-            keep_logits="keep" in cfg.logprobs,
-        )
+        return chunked.token_logprobs(model, b["input_ids"], b["attention_mask"])
     return grpo.token_logprobs(model, b["input_ids"], b["attention_mask"])
 
 
@@ -252,10 +245,8 @@ def token_values(cfg, model, samples, A, pad_id, device):
     token of sample k, the engine's log-probs, and log pi_old: on-policy (one minibatch) None, the
     training forward's own, detached (grpo_loss's None: rho = 1); with several minibatches the
     trainer's before the update."""
-    live = [k for k in range(len(samples)) if A[k] != 0 or FORWARD_ZERO_ADV]
-    old = None
-    if cfg.minibatches > 1:
-        old = old_logprobs(cfg, model, samples, live, pad_id, device)
+    live = [k for k in range(len(samples)) if A[k] != 0 or cfg.forward_zero_adv]
+    old = old_logprobs(cfg, model, samples, live, pad_id, device) if cfg.minibatches > 1 else None
     return {
         "adv": {k: A[k].expand(len(samples[k].completion_ids)) for k in live},
         "engine": {k: torch.tensor(samples[k].logprobs) for k in live},
@@ -282,12 +273,13 @@ def update(cfg, step, roles, policy_of, pad_id, device, world):
             if n_role == 0:
                 continue
             # a sample with A = 0 has l_t = 0 and no gradient: not forwarded (it counts in N_role)
-            live = [k for k in part if A[k] != 0 or FORWARD_ZERO_ADV]
+            live = [k for k in part if A[k] != 0 or cfg.forward_zero_adv]
             for b in batches(cfg, samples, live, values[role], pad_id, device):
                 lp = logprobs(policy_of[role]["model"], b, cfg)
                 # l_t = -min(rho A, clip(rho) A), summed / N_role (FSDP averages ranks' gradients)
+                n = n_role / world
                 loss, st = grpo.grpo_loss(
-                    lp, b["old"], b["adv"], b["mask"], n_role / world, b["engine"], cfg.tis_cap
+                    lp, b["old"], b["adv"], b["mask"], n, b["engine"], clip_eps=cfg.clip_eps
                 )
                 loss.backward()
                 rundir.fault("update", step + 1)
@@ -297,7 +289,7 @@ def update(cfg, step, roles, policy_of, pad_id, device, world):
                     acc[f"{role}/{k}"] += st[k] * st["tokens"]
                 gap_max[role] = max(gap_max[role], st["logprob_gap_max"])
         for pol in pols:  # the step of the Adam state of the role this step trains
-            optimizer_step(cfg, pol, [r for r in roles if policy_of[r] is pol], stats)
+            optimizer_step(cfg, step, pol, [r for r in roles if policy_of[r] is pol], stats)
     stats.update(role_stats(roles, acc, gap_max, device))
     return stats
 
@@ -312,28 +304,50 @@ def clear_grads(pol):
         opt.zero_grad(set_to_none=True)
 
 
-def optimizer_step(cfg, pol, mine, stats):
+def optimizer_step(cfg, step, pol, mine, stats):
     """One optimizer step of the policy pol, whose gradient is of the roles `mine`: clipped to norm
-    1, with the Adam state of those roles (opt_state); its norm into stats (per policy and per
-    roles, a mean over the minibatches), and the lr. Nothing forwarded on any rank: no step.
+    grad_clip, with the Adam state of those roles (opt_state) at their lr times lr_factor; its norm
+    into stats (per policy and per roles, a mean over the minibatches), and the lr. Nothing
+    forwarded on any rank: no step.
 
-    Under FSDP2 (every GPU run) the gradients are freed right after the step: the engine wakes
-    into their memory for the rollout (4 B a parameter), and no shard keeps one for the next step.
+    Under FSDP2 (every GPU run) the gradients are freed right after the step, and torch's cache of
+    them and of the activations emptied: the engine wakes into that memory for the rollout (vLLM
+    maps its own, outside torch's allocator; settings.memory_plan's wake), and no shard keeps a
+    gradient for the next step.
     One process on a CPU frees them at the next update's start, as before: freeing them earlier
     moves the heap, and the tiny run's numbers with it, in their last bits (docs/NOTES.md, #46)."""
     opt = pol["opt"][opt_state(cfg, mine[0])]
     params = [p for group in opt.param_groups for p in group["params"]]  # what opt.step updates
     if not any(p.grad is not None for p in params):
         return
-    gn = torch.nn.utils.clip_grad_norm_(params, 1.0)
+    gn = torch.nn.utils.clip_grad_norm_(params, cfg.grad_clip)
     gn = float(gn.full_tensor() if hasattr(gn, "full_tensor") else gn)  # every rank's
     # per policy and per roles: one key when they coincide, in this order (a set's order varies)
     for key in dict.fromkeys([f"{pol['name']}/grad_norm", f"{'+'.join(mine)}/grad_norm"]):
         stats[key] = stats.get(key, 0.0) + gn / cfg.minibatches
+    lr = {"designer": cfg.designer_lr, "executor": cfg.executor_lr}[mine[0]]
+    for group in opt.param_groups:
+        group["lr"] = lr * lr_factor(cfg, step)
     opt.step()
     if isinstance(params[0], DTensor):
         clear_grads(pol)
+        torch.cuda.empty_cache()  # theirs and the activations' memory, cached by torch, freed
     stats["lr"] = opt.param_groups[0]["lr"]
+
+
+def lr_factor(cfg, step):
+    """The lr's multiplier at step t (Config.lr_schedule). constant: 1. warmup_cosine [authors]:
+    (t + 1) / 10 over the first 10 steps, then 0.3 + 0.7 (1 + cos(pi p)) / 2 with p from 0 at
+    step 10 to 1 at the last step. Set from t itself rather than by torch's LambdaLR, which counts
+    its own steps: a resume needs no scheduler state, and a frozen role's lr follows the run's
+    clock, not its own updates."""
+    if cfg.lr_schedule == "constant":
+        return 1.0
+    warmup, floor = 10, 0.3
+    if step < warmup:
+        return (step + 1) / warmup
+    p = min(1.0, (step - warmup) / max(1, cfg.steps - 1 - warmup))
+    return floor + (1 - floor) * (1 + math.cos(math.pi * p)) / 2
 
 
 def role_stats(roles, acc, gap_max, device):
@@ -365,20 +379,22 @@ def per_sample(samples, A):
 
 def main(argv):
     try:
+        if "--plan" in argv:  # a GPU rank's memory per rank count; loads nothing (settings.py)
+            return print(settings.plan_report(argv))
         cfg = settings.parse_config(argv)
         settings.validate(cfg, world=int(os.environ.get("WORLD_SIZE", "1")))
         sources = load_mix(cfg)  # a broken data file fails here, before any model loads
         ckpt, ts = rundir.latest(cfg.out_dir) if cfg.resume else (None, None)
     except (settings.ConfigError, OSError, ValueError) as e:
         sys.exit(f"train.py: {e}")
-    rank, world, device = ranks.setup(cfg)
+    rank, world, device = ranks.setup(cfg.device)
     tiny_data = settings.is_tiny(cfg)
     # --overwrite deletes the run in out_dir; the tiny world makes its cold start when it is missing
     if rank == 0:
         rundir.prepare(cfg)
         rundir.provenance(cfg, argv)  # out_dir/run.json: commit, command, clock times, machine
         if tiny_data and not cfg.resume and not os.path.isdir(cfg.init_from):
-            sft.cold_start(cfg.init_from, cfg.seed, separate=cfg.policy == "separate")
+            tiny.cold_start(cfg.init_from, cfg.seed, separate=cfg.policy == "separate")
     dist.barrier()
     # resume: the models come from the checkpoint's HF folders, the rest from trainer_state.pt
     try:
@@ -388,9 +404,7 @@ def main(argv):
     name = next(iter(policies))  # the engine starts with the Designer's weights
     model_dir = os.path.join(ckpt, name) if ckpt else settings.model_dirs(cfg)[name]
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
-    pad_id = tokenizer.pad_token_id
-    if pad_id is None:
-        pad_id = tokenizer.eos_token_id
+    pad_id = tokenizer.eos_token_id if tokenizer.pad_token_id is None else tokenizer.pad_token_id
     # backend="lean", the tiny preset: decode.py's loop, the greedy tokens of the transformers
     # engine (tests/test_engine.py::test_lean_greedy_equals_transformers) and the trainer's
     # log-probs of what it samples (::test_lean_logprobs_match_direct_forward); its seeded draws are
@@ -401,7 +415,10 @@ def main(argv):
         chat_template_kwargs=cfg.chat_template_kwargs,
         **cfg.engine_kwargs,
     )
-    weights = EngineWeights(cfg, eng, policy_of, device)  # the trainer's weights, each sync proven
+    # the trainer's weights in the engine (which starts with the Designer's), each sync proven
+    models = {role: pol["model"] for role, pol in policy_of.items()}
+    weights = EngineWeights(eng, models, held="designer", device=device)
+    weights.probe("at the engine's start")
     start, pos = (ts["step"], list(ts["data_pos"])) if ts else (0, [0] * len(sources))
     rundir.restore_rng(ts, cfg.seed, rank)
     rec = Recorder(cfg, rank, device, start)  # a resume drops the lines of later steps
@@ -431,6 +448,7 @@ def main(argv):
     for step in range(start, cfg.steps):
         # 4. the active role, known first: an Executor-only step may take more queries
         active = stagewise.active_roles(step, cfg.mode, cfg.K, cfg.first_role)
+        idle_to_host(cfg, policy_of, step)  # the idle role's Adam state in host memory
         rec.begin(step, active)
         b = settings.step_batch(cfg, active) // world
         # 1. queries: the same global batch on every rank, each rank takes its share
@@ -454,7 +472,7 @@ def main(argv):
             stats = update(cfg, step, roles, policy_of, pad_id, device, world)
         weights.check_gap(stats, active, step)  # the engine sampled with the trainer's weights
         with rec.timed("weight_sync"):
-            weights.sync(step)
+            weights.sync(step, cfg.save_every)
         # 8. the step's tree and its metrics line, then a checkpoint: the lines are on disk first
         rec.tree(batch, mine, A_D, A_E)
         saves = (step + 1) % cfg.save_every == 0 or step + 1 == cfg.steps

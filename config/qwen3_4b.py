@@ -11,10 +11,11 @@ exec(open(__file__.replace("qwen3_4b.py", "qwen3_8b.py")).read())
 out_dir = "out/qwen3-4b-rl"
 init_from = "out/sft-qwen3-4b"  # Qwen3-4B (tied embeddings) after the SFT cold start
 micro_batch = 8  # ours
-# The memory plan (config/qwen3_8b.py's arithmetic, init_from's 4.02e9 parameters): the trainer
-# 16 B x 4.02e9 / ranks = 7.5 GiB on 8 ranks, 59.9 GiB on 1; the engine 0.5 x 139 = 69.5 GiB (bf16
-# weights 7.5 GiB, the KV cache of the 16 sequences of a rank on 8: 36 GiB); 59.9 + 69.5 + 4 =
-# 133.4 GiB of 139 on one GPU, the most it fits (tools/first_gpu_run.py --check steps a 4B-shaped
-# model there)
+# The memory plan (config/qwen3_8b.py's arithmetic, init_from's 4.02e9 parameters, the idle
+# role's Adam state offloaded as there): the trainer 16 B x 4.02e9 / ranks = 7.5 GiB on 8 ranks,
+# 59.9 GiB on 1; the engine 0.5 x 139 = 69.5 GiB (bf16 weights 7.5 GiB, the KV cache of the 16
+# sequences of a rank on 8: 36 GiB); 59.9 + 69.5 + 4 = 133.4 GiB of 139 on one GPU, the most it
+# fits (tools/first_gpu_run.py --check steps a 4B-shaped model there with both Adam states).
+# Without the offload the second state makes it 24 B: 163.4 GiB on one GPU, 2 GPUs needed
 # config/qwen3_8b.py's, exec'd above, with the engine's share of this plan
 engine_kwargs = dict(engine_kwargs, gpu_memory_utilization=0.5)  # noqa: F821

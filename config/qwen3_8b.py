@@ -8,6 +8,7 @@ paper is silent; everything else is ours. init_from is an SFT cold start of Qwen
 task format (`python machinery/data.py convert ...`): docs/gpu.md makes both.
 
 It needs 2 GPUs at least (the memory plan below; settings.validate refuses fewer), and is set for 8.
+`python train.py config/qwen3_8b.py --plan --ranks=1,2,8` prints the plan, before any file exists.
 """
 
 out_dir = "out/qwen3-8b-rl"
@@ -53,13 +54,20 @@ engine_kwargs = {"max_model_len": 16384, "gpu_memory_utilization": 0.45}
 chat_template_kwargs = {"enable_thinking": False}
 device = "cuda"
 # The memory plan of a rank (settings.memory_plan, checked before any model loads, from
-# init_from's 8.19e9 parameters: Qwen3-8B, untied lm_head), one H200:
-#   trainer: 16 B x 8.19e9 / 8 ranks = 15.3 GiB (fp32 weights, gradients, Adam's two moments)
+# init_from's 8.19e9 parameters: Qwen3-8B, untied lm_head; `python train.py config/qwen3_8b.py
+# --plan` prints it per rank count), one H200:
+#   update: 4 B weights + 4 B gradients + 8 B the active role's Adam (the idle role's in host
+#     memory: offload_idle_state below) = 16 B x 8.19e9 / 8 ranks = 15.3 GiB; without the offload
+#     both roles' states after the first switch: 24 B = 22.9 GiB
 #   engine: 0.45 x 139 GiB = 62.6 GiB: the bf16 weights (2 B x 8.19e9 = 15.3 GiB), ~4 GiB of
 #     activations and CUDA graphs, and a KV cache for the rollout's 16 sequences of a rank (B/8
 #     queries x M x N) at max_model_len: 16 x 16384 tokens x 144 KiB (36 layers x 8 KV heads x
-#     128 x 2 x bf16) = 36 GiB
-#   15.3 + 62.6 + 4 reserve = 81.8 GiB of 139. On 1 GPU the trainer alone is 122 GiB: refused.
+#     128 x 2 x bf16) = 36 GiB; asleep during the update, its share is the activations' room
+#   15.3 + 62.6 + 4 reserve = 81.8 GiB of 139 (89.4 without the offload). On 2 GPUs 127.6 (158.1
+#     without the offload: 4 GPUs then); on 1 the trainer alone is 122 GiB: refused.
+# ours: the idle role's AdamW state in pinned host memory for its stage (machinery/offload.py):
+# 8 B x 8.19e9 / ranks of host memory a rank, 61 GiB a node
+offload_idle_state = True
 ac_policy = (
     "full"  # ours: "selective" keeps every matmul output, which micro-batches of 4-8 sequences
 )

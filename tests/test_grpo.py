@@ -10,7 +10,7 @@ from qwen_helpers import LOGP, batch, grad_tol, grads_of, naive_token_logprobs, 
 from grpo import grpo_loss, token_logprobs
 
 
-def naive_loss(logp, old, adv, mask, eps=0.2, engine=None, cap=0.0, num_tokens=None):
+def naive_loss(logp, old, adv, mask, eps=0.2, num_tokens=None):
     """The formula token by token, with torch scalar ops so autograd can differentiate it."""
     total, count = 0.0, 0
     for b in range(logp.shape[0]):
@@ -20,8 +20,6 @@ def naive_loss(logp, old, adv, mask, eps=0.2, engine=None, cap=0.0, num_tokens=N
             a = adv[b] if adv.dim() == 1 else adv[b, t]
             ratio = torch.exp(logp[b, t] - old[b, t])
             term = -torch.min(ratio * a, torch.clamp(ratio, 1 - eps, 1 + eps) * a)
-            if cap > 0:
-                term = term * min(math.exp(old[b, t].item() - engine[b, t].item()), cap)
             total, count = total + term, count + 1
     return total / (num_tokens if num_tokens is not None else max(count, 1))
 
@@ -42,10 +40,10 @@ def test_hand_computed():
     logp = torch.log(torch.tensor([[1.5, 0.5, 1.1], [0.9, 0.5, 7.0]])).requires_grad_()
     adv = torch.tensor([1.0, -1.0])
     mask = torch.tensor([[1, 1, 1], [1, 1, 0]])
-    loss, stats = grpo_loss(logp, old, adv, mask)
+    loss, stats = grpo_loss(logp, old, adv, mask, clip_eps=0.2)
     # fp32 against exact decimals: each rho = exp(log(x)) is within ~2 ulps of x (<= 1.5: 2.4e-7),
     # clipped values are the exact bounds rounded once; 5 terms summed and divided: |error| <=
-    # 5·2.4e-7 / 5 + a few ulps ~ 5e-7 (and alike for ratio_mean and the IS figures below): abs=1e-6
+    # 5·2.4e-7 / 5 + a few ulps ~ 5e-7 (and alike for ratio_mean and the gap below): abs=1e-6
     # per token: -min(rho*A, clip(rho)*A) = -1.2 (clipped), -0.5, -1.1 | 0.9, 0.8 (clipped); last
     # masked out
     assert loss.item() == pytest.approx((-1.2 - 0.5 - 1.1 + 0.9 + 0.8) / 5, abs=1e-6)
@@ -60,31 +58,29 @@ def test_hand_computed():
     torch.testing.assert_close(logp.grad, expected)
 
 
-def test_hand_computed_is_and_gap():
-    logp, mask = torch.zeros(1, 2), torch.ones(1, 2)
-    # truncated IS: weights exp(old - engine) = [e^2 -> capped at 2, 0.5]; rho = 1, A = 1 -> -w per
-    # token
+def test_engine_gap_is_measured_never_weighted():
+    """The engine's log-probs give the gap stats and change neither the loss nor its gradient."""
+    logp, mask = torch.zeros(1, 2, requires_grad=True), torch.ones(1, 2)
     engine = torch.tensor([[-2.0, math.log(2)]])
-    loss, stats = grpo_loss(logp, logp, torch.ones(1), mask, engine_logprobs=engine, tis_cap=2.0)
-    assert loss.item() == pytest.approx(-(2.0 + 0.5) / 2, abs=1e-6)
+    loss, stats = grpo_loss(logp, None, torch.ones(1), mask, engine_logprobs=engine, clip_eps=0.2)
+    plain, _ = grpo_loss(logp, None, torch.ones(1), mask, clip_eps=0.2)
+    assert loss.item() == plain.item() == -1.0  # exact: -(1 + 1) / 2
     # the engine/trainer gap |old - engine|: 2 and log 2 (fp32: a few ulps of 2)
     assert stats["logprob_gap"] == pytest.approx((2 + math.log(2)) / 2, abs=1e-6)
     assert stats["logprob_gap_max"] == pytest.approx(2.0, abs=1e-6)
-    # cap 0: no correction
-    loss, _ = grpo_loss(logp, logp, torch.ones(1), mask, engine_logprobs=engine)
-    assert loss.item() == -1.0  # exact: -(1 + 1) / 2
+    (g,) = torch.autograd.grad(loss, logp)
+    (g_plain,) = torch.autograd.grad(plain, logp)
+    assert torch.equal(g, g_plain)
 
 
 @pytest.mark.parametrize("seed", range(4))
 @pytest.mark.parametrize("per_token_adv", [False, True])
 def test_random_against_naive_loop_and_gradients(seed, per_token_adv):
     logp, old, adv, mask, engine = random_batch(seed, per_token_adv=per_token_adv)
-    for extra in ({}, {"engine_logprobs": engine, "tis_cap": 1.5}):
+    for extra in ({}, {"engine_logprobs": engine}):
         loss, _ = grpo_loss(logp, old, adv, mask, clip_eps=0.15, **extra)
         (grad,) = torch.autograd.grad(loss, logp)
-        want = naive_loss(
-            logp, old, adv, mask, eps=0.15, engine=engine, cap=extra.get("tis_cap", 0.0)
-        )
+        want = naive_loss(logp, old, adv, mask, eps=0.15)
         (want_grad,) = torch.autograd.grad(want, logp)
         # float64 both (eps 2.2e-16), ~20 terms of size <~ 3 summed in another order: ~1e-14; 1e-12
         # / 1e-10
@@ -94,8 +90,7 @@ def test_random_against_naive_loop_and_gradients(seed, per_token_adv):
 
 def test_micro_batches_sum_to_one_batch():
     logp, old, adv, mask, engine = random_batch(7, B=6, T=9)
-    kw = dict(engine_logprobs=engine, tis_cap=1.5)
-    full, _ = grpo_loss(logp, old, adv, mask, **kw)
+    full, _ = grpo_loss(logp, old, adv, mask, engine_logprobs=engine, clip_eps=0.2)
     (full_grad,) = torch.autograd.grad(full, logp)
     n = mask.sum()
     total, total_grad = 0.0, torch.zeros_like(logp)
@@ -107,7 +102,7 @@ def test_micro_batches_sum_to_one_batch():
             mask[sl],
             num_tokens=n,
             engine_logprobs=engine[sl],
-            tis_cap=1.5,
+            clip_eps=0.2,
         )
         (g,) = torch.autograd.grad(part, logp)
         total, total_grad = total + part.detach(), total_grad + g
@@ -119,14 +114,14 @@ def test_micro_batches_sum_to_one_batch():
 def test_degenerate_inputs_no_nan():
     logp = torch.zeros(2, 3, requires_grad=True)
     # nothing to train on
-    loss, stats = grpo_loss(logp, logp.detach(), torch.zeros(2), torch.zeros(2, 3))
+    loss, stats = grpo_loss(logp, logp.detach(), torch.zeros(2), torch.zeros(2, 3), clip_eps=0.2)
     loss.backward()
     # exact, on any IEEE arithmetic: a sum of masked zeros; below, exp(0) = 1 and the mean of ones
     # is 1
     assert loss.item() == 0.0 and torch.isfinite(logp.grad).all() and stats["tokens"] == 0
     assert all(math.isfinite(v) for v in stats.values())
     # old=None: on-policy, zero advantage
-    loss, stats = grpo_loss(logp, None, torch.zeros(2), torch.ones(2, 3))
+    loss, stats = grpo_loss(logp, None, torch.zeros(2), torch.ones(2, 3), clip_eps=0.2)
     assert loss.item() == 0.0 and stats["ratio_mean"] == 1.0 and stats["clip_frac"] == 0.0
     # a stale or mismatched old log-prob
     far = torch.tensor([[0.0, -300.0, 0.0]], requires_grad=True)
@@ -136,7 +131,7 @@ def test_degenerate_inputs_no_nan():
         torch.tensor([-1.0]),
         torch.ones(1, 3),
         engine_logprobs=torch.zeros(1, 3),
-        tis_cap=2.0,
+        clip_eps=0.2,
     )
     loss.backward()
     assert math.isfinite(loss.item()) and torch.isfinite(far.grad).all()

@@ -134,6 +134,25 @@ def test_no_import_cycles():
     assert cycle is None, "import cycle: " + " -> ".join(cycle)
 
 
+def tier(name):
+    """The node a module counts as between the tiers: each top-level file, or its folder."""
+    return name.split(".")[0]
+
+
+def test_no_import_cycle_between_the_tiers():
+    """Each top-level file and each of machinery/, world/, tools/ one node, imports inside functions
+    included: no cycle. So nothing in the method, machinery/ or world/ imports tools/, and world/
+    and a method file never import each other both ways."""
+    tiers = {tier(n): set() for n in GRAPH}
+    for name, deps in GRAPH.items():
+        tiers[tier(name)] |= {tier(d) for d in deps} - {tier(name)}
+    cycle = find_cycle(tiers)
+    assert cycle is None, "import cycle between the tiers: " + " -> ".join(cycle)
+    for name, deps in GRAPH.items():
+        if tier(name) != "tools":
+            assert not {d for d in deps if tier(d) == "tools"}, f"{name} imports tools/"
+
+
 def needs(name):
     """The project files named by the module docstring's one `Needs:` paragraph (the line and those
     that continue it, up to a blank line), as module names: machinery/engine.py is
@@ -194,7 +213,7 @@ assert roles == [{"executor"}, {"executor"}, {"designer"}, {"designer"}], roles
     "grpo": """
 import torch
 logp = torch.tensor([[-1.0, -2.0]], requires_grad=True)
-loss, stats = grpo.grpo_loss(logp, None, torch.tensor([2.0]), torch.ones(1, 2))
+loss, stats = grpo.grpo_loss(logp, None, torch.tensor([2.0]), torch.ones(1, 2), clip_eps=0.2)
 loss.backward()
 # exact in any IEEE arithmetic: rho = exp(0) = 1, then sums and halves of small integers
 assert loss.item() == -2.0 and logp.grad.tolist() == [[-1.0, -1.0]] and stats["tokens"] == 2
@@ -247,7 +266,7 @@ else:
 call = sandbox.CallRecord("solver", [], "<answer>25</answer>", None)
 run = sandbox.WorkflowRun("25", None, [call])
 # 1.0 + 0.4 * 1.0: the double 1.4 on any IEEE CPU
-assert reward.reward({"id": "m", "kind": "math", "answer": "025"}, run) == 1.4
+assert reward.reward({"id": "m", "kind": "math", "answer": "025"}, run, lam=0.4) == 1.4
 # SymPy, in a grader process
 assert reward.math_equal("\\\\frac{1}{2}", "\\\\sqrt{\\\\frac{1}{4}}")
 if isolated:
@@ -264,7 +283,7 @@ save_file({"a": torch.ones(2), "b": torch.zeros(3)}, "m/model.safetensors")
 got = dict(weights.folder_weights("m"))   # a saved model's tensors, one at a time
 assert sorted(got) == ["a", "b"] and torch.equal(got["a"], torch.ones(2))
 # one folder for both roles: the engine (None here) is never asked to load anything
-held = weights.Held(None, {"designer": "m", "executor": "m"}, held="designer")
+held = weights.EngineWeights(None, {"designer": "m", "executor": "m"}, held="designer")
 held.hold("executor")
 assert held.held == "executor"
 """,

@@ -17,7 +17,6 @@ from pathlib import Path
 import pytest
 import torch
 
-import settings
 from machinery import engine, reload_check
 from world import tiny
 
@@ -107,11 +106,10 @@ def test_reload_check_in_the_trainers_sync(setup, tmp_path):
             "gloo", init_method=f"file://{tmp_path / 'pg'}", rank=0, world_size=1
         )
     try:
-        cfg = settings.Config(init_from=folder, save_every=2)
-        # probes at its start
-        weights = EngineWeights(cfg, eng, {"designer": {"model": model}}, CPU)
+        weights = EngineWeights(eng, {"designer": model, "executor": model}, "designer", CPU)
+        weights.probe("at the engine's start")
         updated(model, 5)
-        weights.sync(0)  # loads, probes (the first sync)
+        weights.sync(0, save_every=2)  # loads, probes (the first sync)
         assert weights.bound > 0 and weights.info["reload/probe_gap"] <= weights.bound
         weights.check_gap({"designer/logprob_gap": 1e-7}, ["designer"], 0)
         with pytest.raises(engine.ReloadError, match="step 1, designer: the engine"):

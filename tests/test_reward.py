@@ -359,29 +359,47 @@ def test_format_score(sb):
 def test_reward_math_and_code(sb):
     math_task = {"id": "m", "kind": "math", "question": "?", "answer": "025"}
     ok = _run(["<answer>25</answer>", "<answer>25</answer>"], answer="25")
-    assert reward.reward(math_task, ok) == pytest.approx(1.4)
+    assert reward.reward(math_task, ok, lam=0.4) == pytest.approx(1.4)
     assert reward.reward(
-        math_task, _run(["x"], answer="The result is \\boxed{25}")
+        math_task, _run(["x"], answer="The result is \\boxed{25}"), lam=0.4
     ) == pytest.approx(1.0)
-    assert reward.reward(math_task, _run(["<answer>24</answer>"], answer="24")) == pytest.approx(
-        0.4
-    )
+    assert reward.reward(
+        math_task, _run(["<answer>24</answer>"], answer="24"), lam=0.4
+    ) == pytest.approx(0.4)
     assert reward.reward(math_task, _run(["<answer>25</answer>"], answer="25"), lam=0.0) == 1.0
     crashed = _run(["<answer>25</answer>"], answer=None, error="NameError: name 'x' is not defined")
     # paper: no correctness, that's all
-    assert reward.reward(math_task, crashed) == pytest.approx(0.4)
+    assert reward.reward(math_task, crashed, lam=0.4) == pytest.approx(0.4)
     code_task = {"id": "c", "kind": "code", "question": "?", "tests": ADD}
     prog = "```python\na, b = map(int, input().split())\nprint(a + b)\n```"
-    assert reward.reward(code_task, _run(["<answer>ok</answer>"], answer=prog)) == pytest.approx(
-        1.4
-    )
+    assert reward.reward(
+        code_task, _run(["<answer>ok</answer>"], answer=prog), lam=0.4
+    ) == pytest.approx(1.4)
     # correct is binary, as the paper's: 3 of the 4 hidden tests (code_score 0.75) earns no
     # correctness at all
     three = "```python\na, b = map(int, input().split())\nprint(a * b if a == 5 else a + b)\n```"
     assert code_score(reward.extract_code(three), ADD) == 0.75
     assert reward.correctness(code_task, three) == 0.0
-    assert reward.reward(code_task, _run(["<answer>ok</answer>"], answer=three)) == pytest.approx(
-        0.4
-    )
+    assert reward.reward(
+        code_task, _run(["<answer>ok</answer>"], answer=three), lam=0.4
+    ) == pytest.approx(0.4)
     with pytest.raises(ValueError, match="kind"):
-        reward.reward({"id": "z", "kind": "poetry"}, _run([], answer="x"))
+        reward.reward({"id": "z", "kind": "poetry"}, _run([], answer="x"), lam=0.4)
+
+
+def test_reward_from_a_grade_given_is_the_reward_graded_here(sb):
+    # rollout grades a step's runs first (grade_runs) and hands each grade to reward(): the same R
+    task = {"id": "m", "kind": "math", "question": "?", "answer": "025"}
+    runs = [
+        _run(["<answer>25</answer>", "no tag"], answer="25"),
+        _run(["<answer>24</answer>"], answer="24"),
+        _run(["<answer>25</answer>"], answer=None, error="NameError"),
+    ]
+    for lam in (0.0, 0.4, 1.0):
+        alone = [reward.reward(task, r, lam=lam) for r in runs]
+        graded = reward.grade_runs([(task, r) for r in runs])
+        given = [reward.reward(task, r, lam=lam, correct=c) for r, c in zip(runs, graded)]
+        assert given == alone  # exact: the same fp64 operations on the same numbers
+    assert alone == [1.5, 1.0, 1.0]
+    with pytest.raises(TypeError):
+        reward.reward(task, runs[0])  # λ has no default here: settings.Config.lam is its one

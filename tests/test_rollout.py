@@ -19,6 +19,7 @@ from world import tiny
 
 TASKS = tiny.make_tasks(2, seed=0)  # one math task, one code task
 EXEC = engine.Sampling(temperature=1.0, max_tokens=12)
+LAM = 0.4  # λ, as settings.Config.lam
 SCRIPT = '```python\ndef workflow(task):\n    return Agent("a")(task)\n```'
 
 
@@ -124,7 +125,7 @@ def check_batch(b, eng, tasks, M, N, lam=0.4):
 )
 def test_fixed_structure_hf(hf, template, ticks):
     eng = Counting(hf)
-    b = rollout(TASKS, None, eng, M=2, N=2, template=template, executor_sampling=EXEC)
+    b = rollout(TASKS, None, eng, M=2, N=2, template=template, executor_sampling=EXEC, lam=LAM)
     check_batch(b, hf, TASKS, 2, 2)
     assert b.designer == []
     assert all(r.structure == template and r.error is None for r in b.runs)
@@ -136,7 +137,7 @@ def test_fixed_structure_hf(hf, template, ticks):
 
 def test_fixed_structure_vllm(vllm_engine):
     eng = Counting(vllm_engine)
-    b = rollout(TASKS, None, eng, M=2, N=2, template="critic", executor_sampling=EXEC)
+    b = rollout(TASKS, None, eng, M=2, N=2, template="critic", executor_sampling=EXEC, lam=LAM)
     check_batch(b, vllm_engine, TASKS, 2, 2)
     assert all(r.structure == "critic" and r.error is None for r in b.runs)
     assert eng.sizes == [8, 8]
@@ -145,7 +146,9 @@ def test_fixed_structure_vllm(vllm_engine):
 def test_unparseable_scripts_score_zero_and_stay_in_group(hf):
     eng = Counting(hf)
     ds = engine.Sampling(temperature=1.0, max_tokens=24)
-    b = rollout(TASKS, eng, eng, M=3, N=2, designer_sampling=ds, executor_sampling=EXEC, short=True)
+    b = rollout(
+        TASKS, eng, eng, M=3, N=2, designer_sampling=ds, executor_sampling=EXEC, short=True, lam=LAM
+    )
     assert eng.sizes == [6]  # all B*M designer prompts in one call; nothing executed
     assert sorted(s.index for s in b.designer) == list(itertools.product(range(2), range(3)))
     assert b.scripts == [[None] * 3] * 2
@@ -174,6 +177,7 @@ def test_designer_mix_of_parseable_and_not(designer, hf, policies):
         designer_sampling=engine.Sampling(temperature=0, max_tokens=64),
         executor_sampling=EXEC,
         short=True,
+        lam=LAM,
     )
     script, _ = mas.parse_script(SCRIPT)
     assert b.scripts == [[script] * 2 if t["kind"] == "math" else [None] * 2 for t in tasks]
@@ -213,12 +217,13 @@ def test_one_engine_plays_two_roles_through_its_views(designer, hf):
         designer_sampling=engine.Sampling(temperature=0, max_tokens=64),
         executor_sampling=EXEC,
         short=True,
+        lam=LAM,
     )
     two = rollout(tasks, designer, hf, M=2, N=3, step=3, **kw)
     one = Loading(engine.HFEngine(copy.deepcopy(designer.model), designer.tokenizer))
     state = {"designer": designer.model.state_dict(), "executor": hf.model.state_dict()}
     # the engine starts with the Designer's weights
-    held = weights.Held(one, state, held="designer")
+    held = weights.EngineWeights(one, state, held="designer")
     got = rollout(tasks, held.view("designer"), held.view("executor"), M=2, N=3, step=3, **kw)
     # once, before the first agent call
     assert [w is state["executor"] for w in one.loaded] == [True]
@@ -246,6 +251,7 @@ def test_reproducible(hf):
             short=True,
             designer_sampling=ds,
             executor_sampling=EXEC,
+            lam=LAM,
         )
 
     def key(b):
@@ -268,7 +274,16 @@ def test_reproducible(hf):
     # two ranks each rolling out half of the batch (q_offset = their first global query) draw
     # exactly what one process rolling out the whole batch draws
     whole = rollout(
-        TASKS, hf, hf, M=2, N=2, step=5, short=True, designer_sampling=ds, executor_sampling=EXEC
+        TASKS,
+        hf,
+        hf,
+        M=2,
+        N=2,
+        step=5,
+        short=True,
+        designer_sampling=ds,
+        executor_sampling=EXEC,
+        lam=LAM,
     )
     halves = [
         rollout(
@@ -282,6 +297,7 @@ def test_reproducible(hf):
             designer_sampling=ds,
             executor_sampling=EXEC,
             q_offset=k,
+            lam=LAM,
         )
         for k in range(len(TASKS))
     ]
@@ -306,6 +322,7 @@ def test_samples_to_tensors_aligned_with_token_logprobs(hf):
         N=2,
         template="critic",
         executor_sampling=engine.Sampling(max_tokens=12),
+        lam=LAM,
     )
     t = samples_to_tensors(b.executor, pad_id=hf.pad_id)
     S = len(b.executor)
@@ -347,7 +364,16 @@ def test_engine_failure_is_raised_not_scored(hf):
     # the sandbox turns a failed generate into failed runs; rollout must not hand those to the
     # trainer
     with pytest.raises(RuntimeError, match="engine core died"):
-        rollout(TASKS, None, Failing(hf, ok=1), M=1, N=2, template="critic", executor_sampling=EXEC)
+        rollout(
+            TASKS,
+            None,
+            Failing(hf, ok=1),
+            M=1,
+            N=2,
+            template="critic",
+            executor_sampling=EXEC,
+            lam=LAM,
+        )
 
 
 class Canned:
@@ -389,7 +415,7 @@ def test_grade_each_distinct_answer_once_same_rewards(monkeypatch):
         "<answer>def f(x): return x</answer>",
         f"<answer>```python\n{code}\n```</answer>",
     ]
-    b = rollout(TASKS, None, Canned(replies), M=2, N=3, template="single")
+    b = rollout(TASKS, None, Canned(replies), M=2, N=3, template="single", lam=LAM)
     pairs = [(TASKS[r.q], r.run) for r in b.runs]
     graded = _counting_correctness(monkeypatch)
     every = [reward.correctness(t, r.answer) for t, r in pairs]  # each run on its own
@@ -401,9 +427,13 @@ def test_grade_each_distinct_answer_once_same_rewards(monkeypatch):
         == len({(t["id"], reward.graded_part(t["kind"], r.answer)) for t, r in pairs})
         < 12
     )
-    # R = correct + 0.4 format, exactly as rollout computes it from them
+    # R is reward.reward's, from those grades: what reward.reward gives each run on its own
     assert [r.reward for r in b.runs] == [
-        c + 0.4 * reward.format_score(r.run) for c, r in zip(every, b.runs)
+        reward.reward(t, run, lam=LAM, correct=c) for c, (t, run) in zip(every, pairs)
+    ]
+    assert [r.reward for r in b.runs] == [reward.reward(t, run, lam=LAM) for t, run in pairs]
+    assert [r.reward for r in b.runs] == [
+        c + LAM * reward.format_score(r.run) for c, r in zip(every, b.runs)
     ]
     # stored in fp32
     assert b.R.flatten().tolist() == pytest.approx([r.reward for r in b.runs], abs=1e-7)
@@ -430,11 +460,12 @@ def test_grade_each_distinct_answer_once_same_rewards(monkeypatch):
         (dict(fn), run("def f(x): return x", [])),
     ]
     graded.clear()
-    every = [reward.reward(t, r, lam=0.4) for t, r in pairs]
+    every = [reward.reward(t, r, lam=LAM) for t, r in pairs]
     graded.clear()
     for workers in (3, 1):
         correct = reward.grade_runs(pairs, workers=workers)
-        assert [c + 0.4 * reward.format_score(r) for c, (_, r) in zip(correct, pairs)] == every
+        got = [reward.reward(t, r, lam=LAM, correct=c) for c, (t, r) in zip(correct, pairs)]
+        assert got == every
     # fp64 sums of 1, 0.4 x (0, 1/2, 1): exact up to one rounding of 0.4 * x
     assert every == pytest.approx([1.4, 1.0, 1.2, 0.4, 0.4, 1.4, 1.0, 1.0, 0.4, 0.0])
     assert len(graded) == 2 * 6  # per call: 3, 4, None; code, fn2's code, the wrong program

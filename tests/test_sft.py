@@ -1,27 +1,20 @@
-"""Tests for sft.py, muon.py and distill.py: masking, batching, training that learns, HF
-checkpoints, torchrun + FSDP2 (gloo, 2 ranks), Muon, the roles, and distillation from a real
-OpenAI-compatible server (vLLM's own, serving the tiny model)."""
+"""Tests for sft.py and muon.py: masking, batching, training that learns, HF checkpoints, torchrun +
+FSDP2 (gloo, 2 ranks), Muon, the roles; micro-batches by a token budget whose accumulated gradient
+is the whole batch's (1 and 2 ranks). (Distillation: tests/test_distill.py; SFT's memory plan:
+tests/test_settings.py.)"""
 
-import json
 import os
 import random
-import signal
 import socket
 import subprocess
 import sys
-import threading
-import time
-import urllib.request
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 import torch
 
 import evaluate
-import mas
 import sft
 from machinery import data, engine, muon
-from tools import distill
 from world import tiny
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -433,206 +426,90 @@ def _free_port():
 
 
 # --------------------------------------------------------------------------------------------------
-# distillation
+# what fits a GPU: micro-batches by a token budget, their gradients accumulated (sft.py's docstring)
 
 
-def _tasks_file(tmp_path, n):
-    path = str(tmp_path / "tasks.jsonl")
-    with open(path, "w") as f:
-        for t in tiny.make_tasks(n, seed=7):
-            f.write(json.dumps(t) + "\n")
-    return path
+def test_micro_batches_hold_each_sample_once_within_the_budget():
+    rng = random.Random(0)
+    lengths = [rng.randint(5, 60) for _ in range(40)]
+    batch = list(range(3, 35))
+    for budget in (60, 100, 333):
+        parts = sft.micro_batches(batch, lengths, budget)
+        assert sorted(sum(parts, [])) == batch
+        # rows x the longest row (padding counted), or one sample alone
+        assert all(len(p) * max(lengths[k] for k in p) <= budget for p in parts)
+    assert sft.micro_batches(batch, lengths, 0) == [batch]  # 0: the batch whole, in its order
+    assert sft.micro_batches(batch, lengths, 10**6) == [batch]  # within the budget: the same
+    # a sample longer than the budget cannot fit any micro-batch: refused, with the fix
+    model, tok = tiny.build_model(seed=0, **SMALL)
+    with pytest.raises(ValueError, match="longer than micro_tokens=8 .*raise --micro-tokens"):
+        sft.train_sft(model, tok, add_samples(4), steps=1, batch_size=4, log=None, micro_tokens=8)
 
 
-class OracleTeacher(BaseHTTPRequestHandler):
-    """An OpenAI-compatible endpoint (a stand-in for a strong hosted teacher, not for anything we
-    ship): as Designer it writes the template suited to the task; as Executor it answers from the
-    task's solution, or wrongly when `wrong` is set."""
-
-    tasks, wrong = [], False
-
-    def do_POST(self):
-        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-        msgs = body["messages"]
-        text = msgs[-1]["content"]
-        task = next(
-            t
-            for t in self.tasks
-            if data.task_text(t, short=True) in text or data.task_text(t) in text
-        )
-        if "workflow" in msgs[0]["content"]:
-            reply = f"Here is my design.\n```python\n{mas.TEMPLATES[tiny.SUITED[task['kind']]]}```"
-        elif self.wrong:
-            reply = (
-                "<answer>def f(x): return -1</answer>"
-                if task["kind"] == "code"
-                else "<answer>-1</answer>"
-            )
-        else:
-            reply = tiny.oracle_reply(task)
-        out = json.dumps(
-            {"choices": [{"message": {"role": "assistant", "content": reply}}]}
-        ).encode()
-        self.send_response(200)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(out)))
-        self.end_headers()
-        self.wfile.write(out)
-
-    def log_message(self, *a):
-        pass
+ACCUMULATE = """
+import sys, torch, torch.distributed as dist
+sys.path.insert(0, sys.argv[1])
+import sft
+from torch.optim.optimizer import register_optimizer_step_pre_hook
+from world import tiny
+dist.init_process_group("gloo")
+tasks = tiny.make_tasks(40, seed=0, split="sft")
+designer, executor = tiny.sft_traces(tasks, seed=0)
+samples = designer[:16] + executor[:48]     # 60 to 333 tokens: designer scripts, agent calls
+def step(micro_tokens):
+    # one step of train_sft; the gradients the optimizer steps with (gathered), the forwards run
+    model, tok = tiny.build_model(seed=0, hidden_size=32, num_layers=2)
+    grads, forwards = [], []
+    model.register_forward_pre_hook(lambda *a: forwards.append(1))
+    def keep(opt, args, kwargs):
+        for group in opt.param_groups:
+            for p in group["params"]:
+                g = p.grad
+                grads.append(g.full_tensor() if hasattr(g, "full_tensor") else g.clone())
+    hook = register_optimizer_step_pre_hook(keep)
+    stats = sft.train_sft(model, tok, samples, steps=1, lr=1e-3, batch_size=8, log=None,
+                          optimizer="adamw", clip=1e9, micro_tokens=micro_tokens)
+    hook.remove()
+    return grads, len(forwards), stats
+whole, n_whole, a = step(0)
+micro, n_micro, b = step(400)
+worst = max(((g - h).abs().max() / g.abs().max()).item() for g, h in zip(whole, micro))
+print("RESULT", dist.get_rank(), n_whole, n_micro, worst, a["trained_tokens"], a["loss"], b["loss"])
+dist.destroy_process_group()
+"""
 
 
-def test_distill_keeps_only_correct_runs(tmp_path):
-    tasks = tiny.make_tasks(6, seed=7)
-    OracleTeacher.tasks = tasks
-    srv = ThreadingHTTPServer(("127.0.0.1", 0), OracleTeacher)
-    threading.Thread(target=srv.serve_forever, daemon=True).start()
-    url = f"http://127.0.0.1:{srv.server_address[1]}"
-    try:
-        OracleTeacher.wrong = False
-        c = distill.distill(url, "oracle", tasks, str(tmp_path / "good"), short=True, log=None)
-        assert (
-            c["parsed"] == 6
-            and c["runs"] == 6
-            and c["correct_runs"] == 6
-            and c["teacher_errors"] == 0
-        )
-        d = data.read_jsonl(str(tmp_path / "good" / "designer.jsonl"))
-        e = data.read_jsonl(str(tmp_path / "good" / "executor.jsonl"))
-        assert len(d) == 6 and {r["structure"] for r in d} == {"ensemble", "tester"}
-        assert all(
-            set(r) >= {"messages", "completion"} and r["messages"][-1]["role"] == "user"
-            for r in d + e
-        )
-        # one distinct (prompt, reply) per task: identical voting samples kept once
-        assert len(e) == 6
-        assert all(mas.answer_of(r["completion"]) for r in e)
-        # the samples train as they are
-        model, tok = tiny.build_model(seed=0, **SMALL)
-        assert sft.train_sft(model, tok, d + e, steps=2, batch_size=4, log=None)["samples"] == 12
-        # a teacher that designs well but answers wrongly: nothing is kept
-        OracleTeacher.wrong = True
-        c = distill.distill(url, "oracle", tasks, str(tmp_path / "bad"), short=True, log=None)
-        assert c["runs"] == 0 or c["correct_runs"] == 0
-        assert data.read_jsonl(str(tmp_path / "bad" / "designer.jsonl")) == []
-        assert data.read_jsonl(str(tmp_path / "bad" / "executor.jsonl")) == []
-    finally:
-        srv.shutdown()
-        srv.server_close()
-    # a dead endpoint: every call fails cleanly, the pipeline still writes (empty) files
-    c = distill.distill(
-        url, "oracle", tasks[:2], str(tmp_path / "dead"), template="single", log=None
-    )
-    assert c["teacher_errors"] >= 2 and c["correct_runs"] == 0
-    assert os.path.isfile(tmp_path / "dead" / "executor.jsonl")
+@pytest.mark.parametrize("world", [1, 2])
+def test_micro_batches_accumulate_the_whole_batchs_gradient(tmp_path, world):
+    """One step on 8 samples a rank, whole and in micro-batches of 400 tokens (up to 7 a batch):
+    the gradient the optimizer steps with is the whole batch's, to fp32 rounding, and so is the
+    loss; at 2 ranks (FSDP2) every rank runs as many forwards, fillers making up the count."""
+    script = tmp_path / "accumulate.py"
+    script.write_text(ACCUMULATE)
+    cmd = [sys.executable, "-m", "torch.distributed.run", f"--nproc_per_node={world}"]
+    cmd += ["--master_port", str(_free_port()), str(script), ROOT]
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    r = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    rows = [ln.split()[1:] for ln in r.stdout.splitlines() if ln.startswith("RESULT")]
+    assert len(rows) == world
+    for _, n_whole, n_micro, worst, tokens, loss, micro_loss in rows:
+        # the batch forwarded whole once; in micro-batches several times, the same on every rank
+        assert int(n_whole) == 1 and int(n_micro) == int(rows[0][2]) > 1
+        # a gradient entry sums the batch's N trained tokens' terms (N over every rank), here in
+        # other groups and from other padded shapes: within N x 2^-24 of the tensor's largest entry
+        eps = int(tokens) * 2.0**-24
+        assert float(worst) <= eps
+        assert float(micro_loss) == pytest.approx(float(loss), rel=eps)
 
 
-@pytest.mark.skipif(
-    not __import__("importlib").util.find_spec("vllm"), reason="vLLM is not installed"
-)
-def test_distill_against_vllm_server(base, tmp_path):
-    """The real thing: vLLM's OpenAI-compatible server serving the tiny model on 127.0.0.1, started
-    and stopped here. The untrained model is almost never right, so this checks that the pipeline
-    runs end to end and writes files of the right shape."""
-    port = _free_port()
-    env = {
-        **os.environ,
-        "VLLM_ENABLE_V1_MULTIPROCESSING": "0",
-        "VLLM_CPU_KVCACHE_SPACE": "1",
-        "OMP_NUM_THREADS": "1",
-    }
-    log = open(tmp_path / "server.log", "w")
-    server = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "vllm.entrypoints.openai.api_server",
-            "--model",
-            str(base / "base"),
-            "--served-model-name",
-            "tiny",
-            "--host",
-            "127.0.0.1",
-            "--port",
-            str(port),
-            "--dtype",
-            "float32",
-            "--max-model-len",
-            "2048",
-            "--max-num-seqs",
-            "16",
-            "--gpu-memory-utilization",
-            "0.05",
-            "--enforce-eager",
-        ],
-        env=env,
-        stdout=log,
-        stderr=subprocess.STDOUT,
-        start_new_session=True,
-    )
-    url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.time() + 420
-        while True:
-            assert server.poll() is None, open(tmp_path / "server.log").read()[-3000:]
-            try:
-                urllib.request.urlopen(url + "/v1/models", timeout=5)
-                break
-            except OSError:
-                assert time.time() < deadline, "vLLM server did not come up"
-                time.sleep(3)
-        tasks = _tasks_file(tmp_path, 4)
-        r = subprocess.run(
-            [
-                sys.executable,
-                os.path.join(ROOT, "tools", "distill.py"),
-                "--teacher",
-                url,
-                "--model",
-                "tiny",
-                "--tasks",
-                tasks,
-                "--out",
-                str(tmp_path / "d"),
-                "--template",
-                "critic",
-                "--short",
-                "--max-tokens",
-                "64",
-            ],  # the server's context: 2048
-            cwd=ROOT,
-            capture_output=True,
-            text=True,
-            timeout=300,
-        )
-        assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
-        stats = json.load(open(tmp_path / "d" / "distill_stats.json"))
-        assert stats["runs"] == 4 and stats["teacher_errors"] == 0  # 8 agent calls answered by vLLM
-        for name in ("designer.jsonl", "executor.jsonl"):
-            for row in data.read_jsonl(str(tmp_path / "d" / name)):
-                assert isinstance(row["completion"], str) and row["messages"][-1]["role"] == "user"
-        # the Designer path too: the untrained model's scripts do not parse, and that is counted,
-        # not fatal
-        c = distill.distill(
-            url,
-            "tiny",
-            tiny.make_tasks(2, seed=3),
-            str(tmp_path / "s"),
-            short=True,
-            max_tokens=32,
-            log=None,
-        )
-        assert (
-            c["designs"] == 2
-            and c["teacher_errors"] == 0
-            and c["parsed"] + sum(c["unusable"].values()) == 2
-        )
-    finally:
-        os.killpg(server.pid, signal.SIGTERM)
-        try:
-            server.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            os.killpg(server.pid, signal.SIGKILL)
-            server.wait()
-        log.close()
+def test_plan_prints_each_rank_count_and_loads_nothing():
+    """`sft.py --model Qwen/Qwen3-8B --plan`: the run on --data's plan (micro-batches of 16384
+    tokens, checkpointed layers) before any file is here; exits 0 whether it fits or not."""
+    cmd = [sys.executable, "sft.py", "--model", "Qwen/Qwen3-8B", "--plan", "--ranks", "1,8"]
+    r = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
+    head, one, eight = r.stdout.strip().splitlines()
+    assert "8.19e+09 parameters" in head and "micro_tokens 16384, checkpointing full" in head
+    assert one.startswith("1 rank(s): ") and one.endswith("does not fit: at least 2 ranks")
+    assert eight.startswith("8 rank(s): ") and eight.endswith(": fits")

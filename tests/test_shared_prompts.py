@@ -69,7 +69,7 @@ def shared_logprobs(model, rows, **kw):
 
 @pytest.mark.parametrize("attn", ["sdpa", "eager"])
 @pytest.mark.parametrize("tie", [True, False])
-@pytest.mark.parametrize("options", [{}, {"chunk_size": 5, "keep_logits": True}])
+@pytest.mark.parametrize("options", [{}, {"chunk_size": 5}])
 def test_shared_prompts_match_unshared(tie, attn, options):
     """Each prompt forwarded once gives every completion token the log-prob (and gradient) it gets
     in its own row: the same keys at the same positions."""
@@ -113,7 +113,7 @@ def test_shared_rows_of_one_completion_match_unshared():
 
 
 def test_shared_prompts_grpo_loss_matches_unshared():
-    """The clipped loss with truncated IS, on a batch with repeated prompts: packed ([1, N],
+    """The clipped loss, on a batch with repeated prompts: packed ([1, N],
     per-token advantages) and one sample a row ([S, T-1], per-sample advantages) give the same loss,
     statistics and gradients."""
     model = tiny_qwen3(False)
@@ -124,7 +124,7 @@ def test_shared_prompts_grpo_loss_matches_unshared():
     with torch.no_grad():
         old = shared_logprobs(model, rows) + 0.1 * torch.randn(int(n.sum()), generator=g)
     engine = old + 0.3 * torch.randn(old.shape, generator=g)
-    kw = dict(clip_eps=0.1, num_tokens=40.0, tis_cap=1.5)
+    kw = dict(clip_eps=0.1, num_tokens=40.0)
 
     packed = shared_logprobs(model, rows)
     adv_t = adv.repeat_interleave(n)
@@ -152,7 +152,7 @@ def test_shared_prompts_grpo_loss_matches_unshared():
     )
     model.zero_grad()
     loss2.backward()
-    assert stats["clip_frac"] > 0  # the clip and IS terms are both in play
+    assert stats["clip_frac"] > 0  # the clip is in play
     # Both are sums of the same S per-token terms l_t, in two orders ([1, S] packed, [S, L] padded),
     # of log-probs that differ by d_t (within LOGP): |loss - loss2| <= Σ|dL/dlogp_t|·d_t + (S +
     # 2)·eps·Σ|l_t| / num_tokens (the sums, and an ulp of each exp), and a mean of S positive terms
@@ -161,11 +161,7 @@ def test_shared_prompts_grpo_loss_matches_unshared():
     S, d = len(packed), (packed - lp).abs().detach()
     with torch.no_grad():
         rho = (packed - old).exp()
-        l_abs = (
-            torch.maximum(rho, torch.tensor(1.1))
-            * adv_t.abs()
-            * (old - engine).exp().clamp(max=1.5)
-        )
+        l_abs = torch.maximum(rho, torch.tensor(1.1)) * adv_t.abs()
     tol = (dloss.abs() * d).sum().item() + (S + 2) * EPS32 * l_abs.sum().item() / kw["num_tokens"]
     torch.testing.assert_close(loss, loss2, rtol=0.0, atol=tol)
     # clip_frac and tokens are counts: equal while no rho is within its d_t of a clip bound (1 -
@@ -189,7 +185,7 @@ def test_shared_prompts_grpo_loss_matches_unshared():
         torch.testing.assert_close(got[name], p.grad, **grad_tol(p.grad), msg=name)
 
 
-@pytest.mark.parametrize("mode, compile", [("full", False), ("selective", "aot_eager")])
+@pytest.mark.parametrize("mode, compile", [("full", False), ("off", "aot_eager")])
 def test_shared_prompts_with_checkpointing_and_compile(mode, compile):
     """speed.prepare's layers (checkpointed, compiled) take the 4D mask and the position ids as they
     are."""

@@ -1,12 +1,11 @@
 """speed.prepare: every activation-checkpointing mode, eager and compiled, alone and under FSDP2,
 gives the plain model's log-probs and gradients (through chunked.token_logprobs, the large presets'
-path), keeps parameter and state-dict names, and `selective` really keeps the matmul outputs (no
-matmul replayed) while `full` replays them.
+path), keeps parameter and state-dict names, and `full` really replays the layer's matmuls in the
+backward while `off` does not.
 
-compile uses torch.compile's "aot_eager" backend: dynamo traces the checkpointed layer (and AOT
-autograd partitions it under the selective policy) exactly as inductor would receive it, without
-generating C++ (seconds instead of minutes on two shared cores). The inductor kernels themselves run
-in `python tools/bench.py gpu`.
+compile uses torch.compile's "aot_eager" backend: dynamo traces the checkpointed layer exactly as
+inductor would receive it, without generating C++ (seconds instead of minutes on two shared cores).
+The inductor kernels themselves run in `python tools/bench.py gpu`.
 """
 
 import copy
@@ -113,7 +112,7 @@ class CountOps(TorchDispatchMode):
         return func(*args, **(kwargs or {}))
 
 
-def test_selective_replays_the_elementwise_ops_only():
+def test_full_replays_the_forward_and_off_does_not():
     ref, (ids, mask, w) = tiny_qwen3(), batch()
     counts = {}
     for mode in speed.MODES:
@@ -127,8 +126,8 @@ def test_selective_replays_the_elementwise_ops_only():
         torch.ops.aten.mm.default,
         torch.ops.aten.rsqrt.default,
     )
-    assert counts["selective"][mm] == counts["off"][mm] < counts["full"][mm]
-    assert counts["off"][rsqrt] == 0 < counts["selective"][rsqrt] == counts["full"][rsqrt]
+    assert counts["off"][mm] < counts["full"][mm]
+    assert counts["off"][rsqrt] == 0 < counts["full"][rsqrt]
 
 
 def test_unknown_mode_is_refused():
@@ -163,7 +162,7 @@ def test_fsdp2_with_checkpointing_and_compile(tmp_path):
     try:
         ref, (ids, mask, w) = tiny_qwen3(), batch()
         want = logprobs_and_grads(ref, ids, mask, w)
-        for mode, compile in (("full", False), ("selective", True), ("off", True)):
+        for mode, compile in (("full", False), ("full", True), ("off", True)):
             model = speed.prepare(
                 copy.deepcopy(ref),
                 checkpointing=mode,

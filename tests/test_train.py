@@ -19,6 +19,7 @@ are non-zero). With them:
 """
 
 import json
+import math
 import os
 import signal
 import subprocess
@@ -236,7 +237,7 @@ def test_parse_config_types_and_files(tmp_path):
     assert cfg.init_from == "out/sft-qwen3-4b"  # the 4B preset on top of the 8B one
     assert settings.parse_config([]).out_dir == "out/tiny-rl"  # no file: the tiny default
     # an int where a float is expected is fine
-    assert settings.parse_config(["--tis_cap=1"]).tis_cap == 1.0
+    assert settings.parse_config(["--clip_eps=1"]).clip_eps == 1.0
     bad = tmp_path / "bad.py"
     bad.write_text("M = 4\nlearning_rate = 1e-3\n")
     with pytest.raises(settings.ConfigError, match="learning_rate"):
@@ -284,6 +285,30 @@ def test_parse_config_types_and_files(tmp_path):
     }
 
 
+def test_lr_schedule_and_its_step():
+    """Config.lr_schedule: constant 1; warmup_cosine [authors] up over 10 steps, then cosine to 0.3
+    at the last step. optimizer_step steps at the role's lr times that factor, with grad_clip."""
+    flat, cos = settings.Config(steps=50), settings.Config(steps=50, lr_schedule="warmup_cosine")
+    assert [train.lr_factor(flat, t) for t in (0, 10, 49)] == [1.0, 1.0, 1.0]
+    f = [train.lr_factor(cos, t) for t in range(50)]
+    # (t + 1) / 10, then 0.3 + 0.7 (1 + cos(pi p)) / 2: a few ulps off the decimals
+    assert f[0] == pytest.approx(0.1) and f[9] == f[10] == pytest.approx(1.0)
+    assert f[49] == pytest.approx(0.3) and f[29] == pytest.approx(
+        0.3 + 0.7 * (1 + math.cos(math.pi * 19 / 39)) / 2
+    )
+    assert all(a >= b for a, b in zip(f[10:], f[11:]))  # non-increasing after the warmup
+    model = torch.nn.Linear(3, 1, bias=False)
+    opt = torch.optim.AdamW(model.parameters(), lr=1.0)
+    pol = {"name": "model", "model": model, "opt": {"executor": opt}}
+    model.weight.grad = torch.tensor([[3.0, 4.0, 0.0]])  # norm 5
+    stats = {}
+    cfg = settings.Config(steps=50, lr_schedule="warmup_cosine", executor_lr=1e-3, grad_clip=0.5)
+    train.optimizer_step(cfg, 4, pol, ["executor"], stats)
+    assert stats["lr"] == pytest.approx(1e-3 * 0.5) and stats["model/grad_norm"] == 5.0
+    # clipped to 0.5: the gradient times 0.5 / 5 (clip_grad_norm_'s factor, with its 1e-6)
+    assert torch.allclose(model.weight.grad, torch.tensor([[0.3, 0.4, 0.0]]), rtol=1e-5)
+
+
 def test_sample_queries_resumes_at_the_saved_position():
     sources = [list(range(5)), list(range(100, 103))]
     pos = [0, 0]
@@ -326,6 +351,10 @@ def test_seeded_runs_agree_with_real_advantages(model_dir, uninterrupted, tmp_pa
     assert same_weights(wa, wb), "two seeded runs differ"
     assert without_timings(metrics(a)) == without_timings(metrics(b))
     ma = step_lines(a)
+    # run.json records every setting the update and the reward use
+    config = json.loads((a / "run.json").read_text())["config"]
+    knobs = ("lam", "clip_eps", "grad_clip", "weight_decay", "lr_schedule", "chat_template_kwargs")
+    assert {k: config[k] for k in knobs} == {k: getattr(settings.Config(), k) for k in knobs}
     # the held-out curve (probe_tasks 2, a checkpoint every step): the cold start at step 0, with
     # the structure shares that weight the executor row, then every checkpoint's
     start = metrics(a)[0]
@@ -570,6 +599,43 @@ def test_sigkill_anywhere_then_resume_is_exact(model_dir, uninterrupted, tmp_pat
         assert not list(Path(tempfile.gettempdir()).glob(f"metaagent-sandbox-{pid}-*"))
 
 
+def test_sigkill_with_the_idle_state_offloaded_then_resume_is_exact(
+    model_dir, uninterrupted, tmp_path
+):
+    """offload_idle_state on (machinery/offload.py): a run SIGKILLed mid-update while the
+    Designer's state waits in host memory, resumed from a checkpoint that saved the Executor's from
+    there, then killed right after a checkpoint that saved the Designer's, and resumed again, ends
+    with the weights, metrics lines and optimizer states of the uninterrupted run without the
+    offload: the offload changes no bit, and a resume puts each state back where it was."""
+    c = tmp_path / "c"
+    args = args_for(model_dir, c, steps=STEPS, resume=True, probe_tasks=2, offload_idle_state=True)
+    for point in ("update:3", "saved:3"):
+        p = subprocess.run(
+            [sys.executable, "train.py", *args],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=600,
+            env={**os.environ, "METAAGENT_FAULT": point},
+        )
+        assert p.returncode == -signal.SIGKILL, (point, p.stdout[-2000:] + p.stderr[-2000:])
+    run(args)
+    last = f"step_{STEPS:06d}"
+    assert same_weights(weights(uninterrupted / last), weights(c / last))
+    assert without_timings(metrics(c)) == without_timings(metrics(uninterrupted))
+    want, got = (
+        torch.load(d / last / "optimizer.pt", weights_only=False) for d in (uninterrupted, c)
+    )
+    assert set(got) == {"model/designer", "model/executor"}
+    for key, st in want.items():
+        # (a resumed optimizer's betas come back a list: torch's state-dict round trip)
+        for g, h in zip(st["param_groups"], got[key]["param_groups"], strict=True):
+            assert {**g, "betas": tuple(g["betas"])} == {**h, "betas": tuple(h["betas"])}
+        for name, moments in st["state"].items():
+            for k, t in moments.items():
+                assert torch.equal(t, got[key]["state"][name][k]), (key, name, k)
+
+
 def test_torchrun_two_ranks_equal_one_rank(model_dir, tmp_path):
     out, one = tmp_path / "dist", tmp_path / "one"
     # both roles' token-means in one step
@@ -738,18 +804,18 @@ def group(tmp_path, request):
 
 def test_load_model_applies_the_speed_options(model_dir, group):
     """The Config's speed options reach the model (speed.prepare) and the update's log-probs
-    (train.logprobs), and change no number: selective checkpointing and chunked, kept logits give
-    the reference's log-probs and gradients."""
+    (train.logprobs), and change no number: full checkpointing and chunked log-probs give the
+    reference's log-probs and gradients."""
     if group is None:
         return
     from machinery import speed
 
-    cfg = settings.parse_config(["--ac_policy=selective", "--logprobs=chunked+keep"])
+    cfg = settings.parse_config(["--ac_policy=full", "--logprobs=chunked"])
     assert settings.parse_config(
         ["config/qwen3_4b.py"]
     ).compile_layers  # the GPU presets compile their layers
     fast = train.load_model(str(model_dir), cfg, torch.device("cpu"))
-    assert all(layer.forward.func is speed._selective for layer in fast.model.layers)
+    assert all(layer.forward.func is speed._full for layer in fast.model.layers)
     plain_cfg = settings.Config()
     plain = train.load_model(str(model_dir), plain_cfg, torch.device("cpu"))
     # defaults: the layers as transformers made them
@@ -939,7 +1005,6 @@ def test_off_policy_minibatches_clip_and_correct(tmp_path, group):
             designer_lr=lr,
             executor_lr=lr,
             minibatches=2,
-            tis_cap=1.5,
             logprobs=logprobs,
         )
         policies, policy_of = train.make_policies(cfg, None, None, torch.device("cpu"))
@@ -998,9 +1063,9 @@ def test_shared_rows_run_equals_plain(model_dir, uninterrupted, tmp_path):
 
 
 def test_ask_one_query_against_the_cold_start(model_dir, uninterrupted, tmp_path):
-    """evaluate.py ask: the RL model and its cold start on one query of our own, the same seeds, one
+    """tools/ask.py: the RL model and its cold start on one query of our own, the same seeds, one
     page."""
-    import evaluate
+    from tools import ask
 
     rl = uninterrupted / f"step_{STEPS:06d}" / "model"
     tiny_args = [
@@ -1020,9 +1085,8 @@ def test_ask_one_query_against_the_cold_start(model_dir, uninterrupted, tmp_path
         "--N",
         "2",
     ]
-    recs = evaluate.main(
+    recs = ask.main(
         [
-            "ask",
             "Compute 9-7+8.",
             "--model",
             str(rl),
@@ -1044,16 +1108,15 @@ def test_ask_one_query_against_the_cold_start(model_dir, uninterrupted, tmp_path
             )
     page = (tmp_path / "graded" / "ask.html").read_text()
     assert str(rl) in page and str(model_dir) in page and "Compute 9-7+8." in page
-    recs = evaluate.main(
-        ["ask", "Compute 2+3.", "--model", str(rl), "--out", str(tmp_path / "open"), *tiny_args]
+    recs = ask.main(
+        ["Compute 2+3.", "--model", str(rl), "--out", str(tmp_path / "open"), *tiny_args]
     )
     assert len(recs) == 1 and all(
         run_["correct"] is None for sc in recs[0]["scripts"] for run_ in sc["runs"]
     )
     with pytest.raises(SystemExit, match="tests as JSON"):
-        evaluate.main(
+        ask.main(
             [
-                "ask",
                 "Write f(x).",
                 "--kind",
                 "code",

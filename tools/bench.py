@@ -13,8 +13,9 @@ where: docs/NOTES.md.
                                        # turns: the ratio
     python tools/bench.py engine       # the tiny rollout on each backend: lean, hf, vllm (when
                                        # importable)
-    python tools/bench.py train        # chunked.token_logprobs (each option) vs the full-logits
-                                       # log-softmax
+    python tools/bench.py train        # chunked.token_logprobs vs the full-logits log-softmax
+    python tools/bench.py sft          # sft.py's peak memory at batch 8 and 32, each batch whole
+                                       # and in micro-batches of 1024 tokens
     python tools/bench.py gpu          # CUDA: the Qwen3-4B-shaped update (GPU_ROWS), vLLM reload
                                        # and generation
     python tools/bench.py gpu:0,3      # only those rows of GPU_ROWS (each in its own process)
@@ -24,11 +25,11 @@ it), rolled out as train.py rolls it out (tiny_step). torch and transformers are
 (train.py needs them anyway); vLLM only through engine.py, when importable.
 
 Needs: grpo.py, machinery/engine.py, machinery/ranks.py, machinery/speed.py, rollout.py,
-settings.py, train.py, world/tiny.py, machinery/decode.py, machinery/data.py, mas.py, reward.py,
-sandbox.py, stagewise.py, advantage.py, machinery/chunked.py, machinery/recorder.py,
-machinery/rundir.py, machinery/shared_prompts.py, machinery/weights.py, sft.py,
-world/final_table.py, world/heldout.py, machinery/isolation.py, machinery/loggers.py,
-machinery/reload_check.py, evaluate.py, machinery/muon.py, tools/show.py
+settings.py, train.py, world/tiny.py, advantage.py, evaluate.py, machinery/chunked.py,
+machinery/data.py, machinery/decode.py, machinery/isolation.py, machinery/loggers.py,
+machinery/offload.py, machinery/provenance.py, machinery/recorder.py, machinery/reload_check.py,
+machinery/rundir.py, machinery/shared_prompts.py, machinery/weights.py, mas.py, reward.py,
+sandbox.py, stagewise.py, world/final_table.py, world/heldout.py
 """
 
 import functools
@@ -265,11 +266,11 @@ def in_subprocess(call, timeout=None):
 def bench_train(variant=None, reps=3):
     """One GRPO update (forward + backward) of a Qwen3 with a large vocabulary, where the logits
     dominate (CUDA: Qwen3-4B's hidden size and vocabulary, two layers, bf16; CPU: a small one): each
-    Config.logprobs of chunked.token_logprobs vs plain (grpo.token_logprobs: the full logits,
-    log_softmax, gather), through train.logprobs as the loop calls it. Peak memory: each variant's
-    update in its own process, above what was allocated before it (CUDA max_memory_allocated; CPU
-    the growth of ru_maxrss, which for compiled variants includes the compiler's); speed: in this
-    process, taking turns, medians of `reps`."""
+    Config.logprobs="chunked" (chunked.token_logprobs) vs plain (grpo.token_logprobs: the full
+    logits, log_softmax, gather), through train.logprobs as the loop calls it. Peak memory: each
+    variant's update in its own process, above what was allocated before it (CUDA
+    max_memory_allocated; CPU the growth of ru_maxrss); speed: in this process, taking turns,
+    medians of `reps`."""
     cuda = torch.cuda.is_available()
     model = qwen3(
         {**QWEN3_4B, "num_hidden_layers": 2} if cuda else SMALL,
@@ -282,9 +283,9 @@ def bench_train(variant=None, reps=3):
 
     def update(v, rep=0):
         logp = train.logprobs(model, b, settings.Config(logprobs=v))
-        loss, _ = grpo.grpo_loss(
-            logp, None, torch.ones(B, device=logp.device), b["attention_mask"][:, 1:]
-        )
+        ones = torch.ones(B, device=logp.device)
+        mask = b["attention_mask"][:, 1:]
+        loss, _ = grpo.grpo_loss(logp, None, ones, mask, clip_eps=settings.Config.clip_eps)
         loss.backward()
         model.zero_grad(set_to_none=True)
         return torch.cuda.synchronize() if cuda else None
@@ -299,14 +300,14 @@ def bench_train(variant=None, reps=3):
                 else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**10
             )
 
-        if cuda:  # compiled first (on a CPU ru_maxrss would keep the compiler's peak anyway)
+        if cuda:  # a warm-up first
             update(variant)
             torch.cuda.reset_peak_memory_stats()
         base = torch.cuda.memory_allocated() / 2**20 if cuda else mb()
         update(variant)
         return print(json.dumps({"peak_mb": mb() - base}))
     peak = {v: in_subprocess(f"bench_train({v!r})") for v in settings.LOGPROBS if v != "shared"}
-    for v in [v for v in peak if "error" in peak[v]]:  # (inductor needs a C++ compiler on a CPU)
+    for v in [v for v in peak if "error" in peak[v]]:
         print(f"{v}: skipped, {peak.pop(v)['error']}")
     med, _ = alternate({v: functools.partial(update, v) for v in peak}, reps)
     print(f"vocabulary {model.config.vocab_size}, {B * (T - 1)} tokens an update")
@@ -320,16 +321,19 @@ def bench_train(variant=None, reps=3):
 
 
 # The update's options, one row each: Config overrides. Full checkpointing keeps little, so the
-# whole batch goes at once; selective and off keep every layer's activations, so 2 sequences a
-# micro-batch.
+# whole batch goes at once; off keeps every layer's activations, so 2 sequences a micro-batch.
 GPU_ROWS = []
-for lp in ("chunked", "chunked+compile+keep"):
-    for ac in ("full", "selective", "off"):
-        for c in (False, True) if lp == "chunked" else (True,):
-            micro_batch = 8 if ac == "full" else 2
-            GPU_ROWS.append(
-                {"ac_policy": ac, "compile_layers": c, "micro_batch": micro_batch, "logprobs": lp}
-            )
+for ac in ("full", "off"):
+    for c in (False, True):
+        micro_batch = 8 if ac == "full" else 2
+        GPU_ROWS.append(
+            {
+                "ac_policy": ac,
+                "compile_layers": c,
+                "micro_batch": micro_batch,
+                "logprobs": "chunked",
+            }
+        )
 
 
 def bench_gpu(rows=None):
@@ -380,7 +384,7 @@ def gpu_row(k, steps=3):
     GPUs. MFU = 6 * params * tokens / time / PEAK_FLOPS. Prints one JSON line. Without CUDA: a small
     model, short sequences (the path runs)."""
     cfg = settings.Config(**GPU_ROWS[k])
-    _, world, device = ranks.setup(cfg)
+    _, world, device = ranks.setup(cfg.device)
     cuda = device.type == "cuda"
     (B, T), shape = ((8, 4096), QWEN3_4B) if cuda else ((2, 64), SMALL)
     model = speed.prepare(
@@ -408,7 +412,7 @@ def gpu_row(k, steps=3):
             torch.cuda.synchronize() if cuda else None,
         )
 
-    compiled = cfg.compile_layers or "compile" in cfg.logprobs
+    compiled = cfg.compile_layers
     _, warmup_s = timed(lambda: [step() for _ in range(1 + compiled)])  # (and compilation)
     dt = min(timed(step)[1] for _ in range(steps))
     print(
@@ -425,8 +429,46 @@ def gpu_row(k, steps=3):
     )
 
 
+def bench_sft(steps=40, budget=1024):
+    """sft.py's peak memory on the tiny model and the tiny default's traces (their longest sample
+    333 tokens), at batch 8 and 32, each batch whole (--micro-tokens 0, the tiny default) and in
+    micro-batches of `budget` tokens: each run `python sft.py --steps ... --no-eval` in its own
+    process, its peak RSS (os.wait4's ru_maxrss), and what it holds above a run of one step on one
+    sample (the imports, the traces, the model). The same seed: both runs of a batch size see the
+    same batches."""
+    out = tempfile.mkdtemp(prefix="bench-sft-")
+
+    def peak_mib(batch, micro, n):
+        args = ["--steps", str(n), "--batch-size", str(batch), "--micro-tokens", str(micro)]
+        args += ["--no-eval", "--out", os.path.join(out, f"b{batch}-m{micro}")]
+        with open(os.path.join(out, "log"), "w") as log:
+            p = subprocess.Popen(
+                [sys.executable, "sft.py", *args], cwd=HERE, stdout=log, stderr=log
+            )
+            _, status, usage = os.wait4(p.pid, 0)  # this child's own peak, as Popen.wait reaps it
+            p.returncode = os.waitstatus_to_exitcode(status)
+        if p.returncode != 0:
+            sys.exit(f"bench sft: sft.py {' '.join(args)} failed (its log: {out}/log)")
+        return usage.ru_maxrss / 1024
+
+    base = peak_mib(1, 0, 1)
+    print(f"sft.py on the tiny model, {steps} steps; one step on one sample: {base:.0f} MiB peak")
+    print(f"{'batch':>6} {'micro-tokens':>13} {'peak MiB':>9} {'above':>7}")
+    for batch in (8, 32):
+        for micro in (0, budget):
+            peak = peak_mib(batch, micro, steps)
+            what = f"{micro}" if micro else "0 (whole)"
+            print(f"{batch:>6} {what:>13} {peak:9.0f} {peak - base:7.0f}", flush=True)
+
+
 NEED_SFT = ("step", "engine")  # they measure the tiny world from its cold start
-SECTIONS = {"step": bench_step, "engine": bench_engine, "train": bench_train, "gpu": bench_gpu}
+SECTIONS = {
+    "step": bench_step,
+    "engine": bench_engine,
+    "train": bench_train,
+    "sft": bench_sft,
+    "gpu": bench_gpu,
+}
 
 
 def main(argv):

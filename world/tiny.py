@@ -43,17 +43,29 @@ Five pieces, each usable on its own:
    picks: the Executor's primary row. train.py's final table compares SFT and RL with them; sampled
    accuracy on 200 tasks carries ~3.5 points of noise, these carry none.
 
+6. `cold_start(out, seed)`: the tiny world's SFT cold start, `python sft.py --no-eval` in a
+   process of its own (train.py makes it when out is missing; run by path, so nothing here imports
+   sft.py). `python world/tiny.py tasks` writes the held-out "eval" tasks to data/tiny.jsonl, the
+   file evaluate.py's `--tasks tiny` reads.
+
 How these settings were chosen (the calibration runs and what moved the numbers): docs/NOTES.md.
 
 Needs: machinery/chunked.py, machinery/data.py, machinery/engine.py, mas.py, reward.py, rollout.py,
 sandbox.py, machinery/decode.py, machinery/isolation.py
 """
 
+import argparse
 import hashlib
 import json
 import math
+import os
 import random
 import re
+import subprocess
+import sys
+
+# run by path (python world/tiny.py tasks): the project's root first on the path, for its imports
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import torch
 from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
@@ -612,3 +624,42 @@ def _sequence_logprobs(model, tokenizer, samples, batch_size, spans=None):
                 span_logp.append(0.0 if span is None else float(own[span[0] : span[1]].sum()))
     model.train(was_training)
     return seq_logp, span_logp
+
+
+# --------------------------------------------------------------------------------------------------
+# The cold start and the held-out tasks, as files
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+EVAL_SEED = 10_007  # the held-out tasks of evaluate.py's --tasks tiny: the "eval" split
+
+
+def cold_start(out, seed=0, separate=False):
+    """The tiny world's cold start, `python sft.py --no-eval` in a process of its own (not a rank of
+    the caller's torchrun job): out/ holds the model, or out/designer and out/executor with
+    separate=True."""
+    print(f"{out} is missing: running the SFT cold start (python sft.py)", flush=True)
+    ours = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
+    env = {}
+    for k, v in os.environ.items():
+        if k not in ours and not k.startswith("TORCHELASTIC"):
+            env[k] = v
+    cmd = [sys.executable, os.path.join(ROOT, "sft.py"), "--no-eval", "--seed", str(seed)]
+    cmd += ["--out", out] + ["--roles", "separate"] * separate
+    subprocess.run(cmd, check=True, env=env)
+
+
+def main(argv):
+    p = argparse.ArgumentParser(prog="tiny.py", description="the tiny world's held-out tasks")
+    sub = p.add_subparsers(dest="cmd", required=True)
+    t = sub.add_parser("tasks", help="write held-out tasks (evaluate.py --tasks tiny reads them)")
+    t.add_argument("--n", type=int, default=200)
+    t.add_argument("--split", default="eval", choices=sorted(SPLITS))
+    t.add_argument("--seed", type=int, default=EVAL_SEED)
+    t.add_argument("--out", default=os.path.join(ROOT, "data", "tiny.jsonl"))
+    a = p.parse_args(argv)
+    data.save_tasks(make_tasks(a.n, seed=a.seed, split=a.split), a.out)
+    print(f"wrote {a.n} tiny {a.split} tasks to {a.out}")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
