@@ -19,7 +19,9 @@ All M*N executions of a query compete with each other, so an execution that ran 
 gets credit for the Designer's choice as well as for its own work (the executor learns "behave like
 executions under good designs").
 
-std is torch.std's default (unbiased, N-1), as verl and TRL compute it.
+std is unbiased (N-1), torch.std's default, as verl and TRL compute it. One normaliser,
+_group_normalize, computes both advantages: over the executed runs of a query (below), and over
+every design of a query.
 
 Failed executions (script crashed, timed out, no answer) are not dropped: they keep their reward (0,
 or the fail penalty) and stay in the group, so a script that often crashes gets a low R̄_i and its
@@ -50,31 +52,22 @@ Needs: no other file of this project (torch only).
 import torch
 
 
-def _group_normalize(x, eps):
-    """(x - mean) / (std + eps) over the last dim; zeros for a group of one (unbiased std is
-    undefined)."""
+def _group_normalize(x, valid, eps):
+    """(x - mean) / (std + eps) over the last dim, mean and std over the entries where `valid` is
+    True; the others are left out and get 0, and so does a group of one (unbiased std is
+    undefined) or a constant group. All valid is the plain case (the designer's groups)."""
+    n = valid.sum(dim=-1, keepdim=True)
+    # mean over the valid entries
+    mean = torch.where(valid, x, 0.0).sum(dim=-1, keepdim=True) / n.clamp(min=1)
     # Exact zeros for constant groups: the rounded mean of e.g. five 0.4s leaves ~1e-8 residues, and
     # dividing those by std (~1e-8) + eps would turn "no signal" into advantages of ~0.05.
-    constant = (x == x[..., :1]).all(dim=-1, keepdim=True)
-    centered = torch.where(constant, 0.0, x - x.mean(dim=-1, keepdim=True))
-    if x.shape[-1] < 2:
-        return torch.zeros_like(x)
-    return torch.where(constant, 0.0, centered / (x.std(dim=-1, keepdim=True) + eps))
-
-
-def _masked_group_normalize(x, valid, eps):
-    """_group_normalize over the entries where `valid` is True; the others are left out and get
-    0."""
-    n = valid.sum(dim=-1, keepdim=True)
-    mean = torch.where(valid, x, 0.0).sum(dim=-1, keepdim=True) / n.clamp(min=1)
     big = torch.finfo(x.dtype).max
     lo = torch.where(valid, x, big).amin(-1, keepdim=True)
     constant = lo == torch.where(valid, x, -big).amax(-1, keepdim=True)
     constant |= n == 0
     centered = torch.where(valid & ~constant, x - mean, 0.0)
-    std = (
-        centered.square().sum(dim=-1, keepdim=True) / (n - 1).clamp(min=1)
-    ).sqrt()  # unbiased: x.std()
+    # std = sqrt(Σ (x - mean)² / (n - 1)), unbiased, as x.std()
+    std = (centered.square().sum(dim=-1, keepdim=True) / (n - 1).clamp(min=1)).sqrt()
     return torch.where(valid & ~constant & (n > 1), centered / (std + eps), 0.0)
 
 
@@ -84,7 +77,9 @@ def designer_advantages(rewards, eps=1e-6):
     rewards = torch.as_tensor(rewards).float()
     if rewards.dim() < 2:
         raise ValueError(f"rewards must have shape [..., M, N], got {tuple(rewards.shape)}")
-    return _group_normalize(rewards.mean(dim=-1), eps)
+    means = rewards.mean(dim=-1)  # R̄_i = (1/N) Σ_j R_ij
+    every = torch.ones_like(means, dtype=torch.bool)  # every design is in its query's group
+    return _group_normalize(means, every, eps)  # Â_D,i = (R̄_i - mean_k R̄_k) / (std_k R̄_k + eps)
 
 
 def executor_advantages(rewards, eps=1e-6, executed=None):
@@ -97,14 +92,15 @@ def executor_advantages(rewards, eps=1e-6, executed=None):
     rewards = torch.as_tensor(rewards).float()
     if rewards.dim() < 2:
         raise ValueError(f"rewards must have shape [..., M, N], got {tuple(rewards.shape)}")
-    if executed is not None:
-        executed = torch.as_tensor(executed, dtype=torch.bool, device=rewards.device)
-        if executed.shape != rewards.shape:
-            raise ValueError(
-                f"executed must have the rewards' shape {tuple(rewards.shape)}, "
-                f"got {tuple(executed.shape)}"
-            )
+    if executed is None:  # every run happened
+        executed = torch.ones_like(rewards, dtype=torch.bool)
+    executed = torch.as_tensor(executed, dtype=torch.bool, device=rewards.device)
+    if executed.shape != rewards.shape:
+        raise ValueError(
+            f"executed must have the rewards' shape {tuple(rewards.shape)}, "
+            f"got {tuple(executed.shape)}"
+        )
     x = rewards.reshape(*rewards.shape[:-2], -1)  # a query's M*N runs: one group
-    if executed is None:
-        return _group_normalize(x, eps).reshape(rewards.shape)
-    return _masked_group_normalize(x, executed.reshape(x.shape), eps).reshape(rewards.shape)
+    valid = executed.reshape(x.shape)
+    # Â_E,ij = (R_ij - mean_executed R) / (std_executed R + eps); 0 where e_ij never ran
+    return _group_normalize(x, valid, eps).reshape(rewards.shape)

@@ -145,9 +145,19 @@ def test_executed_mask_against_naive_loops():
         for c in cells:
             if not E[b][c]:
                 assert got[b][c].item() == 0.0  # exact: set to 0
-    # masked and unmasked formulas (all executed): two fp32 computations, each within tol of the
-    # fp64 values
-    unmasked = executor_advantages(R[0])
-    assert ((got[0] - unmasked).abs().double() <= 2 * tol[0]).all(), (got[0] - unmasked).abs().max()
+    # all executed is the plain case: one normaliser, the same numbers bit for bit
+    assert torch.equal(got[0], executor_advantages(R[0]))
+    assert torch.equal(
+        got[0], executor_advantages(R[0], executed=torch.ones(3, 4, dtype=torch.bool))
+    )
     with pytest.raises(ValueError, match="shape"):
         executor_advantages(R, executed=E[:, :2])
+
+
+def test_one_normaliser_for_both_advantages():
+    # the designer's advantages are the executor's normaliser over the design means (one run a
+    # design, every design in the group): one formula for both, bit for bit
+    g = torch.Generator().manual_seed(0)
+    R = torch.randint(0, 3, (2, 3, 4, 5), generator=g).float() * 0.7
+    means = R.mean(dim=-1, keepdim=True)  # [..., M, 1]
+    assert torch.equal(designer_advantages(R), executor_advantages(means).squeeze(-1))
