@@ -215,15 +215,8 @@ def bench_engine(reps=3):
 # --------------------------------------------------------------------------------------------------
 # the update's log-probs and the GPU path, on random Qwen3-shaped models
 
-QWEN3_4B = {
-    "vocab_size": 151936,
-    "hidden_size": 2560,
-    "intermediate_size": 9728,
-    "num_hidden_layers": 36,
-    "num_attention_heads": 32,
-    "num_key_value_heads": 8,
-    "head_dim": 128,
-    "tie_word_embeddings": True,
+QWEN3_4B = {  # settings.QWEN3's shape, at the length the bench runs
+    **settings.QWEN3["4b"],
     "max_position_embeddings": 40960,
     "rope_theta": 1e6,
     "use_cache": False,
