@@ -12,9 +12,9 @@ resume from it (train.make_policies) restores both states and puts the one idle 
 (the Designer's) back in host memory, where the uninterrupted run has it; the resumed run's last
 two steps then equal the run's without the offload.
 
-At 1 rank in this process (the model as train.py holds it on a CPU: plain tensors), a shared
-policy and separate ones (two models, the idle model's state held), and at 2 gloo ranks under
-torchrun (this file as its script: FSDP2, the moments DTensor shards).
+At 1 rank (the model as train.py holds it on a CPU: plain tensors), a shared policy and separate
+ones (two models, the idle model's state held), and at 2 gloo ranks (FSDP2, the moments DTensor
+shards); each under torchrun with this file as its script, so its process group is its own.
 """
 
 import os
@@ -181,35 +181,19 @@ def params_of(opt):
     return out
 
 
-@pytest.mark.parametrize("policy", ["shared", "separate"])
-def test_the_idle_state_is_held_and_returns_bit_for_bit(tmp_path, policy):
-    import torch.distributed as dist
-
-    if dist.is_initialized():
-        pytest.skip("another test's process group is alive here: this test needs its own")
-    dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'pg'}", rank=0, world_size=1)
-    try:
-        held = check(str(tmp_path), torch.device("cpu"), policy)
-    finally:
-        dist.destroy_process_group()
-    # the Executor's state during the Designer's stage (2 steps), the Designer's during the
-    # Executor's second (2 steps, the resumed run's): every parameter's two moments each time
-    from world import tiny
-
-    n = len(list(tiny.build_model(seed=0, hidden_size=32, num_layers=2)[0].parameters()))
-    assert held == 4 * 2 * n
-
-
-def test_at_two_gloo_ranks(tmp_path):
+def ranks_run(tmp, n, policy="shared"):
+    """check() at n gloo ranks, in processes of their own (torchrun: a process group of their
+    own, whatever other tests left in this one); returns what rank 0 printed."""
     p = subprocess.run(
         [
             sys.executable,
             "-m",
             "torch.distributed.run",
             "--standalone",
-            "--nproc_per_node=2",
+            f"--nproc_per_node={n}",
             __file__,
-            str(tmp_path),
+            str(tmp),
+            policy,
         ],
         cwd=ROOT,
         capture_output=True,
@@ -218,15 +202,31 @@ def test_at_two_gloo_ranks(tmp_path):
         env={**os.environ, "OMP_NUM_THREADS": "1"},
     )
     assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
-    assert p.stdout.count("offload: OK, 2 ranks, DTensor moments") == 2
+    return p.stdout
 
 
-if __name__ == "__main__":  # a rank of test_at_two_gloo_ranks
+@pytest.mark.parametrize("policy", ["shared", "separate"])
+def test_the_idle_state_is_held_and_returns_bit_for_bit(tmp_path, policy):
+    out = ranks_run(tmp_path, 1, policy)
+    # the Executor's state during the Designer's stage (2 steps), the Designer's during the
+    # Executor's second (2 steps, the resumed run's): every parameter's two moments each time
+    from world import tiny
+
+    n = len(list(tiny.build_model(seed=0, hidden_size=32, num_layers=2)[0].parameters()))
+    assert f"offload: OK, 1 ranks, {policy}, {4 * 2 * n} held" in out, out
+
+
+def test_at_two_gloo_ranks(tmp_path):
+    out = ranks_run(tmp_path, 2)
+    assert out.count("offload: OK, 2 ranks, shared") == 2, out
+
+
+if __name__ == "__main__":  # a rank of ranks_run
     sys.path.insert(0, str(ROOT))
     from machinery import ranks
 
     rank, world, device = ranks.setup("cpu")
-    held = check(sys.argv[1], device)
-    print(f"offload: OK, {world} ranks, DTensor moments, {held} held", flush=True)
+    held = check(sys.argv[1], device, sys.argv[2])
+    print(f"offload: OK, {world} ranks, {sys.argv[2]}, {held} held", flush=True)
     torch.distributed.barrier()
     torch.distributed.destroy_process_group()
