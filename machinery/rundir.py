@@ -24,6 +24,7 @@
     restore(policies, ckpt, ts)            # master weights and Adam states (every rank: collective)
     restore_rng(ts, seed, rank)
     read_state(ckpt, keys)                 # whole tensors of a checkpoint's state, one process
+    trainer_state(ckpt)                    # its trainer state alone (either format), to read
     truncate_jsonl(path, ts["step"])       # a resume drops the lines of steps after its checkpoint
 
 fault(point, step) is the fault injection tests/test_train.py uses to SIGKILL a run at chosen
@@ -298,6 +299,15 @@ def read_state(ckpt, keys):
     with warnings.catch_warnings():  # "... assuming the intent is to load in a single process": yes
         warnings.filterwarnings("ignore", "torch.distributed is unavailable or uninitialized")
         return _load_state_dict_from_keys(set(keys), checkpoint_id=os.path.join(ckpt, "state"))
+
+
+def trainer_state(ckpt):
+    """A checkpoint's trainer state (step, data position, RNGs, config), for a reader that needs no
+    more: from state/, or from the trainer_state.pt of a checkpoint of the format before it."""
+    old = os.path.join(ckpt, "trainer_state.pt")
+    if not os.path.isdir(os.path.join(ckpt, "state")) and os.path.exists(old):
+        return torch.load(old, weights_only=False)
+    return read_state(ckpt, ["trainer"])["trainer"]
 
 
 def latest(out_dir):

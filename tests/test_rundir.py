@@ -80,6 +80,7 @@ def test_an_old_checkpoint_stops_the_resume_with_one_line_that_says_what_to_do(t
     )
     assert p.returncode == 1 and p.stderr.strip().count("\n") == 0, p.stderr[-2000:]
     assert p.stderr.startswith("train.py: ") and "old format" in p.stderr
+    assert rundir.trainer_state(str(old)) == {"step": 2}  # a reader of its config still reads it
     (old / "optimizer.pt").unlink()  # neither format: a damaged folder, named
     with pytest.raises(settings.ConfigError, match="no state/ folder"):
         rundir.latest(str(tmp_path))
