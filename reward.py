@@ -4,7 +4,7 @@ The reward of one execution e_ij of workflow d_i on query q (the paper's eq. for
 
     R(e_ij) = correct(e_ij) + λ · format(e_ij)            λ: settings.Config.lam (0.4, the paper's)
     correct  = math_equal(answer, gold)                   (math)
-             = 1 if the program passes every hidden test  (code: code_score == 1), else 0
+             = 1 if the program passes every hidden test  (code: passes_all), else 0
     format   = share of the execution's executor replies that carry exactly one well-formed
                answer tag
 
@@ -22,12 +22,15 @@ vote() is counted there too, by sandbox.run_workflows(..., equal=math_equal).
 
 Programs run in the sandbox (all tests of one program in one sandbox child); their raw outputs are
 compared in the trainer as LiveCodeBench does (sandbox.outputs_match: whitespace-stripped lines,
-numbers with a tolerance).
+numbers with a tolerance), each as it arrives: the reward's grader (passes_all) ends the child at
+the first failing test, and no program gets more than GRADE_BUDGET wall seconds for a task's tests.
 
     from reward import math_equal, code_score, reward
     math_equal("\\boxed{025}", "25")                        # True
     math_equal("x = \\frac12", "0.5")                       # True, in a grader process (safe from
                                                             # threads)
+    passes_all(code, tests)                                 # every hidden test passes (stops at
+                                                            # the first failure)
     reward(task, run, lam=0.4)                              # R for one WorkflowRun of
                                                             # sandbox.run_workflows
     correct = grade_runs(pairs)                             # a step's runs, each distinct answer
@@ -62,6 +65,9 @@ FLOAT_TOL = sandbox.FLOAT_TOL
 MAX_ANSWER_CHARS = 4000  # a longer "answer" is a runaway generation, never a final answer
 GRADER_MEMORY = 4 << 30  # address space of one grader process: a blow-up dies, the trainer does not
 GRADER_STARTUP = 120.0  # seconds a grader process may take to import SymPy on a busy machine
+# wall seconds a program gets for all the hidden tests of one task (4 s a test at most as well): a
+# program that passes a 200-test CodeContests task takes a few seconds here
+GRADE_BUDGET = 120.0
 
 
 # --------------------------------------------------------------------------------------------------
@@ -395,20 +401,46 @@ def extract_code(text):
     return (m.group(1) if m else text).strip("\n")
 
 
+def _program(code, tests):
+    """The program as the sandbox runs it: call-based tests get CALL_HEADER's imports first."""
+    return sandbox.CALL_HEADER + code if tests.get("fn_name") else code
+
+
 def code_score(code, tests, timeout=4.0):
-    """Fraction of `tests` ({"inputs", "outputs", "fn_name"}) the program passes: all tests in one
-    sandbox child with `timeout` seconds each; outputs compared as sandbox.outputs_match /
-    call_output_match do."""
+    """Fraction of `tests` ({"inputs", "outputs", "fn_name"}) the program passes: every test, in one
+    sandbox child with `timeout` seconds each; outputs compared as sandbox.passed does. A
+    diagnostic: the reward needs only passes_all."""
     if not tests["inputs"] or not code.strip():
         return 0.0
-    fn = tests.get("fn_name")
-    match = sandbox.call_output_match if fn else sandbox.outputs_match
-    outcomes = sandbox.run_tests(
-        sandbox.CALL_HEADER + code if fn else code, tests, timeout_per_test=timeout
+    call = bool(tests.get("fn_name"))
+    outcomes = sandbox.run_tests(_program(code, tests), tests, timeout_per_test=timeout)
+    return sum(sandbox.passed(o, exp, call) for o, exp in zip(outcomes, tests["outputs"])) / len(
+        tests["inputs"]
     )
-    return sum(
-        o.status == "ok" and match(o.output, exp) for o, exp in zip(outcomes, tests["outputs"])
-    ) / len(tests["inputs"])
+
+
+def passes_all(code, tests, timeout=4.0, budget=GRADE_BUDGET, early_exit=True):
+    """Does the program pass every test (code_score == 1)? The tests run in one sandbox child,
+    `timeout` seconds each and `budget` wall seconds in all (None: every test's timeout); each
+    output is compared here as it arrives, and the child is killed at the first failing test
+    (early_exit), since one failure settles the answer. early_exit=False runs every test first, as
+    code_score does (tools/bench.py grade times both)."""
+    if not tests["inputs"] or not code.strip():
+        return False
+    call, expected = bool(tests.get("fn_name")), tests["outputs"]
+
+    def failed(k, outcome):
+        return not sandbox.passed(outcome, expected[k], call)
+
+    outcomes = sandbox.run_tests(
+        _program(code, tests),
+        tests,
+        timeout_per_test=timeout,
+        budget=budget,
+        stop=failed if early_exit else None,
+    )
+    n = len(tests["inputs"])
+    return len(outcomes) == n and all(map(sandbox.passed, outcomes, expected, [call] * n))
 
 
 # --------------------------------------------------------------------------------------------------
@@ -457,7 +489,7 @@ def correctness(task, answer):
     if kind == "math":
         return float(math_equal(graded, task.get("answer")))
     if kind == "code":
-        return float(code_score(graded, task["tests"]) == 1.0)  # k/n == 1.0 exactly when k == n
+        return float(passes_all(graded, task["tests"]))
     raise ValueError(f"task {task.get('id')!r}: unknown kind {kind!r} (expected 'math' or 'code')")
 
 

@@ -30,10 +30,14 @@ fork-server's, 16 MiB files, 64 open files, CPU seconds = its timeout + 1. Nothi
 raises in the trainer: every failure (syntax, exception, limit, timeout, crash, protocol violation,
 engine failure) is its WorkflowRun.error.
 
-Programs under test, outside workflows (reward.code_score grades with run_tests):
+Programs under test, outside workflows (reward.passes_all grades with run_tests, ending the job at
+the first failing test; reward.code_score runs every test):
 
     run_code(code, stdin="", timeout=10.0) -> RunResult(stdout, stderr, status, duration, rc)
     run_tests(code, tests, timeout_per_test=4.0) -> [TestOutcome(status, output, error)]   (one job)
+    run_tests(..., budget=s, stop=fn)  a wall budget for the job; stop(k, outcome) asked in the
+                                       trainer as each outcome arrives ends the job early
+    passed(outcome, expected, call)    one test's verdict, as reward.py grades it
 
 A stdin test runs in a fresh interpreter; call-based tests ({"fn_name": f}) share one, in turn, as
 LeetCode's and LiveCodeBench's harnesses run them (module state persists from call to call), and a
@@ -128,7 +132,9 @@ def run_code(code, stdin="", timeout=10.0, *, memory=MEMORY):
     return RunResult(*iso.outcome(job))
 
 
-def _tests_job(code, tests, per_test, max_output, **callbacks):  # tests["inputs"]: never empty
+def _tests_job(code, tests, per_test, max_output, budget=None, **callbacks):  # inputs: not empty
+    """The job that runs a program on every test input; its wall limit: every test's seconds (and
+    a margin), or `budget` seconds if that is less."""
     payload = {
         "code": str(code),
         "inputs": tests["inputs"],
@@ -136,9 +142,9 @@ def _tests_job(code, tests, per_test, max_output, **callbacks):  # tests["inputs
         "max_output": max_output,
         "timeout_per_test": per_test,
     }
-    return iso.Job(
-        "tests", payload, len(tests["inputs"]) * (per_test + 0.5) + 5.0, max_output, **callbacks
-    )
+    limit = len(tests["inputs"]) * (per_test + 0.5) + 5.0
+    limit = limit if budget is None else min(limit, budget)
+    return iso.Job("tests", payload, limit, max_output, **callbacks)
 
 
 def _outcomes(job, n):
@@ -150,18 +156,41 @@ def _outcomes(job, n):
     return outs
 
 
-def run_tests(code, tests, timeout_per_test=4.0, *, max_output=1 << 20):
+def run_tests(code, tests, timeout_per_test=4.0, *, max_output=1 << 20, budget=None, stop=None):
     """Run one program on every test, all in ONE sandbox job; raw outputs back, compared elsewhere.
 
     tests: {"inputs": [...], "outputs": [...], "fn_name": str|None}. A stdin test's input is the
     stdin text and its output stdout; a call test's input is the list of positional arguments (or
-    their JSON lines) and its output the JSON of the return value."""
+    their JSON lines) and its output the JSON of the return value.
+
+    budget: wall seconds for the whole job (default: every test's timeout and a margin); the tests
+    it leaves unrun come back as timeouts. stop(k, outcome) -> bool: asked here, in the trainer, as
+    each outcome arrives; when it holds the job is killed at once and the outcomes up to test k are
+    returned (a grader stops at the first failing test; the expected outputs never enter the
+    job)."""
     n = len((tests or {}).get("inputs") or [])
     if not n:
         return []
-    job = _tests_job(code, tests, timeout_per_test, max_output)
-    iso.drive([job], until=lambda: len(job.messages) >= n)  # every outcome is in: not its exit too
+    stopped = []  # the test that stop() held on
+
+    def arrived(job, msg):
+        k = len(job.messages) - 1
+        if stop is not None and not stopped and stop(k, TestOutcome(**msg)):
+            stopped.append(k)
+
+    job = _tests_job(code, tests, timeout_per_test, max_output, budget, on_message=arrived)
+    # every outcome is in (not its exit too), or stop() held: drive() kills the job as it returns
+    iso.drive([job], until=lambda: len(job.messages) >= n or bool(stopped))
+    if stopped:
+        return [TestOutcome(**m) for m in job.messages[: stopped[0] + 1]]
     return _outcomes(job, n)
+
+
+def passed(outcome, expected, call):
+    """Did one test pass: the program returned, and its output matches `expected` (a call test's
+    JSON value as call_output_match compares it, a stdin test's text as outputs_match does)."""
+    match = call_output_match if call else outputs_match
+    return outcome.status == "ok" and match(outcome.output, expected)
 
 
 # --------------------------------------------------------------------------------------------------

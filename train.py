@@ -20,9 +20,10 @@ Each step (the paper's Algorithm 1, with stagewise co-evolution):
     7. the optimizer step, with the Adam state of the role being trained (one AdamW state per role
        over the shared weights); the new weights gathered (FSDP2: each full tensor) into the engine
     8. the step's tree (rollouts.jsonl: `python tools/show.py out_dir` draws it) and its
-       metrics.jsonl line, then a checkpoint every `save_every` steps (HF format + optimizer.pt +
-       trainer_state.pt, an atomic rename): a step's lines are on disk before its checkpoint, so no
-       kill loses them
+       metrics.jsonl line, then a checkpoint every `save_every` steps (HF folders + a
+       torch.distributed.checkpoint folder of the master weights, Adam states and trainer state,
+       an atomic rename: machinery/rundir.py): a step's lines are on disk before its checkpoint, so
+       no kill loses them
 
 Run it:
 
@@ -152,7 +153,7 @@ def make_policies(cfg, ckpt, ts, device):
         adam = torch.optim.AdamW(pol["model"].parameters(), lr=lr, weight_decay=cfg.weight_decay)
         pol["opt"].setdefault(opt_state(cfg, r), adam)
     if ts is not None:
-        rundir.restore_optimizers(policies, ckpt, ts, dist.get_rank() == 0)
+        rundir.restore(policies, ckpt, ts)  # fp32 master weights and Adam states, every rank
         idle_to_host(cfg, policy_of, ts["step"])  # as the run left them, before the engine starts
     return policies, policy_of
 
@@ -396,7 +397,8 @@ def main(argv):
         if tiny_data and not cfg.resume and not os.path.isdir(cfg.init_from):
             tiny.cold_start(cfg.init_from, cfg.seed, separate=cfg.policy == "separate")
     dist.barrier()
-    # resume: the models come from the checkpoint's HF folders, the rest from trainer_state.pt
+    # resume: the models come from the checkpoint's HF folders, their fp32 master weights and the
+    # rest from its state/ folder
     try:
         policies, policy_of = make_policies(cfg, ckpt, ts, device)
     except settings.ConfigError as e:  # a checkpoint of another policy or mode

@@ -1,9 +1,15 @@
 """rundir.py: what a train.py run keeps in its out_dir, and how a killed run finds its way back.
 
-    out_dir/step_000010/      a checkpoint: {model | designer, executor}/ (HF format), optimizer.pt,
-                              trainer_state.pt (step, data position, every rank's RNG, the config);
-                              written to .tmp_step_000010/ and renamed, so a checkpoint is complete
-                              or absent
+    out_dir/step_000010/      a checkpoint, written to .tmp_step_000010/ and renamed, so a
+                              checkpoint is complete or absent:
+        model/ | designer/, executor/   HF folders (save_pretrained's layout: sharded safetensors
+                              in the engine's dtype, bf16 on a GPU, fp32 on the CPU; config,
+                              tokenizer), what transformers, vLLM, evaluate.py and the final table
+                              load as they are
+        state/                a torch.distributed.checkpoint folder: each rank's shards of the fp32
+                              master weights ("NAME/model") and of each Adam state that has stepped
+                              ("NAME/STATE"), written by that rank, no gather; and "trainer": step,
+                              data position, every rank's RNG, the config
     out_dir/metrics.jsonl     a line a step (recorder.py: what the step's rollout did, the update's
                               numbers, times), fsync'ed before that step's checkpoint is written
     out_dir/run.json          what made the run: commit (dirty or not), command, clock times,
@@ -15,7 +21,10 @@
     save_checkpoint(cfg, step, policies, tokenizer, trainer_state, rank)   # every rank (collective)
     ckpt, ts = latest(out_dir)             # the newest checkpoint's folder and trainer state
                                            # (None, None without one)
-    restore_optimizers(policies, ckpt, ts, master); restore_rng(ts, seed, rank)
+    restore(policies, ckpt, ts)            # master weights and Adam states (every rank: collective)
+    restore_rng(ts, seed, rank)
+    read_state(ckpt, keys)                 # whole tensors of a checkpoint's state, one process
+    trainer_state(ckpt)                    # its trainer state alone (either format), to read
     truncate_jsonl(path, ts["step"])       # a resume drops the lines of steps after its checkpoint
 
 fault(point, step) is the fault injection tests/test_train.py uses to SIGKILL a run at chosen
@@ -25,6 +34,7 @@ step).
 Needs: settings.py, mas.py, stagewise.py, machinery/provenance.py
 """
 
+import copy
 import dataclasses
 import json
 import os
@@ -35,12 +45,15 @@ import shutil
 import signal
 import sys
 import time
+import warnings
 
 import numpy as np
 import torch
 import torch.distributed as dist
-from safetensors.torch import save_file
-from torch.distributed.checkpoint import state_dict as dcp
+import torch.distributed.checkpoint as dcp
+from huggingface_hub import save_torch_state_dict
+from torch.distributed.checkpoint import state_dict as sd_api
+from torch.distributed.checkpoint.state_dict_loader import _load_state_dict_from_keys
 from torch.distributed.tensor import DTensor
 
 import settings
@@ -55,34 +68,37 @@ def full_state(model, dtype=None):
         yield name, (t.detach().to(dtype) if dtype is not None else t.detach())
 
 
-def gathered_state(model, rank):
-    """The full weights on rank 0, in CPU memory ({} on the other ranks). Collective: every rank
-    must call it (each tensor is gathered on all of them, one at a time, and kept by rank 0
-    alone)."""
+def gathered_state(model, rank, dtype=None):
+    """The full weights on rank 0, in CPU memory ({} on the other ranks), in `dtype` (None: as they
+    are). Collective: every rank must call it (each tensor is gathered on all of them, one at a
+    time, and kept by rank 0 alone)."""
     state = {}
-    for name, t in full_state(model):
+    for name, t in full_state(model, dtype):
         if rank == 0:
             state[name] = t.cpu()
     return state
 
 
-def save_hf(path, state, model, tokenizer):
-    """HF folder loadable by from_pretrained and vLLM (config, generation config, safetensors,
-    tokenizer). The generation config is where Qwen3 keeps its second EOS (<|endoftext|>;
-    engine.eos_ids reads both)."""
+def save_hf(path, state, model, tokenizer, max_shard_size="5GB"):
+    """HF folder loadable by from_pretrained and vLLM (config, generation config, tokenizer, and the
+    weights as save_pretrained writes them: safetensors shards of at most max_shard_size, with
+    model.safetensors.index.json when there is more than one; huggingface_hub's writer, which
+    save_pretrained calls, given the gathered tensors). The config's dtype is the weights'. The
+    generation config is where Qwen3 keeps its second EOS (<|endoftext|>; engine.eos_ids reads
+    both)."""
     os.makedirs(path, exist_ok=True)
-    config = model.config
+    config = copy.deepcopy(model.config)  # the trainer's model keeps its own (its dtype: fp32)
     config.architectures = [type(model).__name__.removeprefix("FSDP")]
+    dtypes = {t.dtype for t in state.values()}
+    if len(dtypes) == 1:
+        config.dtype = dtypes.pop()
     config.save_pretrained(path)
     if getattr(model, "generation_config", None) is not None:
         model.generation_config.save_pretrained(path)
     if getattr(config, "tie_word_embeddings", False):
         state = {k: v for k, v in state.items() if k != "lm_head.weight"}
-    save_file(
-        {k: v.contiguous().cpu() for k, v in state.items()},
-        os.path.join(path, "model.safetensors"),
-        metadata={"format": "pt"},
-    )
+    state = {k: v.contiguous().cpu() for k, v in state.items()}
+    save_torch_state_dict(state, path, max_shard_size=max_shard_size)
     tokenizer.save_pretrained(path)
 
 
@@ -192,49 +208,52 @@ def fault(point, step):
 
 
 def save_checkpoint(cfg, step, policies, tokenizer, trainer_state, rank, keep=2):
-    """out_dir/step_{step}/: {model | designer, executor}/ (HF format), optimizer.pt,
-    trainer_state.pt, written into a temp folder and renamed (atomic: a checkpoint folder is either
-    complete or absent); the `keep` newest checkpoints stay. Only rank 0 holds full tensors in CPU
-    memory: the weights are gathered one tensor at a time and kept on rank 0 alone, the optimizer
-    state is gathered with cpu_offload (rank 0 alone). An optimizer state that has never stepped is
-    not saved: torch's state-dict helpers would initialise it with a zero step, which shifts Adam's
-    bias correction of that state's first real step."""
+    """out_dir/step_{step}/: {model | designer, executor}/ (HF folders) and state/ (a
+    torch.distributed.checkpoint folder), written into a temp folder and renamed (atomic: a
+    checkpoint folder is either complete or absent); the `keep` newest checkpoints stay.
+
+    The HF folders: the weights gathered one tensor at a time, in the engine's dtype (bf16 when they
+    live on a GPU), kept and written by rank 0 alone. state/: every rank writes its own shards of
+    the fp32 master weights and of each Adam state (an idle role's from host memory, where
+    machinery/offload.py keeps it), nothing gathered; rank 0 adds the trainer state (the step, the
+    data position, every rank's RNG, the config). An optimizer state that has never stepped is not
+    saved: torch's state-dict helpers would initialise it with a zero step, which shifts Adam's bias
+    correction of that state's first real step."""
     final = os.path.join(cfg.out_dir, f"step_{step:06d}")
     tmp = os.path.join(cfg.out_dir, f".tmp_step_{step:06d}")
-    opts = dcp.StateDictOptions(full_state_dict=True, cpu_offload=True)
     if rank == 0 and os.path.isdir(tmp):
         shutil.rmtree(tmp)
-    optim = {}
+    dist.barrier()  # a killed save's folder is gone before any rank writes into it
+    state, stepped = {}, []
     for name, pol in policies.items():
-        state = gathered_state(pol["model"], rank)  # collective
+        model = pol["model"]
+        on_gpu = next(model.parameters()).device.type == "cuda"
+        weights = gathered_state(model, rank, torch.bfloat16 if on_gpu else None)  # collective
         if rank == 0:
-            save_hf(os.path.join(tmp, name), state, pol["model"], tokenizer)
-        del state
+            save_hf(os.path.join(tmp, name), weights, model, tokenizer)
+        del weights
+        state[f"{name}/model"] = sd_api.get_model_state_dict(model)  # this rank's shards
         for sname, opt in pol["opt"].items():
             # an idle role's state in host memory (machinery/offload.py) is saved from there: back
-            # in opt.state for the save, which gathers it a tensor at a time, then out again
+            # in opt.state while its state dict is taken (its tensors, not copies), then out again
             held = getattr(opt, "host_state", {})
             opt.state.update(held)
             if opt.state:  # the same on every rank: they step together
-                optim[f"{name}/{sname}"] = dcp.get_optimizer_state_dict(
-                    pol["model"], opt, options=opts
-                )
+                state[f"{name}/{sname}"] = sd_api.get_optimizer_state_dict(model, opt)
+                stepped.append(f"{name}/{sname}")
             for p in held:
                 del opt.state[p]
         fault("checkpoint", step)
     rngs = [None] * dist.get_world_size()
     dist.all_gather_object(rngs, rng_state())
+    state["trainer"] = {
+        **trainer_state,
+        "optimizers": sorted(stepped),
+        "rng": rngs,
+        "config": dataclasses.asdict(cfg),
+    }
+    dcp.save(state, checkpoint_id=os.path.join(tmp, "state"))  # collective; rank 0 writes "trainer"
     if rank == 0:
-        torch.save(optim, os.path.join(tmp, "optimizer.pt"))  # loaded on rank 0 alone at resume
-        torch.save(
-            {
-                **trainer_state,
-                "optimizers": sorted(optim),
-                "rng": rngs,
-                "config": dataclasses.asdict(cfg),
-            },
-            os.path.join(tmp, "trainer_state.pt"),
-        )
         os.replace(tmp, final)
         for old in checkpoints(cfg.out_dir)[:-keep]:
             shutil.rmtree(os.path.join(cfg.out_dir, old), ignore_errors=True)
@@ -272,18 +291,47 @@ def truncate_jsonl(path, step):
     return [json.loads(ln) for ln in keep]
 
 
+def read_state(ckpt, keys):
+    """{key: ...} of a checkpoint's state/ folder, whole tensors: "trainer", "NAME/model" (the fp32
+    master weights), "NAME/STATE" (an Adam state: {"state": {param name: {"step", "exp_avg",
+    "exp_avg_sq"}}, "param_groups": [...]}). In one process without a process group; collective
+    (every rank calls it) when there is one."""
+    with warnings.catch_warnings():  # "... assuming the intent is to load in a single process": yes
+        warnings.filterwarnings("ignore", "torch.distributed is unavailable or uninitialized")
+        return _load_state_dict_from_keys(set(keys), checkpoint_id=os.path.join(ckpt, "state"))
+
+
+def trainer_state(ckpt):
+    """A checkpoint's trainer state (step, data position, RNGs, config), for a reader that needs no
+    more: from state/, or from the trainer_state.pt of a checkpoint of the format before it."""
+    old = os.path.join(ckpt, "trainer_state.pt")
+    if not os.path.isdir(os.path.join(ckpt, "state")) and os.path.exists(old):
+        return torch.load(old, weights_only=False)
+    return read_state(ckpt, ["trainer"])["trainer"]
+
+
 def latest(out_dir):
     """(folder, trainer state) of the newest checkpoint in out_dir, or (None, None) when it holds
-    none."""
+    none. A checkpoint of the format before state/ (optimizer.pt, trainer_state.pt) raises
+    settings.ConfigError, saying what to do."""
     if not checkpoints(out_dir):
         return None, None
     ckpt = os.path.join(out_dir, checkpoints(out_dir)[-1])
-    return ckpt, torch.load(os.path.join(ckpt, "trainer_state.pt"), weights_only=False)
+    if not os.path.isdir(os.path.join(ckpt, "state")):
+        if os.path.exists(os.path.join(ckpt, "optimizer.pt")):
+            why = "is a checkpoint of the old format (optimizer.pt, trainer_state.pt)"
+            fix = "resume it with commit 88791c0 or earlier"
+        else:
+            why = "has no state/ folder"
+            fix = "delete it to resume from the checkpoint before it"
+        raise settings.ConfigError(f"{ckpt} {why}: {fix}, or start over with --overwrite")
+    return ckpt, read_state(ckpt, ["trainer"])["trainer"]
 
 
-def restore_optimizers(policies, ckpt, ts, master):
-    """The checkpoint's optimizer states into policies[name]["opt"][state]. Read on rank 0 alone;
-    set_optimizer_state_dict broadcasts them to the other ranks."""
+def restore(policies, ckpt, ts):
+    """The checkpoint's fp32 master weights into each policy's model (its HF folder, which the model
+    was loaded from, is in the engine's dtype) and its Adam states into policies[name]["opt"]:
+    every rank reads its own shards. Collective."""
     have = []
     for n, pol in policies.items():
         have += [f"{n}/{s}" for s in pol["opt"]]
@@ -293,19 +341,18 @@ def restore_optimizers(policies, ckpt, ts, master):
             f"the checkpoint's optimizer states {ts['optimizers']} do not fit this config "
             f"({have}): resume with the policy and mode it was written with"
         )
-    saved = (
-        torch.load(os.path.join(ckpt, "optimizer.pt"), weights_only=False, mmap=True)
-        if master
-        else {}
-    )
+    state = {f"{n}/model": sd_api.get_model_state_dict(pol["model"]) for n, pol in policies.items()}
     for key in ts["optimizers"]:
         name, sname = key.split("/")
-        dcp.set_optimizer_state_dict(
-            policies[name]["model"],
-            policies[name]["opt"][sname],
-            optim_state_dict=saved.get(key, {}),
-            options=dcp.StateDictOptions(full_state_dict=True, broadcast_from_rank0=True),
-        )
+        pol = policies[name]
+        state[key] = sd_api.get_optimizer_state_dict(pol["model"], pol["opt"][sname])
+    dcp.load(state, checkpoint_id=os.path.join(ckpt, "state"))  # into these tensors, in place
+    for n, pol in policies.items():
+        sd_api.set_model_state_dict(pol["model"], state[f"{n}/model"])
+    for key in ts["optimizers"]:
+        name, sname = key.split("/")
+        pol = policies[name]
+        sd_api.set_optimizer_state_dict(pol["model"], pol["opt"][sname], state[key])
 
 
 def append_jsonl(path, rows):

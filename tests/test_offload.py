@@ -7,10 +7,10 @@ offload_idle_state (train.idle_to_host at each step, as main() calls it) and wit
 stage the idle role's optimizer holds no state (opt.state is empty; every moment is in
 opt.host_state, a copy: no storage the optimizer held), and after every step each weight, moment
 and step count equals the other run's bit for bit. A checkpoint taken while the Executor's state is
-held saves it (rundir.save_checkpoint: the same optimizer.pt as the run without the offload), and a
-resume from it (train.make_policies) restores both states and puts the one idle at the resumed step
-(the Designer's) back in host memory, where the uninterrupted run has it; the resumed run's last
-two steps then equal the run's without the offload.
+held saves it (rundir.save_checkpoint: the same Adam states in state/ as the run without the
+offload), and a resume from it (train.make_policies) restores both states and puts the one idle
+at the resumed step (the Designer's) back in host memory, where the uninterrupted run has it; the
+resumed run's last two steps then equal the run's without the offload.
 
 At 1 rank (the model as train.py holds it on a CPU: plain tensors), a shared policy and separate
 ones (two models, the idle model's state held), and at 2 gloo ranks (FSDP2, the moments DTensor
@@ -150,15 +150,13 @@ def check(tmp, device, policy="shared"):
                 rundir.save_checkpoint(
                     r["cfg"], SAVED, r["policies"], tok, train_state, dist.get_rank()
                 )
-            if dist.get_rank() == 0:
-                saved = []
-                for on in (False, True):
-                    folder = os.path.join(runs[on]["cfg"].out_dir, f"step_{SAVED:06d}")
-                    saved.append(
-                        torch.load(os.path.join(folder, "optimizer.pt"), weights_only=False)
-                    )
-                assert len(saved[1]) == 2  # both roles' states, the held one among them
-                assert_same(saved[0], saved[1], "optimizer.pt")
+            saved = []  # every rank reads the states whole (collective)
+            for on in (False, True):
+                folder = os.path.join(runs[on]["cfg"].out_dir, f"step_{SAVED:06d}")
+                keys = rundir.read_state(folder, ["trainer"])["trainer"]["optimizers"]
+                saved.append(rundir.read_state(folder, keys))
+            assert len(saved[1]) == 2  # both roles' states, the held one among them
+            assert_same(saved[0], saved[1], "the saved Adam states")
             # the resume: both states restored, the idle one (the Designer's at step 4) held
             cfg = runs[True]["cfg"]
             ckpt, ts = rundir.latest(cfg.out_dir)

@@ -332,6 +332,60 @@ def test_code_score_hanging_and_flooding_programs(sb):
     assert code_score(big, {"inputs": [""], "outputs": ["y"]}, timeout=2.0) == 0.0
 
 
+# A mixed set for the early exit: (program, tests) pairs whose verdicts the first failing test
+# settles, whichever test that is
+SQUARE = {"inputs": [f"{k}\n" for k in range(12)], "outputs": [f"{k * k}\n" for k in range(12)]}
+CALLS = {"inputs": [[k] for k in range(8)], "outputs": [k * 3 for k in range(8)], "fn_name": "f"}
+MIXED = [
+    ("n = int(input())\nprint(n * n)", SQUARE),  # right
+    ("n = int(input())\nprint(n * n + (n == 0))", SQUARE),  # wrong on the first test
+    ("n = int(input())\nprint(n * n + (n == 11))", SQUARE),  # wrong on the last test only
+    ("n = int(input())\nprint(n * n if n < 5 else 1 / 0)", SQUARE),  # crashes from test 6 on
+    ("n = int(input())\nwhile n == 7:\n    pass\nprint(n * n)", SQUARE),  # never ends on test 8
+    ("while True:\n    pass", SQUARE),  # never ends at all
+    ("n = int(input())\nprint(n * n, 0)", SQUARE),  # the wrong format: two tokens a line
+    ("n = int(input())\nprint(n * n)\nprint()\nprint(n)", SQUARE),  # the wrong format: 3 lines
+    ("def f(x):\n    return x * 3", CALLS),  # right
+    ("def f(x):\n    return x * 3 if x != 6 else str(18)", CALLS),  # wrong type on test 7
+    ("def f(x):\n    return [x * 3]", CALLS),  # wrong format: a list
+    ("import sys\ndef f(x):\n    if x == 2:\n        sys.exit(0)\n    return x * 3", CALLS),
+    ("", SQUARE),  # no program
+]
+
+
+def test_the_early_exit_keeps_every_verdict(sb):
+    """passes_all with and without the early exit, and code_score == 1 (every test run), agree on
+    every program of the mixed set; correctness, which grades with the early exit, too."""
+    verdicts = []
+    for code, tests in MIXED:
+        early = reward.passes_all(code, tests, timeout=1.0)
+        full = reward.passes_all(code, tests, timeout=1.0, early_exit=False, budget=None)
+        assert early == full == (code_score(code, tests, timeout=1.0) == 1.0), code
+        task = {"kind": "code", "tests": tests}
+        assert reward.correctness(task, f"```python\n{code}\n```") == float(early), code
+        verdicts.append(early)
+    assert verdicts == [True] + [False] * 7 + [True] + [False] * 4
+
+
+def test_a_program_that_never_ends_is_graded_on_its_first_test(sb):
+    """On a 100-test task, the early exit stops a never-ending program at its first test's
+    timeout: the job gives back one outcome, so the verdict costs one test's seconds, not 100."""
+    hundred = {"inputs": [f"{k}\n" for k in range(100)], "outputs": [f"{k}\n" for k in range(100)]}
+    outcomes = []
+
+    def first_fails(k, outcome):
+        outcomes.append(outcome.status)
+        return True
+
+    assert not reward.passes_all("while True:\n    pass", hundred, timeout=1.0)
+    # what passes_all asks the sandbox for: the job ends after the first outcome
+    reward.sandbox.run_tests(
+        "while True:\n    pass", hundred, timeout_per_test=1.0, stop=first_fails
+    )
+    assert outcomes == ["timeout"]
+    assert reward.passes_all("print(input())", hundred)
+
+
 def _run(replies, answer="", error=None):
     from sandbox import CallRecord, WorkflowRun
 

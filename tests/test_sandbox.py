@@ -339,6 +339,36 @@ except OSError:
     assert _no_leftovers()
 
 
+@needs_isolation
+def test_run_tests_stops_where_the_trainer_says_and_within_its_budget():
+    """stop(k, outcome), asked in the trainer as each outcome arrives, ends the job: a program that
+    never ends, on 100 tests, comes back with one outcome (its first test's timeout), not 100."""
+    hundred = {"inputs": [str(k) for k in range(100)], "outputs": [str(k) for k in range(100)]}
+    asked = []
+
+    def stop(k, outcome):
+        asked.append((k, outcome.status))
+        return outcome.status != "ok"
+
+    out = sandbox.run_tests("while True:\n    pass", hundred, timeout_per_test=1.0, stop=stop)
+    assert [o.status for o in out] == ["timeout"] and asked == [(0, "timeout")]
+    # a stop that never holds changes nothing: every outcome, as without it
+    echo = "print(input())"
+    full = sandbox.run_tests(echo, hundred)
+    assert sandbox.run_tests(echo, hundred, stop=lambda k, o: False) == full
+    assert [o.output for o in full] == [f"{k}\n" for k in range(100)]
+    # stop on test 3 of a call-based set: the outcomes up to it
+    calls = {"inputs": [[k] for k in range(6)], "outputs": list(range(6)), "fn_name": "f"}
+    out = sandbox.run_tests("def f(x):\n    return x", calls, stop=lambda k, o: k == 3)
+    assert [o.output for o in out] == ["0", "1", "2", "3"]
+    # the budget: the tests it leaves unrun are timeouts
+    slow = "import time\ntime.sleep(0.5)\nprint(input())"
+    out = sandbox.run_tests(slow, hundred, budget=2.0)
+    assert out[-1].status == "timeout" and len(out) == 100
+    assert sum(o.status == "ok" for o in out) < 100
+    assert _no_leftovers()
+
+
 # call-based programs whose tests share one process: the outcomes must be those of a process per
 # test
 CALL_PROGRAMS = [

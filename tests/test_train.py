@@ -12,6 +12,8 @@ are non-zero). With them:
   checkpoint's files, between a step's metrics line and its checkpoint, right after a checkpoint)
   and resumed each time ends with the same weights and the same metrics lines (timings aside) as the
   uninterrupted run;
+- so does a run at 2 gloo ranks (torchrun), each rank saving and reading back its own shards of the
+  master weights and Adam states (the checkpoint's state/ folder);
 - torchrun --nproc_per_node=2 (gloo, FSDP2) ends with the same weights, losses and grad norms as one
   process on the same global batch (within float tolerance), and both ranks' engines hold identical
   weights;
@@ -113,6 +115,20 @@ def weights(ckpt):
 
 def same_weights(a, b):
     return a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+
+
+def same_state(a, b):
+    """Two rundir.read_state results bit for bit: tensors equal, the rest == (a tuple and a list
+    alike: a resumed optimizer's betas come back a list, torch's state-dict round trip)."""
+    if isinstance(a, dict):
+        return (
+            isinstance(b, dict) and a.keys() == b.keys() and all(same_state(a[k], b[k]) for k in a)
+        )
+    if isinstance(a, list | tuple):
+        return isinstance(b, list | tuple) and len(a) == len(b) and all(map(same_state, a, b))
+    if torch.is_tensor(a):
+        return torch.is_tensor(b) and torch.equal(a, b)
+    return a == b
 
 
 def distance(a, b, keys):
@@ -517,8 +533,12 @@ def test_seeded_runs_agree_with_real_advantages(model_dir, uninterrupted, tmp_pa
     assert ma[1]["designer/logprob_gap"] < 1e-3
     # one Adam state per role over the shared weights; both saved, the optimizer state on its own
     # file
-    optim = torch.load(a / f"step_{STEPS:06d}" / "optimizer.pt", weights_only=False)
-    assert set(optim) == {"model/designer", "model/executor"}
+    last = a / f"step_{STEPS:06d}"
+    assert rundir.read_state(last, ["trainer"])["trainer"]["optimizers"] == [
+        "model/designer",
+        "model/executor",
+    ]
+    optim = rundir.read_state(last, ["model/designer", "model/executor"])
     steps_of = {k: {int(v["step"]) for v in st["state"].values()} for k, st in optim.items()}
     assert steps_of == {"model/designer": {STEPS // 2}, "model/executor": {STEPS // 2}}
 
@@ -623,9 +643,8 @@ def test_sigkill_with_the_idle_state_offloaded_then_resume_is_exact(
     last = f"step_{STEPS:06d}"
     assert same_weights(weights(uninterrupted / last), weights(c / last))
     assert without_timings(metrics(c)) == without_timings(metrics(uninterrupted))
-    want, got = (
-        torch.load(d / last / "optimizer.pt", weights_only=False) for d in (uninterrupted, c)
-    )
+    keys = ["model/designer", "model/executor"]
+    want, got = (rundir.read_state(d / last, keys) for d in (uninterrupted, c))
     assert set(got) == {"model/designer", "model/executor"}
     for key, st in want.items():
         # (a resumed optimizer's betas come back a list: torch's state-dict round trip)
@@ -634,6 +653,43 @@ def test_sigkill_with_the_idle_state_offloaded_then_resume_is_exact(
         for name, moments in st["state"].items():
             for k, t in moments.items():
                 assert torch.equal(t, got[key]["state"][name][k]), (key, name, k)
+
+
+def torchrun(args, fault=None):
+    """train.py under torchrun at 2 gloo ranks; METAAGENT_FAULT=fault on both."""
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    if fault:
+        env["METAAGENT_FAULT"] = fault
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2"]
+    return subprocess.run(
+        [*cmd, "train.py", *args], cwd=ROOT, capture_output=True, text=True, timeout=900, env=env
+    )
+
+
+def test_two_ranks_sigkill_anywhere_then_resume_is_exact(model_dir, tmp_path):
+    """At 2 gloo ranks, each rank writing and reading back its own shards of the master weights and
+    Adam states (state/, torch.distributed.checkpoint), a run SIGKILLed at the five points and
+    resumed each time ends with the weights, Adam states, metrics lines (timings aside) and trees of
+    the uninterrupted 2-rank run."""
+    a, c = tmp_path / "a", tmp_path / "c"
+    p = torchrun(args_for(model_dir, a, steps=STEPS, probe_tasks=2))
+    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
+    for point in FAULTS:
+        p = torchrun(args_for(model_dir, c, steps=STEPS, resume=True, probe_tasks=2), point)
+        assert p.returncode != 0 and "SIGKILL" in p.stderr, (point, p.stderr[-3000:])
+        done = [m["step"] for m in metrics(c)] if (c / "metrics.jsonl").exists() else []
+        assert {int(d[5:]) for d in rundir.checkpoints(c)} <= set(done), (point, done)
+    p = torchrun(args_for(model_dir, c, steps=STEPS, resume=True, probe_tasks=2))
+    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
+    last = f"step_{STEPS:06d}"
+    assert same_weights(weights(a / last), weights(c / last))
+    assert without_timings(metrics(c)) == without_timings(metrics(a))
+    assert trees(c) == trees(a)
+    # the fp32 master weights and both Adam states, whole
+    keys = ["model/model", "model/designer", "model/executor"]
+    want, got = (rundir.read_state(d / last, keys) for d in (a, c))
+    assert same_state(want, got)
+    assert not list(c.glob(".tmp_step_*"))
 
 
 def test_torchrun_two_ranks_equal_one_rank(model_dir, tmp_path):

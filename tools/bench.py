@@ -19,6 +19,9 @@ where: docs/NOTES.md.
     python tools/bench.py gpu          # CUDA: the Qwen3-4B-shaped update (GPU_ROWS), vLLM reload
                                        # and generation
     python tools/bench.py gpu:0,3      # only those rows of GPU_ROWS (each in its own process)
+    python tools/bench.py grade        # grading time per task, every hidden test run vs the
+                                       # early exit (reward.passes_all), on 100-test tasks
+    python tools/bench.py grade:100,200  # ... on tasks of these sizes
 
 engine measures a real tiny step: config/tiny.py's rollout from out/tiny-sft (`python sft.py` makes
 it), rolled out as train.py rolls it out (tiny_step). torch and transformers are imported at the top
@@ -454,6 +457,41 @@ def bench_sft(steps=40, budget=1024):
             print(f"{batch:>6} {what:>13} {peak:9.0f} {peak - base:7.0f}", flush=True)
 
 
+def bench_grade(sizes=("100",)):
+    """Grading time per task on CodeContests-shaped tasks (stdin tests; N of them): a right program,
+    one wrong on test 1, one that never ends (it sleeps: the same wall clock as a busy loop, without
+    taking a shared core for minutes). Before: every test run, then compared (early_exit=False, no
+    budget: the grading of the parent commit); after: reward.passes_all as correctness calls it.
+    Both once each, in turns, in this process; the verdicts must agree."""
+    import random
+
+    import reward
+
+    rng = random.Random(0)
+    for n in map(int, sizes):
+        inputs, outputs = [], []
+        for _ in range(n):
+            xs = [rng.randint(-(10**9), 10**9) for _ in range(rng.randint(1, 200))]
+            inputs.append(f"{len(xs)}\n{' '.join(map(str, xs))}\n")
+            outputs.append(f"{sum(xs)}\n")
+        tests = {"inputs": inputs, "outputs": outputs, "fn_name": None}
+        right = "input()\nprint(sum(map(int, input().split())))"
+        programs = {
+            "right": right,
+            "wrong on test 1": right.replace("print(sum(", "print(1 + sum("),
+            "never ends": "import time\ntime.sleep(10 ** 9)",
+        }
+        print(f"{n} stdin tests a task, 4 s a test at most; seconds to grade one program")
+        print(f"{'program':>16} {'before':>8} {'after':>8} {'ratio':>7} verdict")
+        for name, code in programs.items():
+            full = functools.partial(reward.passes_all, code, tests, early_exit=False, budget=None)
+            before_ok, before = timed(full)
+            after_ok, after = timed(functools.partial(reward.passes_all, code, tests))
+            assert before_ok == after_ok, (name, before_ok, after_ok)
+            ratio = before / after
+            print(f"{name:>16} {before:8.2f} {after:8.2f} {ratio:6.1f}x {after_ok}", flush=True)
+
+
 NEED_SFT = ("step", "engine")  # they measure the tiny world from its cold start
 SECTIONS = {
     "step": bench_step,
@@ -461,6 +499,7 @@ SECTIONS = {
     "train": bench_train,
     "sft": bench_sft,
     "gpu": bench_gpu,
+    "grade": bench_grade,
 }
 
 

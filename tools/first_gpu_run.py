@@ -244,7 +244,8 @@ def run(preset, shape, extra):
             why = f"exit {code}" if code is not None else f"still running after {RUN_S} s: killed"
             sys.exit(f"first_gpu_run.py: train.py {flag} failed ({why}):\n{log[-4000:]}")
         # from its last checkpoint to its end: the rank's teardown (the engine, the group) and exit
-        exits.append(ended - os.path.getmtime(f"{out}/step_{steps:06d}/trainer_state.pt"))
+        # (state/.metadata: the last file of a checkpoint, written once every rank's shards are)
+        exits.append(ended - os.path.getmtime(f"{out}/step_{steps:06d}/state/.metadata"))
     problems = [ln for ln in log.splitlines() if "Following weights were not loaded" in ln]
     freed = re.findall(r"Sleep mode freed ([\d.]+) GiB memory", log)
     if cuda and has_vllm and not freed:
@@ -272,8 +273,9 @@ def run(preset, shape, extra):
 
 
 def report(out, args, extra, world, freed, log, cuda):
-    """The rank's memory plan (on a GPU) and what the run measured; the checkpoint holds the full
-    fp32 weights and optimizer states: a rank holds 1/world of them."""
+    """The rank's memory plan (on a GPU) and what the run measured; the checkpoint's HF folders
+    hold the weights in the engine's dtype, its state/ folder the fp32 master weights and optimizer
+    states, every rank's shards: a rank holds 1/world of them."""
 
     def gib(pattern):
         files = glob.glob(os.path.join(out, "step_000003", pattern))
@@ -287,7 +289,8 @@ def report(out, args, extra, world, freed, log, cuda):
     awake = f"{freed[-1]} GiB" if freed else "n/a (no sleep on CPU)"
     print(
         f"measured per rank: vLLM awake {awake}, weight shards {gib('*/*.safetensors'):.3f} GiB, "
-        f"optimizer states {gib('optimizer.pt'):.3f} GiB, peak {peak:.2f} GiB "
+        f"master weights and optimizer states {gib('state/*.distcp'):.3f} GiB, "
+        f"peak {peak:.2f} GiB "
         f"({'torch allocator' if cuda else 'process RSS'})"
     )
 

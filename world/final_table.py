@@ -290,7 +290,7 @@ def main(argv):
         why = "train.py writes them: step_000040/ ..."
         sys.exit(f"final_table.py: {a.run_dir!r} holds no checkpoint ({why})")
     ckpt = os.path.join(a.run_dir, steps[-1])
-    _, ts = rundir.latest(a.run_dir)
+    ts = rundir.trainer_state(ckpt)
     cfg = settings.Config(**{**ts["config"], "out_dir": a.run_dir})
     if a.tasks is not None:
         cfg.eval_tasks = a.tasks
