@@ -515,6 +515,12 @@ def main(argv=None):
     sampling = dict(temperature=used["temperature"], top_p=used["top_p"])
     dsamp = engine_lib.Sampling(max_tokens=used["designer_max_tokens"], **sampling)
     esamp = engine_lib.Sampling(max_tokens=used["max_tokens"], **sampling)
+    if a.samples > 1 and used["temperature"] == 0 and rank == 0:
+        print(
+            f"evaluate.py: {a.samples} greedy samples are one draw; --protocol train or qwen3 "
+            "samples (avg@K)",
+            file=sys.stderr,
+        )
     designer_eng, executor_eng = load_policies(a, used)
     res = evaluate_all(
         benchmarks,
@@ -531,8 +537,12 @@ def main(argv=None):
     )
     if rank == 0:
         write_results(a, used, benchmarks, names, res, world)
+    # as train.py ends: every rank done, then the engine (vLLM's groups, made from ours), then ours
     if torchrun:
         dist.barrier()
+    holder = getattr(designer_eng, "holder", None)  # separate policies: the views' one engine
+    (holder.eng if holder else designer_eng).close()
+    if torchrun and dist.is_initialized():
         dist.destroy_process_group()
     return res
 

@@ -321,3 +321,31 @@ def test_two_gloo_ranks_give_the_table_of_one(tiny_run, tmp_path):
     assert a["results"] == b["results"]  # every per-problem number and structure count
     table = (tmp_path / "one" / "results.md").read_text().split("### ", 1)[1]
     assert (tmp_path / "two" / "results.md").read_text().split("### ", 1)[1] == table
+
+
+def test_a_separate_policy_run_gives_each_role_its_checkpoint_folder(tiny_model, tmp_path):
+    """--run of a policy=separate run: the Designer from step_N/designer, the Executor from
+    step_N/executor, each role's view of one engine (as train.py runs them)."""
+    from world import tiny
+
+    cold = tmp_path / "cold"
+    tiny.save_tiny(cold / "designer", seed=0)
+    tiny.save_tiny(cold / "executor", seed=1)
+    out = tmp_path / "sep"
+    args = ["config/tiny.py", f"--init_from={cold}", f"--out_dir={out}", "--policy=separate"]
+    args += ["--backend=hf", "--steps=1", "--batch_size=2", "--M=2", "--N=1", "--K=1"]
+    args += ["--max_tokens=12", "--designer_max_tokens=24", "--logprobs=plain", "--eval_tasks=0"]
+    p = subprocess.run(
+        [sys.executable, "train.py", *args, "--probe_tasks=0"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
+    evaluate.main(run_args(out, tiny_tasks(tmp_path), tmp_path / "e", "--mode", "auto"))
+    rec = json.loads((tmp_path / "e" / "results.json").read_text())
+    step = out / "step_000001"
+    assert rec["models"] == {"designer": str(step / "designer"), "executor": str(step / "executor")}
+    head = (tmp_path / "e" / "results.md").read_text()
+    assert f"- models: --designer {step / 'designer'} --executor {step / 'executor'}" in head
