@@ -12,23 +12,47 @@ here and a reward during training mean the same thing. For each problem and each
 averaged over the problems of a benchmark, and the benchmarks averaged with equal weight (the
 paper's "Avg"). A script or program that crashes is simply wrong; it never aborts the run.
 
-    python evaluate.py --model Qwen/Qwen3-8B --tasks aime24 aime25 olympiadbench --samples 16
+    python evaluate.py --run out/qwen3-8b-rl --tasks aime24 aime25 olympiadbench  # as trained
+    python evaluate.py --run RUN --step 200 --tasks apps --protocol train --samples 4
+    torchrun --nproc_per_node=8 evaluate.py --rundir RUN --tasks aime24 livecodebench  # every GPU
+    python evaluate.py --model Qwen/Qwen3-8B --config config/qwen3_8b.py --tasks aime24 --samples 16
     python evaluate.py --model M --tasks my.jsonl --mode single template:ensemble auto --out out/x
     python evaluate.py --designer RUN/step_000300/designer --executor RUN/step_000300/executor \\
-        --tasks aime24                                      # separate policies, one model a role
-    python world/tiny.py tasks && python evaluate.py --model out/tiny-sft --tasks tiny \\
-        --short-prompt --max-tokens 128 --designer-max-tokens 400 --temperature 1 --top-p 1
+        --config config/qwen3_8b.py --tasks aime24          # separate policies, one model a role
+    python world/tiny.py tasks && python evaluate.py --run out/tiny-rl --tasks tiny
                                                             # the tiny world's held-out tasks
 
---tasks takes task files in machinery/data.py's format, or the names aime24 / aime25 / olympiadbench
-(read from ../shared/data through its converters) and tiny (the tiny world's held-out tasks,
---data/tiny.jsonl: `python world/tiny.py tasks` writes them). Results go to OUT/results.md (Tables
-1-2 and 6 of the paper, as Markdown) and OUT/results.json (every number plus exactly what was
-evaluated: problem ids, data-file hashes, the models, K, sampling settings). --model: one model
-plays both roles (a shared policy); --designer and --executor: separate policies, one engine holding
-each role's weights in its phase (machinery/weights.py), as train.py runs them. A model that is not
-there ends the run in one line that says so. One query of your own, as a page of its tree:
-tools/ask.py.
+--run RUN evaluates a train.py run with the settings it was trained with, read from RUN/run.json's
+config: the backend and engine_kwargs, chat_template_kwargs (Qwen3: thinking off), max_tokens and
+designer_max_tokens, the tiny world's one-line prompts where it trained on them, and its models:
+RUN/step_N/model, or RUN/step_N/designer and executor for separate policies (--step N; default
+the last checkpoint). --model / --designer, --executor take them from --config PRESET instead (no
+preset: Config's defaults, the paper's 8,192 tokens). Each flag given overrides what was read.
+
+The sampling protocol (--protocol), stated in both outputs:
+
+    greedy  [authors] T = 0: the authors' validation (their eval config); the default
+    train   ours: T = 1, top_p = 1, as train.py's rollouts sample (untruncated)
+    qwen3   ours: T = 0.6, top_p = 0.95, Qwen3's card for thinking mode (this file's old default)
+
+--temperature / --top-p override the protocol's values (then recorded as "custom"). Greedy makes
+the K samples of a problem one; avg@K needs a sampled protocol.
+
+Every GPU: under `torchrun --nproc_per_node=G` each rank holds one engine and evaluates its share
+of each benchmark's problems (contiguous, in order); rank 0 gathers them into the one table. A
+problem's seeds follow its index in the benchmark, so G ranks give the table of one
+(tests/test_evaluate.py: two gloo ranks on a CPU). There --run is spelt --rundir: torchrun's own
+parser would take --run for its --run-path.
+
+--tasks takes the benchmark names aime24, aime25, olympiadbench, apps, livecodebench and
+codecontests (DATA_DIR/NAME.jsonl, as `python machinery/data.py prepare NAME` writes it from the
+published test split; a missing one says that command), task files in machinery/data.py's format,
+and tiny (the tiny world's held-out tasks, DATA_DIR/tiny.jsonl: `python world/tiny.py tasks` writes
+them). --data DATA_DIR (default data/). Results go to OUT/results.md (a header with the run, the
+protocol and the settings used, then Tables 1-2 and 6 of the paper, as Markdown) and
+OUT/results.json (every number plus exactly what was evaluated: problem ids, data-file hashes, the
+models, K, the protocol, the settings and where they were read). A model that is not there ends
+the run in one line that says so. One query of your own, as a page of its tree: tools/ask.py.
 
 paired_margin gives the honest error bar of a difference on the same problems (world/final_table.py,
 sft.py's quality bar).
@@ -40,6 +64,7 @@ stagewise.py
 """
 
 import argparse
+import dataclasses
 import hashlib
 import json
 import math
@@ -47,24 +72,33 @@ import os
 import sys
 from pathlib import Path
 
+import numpy as np
+import torch.distributed as dist
 from tqdm import tqdm
 
 import mas
 import rollout as rollout_lib
 import settings
-from machinery import data, weights
+from machinery import data, ranks, rundir, weights
 from machinery import engine as engine_lib
 
 ROOT = Path(__file__).resolve().parent
-SHARED = ROOT.parent / "shared" / "data" / "benchmarks"
-NAMED = ("aime24", "aime25", "olympiadbench")  # SHARED/NAME.jsonl, as published
 DATA = ROOT / "data"  # prepared task files: data/NAME.jsonl
+# the benchmark names: the test splits machinery/data.py prepares (RL reads the train splits)
+BENCHMARKS = tuple(n for n, r in data.RECIPES.items() if r.split == "test")
 STRUCTURES = ("single", "ensemble", "critic", "tester", "other")
+# the sampling protocols: (temperature, top_p, label)
+PROTOCOLS = {
+    "greedy": (0.0, 1.0, "[authors] greedy, T 0: their validation (eval config)"),
+    "train": (1.0, 1.0, "ours: T 1, top_p 1, as train.py's rollouts sample"),
+    "qwen3": (0.6, 0.95, "ours: T 0.6, top_p 0.95, Qwen3's card (thinking mode)"),
+}
 
 
 # -------------------------------------------------------------------------------------------- tasks
 def load_benchmark(spec, n_tiny=100, data_dir=DATA):
     """(name, tasks, source file) for a benchmark name or a task file; clear errors otherwise.
+    NAME of BENCHMARKS: data_dir/NAME.jsonl, as `python machinery/data.py prepare NAME` writes it.
     tiny: the first n_tiny tasks of data_dir/tiny.jsonl (`python world/tiny.py tasks` writes the
     tiny world's held-out "eval" split there)."""
     if spec == "tiny":
@@ -75,21 +109,20 @@ def load_benchmark(spec, n_tiny=100, data_dir=DATA):
                 f"tasks --out {path}` writes the tiny world's held-out tasks)"
             )
         return "tiny", data.load_tasks(path)[:n_tiny], path
-    if spec in NAMED:
-        path = SHARED / f"{spec}.jsonl"
+    if spec in BENCHMARKS:
+        path = Path(data_dir) / f"{spec}.jsonl"
         if not path.exists():
+            out = "" if Path(data_dir) == DATA else f" --out {data_dir}"
             raise SystemExit(
-                f"evaluate.py: benchmark {spec!r}: {path} not found "
-                "(the published file, see data.py)"
+                f"evaluate.py: benchmark {spec!r}: {path} not found (`python machinery/data.py "
+                f"prepare {spec}{out}` writes it)"
             )
-        convert = data.CONVERTERS[spec]  # the tested converter, each task validated
-        tasks = [data.validate_task(convert(row, k)) for k, row in enumerate(data.read_jsonl(path))]
-        return spec, tasks, path
+        return spec, data.load_tasks(path), path
     path = Path(spec)
     if not path.exists():
         raise SystemExit(
             f"evaluate.py: task file not found: {spec} "
-            f"(give a task file or one of {[*NAMED, 'tiny']})"
+            f"(give a task file or one of {[*BENCHMARKS, 'tiny']})"
         )
     return path.stem, data.load_tasks(path), path
 
@@ -108,16 +141,18 @@ def evaluate_method(
     executor_sampling=None,
     chunk=32,
     progress=None,
+    q_offset=0,
 ):
     """Evaluate one method on one benchmark. Returns per-problem pass@1 and the design structures.
 
     K samples per problem are K designs executed once each (rollout with M=K, N=1), so every sample
     of the learned Designer is a fresh script. lam=0 makes the rollout's reward exactly `correct`.
-    Separate policies on one engine: pass each role's view of it (machinery/weights.py).
+    Separate policies on one engine: pass each role's view of it (machinery/weights.py). q_offset:
+    the benchmark index of tasks[0] (a rank's share): a problem's seeds follow that index alone.
     """
     # "single" is a template
     template = None if method == "auto" else method.removeprefix("template:")
-    per_problem, structures = [], {s: 0 for s in STRUCTURES + ("unparseable",)}
+    per_problem, counts = [], {s: 0 for s in STRUCTURES + ("unparseable",)}
     for start in range(0, len(tasks), chunk):
         part = tasks[start : start + chunk]
         batch = rollout_lib.rollout(
@@ -126,41 +161,86 @@ def evaluate_method(
             executor_engine,
             M=K,
             N=1,
-            step=start,
+            step=0,
             seed=seed,
             template=template,
             lam=0.0,
             short=short,
             designer_sampling=designer_sampling,
             executor_sampling=executor_sampling,
+            q_offset=q_offset + start,
         )
         correct = batch.R  # [b, K, 1]: lam = 0, so R is correct: 0 or 1 (code: every hidden test)
         per_problem += correct.mean(dim=(1, 2)).tolist()
         for run in batch.runs:
-            structures[run.structure or "unparseable"] += 1
+            counts[run.structure or "unparseable"] += 1
         if progress is not None:
             progress.update(len(part))
-    n = max(1, sum(structures.values()))
+    return summary(per_problem, counts)
+
+
+def summary(per_problem, counts):
+    """pass@1 (the mean over the problems), per_problem, the structure counts and their shares."""
+    n = max(1, sum(counts.values()))
     return {
         "pass@1": sum(per_problem) / max(1, len(per_problem)),
         "per_problem": per_problem,
-        "structures": {k: v / n for k, v in structures.items()},
+        "counts": counts,
+        "structures": {k: v / n for k, v in counts.items()},
     }
 
 
-def evaluate_all(benchmarks, designer_engine, executor_engine, methods, K=1, **kw):
+def evaluate_all(benchmarks, designer_engine, executor_engine, methods, K=1, rank=0, world=1, **kw):
     """results[method][benchmark] = evaluate_method(...); a tqdm bar over all problems of all
-    methods."""
-    total = sum(len(t) for _, t, _ in benchmarks) * len(methods)
+    methods. With world ranks, this rank evaluates its share of each benchmark (contiguous, np's
+    array_split) and rank 0 returns every rank's, gathered (gather); the others return None."""
+    total = sum(len(share(t, rank, world)[1]) for _, t, _ in benchmarks) * len(methods)
     results = {}
-    with tqdm(total=total, desc="evaluate", unit="problem", file=sys.stderr) as bar:
+    with tqdm(
+        total=total, desc="evaluate", unit="problem", file=sys.stderr, disable=rank > 0
+    ) as bar:
         for method in methods:
             for name, tasks, _ in benchmarks:
                 bar.set_postfix_str(f"{method} on {name}")
+                first, mine = share(tasks, rank, world)
                 results.setdefault(method, {})[name] = evaluate_method(
-                    tasks, designer_engine, executor_engine, method, K, progress=bar, **kw
+                    mine,
+                    designer_engine,
+                    executor_engine,
+                    method,
+                    K,
+                    progress=bar,
+                    q_offset=first,
+                    **kw,
                 )
-    return results
+    return gather(results, rank, world)
+
+
+def share(tasks, rank, world):
+    """(the benchmark index of the first, the tasks) of this rank's share: contiguous, in order."""
+    part = np.array_split(np.arange(len(tasks)), world)[rank]
+    return (int(part[0]) if len(part) else 0), [tasks[k] for k in part]
+
+
+def gather(results, rank, world):
+    """Every rank's results on rank 0, as one: per-problem lists concatenated in rank order (the
+    benchmark's order), structure counts summed, pass@1 and shares recomputed (None elsewhere)."""
+    if world == 1:
+        return results
+    every = [None] * world
+    dist.all_gather_object(every, results)
+    if rank > 0:
+        return None
+    out = {}
+    for method, per in results.items():
+        for name in per:
+            parts = [r[method][name] for r in every]
+            problems = []
+            for p in parts:
+                problems += p["per_problem"]
+            counts = {k: sum(p["counts"][k] for p in parts) for k in parts[0]["counts"]}
+            out.setdefault(method, {})[name] = summary(problems, counts)
+    return out
 
 
 # ------------------------------------------------------------------------------------------- tables
@@ -217,14 +297,16 @@ MAKES = (
 )
 
 
-def load_engine(path, backend, flag="--model", template_kwargs=None):
+def load_engine(path, backend, flag="--model", template_kwargs=None, engine_kwargs=None):
     """The engine of a model folder or hub id, rendering chat prompts with template_kwargs (the
-    preset's chat_template_kwargs, as train.py's engine); a missing one ends the program in one
-    line."""
+    preset's chat_template_kwargs, as train.py's engine) and made with engine_kwargs (the run's:
+    max_model_len, gpu_memory_utilization); a missing one ends the program in one line."""
     why = engine_lib.missing_model(path)
     if why:
         raise SystemExit(f"evaluate.py: {flag}: {why} ({MAKES}; or a hub id: Qwen/Qwen3-8B)")
-    return engine_lib.make_engine(str(path), backend=backend, chat_template_kwargs=template_kwargs)
+    return engine_lib.make_engine(
+        str(path), backend=backend, chat_template_kwargs=template_kwargs, **(engine_kwargs or {})
+    )
 
 
 def check_models(a):
@@ -243,24 +325,118 @@ def check_models(a):
             raise SystemExit(f"evaluate.py: {flag}: {why} ({MAKES})")
 
 
-def load_policies(a):
+def load_policies(a, used=None):
     """(the Designer's engine, the Executor's): one model playing both roles (--model), or separate
     policies (--designer, --executor: two model folders) on one engine, each role's view of it
-    holding that role's weights (machinery/weights.py), as train.py's separate policies run."""
-    kw = settings.chat_template_kwargs(a.config)
+    holding that role's weights (machinery/weights.py), as train.py's separate policies run.
+    used: the settings (settings_used); None: --config's."""
+    used = used or settings_used(a)
+    kw = dict(template_kwargs=used["chat_template_kwargs"], engine_kwargs=used["engine_kwargs"])
     if a.model:
-        eng = load_engine(a.model, a.backend, template_kwargs=kw)
+        eng = load_engine(a.model, used["backend"], **kw)
         return eng, eng
-    eng = load_engine(a.designer, a.backend, "--designer", kw)
+    eng = load_engine(a.designer, used["backend"], "--designer", **kw)
     folders = {"designer": a.designer, "executor": a.executor}
     held = weights.EngineWeights(eng, folders, held="designer")
     return held.view("designer"), held.view("executor")
+
+
+def read_run(a):
+    """--run RUN [--step N]: RUN/run.json's config, and the checkpoint's models into a.model or
+    a.designer / a.executor (a shared or a separate-policy run); a.step the step read. A run or
+    checkpoint that is not there ends the program in one line."""
+    path = Path(a.run) / "run.json"
+    if not path.is_file():
+        raise SystemExit(f"evaluate.py: --run: no {path} (train.py writes it, in its out_dir)")
+    try:
+        cfg = json.loads(path.read_text())["config"]
+    except (ValueError, KeyError, TypeError):
+        raise SystemExit(f"evaluate.py: --run: {path} holds no run's config") from None
+    steps = rundir.checkpoints(a.run)
+    if not steps:
+        raise SystemExit(
+            f"evaluate.py: --run: no checkpoint step_N in {a.run} (train.py saves one)"
+        )
+    folder = steps[-1] if a.step is None else f"step_{a.step:06d}"
+    if folder not in steps:
+        have = ", ".join(str(int(d[5:])) for d in steps)
+        raise SystemExit(f"evaluate.py: --step {a.step}: no {a.run}/{folder} (the run has {have})")
+    a.step = int(folder[5:])
+    ckpt = Path(a.run) / folder
+    if cfg.get("policy", "shared") == "separate":
+        a.designer, a.executor = str(ckpt / "designer"), str(ckpt / "executor")
+    else:
+        a.model = str(ckpt / "model")
+    return cfg
+
+
+def settings_used(a, cfg=None):
+    """The settings of this evaluation and where each came from: the run's config (--run), else
+    --config's preset, else Config's defaults; a flag given overrides. Sampling: the protocol's,
+    --temperature / --top-p overriding it ("custom")."""
+    if cfg is not None:
+        source = f"{a.run}/run.json (step {a.step})"
+    elif a.config:
+        cfg, source = dataclasses.asdict(settings.parse_config([a.config])), a.config
+    else:
+        cfg, source = dataclasses.asdict(settings.Config()), "settings.Config's defaults"
+    read = source != "settings.Config's defaults"
+    tiny_mix = settings.Config(data_mix=cfg.get("data_mix", {}))
+    temperature, top_p, label = PROTOCOLS[a.protocol]
+    custom = [
+        f for f, v in (("--temperature", a.temperature), ("--top-p", a.top_p)) if v is not None
+    ]
+    used = {
+        "from": source,
+        "backend": a.backend or cfg.get("backend", "auto"),
+        "engine_kwargs": cfg.get("engine_kwargs", {}),
+        "chat_template_kwargs": cfg.get("chat_template_kwargs", {}),
+        "max_tokens": a.max_tokens or cfg["max_tokens"],
+        "designer_max_tokens": a.designer_max_tokens or cfg["designer_max_tokens"],
+        # the tiny world's one-line prompts where the run (or preset) trained on its data
+        "short_prompt": a.short_prompt or (read and settings.is_tiny(tiny_mix)),
+        "protocol": a.protocol + (" (custom: " + ", ".join(custom) + ")" if custom else ""),
+        "protocol_label": label,
+        "temperature": temperature if a.temperature is None else a.temperature,
+        "top_p": top_p if a.top_p is None else a.top_p,
+    }
+    flags = ("backend", "max_tokens", "designer_max_tokens", "short_prompt")
+    used["flags"] = [f"--{k.replace('_', '-')}" for k in flags if getattr(a, k)] + custom
+    return used
+
+
+def header(a, used, K, world):
+    """results.md's header: what was evaluated, with which protocol and settings, and from where."""
+    models = f"--model {a.model}" if a.model else f"--designer {a.designer} --executor {a.executor}"
+    return "\n".join(
+        [
+            "# evaluate.py",
+            "",
+            f"- models: {models}" + (f" (run {a.run}, step {a.step})" if a.run else ""),
+            f"- protocol: {used['protocol']}: temperature {used['temperature']}, top_p "
+            f"{used['top_p']} ({used['protocol_label']}); K = {K}",
+            f"- settings from {used['from']}"
+            + (f"; flags: {' '.join(used['flags'])}" if used["flags"] else ""),
+            f"- backend: {used['backend']}; engine_kwargs: {json.dumps(used['engine_kwargs'])}",
+            f"- chat_template_kwargs: {json.dumps(used['chat_template_kwargs'])}",
+            f"- max_tokens: {used['max_tokens']}; designer_max_tokens: "
+            f"{used['designer_max_tokens']}; short prompts: {used['short_prompt']}",
+            f"- ranks: {world}",
+        ]
+    )
 
 
 def parse_args(argv):
     p = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
+    p.add_argument(
+        "--run",
+        "--rundir",  # under torchrun: its own parser takes --run for its --run-path
+        dest="run",
+        help="a train.py run folder: its checkpoint, with its settings (--rundir: the same)",
+    )
+    p.add_argument("--step", type=int, help="--run's checkpoint step_N (default: its last)")
     p.add_argument("--model", help="one model playing both roles (shared policy)")
     p.add_argument(
         "--designer", help="the Designer's model folder (separate policies, with --executor)"
@@ -272,7 +448,7 @@ def parse_args(argv):
         "--tasks",
         nargs="+",
         required=True,
-        help="task files, aime24/aime25/olympiadbench, tiny",
+        help=f"benchmark names ({', '.join(BENCHMARKS)}), task files, tiny",
     )
     p.add_argument(
         "--mode",
@@ -283,11 +459,12 @@ def parse_args(argv):
     p.add_argument(
         "--samples", type=int, default=1, help="K: pass@1 averaged over K samples per problem"
     )
-    p.add_argument("--backend", default="auto", choices=["auto", "vllm", "hf"])
-    p.add_argument("--temperature", type=float, default=0.6)
-    p.add_argument("--top-p", type=float, default=0.95)
-    p.add_argument("--max-tokens", type=int, default=4096, help="per Executor call")
-    p.add_argument("--designer-max-tokens", type=int, default=2048)
+    p.add_argument("--protocol", default="greedy", choices=list(PROTOCOLS), help="sampling")
+    p.add_argument("--backend", default=None, choices=["auto", "vllm", "hf", "lean"])
+    p.add_argument("--temperature", type=float, default=None, help="overrides the protocol's")
+    p.add_argument("--top-p", type=float, default=None, help="overrides the protocol's")
+    p.add_argument("--max-tokens", type=int, default=None, help="per Executor call")
+    p.add_argument("--designer-max-tokens", type=int, default=None)
     p.add_argument(
         "--short-prompt", action="store_true", help="the tiny world's one-line Designer prompt"
     )
@@ -296,8 +473,8 @@ def parse_args(argv):
     p.add_argument(
         "--config",
         default=None,
-        help="the RL preset whose chat_template_kwargs render the prompts (as train.py renders "
-        "them: config/qwen3_8b.py, thinking off); default: the tiny preset's",
+        help="without --run: the RL preset whose settings (chat_template_kwargs, engine_kwargs, "
+        "max tokens, backend) the evaluation takes, as train.py does (config/qwen3_8b.py)",
     )
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out", default="out/eval")
@@ -307,11 +484,14 @@ def parse_args(argv):
 def main(argv=None):
     argv = sys.argv[1:] if argv is None else list(argv)
     a = parse_args(argv)
-    dsamp = engine_lib.Sampling(
-        temperature=a.temperature, top_p=a.top_p, max_tokens=a.designer_max_tokens
+    both = (
+        "evaluate.py: give --run RUN, --model (one model, both roles), or --designer and --executor"
     )
-    esamp = engine_lib.Sampling(temperature=a.temperature, top_p=a.top_p, max_tokens=a.max_tokens)
-    both = "evaluate.py: give --model (one model, both roles), or --designer and --executor"
+    if a.run and (a.model or a.designer or a.executor or a.config):
+        raise SystemExit("evaluate.py: --run takes its models and settings from the run alone")
+    if a.step is not None and not a.run:
+        raise SystemExit("evaluate.py: --step picks a checkpoint of --run RUN")
+    cfg = read_run(a) if a.run else None
     if a.model and (a.designer or a.executor):
         raise SystemExit(both)
     if not a.model and not (a.designer and a.executor):
@@ -323,21 +503,52 @@ def main(argv=None):
     methods = a.mode or ["single"] + [f"template:{t}" for t in mas.TEMPLATES if t != "single"] + [
         "auto"
     ]
+    try:
+        used = settings_used(a, cfg)
+    except settings.ConfigError as e:
+        raise SystemExit(f"evaluate.py: --config: {e}") from None
     check_models(a)
     benchmarks = [load_benchmark(t, a.n_tiny, a.data) for t in a.tasks]
     names = [b[0] for b in benchmarks]
-    designer_eng, executor_eng = load_policies(a)
+    torchrun = "RANK" in os.environ  # torchrun: a process group, an engine a rank
+    rank, world, _ = ranks.setup() if torchrun else (0, 1, None)
+    sampling = dict(temperature=used["temperature"], top_p=used["top_p"])
+    dsamp = engine_lib.Sampling(max_tokens=used["designer_max_tokens"], **sampling)
+    esamp = engine_lib.Sampling(max_tokens=used["max_tokens"], **sampling)
+    if a.samples > 1 and used["temperature"] == 0 and rank == 0:
+        print(
+            f"evaluate.py: {a.samples} greedy samples are one draw; --protocol train or qwen3 "
+            "samples (avg@K)",
+            file=sys.stderr,
+        )
+    designer_eng, executor_eng = load_policies(a, used)
     res = evaluate_all(
         benchmarks,
         designer_eng,
         executor_eng,
         methods,
         a.samples,
+        rank=rank,
+        world=world,
         seed=a.seed,
-        short=a.short_prompt,
+        short=used["short_prompt"],
         designer_sampling=dsamp,
         executor_sampling=esamp,
     )
+    if rank == 0:
+        write_results(a, used, benchmarks, names, res, world)
+    # as train.py ends: every rank done, then the engine (vLLM's groups, made from ours), then ours
+    if torchrun:
+        dist.barrier()
+    holder = getattr(designer_eng, "holder", None)  # separate policies: the views' one engine
+    (holder.eng if holder else designer_eng).close()
+    if torchrun and dist.is_initialized():
+        dist.destroy_process_group()
+    return res
+
+
+def write_results(a, used, benchmarks, names, res, world):
+    """OUT/results.md (the header, then the tables) and OUT/results.json; the tables printed."""
     tables = [("pass@1 (%)", results_table(res, names))]
     if "auto" in res:
         tables.append(
@@ -354,23 +565,40 @@ def main(argv=None):
             for n, tasks, src in benchmarks
         },
         "models": models,
+        "run": {"dir": a.run, "step": a.step} if a.run else None,
         "samples": a.samples,
-        "backend": a.backend,
-        "chat_template_kwargs": settings.chat_template_kwargs(a.config),
+        "ranks": world,
+        "settings": used,
+        "backend": used["backend"],
+        "chat_template_kwargs": used["chat_template_kwargs"],
         "seed": a.seed,
-        "sampling": {"designer": vars(dsamp), "executor": vars(esamp)},
+        "sampling": {
+            "protocol": used["protocol"],
+            "label": used["protocol_label"],
+            "designer": {
+                "temperature": used["temperature"],
+                "top_p": used["top_p"],
+                "max_tokens": used["designer_max_tokens"],
+            },
+            "executor": {
+                "temperature": used["temperature"],
+                "top_p": used["top_p"],
+                "max_tokens": used["max_tokens"],
+            },
+        },
         "results": res,
     }
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
+    head = header(a, used, a.samples, world)
     (out / "results.md").write_text(
-        "\n\n".join(f"### {title}\n\n{table}" for title, table in tables) + "\n"
+        head + "\n\n" + "\n\n".join(f"### {title}\n\n{table}" for title, table in tables) + "\n"
     )
     (out / "results.json").write_text(json.dumps(record, indent=1))
+    print(head)
     for title, table in tables:
         print(f"\n{title}\n{table}")
     print(f"\nwritten: {out / 'results.md'}, {out / 'results.json'}")
-    return res
 
 
 if __name__ == "__main__":

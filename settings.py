@@ -86,6 +86,16 @@ class Config:
     data_mix: dict = field(default_factory=lambda: {"tiny": 1.0})
     eval_tasks: int = 0  # held-out tiny tasks in the final table (0: no table)
     probe_tasks: int = 0  # tiny "val" tasks of the held-out curve, probed at each checkpoint
+    # the benchmark curve during RL (world/heldout.py's Benchmark), under heldout/NAME/ in
+    # metrics.jsonl: a benchmark name (data/NAME.jsonl, as machinery/data.py prepare writes it) or
+    # a task file; "" none
+    val_tasks: str = ""
+    # [authors] their val_freq is 100 steps; ours: 0, off (the tiny default's run unchanged)
+    val_every: int = 0  # the curve at step 0 and every val_every steps, and at the last
+    val_size: int = 0  # ours: a fixed seeded sample of this many of val_tasks (0: all of them)
+    val_samples: int = 1  # draws a task (a fresh design each); greedy makes them one
+    val_temperature: float = 0.0  # [authors] greedy validation
+    val_top_p: float = 1.0  # [authors] greedy: untruncated
     # the method
     M: int = 4  # [paper] designs per query
     N: int = 4  # [paper] executions per design
@@ -102,8 +112,9 @@ class Config:
     executor_batch_size: int = 0  # > 0: an Executor-only step rolls out this many queries instead
     designer_lr: float = 5e-6  # [paper] the Designer's updates
     executor_lr: float = 5e-6  # [paper] the Executor's updates
-    # ours: constant (the paper gives none) | warmup_cosine ([authors]: 10 warmup steps, then cosine
-    # down to 0.3x at the last step; train.lr_factor)
+    # ours: constant (the paper gives none) | warmup_cosine (10 warmup steps, then cosine down to
+    # 0.3x at the last step; train.lr_factor): issue #55's reading of the authors' setup, not found
+    # in their released config
     lr_schedule: str = "constant"
     weight_decay: float = 0.01  # [authors] AdamW's (verl's actor optimizer); the paper does not say
     grad_clip: float = 1.0  # [authors] the gradient's global norm clipped to this (verl's)
@@ -195,6 +206,35 @@ def chat_template_kwargs(preset=None):
     return parse_config([preset] if preset else []).chat_template_kwargs
 
 
+def val_path(cfg):
+    """The task file of the benchmark curve: val_tasks itself when it is a file, else
+    data/VAL_TASKS.jsonl (a benchmark name, as machinery/data.py prepare writes it)."""
+    if os.path.isfile(cfg.val_tasks) or cfg.val_tasks.endswith(".jsonl"):
+        return cfg.val_tasks
+    return os.path.join("data", f"{cfg.val_tasks}.jsonl")
+
+
+def val_problems(cfg):
+    """What is wrong with the benchmark curve's settings (val_every > 0 turns it on)."""
+    if cfg.val_every <= 0:
+        return []
+    if not cfg.val_tasks:
+        return ["val_every > 0 needs val_tasks: a benchmark name (data/NAME.jsonl) or a task file"]
+    problems = []
+    if cfg.val_samples < 1:
+        problems.append(f"val_samples must be >= 1, got {cfg.val_samples}")
+    if cfg.val_temperature < 0 or not 0 < cfg.val_top_p <= 1:
+        problems.append("val_temperature must be >= 0 and val_top_p in (0, 1]")
+    path = val_path(cfg)
+    if not os.path.isfile(path):
+        name = os.path.basename(path).removesuffix(".jsonl")
+        problems.append(
+            f"val_tasks {cfg.val_tasks!r}: {path} not found (`python machinery/data.py prepare "
+            f"{name}` writes data/{name}.jsonl)"
+        )
+    return problems
+
+
 # tiny.SOURCES: the tiny world's tasks, or one kind of them
 TINY_SOURCES = (
     "tiny",
@@ -244,7 +284,7 @@ def validate(cfg, world=1):
     if any(n not in ("tensorboard", "wandb") for n in cfg.loggers.split(",") if n):
         allowed = "'', 'tensorboard', 'wandb' or 'tensorboard,wandb'"
         problems.append(f"loggers must be {allowed}, got {cfg.loggers!r}")
-    for k in ("record_queries", "probe_tasks", "eval_tasks"):
+    for k in ("record_queries", "probe_tasks", "eval_tasks", "val_every", "val_size"):
         if getattr(cfg, k) < 0:
             problems.append(f"{k} must be >= 0, got {getattr(cfg, k)}")
     if cfg.template and cfg.template not in mas.TEMPLATES:
@@ -285,6 +325,7 @@ def validate(cfg, world=1):
                 f"data file {src!r} (in data_mix) not found (`python machinery/data.py prepare "
                 f"{name}` writes data/{name}.jsonl; docs/gpu.md)"
             )
+    problems += val_problems(cfg)
     if cfg.resume and cfg.overwrite:
         problems.append(
             "resume and overwrite exclude each other: --resume continues the run in out_dir, "

@@ -430,12 +430,20 @@ def main(argv):
             f"{cfg.policy}, {cfg.mode} K={cfg.K}, B={cfg.batch_size} M={cfg.M} N={cfg.N}",
             flush=True,
         )
-    # the held-out curve (world/heldout.py): at step 0 and at every checkpoint, in that step's line
-    curve = None
+    # the held-out curve (world/heldout.py): at step 0 and at every checkpoint, in that step's line;
+    # the benchmark curve (val_tasks, val_every > 0): at step 0 and every val_every steps
+    curve = bench = None
+    zero = {}  # the step-0 line: the cold start's probes, unless a resumed run has it
     if cfg.probe_tasks > 0 and tiny_data:
         curve = heldout.Curve(cfg, world, rank, rec.kept)
         if start == 0 and not ranks.all_sum([curve.started], device, dist.ReduceOp.MAX)[0]:
-            rec.write({"step": 0, **curve(0, weights, policy_of, tokenizer)})
+            zero.update(curve(0, weights, policy_of, tokenizer))
+    if cfg.val_every > 0:
+        bench = heldout.Benchmark(cfg, world, rank, rec.kept)
+        if start == 0 and not ranks.all_sum([bench.started], device, dist.ReduceOp.MAX)[0]:
+            zero.update(bench(weights))
+    if zero:
+        rec.write({"step": 0, **zero})
     mix = list(cfg.data_mix.values())
     kw = dict(  # the rollout's settings, the same at every step
         M=cfg.M,
@@ -481,6 +489,9 @@ def main(argv):
         if curve is not None and saves:  # the held-out curve, at each checkpoint
             with rec.timed("heldout"):
                 rec.add(curve(step + 1, weights, policy_of, tokenizer))
+        if bench is not None and bench.due(step + 1):  # the benchmark curve
+            with rec.timed("benchmark"):
+                rec.add(bench(weights))
         rec.line(batch, mine, A_D, A_E, stats, weights.info)
         if saves:
             state = {"step": step + 1, "data_pos": pos}

@@ -1,24 +1,60 @@
-"""evaluate.py on real inputs: the published benchmark files, a tiny model, the same rollout code as
-training."""
+"""evaluate.py on real inputs: the published benchmark files (prepared as machinery/data.py
+prepares them), a tiny model, a 2-step tiny run evaluated with its own settings, one rank and two,
+the same rollout code as training."""
 
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
 import evaluate
 
-SHARED = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "benchmarks"
+ROOT = Path(__file__).resolve().parents[1]
+SHARED = ROOT.parent / "shared" / "data" / "benchmarks"
 needs_shared = pytest.mark.skipif(
     not SHARED.exists(), reason=f"{SHARED} not present (the real benchmark files)"
 )
 
 
+@pytest.fixture(scope="module")
+def prepared(tmp_path_factory):
+    """../shared/data's published math benchmarks through `machinery/data.py prepare NAME --from
+    FILE --out DIR`: DIR/NAME.jsonl, the file evaluate.py reads by name."""
+    from machinery import data
+
+    out = tmp_path_factory.mktemp("data")
+    for name in ("aime24", "aime25", "olympiadbench"):
+        data.main(["prepare", name, "--from", str(SHARED / f"{name}.jsonl"), "--out", str(out)])
+    return out
+
+
+def test_benchmark_names_are_the_prepared_test_splits(tmp_path):
+    assert evaluate.BENCHMARKS == (
+        "aime24",
+        "aime25",
+        "olympiadbench",
+        "apps",
+        "livecodebench",
+        "codecontests",
+    )
+    for name in evaluate.BENCHMARKS:  # a missing one: one line naming the command that makes it
+        with pytest.raises(SystemExit) as e:
+            evaluate.load_benchmark(name, data_dir=tmp_path)
+        want = f"`python machinery/data.py prepare {name} --out {tmp_path}` writes it"
+        assert want in str(e.value) and "\n" not in str(e.value)
+    if not (evaluate.DATA / "codecontests.jsonl").exists():  # the default folder: data/
+        with pytest.raises(SystemExit, match=r"`python machinery/data.py prepare codecontests` "):
+            evaluate.load_benchmark("codecontests")
+
+
 @needs_shared
 @pytest.mark.parametrize("name,n", [("aime24", 30), ("aime25", 30), ("olympiadbench", 675)])
-def test_named_benchmarks_load_through_the_converters(name, n):
-    bench, tasks, src = evaluate.load_benchmark(name)
-    assert (bench, src) == (name, SHARED / f"{name}.jsonl") and len(tasks) == n
+def test_named_benchmarks_load_through_the_converters(name, n, prepared):
+    bench, tasks, src = evaluate.load_benchmark(name, data_dir=prepared)
+    assert (bench, src) == (name, prepared / f"{name}.jsonl") and len(tasks) == n
     assert len({t["id"] for t in tasks}) == n and all(t["kind"] == "math" for t in tasks)
     if name.startswith("aime"):  # graded as training grades: the gold right, its neighbour wrong
         import reward
@@ -50,7 +86,7 @@ def test_clear_errors(tmp_path):
         evaluate.main(["--model", str(tmp_path / "nope"), "--tasks", "tiny", *data])
     with pytest.raises(SystemExit, match="unknown mode"):
         evaluate.main(["--model", "Qwen/Qwen3-8B", "--tasks", "tiny", "--mode", "bogus", *data])
-    both = "give --model .one model, both roles., or --designer and --executor"
+    both = "give --run RUN, --model .one model, both roles., or --designer and --executor"
     for args in ([], ["--designer", "x"], ["--model", "x", "--executor", "y"]):
         with pytest.raises(SystemExit, match=both):
             evaluate.main([*args, "--tasks", "tiny", *data])
@@ -74,14 +110,15 @@ def tiny_model(tmp_path_factory):
     return path
 
 
-def test_end_to_end_on_tiny_tasks_and_real_format(tiny_model, tmp_path):
+def test_end_to_end_on_tiny_tasks_and_real_format(tiny_model, tmp_path, request):
     """Untrained tiny model: scores ~0, but every method runs through rollout + reward, crashing
     scripts count as wrong, and results.json records what was evaluated."""
     tasks = ["tiny"]
     if SHARED.exists():  # two real AIME25 problems, converted and saved in the task format
         from machinery import data
 
-        _, aime, _ = evaluate.load_benchmark("aime25")
+        prepared = request.getfixturevalue("prepared")
+        _, aime, _ = evaluate.load_benchmark("aime25", data_dir=prepared)
         data.save_tasks(aime[:2], tmp_path / "aime25_head.jsonl")
         tasks.append(str(tmp_path / "aime25_head.jsonl"))
     args = [
@@ -185,3 +222,130 @@ def test_separate_policies_each_role_generates_with_its_own_model(tiny_model, tm
     )
     rec = json.loads((tmp_path / "eval" / "results.json").read_text())
     assert rec["models"] == {"designer": str(tiny_model), "executor": str(other)}
+
+
+# -------------------------------------------------------------------------------- a run, as trained
+@pytest.fixture(scope="module")
+def tiny_run(tmp_path_factory, tiny_model):
+    """A 2-step tiny train.py run (an untrained tiny model as its cold start), with settings of its
+    own that evaluate.py must read back: the hf backend, 12 / 24 tokens, a chat template switch."""
+    out = tmp_path_factory.mktemp("run") / "rl"
+    args = [
+        "config/tiny.py",
+        f"--init_from={tiny_model}",
+        f"--out_dir={out}",
+        "--backend=hf",
+        "--steps=2",
+        "--save_every=1",
+        "--batch_size=2",
+        "--M=2",
+        "--N=1",
+        "--K=1",
+        "--max_tokens=12",
+        "--designer_max_tokens=24",
+        "--logprobs=plain",
+        "--eval_tasks=0",
+        "--probe_tasks=0",
+        "--chat_template_kwargs={'enable_thinking': False}",
+    ]
+    p = subprocess.run(
+        [sys.executable, "train.py", *args], cwd=ROOT, capture_output=True, text=True, timeout=900
+    )
+    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
+    return out
+
+
+def run_args(run, data, out, *more):
+    return ["--run", str(run), "--tasks", "tiny", *data, "--n-tiny", "4", "--out", str(out), *more]
+
+
+def test_a_run_is_evaluated_with_its_own_settings(tiny_run, tmp_path):
+    """--run RUN: the last checkpoint's model, the run's backend, chat template switches, max tokens
+    and prompts, greedy by default; each read back from the results' header and record."""
+    data = tiny_tasks(tmp_path)
+    evaluate.main(run_args(tiny_run, data, tmp_path / "a", "--mode", "auto"))
+    head = (tmp_path / "a" / "results.md").read_text().split("### ")[0]
+    assert f"- models: --model {tiny_run}/step_000002/model (run {tiny_run}, step 2)" in head
+    assert f"- settings from {tiny_run}/run.json (step 2)\n" in head  # no flag overrode any
+    assert "- protocol: greedy: temperature 0.0, top_p 1.0 ([authors] greedy" in head
+    assert "- backend: hf; engine_kwargs: {}" in head
+    assert '- chat_template_kwargs: {"enable_thinking": false}' in head
+    assert "- max_tokens: 12; designer_max_tokens: 24; short prompts: True" in head
+    rec = json.loads((tmp_path / "a" / "results.json").read_text())
+    assert rec["run"] == {"dir": str(tiny_run), "step": 2} and rec["ranks"] == 1
+    assert rec["sampling"]["executor"] == {"temperature": 0.0, "top_p": 1.0, "max_tokens": 12}
+    assert rec["sampling"]["designer"]["max_tokens"] == 24
+    # --step, a protocol and a flag: each stated
+    more = ["--mode", "single", "--step", "1", "--protocol", "train", "--max-tokens", "8"]
+    evaluate.main(run_args(tiny_run, data, tmp_path / "b", *more))
+    head = (tmp_path / "b" / "results.md").read_text()
+    assert f"(run {tiny_run}, step 1)" in head and "; flags: --max-tokens\n" in head
+    assert "- protocol: train: temperature 1.0, top_p 1.0 (ours" in head
+    assert "- max_tokens: 8; designer_max_tokens: 24" in head
+    evaluate.main(run_args(tiny_run, data, tmp_path / "c", "--mode", "single", "--top-p", "0.5"))
+    assert (
+        "- protocol: greedy (custom: --top-p): temperature 0.0, top_p 0.5"
+        in (tmp_path / "c" / "results.md").read_text()
+    )
+    with pytest.raises(SystemExit, match=r"--step 7: no .*step_000007 \(the run has 1, 2\)"):
+        evaluate.main(run_args(tiny_run, data, tmp_path / "d", "--step", "7"))
+    with pytest.raises(SystemExit, match="--run: no .*run.json"):
+        evaluate.main(run_args(tmp_path, data, tmp_path / "d"))
+    with pytest.raises(SystemExit, match="--run takes its models and settings from the run"):
+        evaluate.main(run_args(tiny_run, data, tmp_path / "d", "--model", "x"))
+
+
+def test_two_gloo_ranks_give_the_table_of_one(tiny_run, tmp_path):
+    """torchrun --nproc_per_node=2 evaluate.py: each rank its half of the tasks with its own engine,
+    rank 0 the gathered table; sampled (protocol train, K = 2), a problem's draws follow its index
+    alone, so the numbers are those of one process."""
+    data = tiny_tasks(tmp_path, n=5)  # 5: the ranks hold 3 and 2
+    more = ["--n-tiny", "5", "--mode", "single", "auto", "--protocol", "train", "--samples", "2"]
+    one = run_args(tiny_run, data, tmp_path / "one", *more)
+    # --rundir: torchrun's parser would take --run for its --run-path
+    two = ["--rundir", *run_args(tiny_run, data, tmp_path / "two", *more)[1:]]
+    evaluate.main(one)
+    p = subprocess.run(
+        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2"]
+        + ["evaluate.py", *two],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=900,
+        env={**os.environ, "OMP_NUM_THREADS": "1"},
+    )
+    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
+    a, b = (json.loads((tmp_path / d / "results.json").read_text()) for d in ("one", "two"))
+    assert (a["ranks"], b["ranks"]) == (1, 2)
+    assert len(b["results"]["auto"]["tiny"]["per_problem"]) == 5
+    assert a["results"] == b["results"]  # every per-problem number and structure count
+    table = (tmp_path / "one" / "results.md").read_text().split("### ", 1)[1]
+    assert (tmp_path / "two" / "results.md").read_text().split("### ", 1)[1] == table
+
+
+def test_a_separate_policy_run_gives_each_role_its_checkpoint_folder(tiny_model, tmp_path):
+    """--run of a policy=separate run: the Designer from step_N/designer, the Executor from
+    step_N/executor, each role's view of one engine (as train.py runs them)."""
+    from world import tiny
+
+    cold = tmp_path / "cold"
+    tiny.save_tiny(cold / "designer", seed=0)
+    tiny.save_tiny(cold / "executor", seed=1)
+    out = tmp_path / "sep"
+    args = ["config/tiny.py", f"--init_from={cold}", f"--out_dir={out}", "--policy=separate"]
+    args += ["--backend=hf", "--steps=1", "--batch_size=2", "--M=2", "--N=1", "--K=1"]
+    args += ["--max_tokens=12", "--designer_max_tokens=24", "--logprobs=plain", "--eval_tasks=0"]
+    p = subprocess.run(
+        [sys.executable, "train.py", *args, "--probe_tasks=0"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
+    evaluate.main(run_args(out, tiny_tasks(tmp_path), tmp_path / "e", "--mode", "auto"))
+    rec = json.loads((tmp_path / "e" / "results.json").read_text())
+    step = out / "step_000001"
+    assert rec["models"] == {"designer": str(step / "designer"), "executor": str(step / "executor")}
+    head = (tmp_path / "e" / "results.md").read_text()
+    assert f"- models: --designer {step / 'designer'} --executor {step / 'executor'}" in head

@@ -280,3 +280,31 @@ def test_the_sft_plan_counts_states_activations_and_the_head(tmp_path):
     assert n == sum(p.numel() for p in model.parameters())
     assert shape["hidden_size"] == model.config.hidden_size
     assert settings.model_shape(tmp_path / "no-such-model") == (0, None)
+
+
+def test_the_benchmark_curve_settings_are_checked_and_recorded(tmp_path):
+    """val_every > 0 needs val_tasks: a task file, or a benchmark name whose data/NAME.jsonl is
+    there (the message names the command that writes it); off by default (the tiny default's run
+    unchanged); every field is in run.json's config (dataclasses.asdict)."""
+    import dataclasses
+
+    cfg = settings.parse_config([])
+    assert (cfg.val_every, cfg.val_tasks) == (0, "") and settings.val_problems(cfg) == []
+    no_tasks = settings.parse_config(["--val_every=100"])
+    assert settings.val_problems(no_tasks) == [
+        "val_every > 0 needs val_tasks: a benchmark name (data/NAME.jsonl) or a task file"
+    ]
+    named = settings.parse_config(["--val_every=100", "--val_tasks=surely_absent"])
+    assert settings.val_path(named) == os.path.join("data", "surely_absent.jsonl")
+    (want,) = settings.val_problems(named)
+    assert "`python machinery/data.py prepare surely_absent` writes" in want
+    tasks = tmp_path / "t.jsonl"
+    tasks.write_text("")
+    given = settings.parse_config(["--val_every=5", f"--val_tasks={tasks}", "--val_top_p=0"])
+    assert settings.val_path(given) == str(tasks)
+    assert settings.val_problems(given) == ["val_temperature must be >= 0 and val_top_p in (0, 1]"]
+    with pytest.raises(settings.ConfigError, match="val_size must be >= 0"):
+        settings.validate(settings.parse_config(["--val_size=-1", "--init_from=."]))
+    fields = dataclasses.asdict(given)
+    for k in ("val_tasks", "val_every", "val_size", "val_samples", "val_temperature", "val_top_p"):
+        assert k in fields

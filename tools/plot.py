@@ -5,8 +5,10 @@
 
 Three figures from the runs' metrics.jsonl:
 - training.png: the training reward and accuracy (smoothed over 5 steps), parseable scripts, and the
-  held-out curve (heldout/: sampled accuracy of the learned designs with +-1 SE, the exact rows
-  `suited` and `executor`, at step 0 and every checkpoint), the Designer's stages shaded;
+  held-out curves (heldout/: the tiny world's sampled accuracy of the learned designs with +-1 SE,
+  the exact rows `suited` and `executor`, at step 0 and every checkpoint; a benchmark's accuracy
+  +-1 SE, heldout/NAME/, at step 0 and every val_every steps: train.py's val_tasks), the
+  Designer's stages shaded;
 - diagnostics.png: what an RL auditor opens first: each role's clip fraction, mean ratio,
   engine/trainer log-prob gap and grad norm, the policy's entropy per sampled token, and where the
   signal goes (the share of query groups whose advantages are all zero);
@@ -61,21 +63,43 @@ def shade_designer(ax, rows):
             ax.axvspan(r["step"] - 1, r["step"], color="tab:blue", alpha=0.07, lw=0)
 
 
+def benchmark_names(rows):
+    """The benchmarks of a run's curve during RL (train.py's val_tasks): heldout/NAME/accuracy."""
+    names = set()
+    for r in rows:
+        for k in r:
+            parts = k.split("/")
+            if len(parts) == 3 and parts[0] == "heldout" and parts[2] == "accuracy":
+                names.add(parts[1])
+    return sorted(names)
+
+
 def heldout(ax, runs):
-    """The held-out curve: sampled accuracy +- 1 SE, and the two exact rows (dashed, dotted)."""
+    """The held-out curves: the tiny world's sampled accuracy +- 1 SE and its two exact rows
+    (dashed, dotted); each benchmark's accuracy +- 1 SE (squares: val_tasks, val_every)."""
+    drawn = []
     for name, rows in runs.items():
         probes = [r for r in rows if "heldout/accuracy" in r]
-        if not probes:
-            continue
-        xs = np.array([r["step"] for r in probes])
-        acc = np.array([r["heldout/accuracy"] for r in probes])
-        se = np.array([r["heldout/accuracy_se"] for r in probes])
-        line = ax.plot(xs, acc, marker="o", ms=3, lw=1.6, label=f"{name}: accuracy")[0]
-        ax.fill_between(xs, acc - se, acc + se, color=line.get_color(), alpha=0.2, lw=0)
-        for key, dash in (("suited", "--"), ("executor", ":")):
-            ys = [r[f"heldout/{key}"] for r in probes]
-            ax.plot(xs, ys, dash, color=line.get_color(), lw=1.2, label=f"{name}: {key}")
-    ax.set_title("held-out (val): accuracy, suited, executor")
+        if probes:
+            drawn.append("tiny val: accuracy, suited, executor")
+            xs = np.array([r["step"] for r in probes])
+            acc = np.array([r["heldout/accuracy"] for r in probes])
+            se = np.array([r["heldout/accuracy_se"] for r in probes])
+            line = ax.plot(xs, acc, marker="o", ms=3, lw=1.6, label=f"{name}: accuracy")[0]
+            ax.fill_between(xs, acc - se, acc + se, color=line.get_color(), alpha=0.2, lw=0)
+            for key, dash in (("suited", "--"), ("executor", ":")):
+                ys = [r[f"heldout/{key}"] for r in probes]
+                ax.plot(xs, ys, dash, color=line.get_color(), lw=1.2, label=f"{name}: {key}")
+        for bench in benchmark_names(rows):
+            key = f"heldout/{bench}/accuracy"
+            probes = [r for r in rows if key in r]
+            drawn.append(bench)
+            xs = np.array([r["step"] for r in probes])
+            acc = np.array([r[key] for r in probes])
+            se = np.array([r.get(f"heldout/{bench}/accuracy_se", 0.0) for r in probes])
+            line = ax.plot(xs, acc, marker="s", ms=3, lw=1.6, label=f"{name}: {bench}")[0]
+            ax.fill_between(xs, acc - se, acc + se, color=line.get_color(), alpha=0.2, lw=0)
+    ax.set_title("held-out: " + ("; ".join(dict.fromkeys(drawn)) or "none"))
 
 
 def panels(runs, spec, path, shade=True):

@@ -30,11 +30,28 @@ shares, which weight the executor row, are written into the step-0 line
 (heldout/share/KIND/TEMPLATE), so a resumed run reads them back. The sampled draws use the same
 seeds at every probe, so the curve's steps differ by the policy, not the noise.
 
+Benchmark (train.py, Config.val_every > 0): the benchmark curve of a run at scale, as the authors
+validate (every val_freq steps, greedy). A fixed sample of a prepared benchmark (val_tasks:
+data/NAME.jsonl, or a task file; val_size of its tasks, drawn once from the run's seed), at step 0
+and every val_every steps (and the last), each task rolled out by the learned Designer and the
+Executor (val_samples draws, at val_temperature / val_top_p: greedy by default), lam = 0:
+
+    heldout/NAME/accuracy = mean_t acc_t,  heldout/NAME/accuracy_se = std_t(acc_t) / sqrt(T),
+    heldout/NAME/unparsed = the share of designs that did not parse
+
+in that step's metrics.jsonl line, each rank rolling out its share of the tasks (seeds follow a
+task's index). A resume truncates metrics.jsonl to its checkpoint's step and keeps the rows up to
+it; tools/plot.py draws the curve beside the tiny one.
+
+    bench = Benchmark(cfg, world, rank, kept)     # kept: a resumed run's metrics lines
+    line = bench(weights)                          # the heldout/NAME/ keys of this step
+
 Needs: machinery/engine.py, mas.py, rollout.py, settings.py, world/tiny.py, machinery/decode.py,
 machinery/data.py, reward.py, sandbox.py, stagewise.py, machinery/chunked.py, machinery/isolation.py
 """
 
 from collections import Counter
+from pathlib import Path
 
 import numpy as np
 import torch
@@ -44,6 +61,7 @@ from transformers import AutoModelForCausalLM
 import mas
 import rollout as rollout_lib
 import settings
+from machinery import data
 from machinery import engine as engine_lib
 from world import tiny
 
@@ -52,6 +70,7 @@ SAMPLES = 4  # (design, execution) draws a task in the curve and the final table
 SEEDS = {
     "val": 2_000_003,
     "eval": 1_000_003,
+    "benchmark": 3_000_017,  # the benchmark curve's sample of val_tasks
 }
 PROBE_STEP = 10**6  # the rollout step the draws are seeded with: the same at every probe
 
@@ -210,3 +229,56 @@ class Curve:
             for kind, d in self.shares.items():
                 line.update({f"heldout/share/{kind}/{n}": v for n, v in d.items()})
         return line
+
+
+class Benchmark:
+    """The benchmark curve during RL (the module docstring): call it at step 0 and every val_every
+    steps; it returns the heldout/NAME/ keys of that step's metrics line. Every rank calls it (the
+    gather is collective); each rank rolls out its share of the tasks."""
+
+    def __init__(self, cfg, world, rank, kept=()):
+        self.cfg, self.world, self.rank = cfg, world, rank
+        path = settings.val_path(cfg)
+        self.tasks = data.load_tasks(path)
+        if 0 < cfg.val_size < len(self.tasks):  # a fixed sample: the same at every probe
+            rng = np.random.default_rng(cfg.seed + SEEDS["benchmark"])
+            pick = sorted(rng.choice(len(self.tasks), cfg.val_size, replace=False).tolist())
+            self.tasks = [self.tasks[k] for k in pick]
+        self.name = Path(path).stem
+        self.key = f"heldout/{self.name}/accuracy"
+        # a resumed run: the step-0 probe is in metrics.jsonl already (rank 0 reads it)
+        self.started = any(m["step"] == 0 and self.key in m for m in kept)
+
+    def due(self, step):
+        """Whether step (1-based: the steps done) is a probe of the curve."""
+        return step % self.cfg.val_every == 0 or step == self.cfg.steps
+
+    def __call__(self, weights):
+        """weights: the trainer's weights in the engine (machinery/weights.py)."""
+        cfg = self.cfg
+        part = np.array_split(np.arange(len(self.tasks)), self.world)[self.rank]
+        mine = [self.tasks[k] for k in part]
+        sampling = dict(temperature=cfg.val_temperature, top_p=cfg.val_top_p)
+        b = rollout_lib.rollout(
+            mine,
+            weights.view("designer"),
+            weights.view("executor"),
+            cfg.val_samples,
+            1,
+            PROBE_STEP,
+            seed=cfg.seed + 37,
+            designer_sampling=engine_lib.Sampling(max_tokens=cfg.designer_max_tokens, **sampling),
+            executor_sampling=engine_lib.Sampling(max_tokens=cfg.max_tokens, **sampling),
+            short=settings.is_tiny(cfg),
+            lam=0.0,
+            q_offset=int(part[0]) if len(part) else 0,
+        )
+        acc = gather_list(b.R.mean(dim=(1, 2)).tolist(), self.world)
+        parsed = gather_list([r.structure is not None for r in b.runs], self.world)
+        return {
+            self.key: float(np.mean(acc)),
+            f"heldout/{self.name}/accuracy_se": float(np.std(acc, ddof=1) / np.sqrt(len(acc)))
+            if len(acc) > 1
+            else 0.0,
+            f"heldout/{self.name}/unparsed": 1.0 - float(np.mean(parsed)),
+        }
