@@ -474,7 +474,10 @@ def step(micro_tokens):
 whole, n_whole, a = step(0)
 micro, n_micro, b = step(400)
 worst = max(((g - h).abs().max() / g.abs().max()).item() for g, h in zip(whole, micro))
-print("RESULT", dist.get_rank(), n_whole, n_micro, worst, a["trained_tokens"], a["loss"], b["loss"])
+row = [dist.get_rank(), n_whole, n_micro, worst, a["trained_tokens"], a["loss"], b["loss"]]
+# a file a rank: two ranks' lines on one stdout pipe can interleave
+with open(f"{sys.argv[2]}/result.{dist.get_rank()}", "w") as f:
+    f.write(" ".join(map(str, row)))
 dist.destroy_process_group()
 """
 
@@ -487,12 +490,11 @@ def test_micro_batches_accumulate_the_whole_batchs_gradient(tmp_path, world):
     script = tmp_path / "accumulate.py"
     script.write_text(ACCUMULATE)
     cmd = [sys.executable, "-m", "torch.distributed.run", f"--nproc_per_node={world}"]
-    cmd += ["--master_port", str(_free_port()), str(script), ROOT]
+    cmd += ["--master_port", str(_free_port()), str(script), ROOT, str(tmp_path)]
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     r = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
-    rows = [ln.split()[1:] for ln in r.stdout.splitlines() if ln.startswith("RESULT")]
-    assert len(rows) == world
+    rows = [(tmp_path / f"result.{k}").read_text().split() for k in range(world)]
     for _, n_whole, n_micro, worst, tokens, loss, micro_loss in rows:
         # the batch forwarded whole once; in micro-batches several times, the same on every rank
         assert int(n_whole) == 1 and int(n_micro) == int(rows[0][2]) > 1
