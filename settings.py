@@ -93,9 +93,7 @@ class Config:
     # [authors] their val_freq is 100 steps; ours: 0, off (the tiny default's run unchanged)
     val_every: int = 0  # the curve at step 0 and every val_every steps, and at the last
     val_size: int = 0  # ours: a fixed seeded sample of this many of val_tasks (0: all of them)
-    val_samples: int = 1  # draws a task (a fresh design each); greedy makes them one
-    val_temperature: float = 0.0  # [authors] greedy validation
-    val_top_p: float = 1.0  # [authors] greedy: untruncated
+    # (one greedy draw a task, [authors]: heldout.VAL_SAMPLING)
     # the method
     M: int = 4  # [paper] designs per query
     N: int = 4  # [paper] executions per design
@@ -221,10 +219,6 @@ def val_problems(cfg):
     if not cfg.val_tasks:
         return ["val_every > 0 needs val_tasks: a benchmark name (data/NAME.jsonl) or a task file"]
     problems = []
-    if cfg.val_samples < 1:
-        problems.append(f"val_samples must be >= 1, got {cfg.val_samples}")
-    if cfg.val_temperature < 0 or not 0 < cfg.val_top_p <= 1:
-        problems.append("val_temperature must be >= 0 and val_top_p in (0, 1]")
     path = val_path(cfg)
     if not os.path.isfile(path):
         name = os.path.basename(path).removesuffix(".jsonl")

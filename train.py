@@ -424,24 +424,13 @@ def main(argv):
     start, pos = (ts["step"], list(ts["data_pos"])) if ts else (0, [0] * len(sources))
     rundir.restore_rng(ts, cfg.seed, rank)
     rec = Recorder(cfg, rank, device, start)  # a resume drops the lines of later steps
-    if rank == 0:
-        print(
-            f"train.py: steps {start}..{cfg.steps}, {world} rank(s), {device}, {cfg.backend}, "
-            f"{cfg.policy}, {cfg.mode} K={cfg.K}, B={cfg.batch_size} M={cfg.M} N={cfg.N}",
-            flush=True,
-        )
-    # the held-out curve (world/heldout.py): at step 0 and at every checkpoint, in that step's line;
-    # the benchmark curve (val_tasks, val_every > 0): at step 0 and every val_every steps
-    curve = bench = None
-    zero = {}  # the step-0 line: the cold start's probes, unless a resumed run has it
-    if cfg.probe_tasks > 0 and tiny_data:
-        curve = heldout.Curve(cfg, world, rank, rec.kept)
+    # the held-out curves (world/heldout.py): the tiny world's at each checkpoint, the benchmark's
+    # every val_every steps; both at step 0 (the cold start), unless a resumed run has it
+    curves = heldout.curves(cfg, world, rank, rec.kept, tiny_data)
+    zero = {}  # the step-0 line
+    for curve in curves:
         if start == 0 and not ranks.all_sum([curve.started], device, dist.ReduceOp.MAX)[0]:
             zero.update(curve(0, weights, policy_of, tokenizer))
-    if cfg.val_every > 0:
-        bench = heldout.Benchmark(cfg, world, rank, rec.kept)
-        if start == 0 and not ranks.all_sum([bench.started], device, dist.ReduceOp.MAX)[0]:
-            zero.update(bench(weights))
     if zero:
         rec.write({"step": 0, **zero})
     mix = list(cfg.data_mix.values())
@@ -486,12 +475,10 @@ def main(argv):
         # 8. the step's tree and its metrics line, then a checkpoint: the lines are on disk first
         rec.tree(batch, mine, A_D, A_E)
         saves = (step + 1) % cfg.save_every == 0 or step + 1 == cfg.steps
-        if curve is not None and saves:  # the held-out curve, at each checkpoint
-            with rec.timed("heldout"):
-                rec.add(curve(step + 1, weights, policy_of, tokenizer))
-        if bench is not None and bench.due(step + 1):  # the benchmark curve
-            with rec.timed("benchmark"):
-                rec.add(bench(weights))
+        for curve in curves:  # the held-out curves, at their steps
+            if curve.due(step + 1):
+                with rec.timed(curve.timer):
+                    rec.add(curve(step + 1, weights, policy_of, tokenizer))
         rec.line(batch, mine, A_D, A_E, stats, weights.info)
         if saves:
             state = {"step": step + 1, "data_pos": pos}

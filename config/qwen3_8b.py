@@ -70,7 +70,7 @@ device = "cuda"
 # weights), bf16 compute on the GPU and in the engine; [authors] model_dtype bf16
 # The benchmark curve during RL (world/heldout.py's Benchmark): [authors] validate every 100 steps,
 # greedy (their val_freq 100, temperature 0): `--val_every=100` turns it on, on AIME24 (all 30) at
-# T 0 ([authors] greedy: Config's val_temperature). Ours: off here, because tools/first_gpu_run.py's
+# T 0 ([authors] greedy: heldout.VAL_SAMPLING). Ours: off here, because tools/first_gpu_run.py's
 # stand-in reuses this preset without data/aime24.jsonl
 val_tasks = "aime24"  # ours: 30 problems, the cheapest of the paper's math benchmarks
 val_every = 0

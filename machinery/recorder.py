@@ -72,6 +72,12 @@ class Recorder:
             self.kept = rundir.truncate_jsonl(self.metrics_path, start)
             self.log = loggers.Loggers(cfg, self.kept)
             rundir.truncate_jsonl(self.tree_path, start)
+            print(  # the run's first line
+                f"train.py: steps {start}..{cfg.steps}, {dist.get_world_size()} rank(s), {device}, "
+                f"{cfg.backend}, {cfg.policy}, {cfg.mode} K={cfg.K}, B={cfg.batch_size} "
+                f"M={cfg.M} N={cfg.N}",
+                flush=True,
+            )
 
     def begin(self, step, active):
         """Step `step` (0-based), which trains the roles `active`, starts: its clock, its times."""

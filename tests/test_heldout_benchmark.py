@@ -62,7 +62,7 @@ def test_the_curve_is_in_metrics_and_a_resume_keeps_it(run):
     assert [m["step"] for m in after] == [0, 1, 2, 3] and after[:3] == before
     assert all(k in after[3] for k in keys)
     cfg = json.loads((out / "run.json").read_text())["config"]  # recorded with the run
-    assert (cfg["val_every"], cfg["val_size"], cfg["val_temperature"]) == (1, 3, 0.0)
+    assert (cfg["val_every"], cfg["val_size"]) == (1, 3)
 
 
 def test_plot_draws_the_curve(run):

@@ -300,11 +300,10 @@ def test_the_benchmark_curve_settings_are_checked_and_recorded(tmp_path):
     assert "`python machinery/data.py prepare surely_absent` writes" in want
     tasks = tmp_path / "t.jsonl"
     tasks.write_text("")
-    given = settings.parse_config(["--val_every=5", f"--val_tasks={tasks}", "--val_top_p=0"])
+    given = settings.parse_config(["--val_every=5", f"--val_tasks={tasks}"])
     assert settings.val_path(given) == str(tasks)
-    assert settings.val_problems(given) == ["val_temperature must be >= 0 and val_top_p in (0, 1]"]
     with pytest.raises(settings.ConfigError, match="val_size must be >= 0"):
         settings.validate(settings.parse_config(["--val_size=-1", "--init_from=."]))
     fields = dataclasses.asdict(given)
-    for k in ("val_tasks", "val_every", "val_size", "val_samples", "val_temperature", "val_top_p"):
+    for k in ("val_tasks", "val_every", "val_size"):
         assert k in fields

@@ -34,7 +34,7 @@ Benchmark (train.py, Config.val_every > 0): the benchmark curve of a run at scal
 validate (every val_freq steps, greedy). A fixed sample of a prepared benchmark (val_tasks:
 data/NAME.jsonl, or a task file; val_size of its tasks, drawn once from the run's seed), at step 0
 and every val_every steps (and the last), each task rolled out by the learned Designer and the
-Executor (val_samples draws, at val_temperature / val_top_p: greedy by default), lam = 0:
+Executor (one greedy draw, VAL_SAMPLING: the authors' validation), lam = 0:
 
     heldout/NAME/accuracy = mean_t acc_t,  heldout/NAME/accuracy_se = std_t(acc_t) / sqrt(T),
     heldout/NAME/unparsed = the share of designs that did not parse
@@ -44,7 +44,7 @@ task's index). A resume truncates metrics.jsonl to its checkpoint's step and kee
 it; tools/plot.py draws the curve beside the tiny one.
 
     bench = Benchmark(cfg, world, rank, kept)     # kept: a resumed run's metrics lines
-    line = bench(weights)                          # the heldout/NAME/ keys of this step
+    line = bench(step, weights)                    # the heldout/NAME/ keys of this step
 
 Needs: machinery/engine.py, mas.py, rollout.py, settings.py, world/tiny.py, machinery/decode.py,
 machinery/data.py, reward.py, sandbox.py, stagewise.py, machinery/chunked.py, machinery/isolation.py
@@ -73,6 +73,8 @@ SEEDS = {
     "benchmark": 3_000_017,  # the benchmark curve's sample of val_tasks
 }
 PROBE_STEP = 10**6  # the rollout step the draws are seeded with: the same at every probe
+# the benchmark curve: greedy, one draw a task, as [authors] validate
+VAL_SAMPLING = dict(temperature=0.0, top_p=1.0)
 
 
 def tasks(n, seed, split):
@@ -165,6 +167,18 @@ def gather_list(xs, world):
     return every
 
 
+def curves(cfg, world, rank, kept, tiny_data):
+    """The run's held-out curves, each called as curve(step, weights, policy_of, tokenizer) where
+    curve.due(step): the tiny world's (probe_tasks > 0 on tiny data) and the benchmark's
+    (val_every > 0)."""
+    out = []
+    if cfg.probe_tasks > 0 and tiny_data:
+        out.append(Curve(cfg, world, rank, kept))
+    if cfg.val_every > 0:
+        out.append(Benchmark(cfg, world, rank, kept))
+    return out
+
+
 class Curve:
     """The held-out curve during RL: call it at step 0 and at each checkpoint; it returns the
     heldout/ keys of that step's metrics line. Every rank calls it (the exact forwards are
@@ -183,6 +197,11 @@ class Curve:
                         kind, name = key.split("/")[2:]
                         self.shares.setdefault(kind, {})[name] = v
         self.started = self.shares is not None  # the step-0 probe is in metrics.jsonl already
+        self.timer = "heldout"  # its time in the metrics line: time/heldout
+
+    def due(self, step):
+        """Whether step (1-based: the steps done) is a probe of the curve: each checkpoint's."""
+        return step % self.cfg.save_every == 0 or step == self.cfg.steps
 
     def cold_start(self, tokenizer):
         """The cold start's structure shares on the probe's tasks (its Designer: init_from, or its
@@ -248,22 +267,24 @@ class Benchmark:
         self.key = f"heldout/{self.name}/accuracy"
         # a resumed run: the step-0 probe is in metrics.jsonl already (rank 0 reads it)
         self.started = any(m["step"] == 0 and self.key in m for m in kept)
+        self.timer = "benchmark"
 
     def due(self, step):
         """Whether step (1-based: the steps done) is a probe of the curve."""
         return step % self.cfg.val_every == 0 or step == self.cfg.steps
 
-    def __call__(self, weights):
-        """weights: the trainer's weights in the engine (machinery/weights.py)."""
+    def __call__(self, step, weights, policy_of=None, tokenizer=None):
+        """weights: the trainer's weights in the engine (machinery/weights.py); step, policy_of and
+        tokenizer unused (Curve's call)."""
         cfg = self.cfg
         part = np.array_split(np.arange(len(self.tasks)), self.world)[self.rank]
         mine = [self.tasks[k] for k in part]
-        sampling = dict(temperature=cfg.val_temperature, top_p=cfg.val_top_p)
+        sampling = VAL_SAMPLING
         b = rollout_lib.rollout(
             mine,
             weights.view("designer"),
             weights.view("executor"),
-            cfg.val_samples,
+            1,
             1,
             PROBE_STEP,
             seed=cfg.seed + 37,
