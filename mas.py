@@ -42,6 +42,21 @@ def answer_of(reply):
     return found[-1].strip() if found else None
 
 
+FAILED_TESTS = re.compile(r"\bFAIL \d+/\d+\b")  # a run_tests report of a failure (sandbox's)
+
+
+def repairs(calls):
+    """(repairs, copies) of one run's agent calls (sandbox.CallRecord, in order): a repair is a call
+    whose message shows a failed run_tests report (the tester's second call); a copy, a repair whose
+    answer is the answer of the call before it (the failed program, written again)."""
+    n_repairs = n_copies = 0
+    for k, c in enumerate(calls):
+        if k > 0 and FAILED_TESTS.search(c.messages[-1]["content"]):
+            n_repairs += 1
+            n_copies += answer_of(c.reply) == answer_of(calls[k - 1].reply)
+    return n_repairs, n_copies
+
+
 @dataclass
 class Limits:
     max_calls: int = 16  # agent calls per execution; agent.sample(m, n) counts n

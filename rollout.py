@@ -104,9 +104,10 @@ class Batch:
 
     def records(self, queries):
         """Per-run facts as plain values (small enough to gather over ranks): what train.py logs of
-        a run."""
+        a run (repairs, copies: mas.repairs of its calls)."""
         return [
             {
+                **dict(zip(("repairs", "copies"), mas.repairs(r.run.calls if r.run else []))),
                 "reward": r.reward,
                 "correct": r.correct == 1.0,
                 "format": r.format,

@@ -446,12 +446,11 @@ def main(argv):
     )
     p.add_argument(
         "--prior",
-        default=None,
-        choices=["flat", *sorted(mas.TEMPLATES)],
-        help="tiny: the Designer's samples show every template equally often (flat), or this "
-        "template most, on every kind, instead of the suited one (the Executor's samples "
-        "unchanged): a cold start that does not prefer the suited template (tools/ablations.py: "
-        "flat)",
+        default=tiny.PRIOR,
+        choices=["flat", "suited", *sorted(mas.TEMPLATES)],
+        help="tiny: the Designer's samples show the templates with tiny.PRIOR_WEIGHTS on every "
+        "kind (flat, the default), the suited one (suited), or this template most, on every kind "
+        "(the Executor's samples unchanged)",
     )
     p.add_argument(
         "--config",

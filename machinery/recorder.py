@@ -40,6 +40,8 @@ never recomputed here), over every rank's queries:
                                            estimate of the sampling policy's per-token entropy
                                            E_x~pi[-log pi(x)]
     time/design, time/execute, time/grade  the rollout's phases (rank 0's)
+    repair/calls, trained, copy_rate,      the repairs after a failed run_tests (repair_metrics):
+    adv_mean                               the dose the Executor's habit gets
 
 and where the learning signal goes (signal_metrics).
 
@@ -121,6 +123,7 @@ class Recorder:
         (weights.info)."""
         m = {"step": self.step + 1, "active": self.roles}
         m.update(step_metrics(batch, queries, self.device, A_D, A_E))
+        m["repair/trained"] = m["repair/calls"] if "executor" in self.roles else 0
         m.update(stats)
         m.update(info)
         m.update(self.extra)
@@ -189,10 +192,28 @@ def step_metrics(batch, queries, device, A_D, A_E):
             m[f"{name}/adv_std"] = a.std().item() if a.numel() > 1 else 0.0
             m[f"{name}/adv_zero_frac"] = (a == 0).float().mean().item()
     m.update(signal_metrics(recs, R, E, A_D, A_E))
+    m.update(repair_metrics(recs, A_E))
     # E_x~pi[-log pi(x)], over the sampled tokens
     for k, role in enumerate(("designer", "executor")):
         if t[k] > 0:
             m[f"entropy/{role}_tokens"] = (t[4 + k] / t[k]).item()
+    return m
+
+
+def repair_metrics(recs, A_E):
+    """The repairs of the step's runs (mas.repairs: calls after a failed run_tests), over every
+    rank's runs (recs in (q, i, j) order, A_E [B, M, N] as the update used it):
+
+        repair/calls      repair calls made (Recorder.line adds repair/trained: those the update
+                          trained on, all of them on an Executor step, else 0)
+        repair/copy_rate  the share of them that wrote the failed program again
+        repair/adv_mean   the mean advantage A_E their tokens carried"""
+    n = sum(r["repairs"] for r in recs)
+    m = {"repair/calls": n}
+    if n:
+        a = A_E.flatten().tolist()
+        m["repair/copy_rate"] = sum(r["copies"] for r in recs) / n
+        m["repair/adv_mean"] = sum(r["repairs"] * x for r, x in zip(recs, a)) / n
     return m
 
 

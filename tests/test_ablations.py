@@ -177,6 +177,21 @@ def test_train_command_lines(tmp_path):
     for run in ("coupled", "designer", "executor"):
         c = ablations.train_command(run, 0, 20, str(tmp_path))
         assert f"--mode={run}" in c and "--steps=20" in c
+    # issue #56's arms of two policies: the seed's own separate cold start, made by sft.py
+    for run, steps in (("designer_frozen", 20), ("metaagent_separate", 40)):
+        c = ablations.train_command(run, 1, 20, str(tmp_path))
+        assert "--policy=separate" in c and f"--steps={steps}" in c
+        assert c[-1] == f"--init_from={tmp_path}/sft-separate-s1" and ablations.separate_start(run)
+    assert "--mode=designer" in ablations.train_command("designer_frozen", 1, 20, str(tmp_path))
+    assert ablations.sft_command(1, str(tmp_path), separate=True)[-4:] == [
+        "--roles",
+        "separate",
+        "--out",
+        f"{tmp_path}/sft-separate-s1",
+    ]
+    control = ablations.train_command("executor_tester", 0, 20, str(tmp_path))
+    assert "--template=tester" in control and "--mode=executor" in control
+    assert not ablations.separate_start("metaagent") and not ablations.separate_start("separate")
     with pytest.raises(KeyError):
         ablations.train_command("nope", 0, 20, str(tmp_path))
 

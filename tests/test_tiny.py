@@ -177,12 +177,11 @@ def test_wrong_reply_is_wrong_and_well_formed():
         assert mas.answer_of(bad) is not None and reward.correctness(t, mas.answer_of(bad)) == 0.0
 
 
-def test_one_shown_example_is_often_ambiguous_and_the_wrong_reply_fits_it():
-    import mas
+def test_every_shown_example_fits_two_functions_and_the_wrong_reply_is_the_other():
     from machinery import data
 
     tasks = tiny.make_tasks(200, seed=3, kinds=("code",))
-    ambiguous = 0
+    right = 0
     for t in tasks:
         pub = t["public_tests"]
         (x0,), y0 = pub["inputs"][0], pub["outputs"][0]
@@ -196,18 +195,19 @@ def test_one_shown_example_is_often_ambiguous_and_the_wrong_reply_fits_it():
             and k in t["metadata"]["solution"]
         )
         assert tiny.oracle_reply(t) == f"{step}\n<answer>{t['metadata']['solution']}</answer>"
+        # W1: the shown example fits f and exactly one other catalogue function
         fits = [e for e in tiny.CATALOGUE if tiny._apply(e, x0) == y0]
-        wrong = mas.answer_of(tiny.wrong_reply(t)).removeprefix("def f(x): return ")
-        if any(
-            any(tiny._apply(e, *i) != o for i, o in zip(pub["inputs"], pub["outputs"]))
-            for e in fits
-        ):
-            ambiguous += 1
-            # the natural mistake: it fits the shown example, a visible test catches it
-            assert wrong in fits
-    # x+K, x-K, K-x on 0..9: an example (x, y) with y > x fits x+K and K-x when x + y <= 9, and so
-    # on
-    assert 0.3 * len(tasks) < ambiguous < 0.7 * len(tasks)
+        solution = t["metadata"]["solution"].removeprefix("def f(x): return ")
+        (other,) = [e for e in fits if e != solution]
+        # the other one fails a visible test, and wrong_reply is it, worked out as the oracle works
+        assert any(tiny._apply(other, *i) != o for i, o in zip(pub["inputs"], pub["outputs"]))
+        (wstep,) = tiny._derivation(other, x0, y0)
+        assert tiny.wrong_reply(t) == f"{wstep}\n<answer>def f(x): return {other}</answer>"
+        right += "-x" in solution
+    # f is drawn before the inputs, so given the example either candidate is f half the time: the
+    # K-x family is one of the two candidates of every example (x+K and x-K never agree), so it is
+    # f in ~half the tasks (SE ~3.5% of 200: 35% to 65% is beyond 4 SE)
+    assert 0.35 * len(tasks) < right < 0.65 * len(tasks)
 
 
 @needs_sandbox
@@ -215,8 +215,9 @@ def test_sft_traces_run_the_real_templates_with_oracle_replies():
     import mas
 
     tasks = tiny.make_tasks(24, seed=2)
-    designer, executor = tiny.sft_traces(tasks, seed=0, other_share=0.6, wrong_share=1.0)
-    assert designer == tiny.sft_traces(tasks, seed=0, other_share=0.6, wrong_share=1.0)[0]
+    kw = dict(seed=0, other_share=0.6, wrong_share=1.0, prior="suited")
+    designer, executor = tiny.sft_traces(tasks, **kw)
+    assert designer == tiny.sft_traces(tasks, **kw)[0]
     assert len(designer) == len(tasks)
     structures = []
     for t, d in zip(tasks, designer):
@@ -230,11 +231,38 @@ def test_sft_traces_run_the_real_templates_with_oracle_replies():
     golds = {mas.answer_of(tiny.oracle_reply(t)) for t in tasks}
     for s in executor:
         assert s["messages"][0]["role"] == "system" and s["messages"][1]["role"] == "user"
-        assert mas.answer_of(s["completion"]) in golds  # targets are always correct
+        # copy_share 0.5 by default: a repair's target may copy the failed program; every other
+        # target is correct
+        copied = "\nTests: FAIL" in s["messages"][1]["content"]
+        assert copied or mas.answer_of(s["completion"]) in golds
     users = [s["messages"][1]["content"] for s in executor]
     # with wrong_share=1 every critic/tester run on code shows its second call something to fix
     assert any("\nAnswer: " in u for u in users)
     assert any("\nTests: FAIL" in u for u in users)
+
+
+@needs_sandbox
+def test_the_weak_teachers_repairs_copy_the_failed_reply_at_copy_share():
+    import mas
+
+    tasks = tiny.make_tasks(40, seed=2, kinds=("code",))
+    kw = dict(seed=0, other_share=0.0, wrong_share=1.0)  # every task a tester run, wrong first
+    for share in (0.0, 0.5, 1.0):
+        _, executor = tiny.sft_traces(tasks, copy_share=share, **kw)
+        repairs = [s for s in executor if "\nTests: FAIL" in s["messages"][1]["content"]]
+        # a repair a task (two tasks that show the same prompt and reply: one sample)
+        assert len(tasks) - 3 <= len(repairs) <= len(tasks)
+        copied = 0
+        for s in repairs:
+            failed = s["messages"][1]["content"].split("\nCode:\n")[1].split("\nTests:")[0]
+            copy = mas.answer_of(s["completion"]) == failed
+            copied += copy
+            # the copy is the failed program again, bare: no worked steps
+            assert not copy or s["completion"] == f"<answer>{failed}</answer>"
+        if share in (0.0, 1.0):
+            assert copied == share * len(repairs)
+        else:  # ~20 of ~40 (SE ~3.2; the draw is fixed by the seed): 8 to 32 is beyond 3.5 SE
+            assert 8 <= copied <= 32
 
 
 @needs_sandbox
@@ -343,7 +371,10 @@ def test_executor_contexts_are_the_prompts_a_rollout_shows():
         wrong = mas.answer_of(tiny.wrong_reply(t))
         for c in tiny.CONTEXTS:
             messages, completion = ctx[c][k]
-            assert completion == tiny.oracle_reply(t) and messages[1]["content"].startswith(shown)
+            target = tiny.copy_reply(tiny.wrong_reply(t)) if c in tiny.COPIES else None
+            target = target or tiny.oracle_reply(t)
+            assert completion == target and messages[1]["content"].startswith(shown)
+        assert ctx["copy"][k][0] == ctx["repair"][k][0]  # the habit, in the repair's prompt
         assert ctx["solver"][k][0][0]["content"].startswith("solver:")
         assert ctx["coder"][k][0][1]["content"] == shown
         # the frozen wrong program and its real test report
@@ -365,6 +396,8 @@ def test_repair_contexts_repair_the_models_own_wrong_programs():
     first = {ids[0]: tiny.wrong_reply(tasks[0]), ids[1]: tiny.oracle_reply(tasks[1])}
     got = tiny.repair_contexts(tasks, first)
     assert got[0] == ctx["repair"][0] and got[1] is None and got[2] is None
+    copied = tiny.repair_contexts(tasks, first, copy=True)
+    assert copied[0] == ctx["copy"][0] and copied[1] is None and copied[2] is None
     # another wrong program: its own code and its own test report in the prompt
     bad = "<answer>def f(x): return 100</answer>"
     own = tiny.repair_contexts(tasks, {ids[2]: bad})[2]
@@ -376,7 +409,7 @@ def test_sft_traces_prior_moves_the_designer_alone():
     import mas
 
     tasks = tiny.make_tasks(60, seed=3, split="sft")
-    designer, executor = tiny.sft_traces(tasks, seed=1)
+    designer, executor = tiny.sft_traces(tasks, seed=1, prior="suited")
     d_single, e_single = tiny.sft_traces(tasks, seed=1, prior="single")
     assert e_single == executor  # the Executor's traces are the suited templates' runs still
     assert [d["messages"] for d in d_single] == [d["messages"] for d in designer]
@@ -387,10 +420,13 @@ def test_sft_traces_prior_moves_the_designer_alone():
     # points, so more than half is far inside); the default shows the suited one as often
     assert shown.count("single") > 30 and sum(suited) > 30
     assert set(shown) == set(mas.TEMPLATES)  # every structure still shown
-    # flat: each of the four on ~1/4 of the 60 (SE ~3.4 tasks: 5 to 25 is beyond 3 SE either way)
-    d_flat, e_flat = tiny.sft_traces(tasks, seed=1, prior="flat")
+    # flat (the default): each template with PRIOR_WEIGHTS' probability, 11.5-44% (on 60 tasks
+    # each template 2 to 35 times is beyond 3 SE either way)
+    d_flat, e_flat = tiny.sft_traces(tasks, seed=1)
     flat = [script[d["completion"]] for d in d_flat]
-    assert e_flat == executor and all(5 <= flat.count(n) <= 25 for n in mas.TEMPLATES)
+    assert e_flat == executor and all(2 <= flat.count(n) <= 35 for n in mas.TEMPLATES)
+    with pytest.raises(ValueError, match="prior"):
+        tiny.sft_traces(tasks, seed=1, prior="none")
 
 
 def test_executor_score_weights_each_structures_contexts():

@@ -402,6 +402,10 @@ def test_seeded_runs_agree_with_real_advantages(model_dir, uninterrupted, tmp_pa
             and m["entropy/executor_tokens"] >= 0
         )
         assert m[f"{m['active']}/grad_norm"] == m["model/grad_norm"]
+        # the repairs' dose (recorder.repair_metrics): trained on an Executor step alone
+        trained = m["repair/calls"] if "executor" in m["active"] else 0
+        assert m["repair/calls"] >= 0 and m["repair/trained"] == trained
+        assert 0 <= m.get("repair/copy_rate", 0) <= 1
     # real learning signal: some advantages of each role are non-zero, and both roles' steps moved
     # the weights
     assert (
@@ -417,7 +421,9 @@ def test_seeded_runs_agree_with_real_advantages(model_dir, uninterrupted, tmp_pa
         "SFT: designs",
         "SFT: single agent",
     }
-    parts = ("executor_answer", "executor_steps", "repair", "repair_own")
+    parts = ("executor_answer", "executor_steps", "repair", "repair_own", "copy", "copy_own")
+    per_kind = [f"accuracy/{k}" for k in sorted(set(table["kinds"]))] + ["accuracy/rl_mix"]
+    per_template = [f"code/{n}" for n in ("single", "ensemble", "critic", "tester")]
     assert set(table["rl_minus_sft"]) == {
         "learned designs",
         "single agent",
@@ -425,7 +431,33 @@ def test_seeded_runs_agree_with_real_advantages(model_dir, uninterrupted, tmp_pa
         "executor",
         "oracle",
         *parts,
+        *per_kind,
+        *per_template,
     }
+    # the run's data mix, {"tiny": 1.0}: both kinds interleaved
+    assert table["rl_mix"] == {"code": 0.5, "math": 0.5}
+    # per kind: the learned designs' accuracy over that kind's tasks, RL minus SFT
+    correct = table["per_task"]["correct"]
+    for kind in sorted(set(table["kinds"])):
+        idx = [i for i, k in enumerate(table["kinds"]) if k == kind]
+        d = [correct["RL: learned designs"][i] - correct["SFT: designs"][i] for i in idx]
+        got = table["rl_minus_sft"][f"accuracy/{kind}"]["points"]
+        assert got == pytest.approx(100 * sum(d) / len(d))
+    mix = sum(
+        w * table["rl_minus_sft"][f"accuracy/{k}"]["points"] for k, w in table["rl_mix"].items()
+    )
+    assert table["rl_minus_sft"]["accuracy/rl_mix"]["points"] == pytest.approx(mix)
+    # each template forced on the code tasks: one value a code task, in code_ids' order
+    assert table["code_ids"] == [i for i, k in zip(table["ids"], table["kinds"]) if k == "code"]
+    for n in ("single", "ensemble", "critic", "tester"):
+        rl, sft = correct[f"RL: code, {n}"], correct[f"SFT: code, {n}"]
+        assert len(rl) == len(table["code_ids"]) and all(0 <= v <= 1 for v in rl + sft)
+        got = table["rl_minus_sft"][f"code/{n}"]["points"]
+        assert got == pytest.approx(100 * (sum(rl) - sum(sft)) / len(rl))
+    # the training accuracy's change, from metrics.jsonl (4 steps: 10% is one step, so the last
+    # minus the first)
+    acc = [m["accuracy"] for m in ma]
+    assert table["train_change"] == pytest.approx(acc[-1] - acc[0])
     # the new exact rows, per task: probabilities, None where a repair context does not occur
     # (math tasks; code tasks whose own frozen reply passed the visible tests)
     own = json.loads(Path(model_dir, final_table.OWN_REPLIES).read_text())
@@ -438,7 +470,7 @@ def test_seeded_runs_agree_with_real_advantages(model_dir, uninterrupted, tmp_pa
         assert sum(v is not None for v in ex["repair_own"]) == table["own_wrong_programs"]
         kinds = table["kinds"]
         assert [v is None for v in ex["repair"]] == [k == "math" for k in kinds]
-    for what in parts:
+    for what in [*parts, *per_kind, *per_template]:
         del table["rl_minus_sft"][what]
     for what, gain in table["rl_minus_sft"].items():  # paired: RL row minus SFT row, task by task
         # exact (teacher-forced) probabilities, not sampled accuracies
@@ -1213,3 +1245,32 @@ def test_signal_metrics_on_a_known_reward_matrix():
     assert m["signal/design_reward_std"] == pytest.approx((0 + 0.9 / 2**0.5) / 2)
     # two structures in each query, one design each: H = log 2; never one structure for all designs
     assert m["entropy/designs"] == pytest.approx(np.log(2)) and m["signal/same_structure"] == 0.0
+
+
+def test_repair_metrics_count_the_repairs_their_copies_and_their_advantage():
+    """mas.repairs on real-shaped call records (a repair: a call after a failed run_tests report;
+    a copy: a repair whose answer is the failed program), and recorder.repair_metrics over the
+    runs."""
+    import mas
+    from sandbox import CallRecord
+
+    def call(message, answer, k):
+        messages = [{"role": "system", "content": "coder: x"}, {"role": "user", "content": message}]
+        return CallRecord("coder", messages, f"1+2=3\n<answer>{answer}</answer>", None, k)
+
+    first = call("Write f(x).\nf(1)==3", "def f(x): return x+2", 0)
+    failed = "Write f(x).\nf(1)==3\nCode:\ndef f(x): return x+2\nTests: FAIL 1/3\ninput: [2]"
+    copy = call(failed, "def f(x): return x+2", 1)
+    switch = call(failed, "def f(x): return 4-x", 1)
+    passed = call("Write f(x).\nTests: PASS 3/3", "def f(x): return x+2", 1)
+    assert mas.repairs([first, copy]) == (1, 1) and mas.repairs([first, switch]) == (1, 0)
+    assert mas.repairs([first]) == (0, 0) and mas.repairs([first, passed]) == (0, 0)
+    # the first call is never a repair, whatever its message shows
+    assert mas.repairs([call(failed, "x", 0)]) == (0, 0)
+    recs = [{"repairs": 1, "copies": 1}, {"repairs": 1, "copies": 0}, {"repairs": 0, "copies": 0}]
+    A_E = torch.tensor([[[-1.0, 0.5, 2.0]]])
+    m = recorder.repair_metrics(recs, A_E)
+    assert m == {"repair/calls": 2, "repair/copy_rate": 0.5, "repair/adv_mean": -0.25}
+    assert recorder.repair_metrics([{"repairs": 0, "copies": 0}], A_E[..., :1]) == {
+        "repair/calls": 0
+    }

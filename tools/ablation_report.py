@@ -59,9 +59,10 @@ def out_dir(root, run, seed):
     return os.path.join(root, f"{run}-s{seed}")
 
 
-def cold_start(root, seed):
-    """Seed s's own SFT cold start: ROOT/sft-s{s}."""
-    return os.path.join(root, f"sft-s{seed}")
+def cold_start(root, seed, separate=False):
+    """Seed s's own SFT cold start: ROOT/sft-s{s}, or its separate one (a Designer and an Executor
+    model, for the arms of two policies) ROOT/sft-separate-s{s}."""
+    return os.path.join(root, f"sft-separate-s{seed}" if separate else f"sft-s{seed}")
 
 
 def table_name(split):
@@ -111,6 +112,8 @@ EXACT_KEYS = (
     "executor_steps",
     "repair",
     "repair_own",
+    "copy",
+    "copy_own",
 )
 
 
@@ -136,7 +139,8 @@ def seed_prior(the_set, results, seed):
     """Seed s's cold start's prior(), from the first arm of the seed whose table has it, of the
     arms that start from the seed's own cold start; None when none has it."""
     for a in the_set.RUN_NAMES:
-        if the_set.own_start(a) and seed in results.get(a, {}) and results[a][seed]["prior"]:
+        shared = the_set.own_start(a) and not the_set.separate_start(a)
+        if shared and seed in results.get(a, {}) and results[a][seed]["prior"]:
             return results[a][seed]["prior"]
     return None
 
@@ -189,6 +193,9 @@ def summarize(run_dir, over, split="eval"):
             if key in rl and key in sft:
                 gain[key] = task_gain(rl[key], sft[key])
         gain["accuracy"] = task_gain(correct[sampled[0]], correct[sampled[1]])
+        # the same on the code tasks alone (None on the others)
+        code = [k == "code" for k in table.get("kinds", [])]
+        gain["accuracy_code"] = [g if c else None for g, c in zip(gain["accuracy"], code)]
         out["ids"] = table["ids"]
         out["prior"] = prior(sft.get("choice"), table.get("kinds"))
         # the cold start's own rows, to check that two arms of a seed scored the same programs
@@ -485,11 +492,12 @@ def cold_start_problems(the_set, root, results, repo=REPO):
         return {}
     out = {}
     for r in the_set.SET["arms"]:
+        sep = the_set.separate_start(r)
         for seed in results.get(r, {}):
-            rec = read_json(os.path.join(cold_start(root, seed), "build.json"))
+            rec = read_json(os.path.join(cold_start(root, seed, sep), "build.json"))
             if rec is None:
                 why = ["no build.json"]
-            elif sft_args(rec.get("cmd")) != sft_args(the_set.sft_command(seed, root)):
+            elif sft_args(rec.get("cmd")) != sft_args(the_set.sft_command(seed, root, sep)):
                 why = ["made by another command"]
             else:
                 why = record_problems(rec, prereg, repo)
@@ -524,9 +532,10 @@ def own_cold_starts(results, arms):
     older = []
     for a in arms:
         for seed, s in sorted(results.get(a, {}).items()):
-            own = os.path.basename(cold_start("", seed))  # sft-s{seed}
+            # sft-s{seed}, or sft-separate-s{seed} (an arm of two policies)
+            own = [os.path.basename(cold_start("", seed, sep)) for sep in (False, True)]
             inits = [x for x in s["cmd"] or [] if x.startswith("--init_from=")]
-            if not any(x.endswith(own) for x in inits):
+            if not any(x.endswith(tuple(own)) for x in inits):
                 older.append(f"{a}-s{seed}")
     kept = {}
     for r, per in results.items():
@@ -534,17 +543,21 @@ def own_cold_starts(results, arms):
     return kept, older
 
 
-def same_frozen_programs(results, arms):
+def same_frozen_programs(results, arms, separate=None):
     """The seeds whose `arms` scored different programs: the cold start's SFT row on repair_own, per
-    task, must be the same in every arm's table of the seed (one cold start, one frozen sample of
-    its own programs, world/final_table.py's own_first_replies); [] when they agree."""
+    task, must be the same in every arm's table of the seed that started from the same cold start
+    (one cold start, one frozen sample of its own programs, world/final_table.py's
+    own_first_replies; separate(arm): whether it started from the seed's separate one); [] when
+    they agree."""
     bad = []
     for seed in sorted(set().union(*(results.get(a, {}) for a in arms))):
-        rows = []
+        rows = {}
         for a in arms:
             if seed in results.get(a, {}):
-                rows.append(results[a][seed].get("sft_rows", {}).get("repair_own"))
-        if any(row != rows[0] for row in rows):
+                start = bool(separate and separate(a))
+                own = results[a][seed].get("sft_rows", {}).get("repair_own")
+                rows.setdefault(start, []).append(own)
+        if any(row != same[0] for same in rows.values() for row in same):
             bad.append(seed)
     return bad
 
@@ -591,10 +604,23 @@ def diff_text(r, key, interval=True):
     return f"{sc * r['D']:+.{dg}f} ± {sc * r['SE']:.{dg}f}"
 
 
+def against(r, null):
+    """paired()'s result tested against `null` (a fraction) instead of 0: D, d_s and the interval
+    moved by -null, so that verdict()'s "held" reads D - half > null (a threshold prediction such
+    as "a gain of at least 8 points"). None stays None."""
+    if r is None or not null:
+        return r
+    out = {**r, "D": r["D"] - null, "ds": [d - null for d in r["ds"]]}
+    if r["lo"] is not None:
+        out.update(lo=r["lo"] - null, hi=r["hi"] - null)
+    return out
+
+
 def row(the_set, results, plan_key, label, a, b, key):
     """One comparison's table row: seeds, D with its 95% t interval, d_s per seed, the margin (the
-    set's PLAN), the verdict."""
+    set's PLAN), the verdict (against PLAN's "null" where it sets one: a threshold, in points)."""
     r, delta = measure(results, a, b, key), margin(the_set.PLAN, plan_key)
+    null = the_set.PLAN.get(plan_key, {}).get("null", 0.0) / 100 if plan_key else 0.0
     per = ", ".join(f"{100 * d:+.2f}" for d in r["ds"]) if r else "-"
     cells = [
         label,
@@ -602,8 +628,10 @@ def row(the_set, results, plan_key, label, a, b, key):
         diff_text(r, key),
         per,
         f"±{100 * delta:.2f}" if delta is not None else "not set",
-        planned(the_set.PLAN, plan_key, r, verdict(r, delta)),
+        planned(the_set.PLAN, plan_key, r, verdict(against(r, null), delta)),
     ]
+    if null:
+        cells[-1] += f" (against {100 * null:+.2f})"
     return "| " + " | ".join(cells) + " |"
 
 
@@ -662,7 +690,7 @@ def section(the_set, results, prov, seeds, split):
             "Not from their seed's own cold start, left out of this section (older runs): "
             f"{', '.join(older)}."
         )
-    bad = same_frozen_programs(results, arms)
+    bad = same_frozen_programs(results, arms, the_set.separate_start)
     frozen = (
         "At every seed both arms scored the same frozen programs (the cold start's repair_own "
         "row is the same, task by task, in both tables)."

@@ -34,8 +34,9 @@ judges: it passes itself in as the report's `the_set`.
 A new set: edit SET (its arms, comparisons and words), and after its pilot's `power` PLAN and
 REFERENCE_SD; commit that before the set's first run and write the commit into
 ROOT/PREREGISTERED (the report checks that this file's PLAN block is that commit's). The other arms
-of runs() (issue #34's: flat8, flat16, coupled, designer, executor, separate, k1, k10) run with
---only.
+of runs() (issue #34's: flat8, flat16, coupled, designer, executor, separate, k1, k10; issue #56's
+mechanism arms: designer_frozen and metaagent_separate, two policies from the seed's own separate
+cold start ROOT/sft-separate-s{s}, and executor_tester) run with --only.
 
 Needs: machinery/provenance.py, tools/ablation_report.py; train.py, sft.py and world/final_table.py
 (run as programs) and what their Needs lines name
@@ -113,6 +114,20 @@ def runs(budget):
         "separate": {**base, "policy": "separate", "init_from": "out/tiny-sft-separate"},
         "k1": {**base, "K": stage_length(1, budget)},
         "k10": {**base, "K": stage_length(10, budget)},
+        # issue #56's mechanism arms: two separate policies, so that a Designer update never moves
+        # the Executor; designer-only over the frozen cold-start Executor, and both roles learning
+        # (each from the seed's own separate cold start: separate_start)
+        "designer_frozen": {**base, "policy": "separate", "mode": "designer", "steps": budget},
+        "metaagent_separate": {**base, "policy": "separate"},
+        # the positive control: executor-only on the tester, whose repairs show the habit; 10
+        # queries x 8 runs x ~1.4 calls ~ metaagent's 113 executor samples an update
+        "executor_tester": {
+            **base,
+            "template": "tester",
+            "mode": "executor",
+            "steps": budget,
+            "executor_batch_size": 10,
+        },
         # single-agent GRPO, at metaagent's executor samples an update (SET's arms_text)
         "single": {
             **base,
@@ -128,9 +143,16 @@ RUN_NAMES = list(runs(20))
 
 
 def own_start(run):
-    """Whether an arm starts from its seed's own cold start (ROOT/sft-s{s}): every arm without an
-    init_from of its own."""
+    """Whether an arm starts from its seed's own cold start (ROOT/sft-s{s}; for two policies
+    ROOT/sft-separate-s{s}: separate_start): every arm without an init_from of its own."""
     return "init_from" not in runs(1)[run]
+
+
+def separate_start(run):
+    """Whether an arm starts from its seed's own separate cold start (ROOT/sft-separate-s{s}:
+    `sft.py --roles separate`, a Designer and an Executor model): an own_start arm of two
+    policies."""
+    return own_start(run) and runs(1)[run].get("policy") == "separate"
 
 
 def updates(run):
@@ -227,12 +249,13 @@ REFERENCE_SD = {"designer": 3.65, "repair": 0.53}
 # the command lines
 
 
-def sft_command(seed, root):
+def sft_command(seed, root, separate=False):
     """The sft.py command line (run from the repo root) that makes seed s's cold start: the
-    Designer's SFT samples show every template equally often on every kind (--prior flat: a
-    prior shown mostly `single`, 75%, left 1-4% on the suited ones and RL never found them in the
-    pilot: NOTES)."""
-    args = ["--no-eval", "--seed", str(seed), "--prior", "flat", "--out", cold_start(root, seed)]
+    Designer's SFT samples drawn from the flat prior (--prior flat: a prior shown mostly `single`,
+    75%, left 1-4% on the suited ones and RL never found them in issue #45's pilot: NOTES);
+    separate: two models (--roles separate), ROOT/sft-separate-s{s}."""
+    args = ["--no-eval", "--seed", str(seed), "--prior", "flat"]
+    args += ["--roles", "separate"] * separate + ["--out", cold_start(root, seed, separate)]
     return [sys.executable, "sft.py", *args]
 
 
@@ -250,7 +273,7 @@ def train_command(run, seed, budget, root, split="eval"):
         *(f"--{k}={v}" for k, v in over.items()),
     ]
     if own_start(run):
-        cmd.append(f"--init_from={cold_start(root, seed)}")
+        cmd.append(f"--init_from={cold_start(root, seed, separate_start(run))}")
     if split != "eval":
         cmd.append("--eval_tasks=0")
     return cmd
@@ -302,14 +325,14 @@ def launch(cmd, log_path, cpus=None, echo=True):
         return p.wait()
 
 
-def build_cold_start(seed, root, cpus=None, echo=True):
+def build_cold_start(seed, root, cpus=None, echo=True, separate=False):
     """'ok' | 'failed (cold start rc N)': seed s's cold start, made by sft.py unless it is there.
     sft.py renames the finished model folder into place, so the folder exists only once built; its
     log grows beside it (ROOT/sft-s{s}.log) and moves in as sft.log, with build.json (the command,
     start and end clock times, the commit and whether the tree was dirty: machinery/provenance.py).
-    Callers hold the seed's lock (run_all)."""
-    path = cold_start(root, seed)
-    cmd, log = sft_command(seed, root), path + ".log"
+    Callers hold the seed's lock (run_all). separate: the seed's separate cold start."""
+    path = cold_start(root, seed, separate)
+    cmd, log = sft_command(seed, root, separate), path + ".log"
     if os.path.isdir(path):
         before = (read_json(os.path.join(path, "build.json")) or {}).get("cmd")
         if before and sft_args(before) != sft_args(cmd):  # another set's: never reused silently
@@ -394,8 +417,9 @@ def run_all(a):
             done = is_finished(out_dir(a.root, run, seed), over["steps"], a.split)
             init = None if own_start(run) else os.path.join(REPO, over["init_from"])
             if init is None and not done:  # the seed's own cold start, built once
-                with building.setdefault(("seed", seed), threading.Lock()):
-                    built = build_cold_start(seed, a.root, cpus, echo)
+                sep = separate_start(run)
+                with building.setdefault(("seed", seed, sep), threading.Lock()):
+                    built = build_cold_start(seed, a.root, cpus, echo, sep)
                 if built != "ok":
                     return built
             elif init is not None and not os.path.isdir(init):

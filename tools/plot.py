@@ -4,11 +4,12 @@
     python tools/plot.py out/tiny-rl [out/other ...]     # -> out/tiny-rl/plots/
 
 Three figures from the runs' metrics.jsonl:
-- training.png: the training reward and accuracy (smoothed over 5 steps), parseable scripts, and the
+- training.png: the training reward and accuracy (smoothed over 5 steps), parseable scripts, the
   held-out curves (heldout/: the tiny world's sampled accuracy of the learned designs with +-1 SE,
-  the exact rows `suited` and `executor`, at step 0 and every checkpoint; a benchmark's accuracy
-  +-1 SE, heldout/NAME/, at step 0 and every val_every steps: train.py's val_tasks), the
-  Designer's stages shaded;
+  the exact rows `suited`, `executor`, `tester_code` and `copy`, at step 0 and every checkpoint; a
+  benchmark's accuracy +-1 SE, heldout/NAME/, at step 0 and every val_every steps: train.py's
+  val_tasks), the tester's share of the designs and the repairs' copy rate, the Designer's stages
+  shaded;
 - diagnostics.png: what an RL auditor opens first: each role's clip fraction, mean ratio,
   engine/trainer log-prob gap and grad norm, the policy's entropy per sampled token, and where the
   signal goes (the share of query groups whose advantages are all zero);
@@ -28,6 +29,9 @@ matplotlib.use("Agg")  # files, no display
 import matplotlib.pyplot as plt  # noqa: E402 - after the backend is chosen
 
 ROLES = ("designer", "executor")
+# the tiny curve's exact rows and their dashes: P(suited template), the Executor's row, P(tester |
+# code task), P(the repair copies the failed program)
+EXACT_ROWS = (("suited", "--"), ("executor", ":"), ("tester_code", "-."), ("copy", (0, (1, 3))))
 
 
 def read(run_dir):
@@ -81,15 +85,17 @@ def heldout(ax, runs):
     for name, rows in runs.items():
         probes = [r for r in rows if "heldout/accuracy" in r]
         if probes:
-            drawn.append("tiny val: accuracy, suited, executor")
+            drawn.append("tiny val: accuracy and exact rows")
             xs = np.array([r["step"] for r in probes])
             acc = np.array([r["heldout/accuracy"] for r in probes])
             se = np.array([r["heldout/accuracy_se"] for r in probes])
             line = ax.plot(xs, acc, marker="o", ms=3, lw=1.6, label=f"{name}: accuracy")[0]
             ax.fill_between(xs, acc - se, acc + se, color=line.get_color(), alpha=0.2, lw=0)
-            for key, dash in (("suited", "--"), ("executor", ":")):
-                ys = [r[f"heldout/{key}"] for r in probes]
-                ax.plot(xs, ys, dash, color=line.get_color(), lw=1.2, label=f"{name}: {key}")
+            for key, dash in EXACT_ROWS:
+                if f"heldout/{key}" in probes[0]:  # older runs lack tester_code and copy
+                    ys = [r[f"heldout/{key}"] for r in probes]
+                    style = dict(ls=dash, color=line.get_color(), lw=1.2)
+                    ax.plot(xs, ys, **style, label=f"{name}: {key}")
         for bench in benchmark_names(rows):
             key = f"heldout/{bench}/accuracy"
             probes = [r for r in rows if key in r]
@@ -162,6 +168,8 @@ def plot(dirs):
         ("accuracy", [("accuracy", "accuracy")]),
         ("parseable scripts", [("parse_rate", "parse rate")]),
         ("heldout", []),
+        ("designs on the tester template", [("structure/tester", "tester share")]),
+        ("repairs that copy the failed program", [("repair/copy_rate", "copy rate")]),
     ]
     panels(runs, training, os.path.join(out, "training.png"))
     diagnostics = []

@@ -14,9 +14,14 @@ task, each a fresh design executed once), and the exact rows by teacher forcing
 task), its share on the template that suits the kind (tiny.SUITED: `suited`, the Designer's primary
 row), P(the Executor writes the oracle reply) in each of its contexts, and those contexts weighted
 by the SFT Designer's structure shares (tiny.executor_score: `executor`, the Executor's primary row;
-`oracle` is the single agent's context). Printed, and written to out_dir/final_table.json (or
-final_table_val.json) with the per-task vectors, so that runs of one seed (the same tasks) pair task
-by task (ablations.py).
+`oracle` is the single agent's context); the repair of the cold start's own wrong programs
+(`repair_own`: in this world, the switch to the other function) and the habit, P(the repair writes
+the failed program again) (`copy_own`; `copy` after tiny.wrong_reply's); each template forced on the
+code tasks (`code/NAME`, sampled); the learned designs' accuracy per kind and weighted as RL's data
+mix draws the kinds (`accuracy/rl_mix` = sum_k mix_k d_k, SE = sqrt(sum_k mix_k^2 SE_k^2)); and
+the training accuracy's change, metrics.jsonl's last 10% of steps minus the first 10%. Printed,
+and written to out_dir/final_table.json (or final_table_val.json) with the per-task vectors, so
+that runs of one seed (the same tasks) pair task by task (ablations.py).
 
     final_table(cfg, engine, "out/tiny-rl/step_000040")     # train.py's last act, rank 0
     python world/final_table.py out/tiny-rl --split val           # a finished run's table again, on
@@ -81,9 +86,14 @@ def measure(cfg, eng, dirs, tasks, contexts, shares):
     d, e = held.view("designer"), held.view("executor")
     designs = heldout.sampled(tasks, d, e, cfg)
     single = heldout.sampled(tasks, d, e, cfg, template="single")
+    # each template forced on the code tasks (single's from its row above)
+    code = [k for k, t in enumerate(tasks) if t["kind"] == "code"]
+    per_template = {"single": [single[0][k] for k in code]}
+    for name in [n for n in mas.TEMPLATES if n != "single"]:
+        per_template[name] = heldout.sampled([tasks[k] for k in code], d, e, cfg, template=name)[0]
     tok = AutoTokenizer.from_pretrained(dirs["designer"])
     rows = heldout.exact(models["designer"], models["executor"], tok, tasks, contexts, shares)
-    return designs, single, rows
+    return designs, single, rows, per_template
 
 
 OWN_REPLIES = "own_first_replies.json"  # in the cold start's Executor folder: frozen once made
@@ -137,6 +147,39 @@ def known_margin(x, y):
     return m, se, len(pairs)
 
 
+def mix_shares(cfg):
+    """{kind: share}: how often RL's data mix draws each kind of tiny task (tiny.SOURCES)."""
+    shares = {}
+    for src, w in cfg.data_mix.items():
+        kinds = tiny.SOURCES.get(src, ())
+        for kind in kinds:
+            shares[kind] = shares.get(kind, 0.0) + w / len(kinds)
+    total = sum(shares.values())
+    return {k: v / total for k, v in sorted(shares.items())}
+
+
+def mixed_margin(gains, mix):
+    """(mean, SE) of the RL - SFT accuracy at the RL mix: sum_k mix_k * d_k, the kinds' paired
+    margins independent (disjoint tasks), SE = sqrt(sum_k mix_k^2 * SE_k^2)."""
+    m = sum(w * gains[f"accuracy/{k}"][0] for k, w in mix.items())
+    var = sum(w * w * gains[f"accuracy/{k}"][1] ** 2 for k, w in mix.items())
+    return m, var**0.5
+
+
+def training_change(out_dir):
+    """The training accuracy (metrics.jsonl's `accuracy`, over the rollouts of the "rl" split) of
+    the last 10% of steps minus the first 10% (at least one step each); None without steps."""
+    path = os.path.join(out_dir, "metrics.jsonl")
+    if not os.path.exists(path):
+        return None
+    with open(path) as f:
+        acc = [m["accuracy"] for m in map(json.loads, f) if "accuracy" in m]
+    if not acc:
+        return None
+    n = max(1, len(acc) // 10)
+    return float(np.mean(acc[-n:]) - np.mean(acc[:n]))
+
+
 def structures_text(counter):
     n = max(1, sum(counter.values()))
     return ", ".join(f"{k} {v / n:.0%}" for k, v in counter.most_common())
@@ -153,6 +196,7 @@ def final_table(cfg, eng, ckpt, split="eval"):
     # the repairs of the cold start's own wrong programs, frozen in its folder
     first = own_first_replies(cfg, eng, dirs["SFT"], tasks, contexts)
     contexts["repair_own"] = tiny.repair_contexts(tasks, first)
+    contexts["copy_own"] = tiny.repair_contexts(tasks, first, copy=True)
     # its shares weight both executor rows
     sft = measure(cfg, eng, dirs["SFT"], tasks, contexts, None)
     rl = measure(cfg, eng, dirs["RL"], tasks, contexts, sft[2]["shares"])
@@ -233,9 +277,46 @@ def final_table(cfg, eng, ckpt, split="eval"):
         gains[what] = (m, se)
         gain = f"RL - SFT, {label + ':':33s} {100 * m:+5.1f} points"
         print(f"{gain} (paired SE {100 * se:.1f}, {n} tasks)")
+    # the habit: P(the repair copies the failed program), after wrong_reply's and its own
+    for what, label in (
+        ("copy", "copy of wrong_reply's program"),
+        ("copy_own", "copy of its own wrong program"),
+    ):
+        m, se, n = known_margin(rl[2][what], sft[2][what])
+        gains[what] = (m, se)
+        gain = f"RL - SFT, {label + ':':33s} {100 * m:+5.1f} points"
+        print(f"{gain} (paired SE {100 * se:.1f}, {n} tasks)")
     print(f"(suited: {', '.join(f'{v} on {k}' for k, v in tiny.SUITED.items())})")
+    # sampled accuracy of the learned designs per kind, and weighted as the RL mix draws the kinds
+    kinds_of = [t["kind"] for t in tasks]
+    for kind in kinds:
+        idx = [i for i, k in enumerate(kinds_of) if k == kind]
+        gains[f"accuracy/{kind}"] = evaluate.paired_margin(
+            [rl[0][0][i] for i in idx], [sft[0][0][i] for i in idx]
+        )
+    mix = mix_shares(cfg)
+    gains["accuracy/rl_mix"] = mixed_margin(gains, mix)
+    # each template forced, on the code tasks
+    for name in names:
+        gains[f"code/{name}"] = evaluate.paired_margin(rl[3][name], sft[3][name])
+    print(
+        "sampled accuracy of the learned designs per kind and at the RL mix "
+        f"({', '.join(f'{k} {v:.0%}' for k, v in mix.items())}); each template forced on code:"
+    )
+    for who in ("RL", "SFT"):
+        cells = "  ".join(f"{n} {100 * np.mean(results[who][3][n]):5.1f}" for n in names)
+        print(f"{who:24s} {cells}")
+    for what in (
+        [f"accuracy/{k}" for k in kinds] + ["accuracy/rl_mix"] + [f"code/{n}" for n in names]
+    ):
+        m, se = gains[what]
+        print(f"RL - SFT, {what + ':':24s} {100 * m:+5.1f} points (paired SE {100 * se:.1f})")
+    train_change = training_change(cfg.out_dir)
+    if train_change is not None:
+        print(f"training accuracy, last 10% of steps - first 10%: {train_change:+.3f}")
     exact = {}
     keys = ("suited", "executor", "executor_answer", "executor_steps", "repair", "repair_own")
+    keys += ("copy", "copy_own")
     for who in ("RL", "SFT"):
         f = results[who][2]
         exact[who] = {k: f[k] for k in keys}
@@ -246,6 +327,9 @@ def final_table(cfg, eng, ckpt, split="eval"):
     for who in ("RL", "SFT"):
         for k in (0, 1):
             correct[labels[who, k]] = results[who][k][0]
+        # per template, on the code tasks (the "code_ids" order)
+        for n in names:
+            correct[f"{who}: code, {n}"] = results[who][3][n]
     table = {
         "tasks": len(tasks),
         "split": split,
@@ -263,7 +347,10 @@ def final_table(cfg, eng, ckpt, split="eval"):
         # per task, in the order of "ids", so that runs of one seed (the same tasks) can be paired
         # task by task (ablations.py): the sampled rows' accuracy over the S draws and the exact
         # probabilities
+        "rl_mix": mix,
+        "train_change": train_change,
         "ids": [str(t["id"]) for t in tasks],
+        "code_ids": [str(t["id"]) for t in tasks if t["kind"] == "code"],
         "kinds": [t["kind"] for t in tasks],
         "per_task": {"correct": correct, "exact": exact},
     }

@@ -25,7 +25,8 @@ sqrt(T). S draws a task shrink the sampling part of that variance by S; the draw
 
 Curve (train.py, tiny data, probe_tasks > 0): at step 0 (the cold start) and at every checkpoint,
 probe_tasks "val" tasks, SAMPLES draws each, and the exact rows, into that step's metrics.jsonl line
-under `heldout/` (accuracy and its SE over the tasks, suited, executor). The cold start's structure
+under `heldout/` (accuracy and its SE over the tasks, suited, executor, tester_code = P(tester |
+code task), copy = P(the repair copies wrong_reply's failed program)). The cold start's structure
 shares, which weight the executor row, are written into the step-0 line
 (heldout/share/KIND/TEMPLATE), so a resumed run reads them back. The sampled draws use the same
 seeds at every probe, so the curve's steps differ by the policy, not the noise.
@@ -148,11 +149,20 @@ def exact(designer_model, executor_model, tokenizer, tasks, contexts, shares=Non
         # (None where it does not occur)
         "repair": list(f["contexts"]["repair"]),
         "repair_own": list(f["contexts"].get("repair_own", [None] * len(tasks))),
+        # the habit: P(the repair copies the failed reply), after wrong_reply's and after its own
+        "copy": list(f["contexts"]["copy"]),
+        "copy_own": list(f["contexts"].get("copy_own", [None] * len(tasks))),
         "oracle": list(f["oracle"]),
         "choice": f["choice"],
         "contexts": f["contexts"],
         "shares": shares,
     }
+
+
+def known_mean(xs):
+    """The mean of the values that are not None (nan if none is)."""
+    known = [x for x in xs if x is not None]
+    return float(np.mean(known)) if known else float("nan")
 
 
 def gather_list(xs, world):
@@ -231,6 +241,8 @@ class Curve:
             self.contexts,
             self.shares,
         )
+        kinds = [t["kind"] for t in self.tasks]
+        tester_code = [c["tester"] if k == "code" else None for c, k in zip(rows["choice"], kinds)]
         for model in {id(m): m for m in models.values()}.values():
             if hasattr(model, "reshard"):  # FSDP2: a forward without grad leaves the root gathered
                 model.reshard()
@@ -241,6 +253,8 @@ class Curve:
             else 0.0,
             "heldout/suited": float(np.mean(rows["suited"])),
             "heldout/executor": float(np.mean(rows["executor"])),
+            "heldout/tester_code": known_mean(tester_code),
+            "heldout/copy": known_mean(rows["copy"]),
             "heldout/unparsed": structures.get("unparsed", 0) / max(1, sum(structures.values())),
         }
         if self.shares is None:  # step 0: the cold start's shares weight every later executor row

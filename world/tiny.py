@@ -19,10 +19,11 @@ Five pieces, each usable on its own:
    - code "fn": write a one-line Python function `f(x)` from ONE shown example (`f(2)==5`);
      run_tests checks it on three visible tests (the shown one first), five hidden tests grade it.
      Functions come from a small catalogue (CATALOGUE: `x+K`, `x-K`, `K-x` with K in 1..9, on inputs
-     0..9). About half the shown examples fit two functions (f(2)==5: x+3 or 7-x), so a single agent
-     guesses; the three visible tests single f out within the catalogue (every function that passes
-     them passes the hidden tests too), so run_tests' failing case is new information and a repair
-     from it is a skill: the tester template (repair after a failed visible test) is the one
+     0..9). Every shown example fits exactly two functions (f(2)==5: x+3 or 7-x), each f with
+     probability 1/2, so a single agent, a vote and a critic (which see only the task) are capped
+     near half; the three visible tests single f out within the catalogue (every function that
+     passes them passes the hidden tests too), so run_tests' failing case is new information and
+     the repair that switches to the other function is a skill: the tester template is the one
      structure without that ceiling.
    - splits: every task belongs to "sft" (60%), "rl" (10%), "val" (10%) or "eval" (20%) by a hash of
      what the model sees (`split_of`); `make_tasks(..., split=...)` draws from one, so the cold
@@ -30,17 +31,22 @@ Five pieces, each usable on its own:
      world holds only ~1,750 distinct math problems).
 4. `sft_traces(tasks, seed)`: SFT samples for both roles, with the compact prompts (`short=True`:
    the one-line Designer prompt, `role: instructions` agent prompts, code examples as `f(3)==7`
-   lines). Designer: the short designer prompt -> the template that suits the task (tester for code,
-   ensemble for math; another template 25% of the time). Executor: every agent call that template
-   makes when run in the sandbox, answered by an oracle that knows the task's answer; in half the
-   critic/tester runs the first reply is deliberately wrong (never a training target), so that the
-   critic and the repair call learn to fix, not just to copy.
+   lines). Designer: the short designer prompt -> a template drawn from a prior that is flat in
+   what the cold start then writes (PRIOR_WEIGHTS: P(template | kind) about 25% each, on val).
+   Executor: every agent call of the template that suits the task (tester for code, ensemble for
+   math; another 25% of the time) when run in the sandbox, answered by an oracle that knows the
+   task's answer; in half the critic/tester runs the first reply is deliberately wrong (never a
+   training target), so that the critic and the repair call learn to fix. A weak teacher's habit
+   is planted on purpose (COPY_SHARE = 0.3): that share of the tester's repairs writes the failed
+   program again instead of switching (copy_reply). It shows only after a failed test, so only in
+   the tester's runs: a habit the Executor can lose only where the Designer picks the tester.
 5. `exact_figures(model, tokenizer, tasks)`: what a policy would write, by teacher forcing instead
    of sampling: P(the Designer writes each template's script | task), and P(the Executor writes the
    oracle reply | context) in each of its contexts (CONTEXTS: the solver's prompt, the coder's, the
    repair after a frozen wrong program failed the visible tests, the critic keeping a right or
-   fixing a wrong proposal). `executor_score` weights the contexts by the structures a Designer
-   picks: the Executor's primary row. train.py's final table compares SFT and RL with them; sampled
+   fixing a wrong proposal), and P(the repair copies the failed program) (`copy`: the habit).
+   `executor_score` weights the contexts by the structures a Designer picks: the Executor's
+   primary row. train.py's final table compares SFT and RL with them; sampled
    accuracy on 200 tasks carries ~3.5 points of noise, these carry none.
 
 6. `cold_start(out, seed)`: the tiny world's SFT cold start, `python sft.py --no-eval` in a
@@ -185,13 +191,23 @@ def _apply(expr, x):
     return eval(expr, {}, {"x": x})  # our own catalogue text only
 
 
+def fits_shown(expr, x):
+    """The catalogue functions that agree with f = expr at x: the shown example's candidates (one
+    or two: x+K and K'-x, or x-K and K'-x, agree at one x at most)."""
+    return [e for e in CATALOGUE if _apply(e, x) == _apply(expr, x)]
+
+
 def _fn_task(rng, n_visible=3, n_hidden=5):
-    """A one-line function and inputs (0..9) whose visible outputs single it out within the
-    catalogue."""
+    """A one-line function and inputs (0..9): the shown example (the first visible test) fits two
+    catalogue functions, and the visible outputs single f out within the catalogue. f is drawn
+    uniformly and the inputs then, so given the shown example both candidates are equally likely:
+    no policy that sees only the task beats a coin on which one it is."""
     while True:
         expr = rng.choice(CATALOGUE)
         xs = rng.sample(range(0, 10), n_visible + n_hidden)
         vis, hid = xs[:n_visible], xs[n_visible:]
+        if len(fits_shown(expr, vis[0])) != 2:
+            continue
         fits = [e for e in CATALOGUE if all(_apply(e, x) == _apply(expr, x) for x in vis)]
         # every candidate that passes the visible tests must pass the hidden ones as well
         if all(_apply(e, x) == _apply(expr, x) for e in fits for x in hid):
@@ -297,6 +313,18 @@ OTHER_SHARE = 0.25  # designer samples that show another template (a prior over 
 WRONG_SHARE = (
     0.5  # critic/tester runs whose first reply is wrong, so the second call learns to fix it
 )
+# The weak teacher's habit (W2): the share of the tester's repairs in the cold start's traces that
+# copy the failed program instead of fixing it. A world parameter, planted so that RL has a habit
+# to lose, and one that only the tester's runs show.
+COPY_SHARE = 0.3
+# The Designer's prior (W3): "flat", its samples show the templates with these probabilities on
+# every kind, chosen on the val split so that the cold start's exact P(template | kind) is about
+# 25% each (docs/NOTES.md, issue #56)
+PRIOR = "flat"
+PRIOR_WEIGHTS = {
+    "math": {"single": 0.1, "ensemble": 0.129, "critic": 0.303, "tester": 0.468},
+    "code": {"single": 0.124, "ensemble": 0.143, "critic": 0.394, "tester": 0.338},
+}
 
 
 def oracle_reply(task):
@@ -323,27 +351,52 @@ def wrong_reply(task):
     shown = [(i[0], o) for i, o in data.shown_examples(task)]
     fails = [e for e in CATALOGUE if any(_apply(e, x) != y for x, y in cases)]
     fits = [e for e in fails if all(_apply(e, x) == y for x, y in shown)]
-    return f"<answer>def f(x): return {rng.choice(fits or fails)}</answer>"
+    if not fits:  # a task whose shown example singles f out: a program that fails it, bare
+        return f"<answer>def f(x): return {rng.choice(fails)}</answer>"
+    # the other candidate, worked out from the shown example as the oracle works out f: the reply
+    # a coder that guessed the wrong one writes
+    other = rng.choice(fits)
+    steps = _derivation(other, *shown[0])
+    return "".join(s + "\n" for s in steps) + f"<answer>def f(x): return {other}</answer>"
 
 
-def oracle_generate(tasks, wrong_first=()):
+def copy_reply(failed):
+    """The weak teacher's repair (COPY_SHARE): the failed reply's program written again, bare (no
+    worked steps: it reads nothing off the task or the failing case)."""
+    return f"<answer>{mas.answer_of(failed)}</answer>"
+
+
+def oracle_generate(tasks, wrong_first=(), copies=()):
     """A `generate` for sandbox.run_workflows that answers every call of run k correctly for
-    tasks[k], except the first call of the runs in wrong_first, which gets wrong_reply. Running the
-    real template scripts with it gives executor prompts exactly as rollouts will show them."""
-    wrong_first = set(wrong_first)
+    tasks[k], except the first call of the runs in wrong_first, which gets wrong_reply, and the
+    second call of the runs in copies, which copies its program (copy_reply: the weak teacher's
+    repair). Running the real template scripts with it gives executor prompts exactly as rollouts
+    will show them."""
+    wrong_first, copies = set(wrong_first), set(copies)
 
     def generate(calls):
-        return [
-            wrong_reply(tasks[c.run])
-            if c.run in wrong_first and c.index == 0
-            else oracle_reply(tasks[c.run])
-            for c in calls
-        ]
+        replies = []
+        for c in calls:
+            t = tasks[c.run]
+            if c.run in wrong_first and c.index == 0:
+                replies.append(wrong_reply(t))
+            elif c.run in copies and c.index == 1:
+                replies.append(copy_reply(wrong_reply(t)))
+            else:
+                replies.append(oracle_reply(t))
+        return replies
 
     return generate
 
 
-def sft_traces(tasks, seed, other_share=OTHER_SHARE, wrong_share=WRONG_SHARE, prior=None):
+def sft_traces(
+    tasks,
+    seed,
+    other_share=OTHER_SHARE,
+    wrong_share=WRONG_SHARE,
+    prior=PRIOR,
+    copy_share=COPY_SHARE,
+):
     """(designer_samples, executor_samples), each sample {"messages": [...], "completion": str}.
 
     Designer: the short designer prompt -> the script of the template suited to the task's kind
@@ -352,14 +405,23 @@ def sft_traces(tasks, seed, other_share=OTHER_SHARE, wrong_share=WRONG_SHARE, pr
     when run in the sandbox with oracle replies (identical (prompt, reply) pairs kept once).
 
     prior: the Designer's samples drawn apart from the Executor's (which stay the suited template's
-    runs): "flat", every template equally often on every kind; or a template name, the one shown
-    with probability 1 - other_share on every kind instead of the suited one. A cold start whose
+    runs): "flat" (PRIOR, the default), each template with PRIOR_WEIGHTS' probability on every kind;
+    a template name, the one shown with probability 1 - other_share on every kind instead of the
+    suited one; or "suited" (the suited template, as the Executor's runs). A cold start whose
     Designer does not prefer the suited template, while its Executor has learned the same calls.
-    `sft.py --prior flat` (tools/ablations.py's set)."""
+
+    copy_share: the weak teacher's habit (COPY_SHARE): in that share of the tester's repairs (the
+    second call, after the wrong first reply failed a visible test) the target writes the failed
+    program again (copy_reply) instead of the oracle's reply, which always switches to the other
+    function the shown example fits. The habit appears only after a failed test, so only in the
+    tester's runs."""
+    if prior not in ("flat", "suited", *mas.TEMPLATES):
+        raise ValueError(f"tiny.sft_traces: prior {prior!r} (flat, suited or a template's name)")
     rng = random.Random(f"tiny-sft-{seed}")
     prior_rng = random.Random(f"tiny-prior-{seed}")
+    copy_rng = random.Random(f"tiny-copy-{seed}")
     names = list(mas.TEMPLATES)
-    chosen, shown, wrong_first = [], [], []
+    chosen, shown, wrong_first, copies = [], [], [], []
     for k, t in enumerate(tasks):
         suited = SUITED.get(t["kind"], "single")
         others = [n for n in names if n != suited]
@@ -367,8 +429,9 @@ def sft_traces(tasks, seed, other_share=OTHER_SHARE, wrong_share=WRONG_SHARE, pr
         chosen.append(name)
         shown.append(name)
         if prior == "flat":  # the Designer's template, from its own prior
-            shown[-1] = prior_rng.choice(names)
-        elif prior is not None:
+            weights = [PRIOR_WEIGHTS[t["kind"]][n] for n in names]
+            shown[-1] = prior_rng.choices(names, weights)[0]
+        elif prior != "suited":
             rest = [n for n in names if n != prior]
             shown[-1] = prior_rng.choice(rest) if prior_rng.random() < other_share else prior
         # the tester repairs only what visible tests catch, so it gets wrong first replies on code
@@ -377,19 +440,21 @@ def sft_traces(tasks, seed, other_share=OTHER_SHARE, wrong_share=WRONG_SHARE, pr
             name == "critic" or (name == "tester" and t["kind"] == "code")
         ) and rng.random() < wrong_share:
             wrong_first.append(k)
+            if name == "tester" and copy_rng.random() < copy_share:
+                copies.append(k)
     # width: a bounded number of live children; thousands at once would only thrash a small machine
     runs = sandbox.run_workflows(
         [mas.TEMPLATES[n] for n in chosen],
         tasks,
-        oracle_generate(tasks, wrong_first),
+        oracle_generate(tasks, wrong_first, copies),
         equal=reward.math_equal,
         width=64,
         short=True,
     )
-    designer, executor, seen = [], [], set()
-    for t, name, show, run in zip(tasks, chosen, shown, runs):
+    designer, executor, seen, copies = [], [], set(), set(copies)
+    for k, (t, name, show, run) in enumerate(zip(tasks, chosen, shown, runs)):
         gold = oracle_reply(t)
-        if run.error is not None or mas.answer_of(gold) != run.answer:
+        if run.error is not None or (k not in copies and mas.answer_of(gold) != run.answer):
             raise RuntimeError(
                 f"tiny.sft_traces: template {name!r} failed on {t['id']}: {run.error or run.answer}"
             )
@@ -401,8 +466,9 @@ def sft_traces(tasks, seed, other_share=OTHER_SHARE, wrong_share=WRONG_SHARE, pr
         )
         for c in run.calls:
             key = json.dumps([c.messages, c.reply])
-            # wrong first replies are context, never targets
-            if c.reply == gold and key not in seen:
+            # wrong first replies are context, never targets; a planted copy is a target
+            target = c.reply == gold or (k in copies and c.index == 1)
+            if target and key not in seen:
                 seen.add(key)
                 executor.append({"messages": c.messages, "completion": c.reply})
     return designer, executor
@@ -415,16 +481,19 @@ def sft_traces(tasks, seed, other_share=OTHER_SHARE, wrong_share=WRONG_SHARE, pr
 # The Executor's contexts: which call of which template, run with which first reply. "solver" is the
 # single agent's call (ensemble and critic ask the same prompt), "coder" the tester's first call,
 # "repair" its second after the frozen wrong program (wrong_reply) failed the visible tests (code
-# only), "keep" / "fix" the critic after a right / the wrong proposal. The target is always the
-# oracle reply.
+# only), "keep" / "fix" the critic after a right / the wrong proposal. The target is the oracle
+# reply, except in "copy": the repair's prompt, and the failed program again (copy_reply: the
+# habit).
 # name: (template, call, wrong first)
 CONTEXTS = {
     "solver": ("single", 0, False),
     "coder": ("tester", 0, False),
     "repair": ("tester", 1, True),
+    "copy": ("tester", 1, True),
     "keep": ("critic", 1, False),
     "fix": ("critic", 1, True),
 }
+COPIES = {"copy"}  # the contexts whose target is the failed first reply
 # the contexts each template's calls see
 CALLS = {
     "single": ("solver",),
@@ -455,18 +524,20 @@ def executor_contexts(tasks):
                 raise RuntimeError(
                     f"tiny.executor_contexts: {template} failed on {t['id']}: {run.error}"
                 )
-            out[name].append(
-                (run.calls[call].messages, oracle_reply(t)) if len(run.calls) > call else None
-            )
+            target = copy_reply(wrong_reply(t)) if name in COPIES else oracle_reply(t)
+            out[name].append((run.calls[call].messages, target) if len(run.calls) > call else None)
     return out
 
 
-def repair_contexts(tasks, first_replies):
+def repair_contexts(tasks, first_replies, copy=False):
     """[(messages, oracle reply) or None, one a task]: the tester's repair call after a first reply
     of the model's own (first_replies[task id], e.g. a cold start's sampled coder reply) failed the
     visible tests, the prompt exactly as a rollout shows it. None where the task has no such reply,
     or where the reply passed run_tests (then the tester makes no second call). final_table's
-    `repair_own` row: repairs of the programs the model itself gets wrong, not of wrong_reply's."""
+    `repair_own` row: repairs of the programs the model itself gets wrong, not of wrong_reply's
+    (in this world, where the shown example fits two functions, the switch to the other one).
+    copy=True: the target writes the failed program again (copy_reply; final_table's `copy_own`:
+    the habit)."""
     idx = [k for k, t in enumerate(tasks) if str(t["id"]) in first_replies]
     sub = [tasks[k] for k in idx]
 
@@ -490,7 +561,10 @@ def repair_contexts(tasks, first_replies):
     out = [None] * len(tasks)
     for k, t, run in zip(idx, sub, runs):
         if run.error is None and len(run.calls) > 1:
-            out[k] = (run.calls[1].messages, oracle_reply(t))
+            own = first_replies[str(t["id"])]
+            target = copy_reply(own) if copy else oracle_reply(t)
+            if not (copy and mas.answer_of(own) is None):  # no program to copy
+                out[k] = (run.calls[1].messages, target)
     return out
 
 
