@@ -131,7 +131,8 @@ def panels(runs, spec, path, shade=True):
             shade_designer(ax, first)
         ax.set_xlabel("step")
         ax.grid(alpha=0.3)
-        ax.legend(fontsize=7)
+        if ax.get_legend_handles_labels()[0]:  # a run without the panel's keys draws nothing
+            ax.legend(fontsize=7)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
