@@ -919,3 +919,18 @@ def test_a_cold_start_made_by_another_command_is_never_reused(tmp_path, monkeypa
     same = ablations.sft_command(0, "/elsewhere")
     (tmp_path / "sft-s0" / "build.json").write_text(json.dumps({"cmd": same}))
     assert ablations.main(argv) == 0 and [c[1] for c in calls] == ["train.py"]
+
+
+def test_a_new_root_is_made_for_its_first_cold_start(tmp_path, monkeypatch):
+    def fake_launch(cmd, log, cpus=None, echo=True):
+        Path(log).write_text("sft log")  # the log beside the cold start: its folder must exist
+        Path(cmd[cmd.index("--out") + 1]).mkdir()
+        return 0
+
+    monkeypatch.setattr(ablations, "launch", fake_launch)
+    root = tmp_path / "new" / "set"
+    assert ablations.build_cold_start(5, str(root), separate=True) == "ok"
+    assert (root / "sft-separate-s5" / "sft.log").read_text() == "sft log"
+    assert json.loads((root / "sft-separate-s5" / "build.json").read_text())["cmd"][-1] == str(
+        root / "sft-separate-s5"
+    )

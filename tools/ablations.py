@@ -340,6 +340,7 @@ def build_cold_start(seed, root, cpus=None, echo=True, separate=False):
             return "failed (cold start made by another command)"
         return "ok"
     print(f"== cold start seed {seed}: {' '.join(cmd[1:])}", flush=True)
+    os.makedirs(root, exist_ok=True)  # a new set's root: its first cold start's log goes there
     start = time.strftime(CLOCK)
     rc = launch(cmd, log, cpus, echo)
     if rc != 0 or not os.path.isdir(path):
