@@ -14,9 +14,11 @@ inputs: no training is launched (launch() is replaced by a recorder).
   table, what is missing, publish (with the README's Results, into --dest), and that the committed
   results/ablations/RESULTS.md and README Results are what the report makes of the committed
   numbers;
-- the set (issue #45's): metaagent and single by default, its comparisons naming real arms and
-  PLAN's keys, each seed's own cold start in its command and built once per seed with --jobs 2,
-  the val split (no table from train.py, then the val one); the rule's four outcomes on
+- the set (issue #56's): its five arms, its comparisons naming real arms and PLAN's keys, P3's
+  threshold, the dose beside each verdict, power from a fall's size and a threshold's distance,
+  publish taking both cold starts' records; the report's machinery on issue #45's set (SET45):
+  each seed's own cold start in its command and built once per seed with --jobs 2, the val split
+  (no table from train.py, then the val one); the rule's four outcomes on
   hand-derived numbers; t_power against pwr.t.test's 0.8031, its level at no effect and a Monte
   Carlo check; None in the repair lists; the provenance check on a two-commit git repository (and
   PLAN against the pre-registration's); the power subcommand's seeds and compute; publish keeping
@@ -123,16 +125,58 @@ def test_equal_budgets_and_stage_lengths():
     assert [r for r in table if not ablations.own_start(r)] == ["separate"]
 
 
+# Issue #45's set (metaagent against single-agent GRPO, two primaries), as the report's machinery
+# is tested on it: the set in tools/ablations.py changes with each issue, these numbers do not
+SET45 = {
+    "arms": ["metaagent", "single"],
+    "primary": [
+        ("designer", "P1 designer: metaagent's gain on suited", "metaagent", None, "suited"),
+        (
+            "repair",
+            "P2 repair: metaagent − single, gain on repair_own",
+            "metaagent",
+            "single",
+            "repair_own",
+        ),
+    ],
+    "secondary": [
+        (None, "accuracy: metaagent − single", "metaagent", "single", "accuracy"),
+        ("repair", "repair: metaagent − single", "metaagent", "single", "repair"),
+    ],
+    "title": "Issue #45's pre-registered comparisons",
+    "arms_text": "Arms: `metaagent` and `single`.",
+    "readme": "Issue #45's pre-registered set, seeds {seeds}:",
+    "readme_end": "Issue #34's set: results/ablations34/RESULTS.md.",
+}
+
+
+@pytest.fixture
+def set45(monkeypatch):
+    """tools/ablations.py's set as issue #45's (SET45), with its PLAN and REFERENCE_SD."""
+    monkeypatch.setattr(ablations, "SET", SET45)
+    plan = {
+        "designer": {"delta": 5.23, "sd": 3.65, "seeds": 7},
+        "repair": {"delta": 0.95, "sd": 0.68, "seeds": 7},
+    }
+    monkeypatch.setattr(ablations, "PLAN", plan)
+    monkeypatch.setattr(ablations, "REFERENCE_SD", {"designer": 3.65, "repair": 0.53})
+
+
 def test_the_set_names_real_arms_and_plan_keys():
-    assert ablations.SET["arms"] == ["metaagent", "single"]  # issue #45's
-    measures = {*ablation_report.EXACT_KEYS, "accuracy"}
+    # issue #56's: the shared default, single-agent GRPO, the two policies frozen or trained, and
+    # the positive control
+    arms = ["metaagent", "single", "designer_frozen", "metaagent_separate", "executor_tester"]
+    assert ablations.SET["arms"] == arms
+    measures = {*ablation_report.EXACT_KEYS, "accuracy", "accuracy_code", "train_change"}
     for plan_key, label, a, b, key in ablations.SET["primary"] + ablations.SET["secondary"]:
         assert a in ablations.SET["arms"] and b in (None, *ablations.SET["arms"]), label
         assert key in measures and (plan_key is None or plan_key in ablations.PLAN), label
     for plan_key, *_ in ablations.SET["primary"]:  # power needs a reference SD of each
         assert plan_key in ablations.REFERENCE_SD
-    assert ablation_report.margin(ablations.PLAN, "repair") == pytest.approx(0.0095)
+    assert ablations.PLAN["accuracy"]["null"] == 8  # P3: a gain of at least 8 points
     assert ablation_report.margin(ablations.PLAN, None) is None
+    # the two arms of P1 start from the seed's separate cold start, the rest from its shared one
+    assert [a for a in arms if ablations.separate_start(a)] == arms[2:4]
 
 
 def test_train_command_lines(tmp_path):
@@ -196,7 +240,7 @@ def test_train_command_lines(tmp_path):
         ablations.train_command("nope", 0, 20, str(tmp_path))
 
 
-def test_finished_runs_skipped_unfinished_resumed(tmp_path, monkeypatch, capsys):
+def test_finished_runs_skipped_unfinished_resumed(tmp_path, monkeypatch, capsys, set45):
     calls = []
     monkeypatch.setattr(ablations, "launch", lambda cmd, log, *rest: calls.append(cmd) or 0)
     (tmp_path / "sft-s0").mkdir()  # seed 0's cold start is there: none is built
@@ -239,7 +283,7 @@ def test_finished_runs_skipped_unfinished_resumed(tmp_path, monkeypatch, capsys)
     assert "flat8-s0: failed (ablations.py:" in capsys.readouterr().out and len(calls) == 2
 
 
-def test_failed_run_reported(tmp_path, monkeypatch, capsys):
+def test_failed_run_reported(tmp_path, monkeypatch, capsys, set45):
     monkeypatch.setattr(ablations, "launch", lambda cmd, log, *rest: 3)
     rc = ablations.main(["--seeds", "0", "--budget", "2", "--root", str(tmp_path)])
     out = capsys.readouterr().out
@@ -366,7 +410,7 @@ def three_seeds(root):
     write_run(root, "single", 0, [0.2] * 10, correct={"RL: single agent": [1, 1, 0, 0]})
 
 
-def test_report_arms_table_and_what_is_missing(tmp_path):
+def test_report_arms_table_and_what_is_missing(tmp_path, set45):
     three_seeds(tmp_path)
     write_run(tmp_path, "flat8", 3, [0.9] * 4, table=False)  # still running: 4 steps so far
     # trained, final table not written yet
@@ -435,7 +479,7 @@ def readme_with_block(path):
     return path
 
 
-def test_publish(tmp_path):
+def test_publish(tmp_path, set45):
     src = tmp_path / "out"
     three_seeds(src)
     (src / "metaagent-s0" / "step_000010" / "model").mkdir(parents=True)  # checkpoints stay behind
@@ -498,26 +542,32 @@ def test_publish_takes_its_destination(tmp_path, monkeypatch, capsys):
 
 def test_committed_results_are_current(tmp_path):
     """results/ablations/RESULTS.md and the README's Results are what `report` makes of the
-    committed numbers (run `python tools/ablations.py publish results/ablations` after changing
-    either)."""
+    committed numbers of the set (run `python tools/ablations.py publish results/ablations` after
+    changing either); before its first run is published the README says "none yet". The sets
+    before it stay as they were written: issue #45's in results/ablations45, #34's in
+    results/ablations34."""
     import shutil
 
     src = ROOT / "results" / "ablations"
     dest = tmp_path / "ablations"
-    shutil.copytree(src, dest, ignore=shutil.ignore_patterns("RESULTS.md"))
-    results = ablation_report.collect(ablations, str(dest))
-    # issue #45's set: its two arms, seeds from 0 on, each seed's cold start's records beside them
-    assert set(results) == set(ablations.SET["arms"])
-    for per in results.values():
-        assert sorted(per) == list(range(len(per)))
-        for seed in per:
-            assert (dest / f"sft-s{seed}" / "build.json").exists()
-            assert (dest / f"sft-s{seed}" / "own_first_replies.json").exists()
-    ablation_report.report(ablations, str(dest))
-    assert (dest / "RESULTS.md").read_text() == (src / "RESULTS.md").read_text()
+    dest.mkdir()
+    if src.exists():
+        shutil.copytree(src, dest, ignore=shutil.ignore_patterns("RESULTS.md"), dirs_exist_ok=True)
+        results = ablation_report.collect(ablations, str(dest))
+        # the set's arms, seeds from 0 on, each seed's cold starts' records beside them
+        assert set(results) <= set(ablations.SET["arms"])
+        for arm, per in results.items():
+            for seed in per:
+                start = ablation_report.cold_start(str(dest), seed, ablations.separate_start(arm))
+                assert os.path.exists(os.path.join(start, "build.json")), (arm, seed)
+                assert os.path.exists(os.path.join(start, "own_first_replies.json")), (arm, seed)
+        ablation_report.report(ablations, str(dest))
+        assert (dest / "RESULTS.md").read_text() == (src / "RESULTS.md").read_text()
     readme = (ROOT / "README.md").read_text()
     start, end = readme.index(ablations.README_BLOCK[0]), readme.index(ablations.README_BLOCK[1])
     assert readme[start : end + len(ablations.README_BLOCK[1])] == ablations.readme_block(str(dest))
+    old = (ROOT / "results" / "ablations45" / "RESULTS.md").read_text()
+    assert "| P1 designer: metaagent's gain on suited | 7 | +7.32 [+2.43, +12.21] |" in old
 
 
 def test_report_errors(tmp_path):
@@ -544,7 +594,7 @@ def test_launch_pins_cores(tmp_path):
 @pytest.mark.skipif(
     len(os.sched_getaffinity(0)) < 2, reason="needs two cores to give each job its own"
 )
-def test_jobs_own_cores_and_one_cold_start_per_seed(tmp_path, monkeypatch):
+def test_jobs_own_cores_and_one_cold_start_per_seed(tmp_path, monkeypatch, set45):
     # the two runs of a seed meet at their train.py launch, so both workers were at that seed while
     # its cold start was missing: each seed's cold start is built once all the same
     meet, lock, seen = threading.Barrier(2, timeout=60), threading.Lock(), []
@@ -584,7 +634,7 @@ def test_jobs_own_cores_and_one_cold_start_per_seed(tmp_path, monkeypatch):
         ablations.main(["--jobs", str(len(os.sched_getaffinity(0)) + 1), "--root", str(tmp_path)])
 
 
-def test_val_split_trains_without_a_table_then_makes_the_val_one(tmp_path, monkeypatch):
+def test_val_split_trains_without_a_table_then_makes_the_val_one(tmp_path, monkeypatch, set45):
     calls = []
     monkeypatch.setattr(ablations, "launch", lambda cmd, log, *rest: calls.append(cmd) or 0)
     (tmp_path / "sft-s0").mkdir()
@@ -698,7 +748,7 @@ def write_starts(d, run, seed, root, commit="0" * 40, dirty=False, hours=1.0):
     (d / "run.json").write_text(json.dumps({"starts": [start]}))
 
 
-def test_repair_lists_with_none(tmp_path):
+def test_repair_lists_with_none(tmp_path, set45):
     new_set(tmp_path)
     results = ablation_report.collect(ablations, str(tmp_path))
     assert results["metaagent"][0]["gain"]["repair_own"] == [
@@ -745,7 +795,7 @@ def git_repo(path):
     return commits
 
 
-def test_provenance_and_the_new_report(tmp_path, monkeypatch):
+def test_provenance_and_the_new_report(tmp_path, monkeypatch, set45):
     older, newer = git_repo(tmp_path / "repo")
     root = tmp_path / "set"
     new_set(root)
@@ -813,7 +863,7 @@ def test_provenance_and_the_new_report(tmp_path, monkeypatch):
     assert excluded == {"single-s1": "no run.json"}
 
 
-def test_power_subcommand(tmp_path, capsys):
+def test_power_subcommand(tmp_path, capsys, set45):
     new_set(tmp_path)  # runs of 1 hour each
     (tmp_path / "sft-s0").mkdir()
     (tmp_path / "sft-s0" / "build.json").write_text(
@@ -863,7 +913,7 @@ def test_fewer_seeds_than_planned_is_an_interim_verdict():
     assert ablation_report.planned(plan, None, r, "held") == "held"  # secondary rows have no plan
 
 
-def test_the_set_judges_runs_from_their_own_cold_start_on_the_same_programs():
+def test_the_set_judges_runs_from_their_own_cold_start_on_the_same_programs(set45):
     def summary(init, own):
         return {
             "cmd": ["python", "train.py", f"--init_from={init}"],
@@ -896,7 +946,7 @@ def test_plan_is_compared_with_the_pre_registrations(tmp_path):
     subprocess.run([*git, "init", "-q"], check=True)
     this = (ROOT / "tools" / "ablations.py").read_text()
     commits = []
-    for text in (this, this.replace('"seeds": 7}', '"seeds": 8}', 1)):
+    for text in (this, this.replace('"null": 8}', '"null": 9}', 1)):
         (repo / "tools" / "ablations.py").write_text(text)
         subprocess.run([*git, "add", "tools"], check=True)
         subprocess.run([*git, "commit", "-q", "-m", "plan"], check=True)
@@ -934,3 +984,80 @@ def test_a_new_root_is_made_for_its_first_cold_start(tmp_path, monkeypatch):
     assert json.loads((root / "sft-separate-s5" / "build.json").read_text())["cmd"][-1] == str(
         root / "sft-separate-s5"
     )
+
+
+def mechanism_set(root):
+    """Issue #56's five arms on 4 tasks (math, code, math, code), seeds 0-2, with their metrics
+    lines' repair doses. accuracy_code gains: metaagent_separate 100 points, designer_frozen 50;
+    copy_own on the code tasks: metaagent falls 25 points (and 0.5 s more), single 0; metaagent's
+    accuracy gain 75 (50 on code); each arm's runs from the seed's own cold starts."""
+    designs = {
+        "metaagent": [1, 1, 1, 0],
+        "metaagent_separate": [0, 1, 0, 1],
+        "designer_frozen": [0, 1, 0, 0],
+        "executor_tester": [0, 0, 0, 0],
+    }
+    for seed in range(3):
+        for arm in ablations.SET["arms"]:
+            copy = 0.5 - (0.25 + 0.005 * seed) * (arm == "metaagent")
+            rl = {"copy_own": [None, copy, None, copy]}
+            sft = {"copy_own": [None, 0.5, None, 0.5]}
+            correct = {"RL: learned designs": designs.get(arm, [0] * 4)}
+            if arm == "single":
+                correct = {"RL: single agent": [0, 1, 0, 0]}
+            d = write_run(
+                root, arm, seed, [0.1] * 10, correct=correct, extra={"RL": rl, "SFT": sft}
+            )
+            write_starts(d, arm, seed, root)
+            # the stagewise arms' Executor steps trained 5 repairs each (A +0.2, copy 40%), 100
+            # Executor samples an update; the Designer's steps made repairs they did not train on
+            lines = []
+            for step in range(1, 11):
+                active = "executor" if step <= 5 else "designer"
+                if ablations.updates(arm) == (1, 0):
+                    active = "designer"
+                line = {"step": step, "reward/mean": 0.1, "active": active}
+                line.update({"repair/calls": 5, "repair/adv_mean": 0.2, "repair/copy_rate": 0.4})
+                line["repair/trained"] = 5 if active == "executor" else 0
+                line["samples/executor"] = 100.0
+                lines.append(json.dumps(line))
+            (d / "metrics.jsonl").write_text("\n".join(lines) + "\n")
+
+
+def test_the_mechanism_set_its_threshold_and_its_dose(tmp_path, capsys):
+    mechanism_set(tmp_path)
+    md = Path(ablation_report.report(ablations, str(tmp_path))).read_text()
+    rows = {ln.split(" | ")[0][2:]: ln for ln in md.splitlines() if ln.startswith("| P")}
+    p1, p2, p3 = (rows[label] for _, label, *_ in ablations.SET["primary"])
+    assert "| 3 | +50.00 [+50.00, +50.00] | +50.00, +50.00, +50.00 |" in p1 and "| held" in p1
+    # P2: single − metaagent on copy_own, 25 + .5 s points: D 25.5, sd .5
+    assert "| 3 | +25.50 [+24.26, +26.74] |" in p2 and "| held" in p2
+    # P3: a gain of 75 points at every seed (3 of 4 tasks, from none), against the threshold of 8
+    assert "| +75.00 [+75.00, +75.00] |" in p3 and "held (against +8.00) |" in p3
+    # the dose beside each verdict: 5 Executor steps of 5 repairs; designer_frozen trained none
+    assert p1.endswith(
+        "| metaagent_separate: 25 repairs (A +0.20, copy 40%), 100 samples an update; "
+        "designer_frozen: 0 repairs |"
+    )
+    assert "| single: 25 repairs (A +0.20, copy 40%), 100 samples an update; metaagent: 25" in p2
+    # below the threshold: the same gain against +80 is reversed
+    r = ablation_report.measure(
+        ablation_report.collect(ablations, str(tmp_path)), "metaagent", None, "accuracy"
+    )
+    assert ablation_report.verdict(ablation_report.against(r, 0.80), None) == "reversed"
+    # power: delta is half the size of metaagent's gain (a fall counts by its size; P3 the
+    # distance from the threshold)
+    assert ablations.main(["power", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert "delta +25.00 (half metaagent's accuracy_code gain), SD used 9.54" in out
+    assert "delta +12.75 (half metaagent's copy_own gain), SD used 6.19" in out
+    assert "delta +33.50 (half metaagent's accuracy gain's distance from +8)" in out
+    # publish takes both cold starts' records of a seed
+    for name in ("sft-s0", "sft-separate-s0"):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "build.json").write_text("{}")
+    dest = tmp_path / "published"
+    ablations.publish(str(tmp_path), str(dest), str(readme_with_block(tmp_path / "README.md")))
+    assert (dest / "sft-separate-s0" / "build.json").exists()
+    # no repair/trained in a run's lines (one older than issue #56): no dose
+    assert ablation_report.dose([{"step": 1, "reward/mean": 0.0}]) is None

@@ -9,9 +9,11 @@ seeds excludes 0, equivalent when the 90% interval lies inside PLAN's margin (TO
 inconclusive with the power the test had; "interim" while fewer seeds than PLAN's are in. A run
 counts only when its provenance passes: every start in its run.json and its cold start's
 build.json at or after the commit in ROOT/PREREGISTERED, from a clean tree; the report says
-whether PLAN is that commit's. Then a table of every arm's gains, without verdicts. Issue #34's set
-was judged by an older rule (held, reversed, else "within noise"): its report,
-results/ablations34/RESULTS.md, stays as written.
+whether PLAN is that commit's; beside each verdict, the dose of its arms (dose(): the repair
+samples they trained). Then a table of every arm's gains, without verdicts. The sets before the
+current one keep their reports as written: issue #45's (this rule, its own SET) in
+results/ablations45/RESULTS.md, issue #34's (an older rule: held, reversed, else "within noise") in
+results/ablations34/RESULTS.md.
 
 From the command line: `python tools/ablations.py report ROOT` (--split val: RESULTS_val.md), and
 its publish and power, which judge with this file too. In Python:
@@ -150,6 +152,28 @@ def most_likely(ps):
     return max(sorted(ps), key=ps.get)
 
 
+def dose(rows):
+    """A run's dose of the habit's lesson, from its metrics lines (machinery/recorder.py's
+    repair_metrics): {"repairs": the repair samples its updates trained (repair/trained summed over
+    the steps), "adv": their mean advantage, "copy": their copy rate (both weighted by each step's
+    trained repairs; None without any), "samples": the Executor samples an Executor update (the
+    mean of samples/executor over the steps that trained the Executor; None without one)}; None
+    for a run whose lines have no repair/trained (one older than issue #56)."""
+    if not any("repair/trained" in r for r in rows):
+        return None
+    n = sum(r.get("repair/trained", 0) for r in rows)
+    adv = copy = None
+    if n:
+        adv = sum(r.get("repair/trained", 0) * r.get("repair/adv_mean", 0.0) for r in rows) / n
+        copy = sum(r.get("repair/trained", 0) * r.get("repair/copy_rate", 0.0) for r in rows) / n
+    trained = []  # the Executor samples of each step that trained the Executor
+    for r in rows:
+        if "executor" in r.get("active", "") and "samples/executor" in r:
+            trained.append(r["samples/executor"])
+    samples = sum(trained) / len(trained) if trained else None
+    return {"repairs": n, "adv": adv, "copy": copy, "samples": samples}
+
+
 def summarize(run_dir, over, split="eval"):
     """One run's numbers: its training curve from metrics.jsonl and, per held-out task, its final
     table's exact and sampled measures for the RL model and the SFT cold start (None without a
@@ -180,6 +204,7 @@ def summarize(run_dir, over, split="eval"):
         "prior": None,
         "sft_rows": {},
         "cmd": run_cmd(run_dir),
+        "dose": dose(rows),
     }
     sampled = ("RL: learned designs", "SFT: designs")
     if over.get("template") == "single":
@@ -616,11 +641,46 @@ def against(r, null):
     return out
 
 
+def dose_text(results, arms):
+    """The dose beside a verdict, per arm of the comparison: the repair samples a run trained,
+    their mean advantage A and copy rate, and the Executor samples an Executor update (dose(): the
+    mean over the arm's seeds that logged it; "n/a" where none did)."""
+    parts = []
+    for arm in arms:
+        per = [s["dose"] for s in results.get(arm, {}).values() if s.get("dose")]
+        if not per:
+            parts.append(f"{arm}: n/a")
+            continue
+        text = f"{arm}: {sum(d['repairs'] for d in per) / len(per):.0f} repairs"
+        advs = [d for d in per if d["adv"] is not None]
+        if advs:
+            adv = sum(d["adv"] for d in advs) / len(advs)
+            copy = sum(d["copy"] for d in advs) / len(advs)
+            text += f" (A {adv:+.2f}, copy {copy:.0%})"
+        samples = [d["samples"] for d in per if d["samples"] is not None]
+        if samples:
+            text += f", {sum(samples) / len(samples):.0f} samples an update"
+        parts.append(text)
+    return "; ".join(parts)
+
+
+def judged(the_set, results, plan_key, a, b, key):
+    """(paired()'s result, its verdict): the rule at the set's PLAN margin, against PLAN's "null"
+    where it sets one (a threshold, in points: "(against +8.00)" follows the verdict), interim
+    while fewer seeds than planned."""
+    r, delta = measure(results, a, b, key), margin(the_set.PLAN, plan_key)
+    null = (the_set.PLAN.get(plan_key, {}).get("null") or 0.0) / 100 if plan_key else 0.0
+    said = planned(the_set.PLAN, plan_key, r, verdict(against(r, null), delta))
+    if null:
+        said += f" (against {100 * null:+.2f})"
+    return r, said
+
+
 def row(the_set, results, plan_key, label, a, b, key):
     """One comparison's table row: seeds, D with its 95% t interval, d_s per seed, the margin (the
-    set's PLAN), the verdict (against PLAN's "null" where it sets one: a threshold, in points)."""
-    r, delta = measure(results, a, b, key), margin(the_set.PLAN, plan_key)
-    null = the_set.PLAN.get(plan_key, {}).get("null", 0.0) / 100 if plan_key else 0.0
+    set's PLAN), the verdict (judged()) and the dose of its arms (dose_text())."""
+    r, said = judged(the_set, results, plan_key, a, b, key)
+    delta = margin(the_set.PLAN, plan_key)
     per = ", ".join(f"{100 * d:+.2f}" for d in r["ds"]) if r else "-"
     cells = [
         label,
@@ -628,10 +688,9 @@ def row(the_set, results, plan_key, label, a, b, key):
         diff_text(r, key),
         per,
         f"±{100 * delta:.2f}" if delta is not None else "not set",
-        planned(the_set.PLAN, plan_key, r, verdict(against(r, null), delta)),
+        said,
+        dose_text(results, [a] if b is None else [a, b]),
     ]
-    if null:
-        cells[-1] += f" (against {100 * null:+.2f})"
     return "| " + " | ".join(cells) + " |"
 
 
@@ -701,8 +760,8 @@ def section(the_set, results, prov, seeds, split):
             "programs."
         )
     head = [
-        "| comparison | seeds | D [95% t interval] | d_s per seed | margin | verdict |",
-        "|---|---|---|---|---|---|",
+        "| comparison | seeds | D [95% t interval] | d_s per seed | margin | verdict | dose |",
+        "|---|---|---|---|---|---|---|",
     ]
     return [
         f"## {words['title']}",
@@ -713,7 +772,9 @@ def section(the_set, results, prov, seeds, split):
         "freedom. *Held*: the 95% interval above 0 (the predicted side); *reversed*: below 0; "
         "else *equivalent within ±X* when the 90% interval lies inside ±X, X the pre-registered "
         "margin (TOST at 0.05); else *inconclusive*, with the power the test had to detect X at "
-        "the observed SD. In points.",
+        "the observed SD. In points. Dose: per arm, the repair samples a run trained (their "
+        "mean advantage A and copy rate) and the Executor samples an Executor update, seed "
+        "means.",
         "",
         *head,
         *(row(the_set, results, *c) for c in words["primary"]),

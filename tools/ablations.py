@@ -10,8 +10,8 @@ other runs waiting for it). A finished run is skipped and an unfinished one resu
 checkpoint, so the same command continues a set across sittings; --jobs runs go side by side, each
 on its own cores.
 
-    python tools/ablations.py --jobs 2              # the set (SET: issue #45's metaagent and
-                                                    # single), seeds 0,1,2, into out/ablations
+    python tools/ablations.py --jobs 2              # the set (SET: issue #56's five arms),
+                                                    # seeds 0,1,2, into out/ablations
     python tools/ablations.py --jobs 2 --split val --seeds 100,101 --root out/pilot
                                                     # a pilot, judged on the val split
     python tools/ablations.py power out/pilot --split val
@@ -33,10 +33,10 @@ judges: it passes itself in as the report's `the_set`.
 
 A new set: edit SET (its arms, comparisons and words), and after its pilot's `power` PLAN and
 REFERENCE_SD; commit that before the set's first run and write the commit into
-ROOT/PREREGISTERED (the report checks that this file's PLAN block is that commit's). The other arms
-of runs() (issue #34's: flat8, flat16, coupled, designer, executor, separate, k1, k10; issue #56's
-mechanism arms: designer_frozen and metaagent_separate, two policies from the seed's own separate
-cold start ROOT/sft-separate-s{s}, and executor_tester) run with --only.
+ROOT/PREREGISTERED (the report checks that this file's PLAN block is that commit's); the sets
+before it stay in their own folders as they were written (issue #45's results/ablations45, #34's
+results/ablations34). The other arms of runs() (issue #34's: flat8, flat16, coupled, designer,
+executor, separate, k1, k10) run with --only.
 
 Needs: machinery/provenance.py, tools/ablation_report.py; train.py, sft.py and world/final_table.py
 (run as programs) and what their Needs lines name
@@ -169,80 +169,95 @@ def updates(run):
 # B's, paired by seed and task (B None: A's gain against 0); the plan key names the PLAN entry that
 # holds its margin and planned seeds (None: no margin, so no equivalence test and no power).
 SET = {
-    # the runner's default --only; each seed's runs start from ROOT/sft-s{s}
-    "arms": ["metaagent", "single"],
+    # the runner's default --only; each seed's runs start from ROOT/sft-s{s}, the two arms of two
+    # policies from ROOT/sft-separate-s{s}
+    "arms": ["metaagent", "single", "designer_frozen", "metaagent_separate", "executor_tester"],
     "primary": [
-        ("designer", "P1 designer: metaagent's gain on suited", "metaagent", None, "suited"),
         (
-            "repair",
-            "P2 repair: metaagent − single, gain on repair_own",
-            "metaagent",
-            "single",
-            "repair_own",
+            "ceiling",
+            "P1 ceiling: metaagent_separate − designer_frozen, gain on accuracy_code",
+            "metaagent_separate",
+            "designer_frozen",
+            "accuracy_code",
         ),
+        (
+            "habit",
+            "P2 habit: single − metaagent, gain on copy_own (metaagent's fall the larger)",
+            "single",
+            "metaagent",
+            "copy_own",
+        ),
+        ("accuracy", "P3 accuracy: metaagent's gain, at least +8", "metaagent", None, "accuracy"),
     ],
-    # each arm's gain and metaagent − single on accuracy (sampled: metaagent's learned designs,
-    # single's single agent), executor, executor_answer and executor_steps; and P2 on repair
-    # (tiny.wrong_reply's programs)
+    # each arm's gains (copy_own and repair_own: the habit, predicted to fall where the Executor
+    # trains on the tester's repairs; a fall reads "reversed"), and the two policies' difference
     "secondary": [
-        (None, "accuracy: metaagent", "metaagent", None, "accuracy"),
+        (None, "accuracy_code: metaagent", "metaagent", None, "accuracy_code"),
+        (None, "accuracy_code: designer_frozen", "designer_frozen", None, "accuracy_code"),
+        (None, "accuracy_code: metaagent_separate", "metaagent_separate", None, "accuracy_code"),
+        (None, "accuracy: metaagent_separate", "metaagent_separate", None, "accuracy"),
+        (None, "accuracy: designer_frozen", "designer_frozen", None, "accuracy"),
         (None, "accuracy: single", "single", None, "accuracy"),
-        (None, "accuracy: metaagent − single", "metaagent", "single", "accuracy"),
-        (None, "executor: metaagent", "metaagent", None, "executor"),
-        (None, "executor: single", "single", None, "executor"),
-        (None, "executor: metaagent − single", "metaagent", "single", "executor"),
-        (None, "executor_answer: metaagent", "metaagent", None, "executor_answer"),
-        (None, "executor_answer: single", "single", None, "executor_answer"),
-        (None, "executor_answer: metaagent − single", "metaagent", "single", "executor_answer"),
-        (None, "executor_steps: metaagent", "metaagent", None, "executor_steps"),
-        (None, "executor_steps: single", "single", None, "executor_steps"),
-        (None, "executor_steps: metaagent − single", "metaagent", "single", "executor_steps"),
-        ("repair", "repair: metaagent − single", "metaagent", "single", "repair"),
+        (None, "suited: metaagent", "metaagent", None, "suited"),
+        (None, "suited: designer_frozen", "designer_frozen", None, "suited"),
+        (None, "suited: metaagent_separate", "metaagent_separate", None, "suited"),
+        (None, "copy_own: metaagent", "metaagent", None, "copy_own"),
+        (None, "copy_own: single", "single", None, "copy_own"),
+        (None, "copy_own: executor_tester (the control)", "executor_tester", None, "copy_own"),
+        (None, "copy_own: metaagent_separate", "metaagent_separate", None, "copy_own"),
+        (None, "copy_own: designer_frozen", "designer_frozen", None, "copy_own"),
+        (None, "repair_own: metaagent", "metaagent", None, "repair_own"),
+        (None, "repair_own: single", "single", None, "repair_own"),
+        (None, "repair_own: executor_tester", "executor_tester", None, "repair_own"),
+        (None, "train_change: metaagent", "metaagent", None, "train_change"),
     ],
     # the report's section: its title, and what the arms are and what is equal between them
     "title": (
-        "Issue #45's pre-registered comparisons: the mechanism (a cold start that does not prefer "
-        "the suited template; the repair of the model's own programs, MetaAgent-X against "
-        "single-agent GRPO)"
+        "Issue #56's pre-registered comparisons: the frozen-executor ceiling (two policies, the "
+        "Executor frozen or trained), the habit only the tester exposes (MetaAgent-X against "
+        "single-agent GRPO), and the accuracy gain"
     ),
     "arms_text": (
-        "Arms: `metaagent` (the tiny default) and `single` (single-agent GRPO, 16 queries an "
-        "Executor update: 128 executor samples an update against metaagent's 113 on average, "
-        "98-122 by seed; 20 Executor "
-        "updates each, metaagent also 20 Designer updates), each seed s from its own cold start "
-        "(ROOT/sft-s{s}, whose Designer was shown the four templates equally often)."
+        "Arms: `metaagent` (the tiny default: one policy, 20 updates of each role); `single` "
+        "(single-agent GRPO, 20 Executor updates of 16 queries); `designer_frozen` and "
+        "`metaagent_separate` (two policies from the seed's separate cold start "
+        "ROOT/sft-separate-s{s}: 20 Designer updates over the frozen cold-start Executor, or 20 "
+        "of each role); `executor_tester` (the positive control: 20 Executor updates of 10 queries "
+        "on the tester template). Each seed s from its own cold starts (ROOT/sft-s{s}, "
+        "ROOT/sft-separate-s{s}), the Designer's samples drawn from the flat prior."
     ),
     # the README's Results: the line before the primaries ({seeds}: the seeds counted), and the
     # line after them and the cold starts' priors
     "readme": (
-        "Issue #45's pre-registered set: MetaAgent-X against single-agent GRPO at 20 Executor "
-        "updates each, seeds {seeds}, each from its own cold start whose Designer was shown the "
-        "four templates equally often; RL − SFT gains in points with their 95% t intervals "
-        "([results/ablations/RESULTS.md](results/ablations/RESULTS.md): the rule, the power, "
-        "every run and its provenance):"
+        "Issue #56's pre-registered set: the frozen-executor ceiling and the habit only the tester "
+        "exposes, 20 updates a role, seeds {seeds}; RL − SFT gains in points, 95% t intervals "
+        "([results/ablations/RESULTS.md](results/ablations/RESULTS.md): the rule, every run, its "
+        "provenance, the dose):"
     ),
     "readme_end": (
-        "Issue #34's set (ten arms from one cold start, 3 seeds): "
-        "[results/ablations34/RESULTS.md](results/ablations34/RESULTS.md)."
+        "Before issue #56's world: issue #45's set "
+        "([results/ablations45/RESULTS.md](results/ablations45/RESULTS.md); its P2 could not "
+        "speak to structure, RL moved neither arm's repair) and issue #34's "
+        "([results/ablations34/RESULTS.md](results/ablations34/RESULTS.md))."
     ),
 }
 
 # The set's pre-registered numbers: one dict to edit after the pilot (`power`), committed before
 # the set runs. In points: "delta" is the margin (the effect the seeds are sized to detect with
 # power 0.80, and equivalence is judged within ±delta), "sd" the SD of d_s it was sized at,
-# "seeds" the count. The report says whether this block is the pre-registration commit's.
+# "seeds" the count, "null" (P3 alone) the threshold the gain is tested against instead of 0. The
+# report says whether this block is the pre-registration commit's.
 PLAN = {
-    # issue #45's pre-registration (docs/NOTES.md), from the pilot `python tools/ablations.py power
-    # out/pilot --split val` (seeds 100, 101 on the val split): delta, half of the pilot's
-    # metaagent gain, is both the effect the seeds are planned to detect (power 0.80 at the larger
-    # of the pilot's and the reference SD) and the equivalence margin; in points
-    "designer": {"delta": 5.23, "sd": 3.65, "seeds": 7},
-    "repair": {"delta": 0.95, "sd": 0.68, "seeds": 7},
+    # issue #56's pre-registration (docs/NOTES.md), from the pilot `python tools/ablations.py power
+    # out/pilot56 --split val` (seeds 100, 101 on the val split)
+    "ceiling": {"delta": None, "sd": None, "seeds": None},
+    "habit": {"delta": None, "sd": None, "seeds": None},
+    "accuracy": {"delta": None, "sd": None, "seeds": None, "null": 8},
 }
-# the SD of d_s seen before, in points: designer, issue #43's three seeds of metaagent's suited
-# gain; repair, issue #45's text (metaagent − single repair gains of seeds 0-2: −0.18, −0.10,
-# +0.77)
-REFERENCE_SD = {"designer": 3.65, "repair": 0.53}
+# the SD of d_s seen before, in points: metaagent's val gains at seeds 0 (the chosen setting),
+# 100 and 101 (the pilot's first arm; docs/NOTES.md): ceiling, on accuracy_code (+23.5, +5.5,
+# +9.0); habit, on copy_own (−24.2, −12.1, −15.9); accuracy (+11.5, +1.8, +3.8)
+REFERENCE_SD = {"ceiling": 9.54, "habit": 6.19, "accuracy": 5.12}
 
 
 # --------------------------------------------------------------------------------------------------
@@ -485,10 +500,10 @@ def readme_block(root):
     primary = []
     if ablation_report.preregistered(root):
         for plan_key, label, a, b, key in SET["primary"]:
-            r = ablation_report.measure(results, a, b, key)
-            rule = ablation_report.verdict(r, ablation_report.margin(PLAN, plan_key))
-            said = ablation_report.planned(PLAN, plan_key, r, rule)
-            primary.append(f"- **{label}**: {ablation_report.diff_text(r, key)}, {said}.")
+            r, said = ablation_report.judged(THIS_SET, results, plan_key, a, b, key)
+            dose = ablation_report.dose_text(results, [a] if b is None else [a, b])
+            text = f"{ablation_report.diff_text(r, key)}, {said}"
+            primary.append(f"- **{label}**: {text} (dose: {dose}).")
     n, known = unsuited_priors(results, seeds)
     return "\n".join(
         [
@@ -527,7 +542,7 @@ def publish(src, dest=RESULTS_DIR, readme=README):
     words and dest's verdicts)."""
     names, priors = [], []
     for n in sorted(os.listdir(src)) if os.path.isdir(src) else []:
-        if re.fullmatch(r"sft-s\d+", n):
+        if re.fullmatch(r"sft-(separate-)?s\d+", n):
             priors.append(n)
         elif re.fullmatch(r"(.+)-s(\d+)", n):
             if os.path.exists(os.path.join(src, n, "final_table.json")):
@@ -581,16 +596,18 @@ def wall_hours(record):
 
 def power_text(root, split="eval", repo=REPO, jobs=2):
     """What a pilot under root says of the seeds the set needs, as lines of text. Per primary
-    comparison: the pilot's S, D and sd of d_s; the reference SD (REFERENCE_SD); delta = half of
-    the pilot's gain of the set's first arm on the comparison's measure; and the smallest S with
+    comparison: the pilot's S, D and sd of d_s; the reference SD (REFERENCE_SD); delta = half the
+    size of the pilot's gain of the set's first arm on the comparison's measure (a fall counts as
+    its size; with PLAN's "null", the gain's distance from it); and the smallest S with
     power >= 0.80 (ablation_report.seeds_needed()) at SD = max(pilot sd, reference SD). Then the
     compute: the mean wall time of a run and of a cold start (run.json's starts, a cold start's
     build.json), and what S seeds take with `jobs` runs at a time: a seed's cold start first (its
     runs wait for it), then its arms, `jobs` at a time,
 
-        hours(S) = S * (cold start + ceil(arms / jobs) * run)
+        hours(S) = S * (cold starts * cold start + ceil(arms / jobs) * run)
 
-    (the pilot's runs were timed at `jobs` at a time, so `run` already holds their sharing)."""
+    (cold starts: 2 when an arm starts from the separate one, else 1; the pilot's runs were timed
+    at `jobs` at a time, so `run` already holds their sharing)."""
     results, prov = ablation_report.counted(THIS_SET, root, split, None, repo)
     arms, first = SET["arms"], SET["arms"][0]
     lines = [f"power: pilot {root} (split {split}); provenance {prov[2]}"]
@@ -603,7 +620,9 @@ def power_text(root, split="eval", repo=REPO, jobs=2):
         S = r["S"] if r else 0
         sd = 100 * r["SE"] * math.sqrt(S) if r and r["SE"] is not None else None
         ref = REFERENCE_SD[plan_key]
-        delta = 100 * gain["D"] / 2 if gain else None
+        null = PLAN.get(plan_key, {}).get("null") or 0.0
+        delta = abs(100 * gain["D"] - null) / 2 if gain else None
+        what = f"half {first}'s {key} gain" + (f"'s distance from {null:+g}" if null else "")
         use = max(sd or 0.0, ref)
         need = None
         if delta is not None and delta > 0:
@@ -613,7 +632,7 @@ def power_text(root, split="eval", repo=REPO, jobs=2):
         lines.append(
             f"  {label}: S={S}, D={mean_d}, sd={'n/a' if sd is None else f'{sd:.2f}'}, "
             f"reference SD {ref:.2f}, delta {'n/a' if delta is None else f'{delta:+.2f}'} "
-            f"(half {first}'s {key} gain), SD used {use:.2f}: seeds for power 0.80: "
+            f"({what}), SD used {use:.2f}: seeds for power 0.80: "
             + (str(need) if need else "n/a (no positive delta)")
         )
     runs_h = []
@@ -624,7 +643,7 @@ def power_text(root, split="eval", repo=REPO, jobs=2):
                 runs_h.append(h)
     cold_h = []
     for n in sorted(os.listdir(root)):
-        if re.fullmatch(r"sft-s\d+", n):
+        if re.fullmatch(r"sft-(separate-)?s\d+", n):
             rec = read_json(os.path.join(root, n, "build.json")) or {}
             if (h := wall_hours(rec)) is not None:
                 cold_h.append(h)
@@ -633,7 +652,8 @@ def power_text(root, split="eval", repo=REPO, jobs=2):
         return lines
     run_h = sum(runs_h) / len(runs_h)
     cs_h = sum(cold_h) / len(cold_h) if cold_h else 0.0
-    per_seed = cs_h + math.ceil(len(arms) / jobs) * run_h
+    starts = 1 + any(separate_start(a) for a in arms)  # a seed's cold starts: shared, separate
+    per_seed = starts * cs_h + math.ceil(len(arms) / jobs) * run_h
     lines.append(
         f"  compute: a run {run_h:.2f} h (mean of {len(runs_h)}), a cold start "
         + (f"{cs_h:.2f} h (mean of {len(cold_h)})" if cold_h else "n/a (counted as 0)")
