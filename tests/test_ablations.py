@@ -28,6 +28,7 @@ inputs: no training is launched (launch() is replaced by a recorder).
 import json
 import math
 import os
+import shutil
 import subprocess
 import sys
 import threading
@@ -546,8 +547,6 @@ def test_committed_results_are_current(tmp_path):
     changing either); before its first run is published the README says "none yet". The sets
     before it stay as they were written: issue #45's in results/ablations45, #34's in
     results/ablations34."""
-    import shutil
-
     src = ROOT / "results" / "ablations"
     dest = tmp_path / "ablations"
     dest.mkdir()
@@ -871,18 +870,16 @@ def test_power_subcommand(tmp_path, capsys, set45):
     )
     assert ablations.main(["power", str(tmp_path)]) == 0
     out = capsys.readouterr().out
-    # P1: d_s 30, 31, 32 points: sd 1 < the reference 3.65; delta = 31/2 = 15.5: S = 3 (at S = 2
-    # one degree of freedom's t(0.975) = 12.7 leaves the power below 0.80)
+    # P1: d_s 30, 31, 32 points: sd 1 < the reference 3.65; delta the pilot's D, 31: S = 3 (at
+    # S = 2 one degree of freedom's t(0.975) = 12.7 leaves the power below 0.80)
     assert (
         "P1 designer: metaagent's gain on suited: S=3, D=+31.00, sd=1.00, reference SD 3.65" in out
     )
-    assert (
-        "delta +15.50 (half metaagent's suited gain), SD used 3.65: seeds for power 0.80: 3" in out
-    )
-    assert ablation_report.t_power(2, 15.5 / 3.65) < 0.8 <= ablation_report.t_power(3, 15.5 / 3.65)
-    assert "SD used 0.53: seeds for power 0.80: 2" in out  # P2: 12.75 / .53 = 24 SDs
-    # P2: sd of d_s .5 point; delta half of metaagent's repair_own gain 25.5 -> 12.75, SD .53
+    assert "delta +31.00 (the pilot's D), SD used 3.65: seeds for power 0.80: 3" in out
+    assert ablation_report.t_power(2, 31 / 3.65) < 0.8 <= ablation_report.t_power(3, 31 / 3.65)
+    # P2: sd of d_s .5 point < the reference .53; delta 25.5: 48 SDs
     assert "P2 repair: metaagent − single, gain on repair_own: S=3, D=+25.50, sd=0.50" in out
+    assert "delta +25.50 (the pilot's D), SD used 0.53: seeds for power 0.80: 2" in out
     # compute: 1 h a run, .5 h a cold start, a seed = .5 + 1 * 1
     assert "a run 1.00 h (mean of 6), a cold start 0.50 h (mean of 1)" in out
     assert "--jobs 2: 1.50 h" in out and "3 seeds: 4.5 h on this machine" in out
@@ -1029,11 +1026,16 @@ def test_the_mechanism_set_its_threshold_and_its_dose(tmp_path, capsys):
     md = Path(ablation_report.report(ablations, str(tmp_path))).read_text()
     rows = {ln.split(" | ")[0][2:]: ln for ln in md.splitlines() if ln.startswith("| P")}
     p1, p2, p3 = (rows[label] for _, label, *_ in ablations.SET["primary"])
-    assert "| 3 | +50.00 [+50.00, +50.00] | +50.00, +50.00, +50.00 |" in p1 and "| held" in p1
+    # at 3 of the planned seeds: interim verdicts, at PLAN's margins
+    assert "| 3 | +50.00 [+50.00, +50.00] | +50.00, +50.00, +50.00 |" in p1
+    assert "| ±9.87 | interim, 3 of 10 seeds: held |" in p1
     # P2: single − metaagent on copy_own, 25 + .5 s points: D 25.5, sd .5
-    assert "| 3 | +25.50 [+24.26, +26.74] |" in p2 and "| held" in p2
+    assert (
+        "| 3 | +25.50 [+24.26, +26.74] |" in p2
+        and "| ±10.42 | interim, 3 of 10 seeds: held |" in p2
+    )
     # P3: a gain of 75 points at every seed (3 of 4 tasks, from none), against the threshold of 8
-    assert "| +75.00 [+75.00, +75.00] |" in p3 and "held (against +8.00) |" in p3
+    assert "| +75.00 [+75.00, +75.00] |" in p3 and "seeds: held (against +8.00) |" in p3
     # the dose beside each verdict: 5 Executor steps of 5 repairs; designer_frozen trained none
     assert p1.endswith(
         "| metaagent_separate: 25 repairs (A +0.20, copy 40%), 100 samples an update; "
@@ -1045,13 +1047,21 @@ def test_the_mechanism_set_its_threshold_and_its_dose(tmp_path, capsys):
         ablation_report.collect(ablations, str(tmp_path)), "metaagent", None, "accuracy"
     )
     assert ablation_report.verdict(ablation_report.against(r, 0.80), None) == "reversed"
-    # power: delta is half the size of metaagent's gain (a fall counts by its size; P3 the
-    # distance from the threshold)
+    # power: delta is the size of the pilot's own D (P3: its distance from the threshold), or
+    # without the comparison in the pilot half the size of metaagent's gain (a fall by its size)
     assert ablations.main(["power", str(tmp_path)]) == 0
     out = capsys.readouterr().out
-    assert "delta +25.00 (half metaagent's accuracy_code gain), SD used 9.54" in out
+    assert "delta +50.00 (the pilot's D), SD used 9.54" in out
+    assert "delta +25.50 (the pilot's D), SD used 6.19" in out
+    assert "delta +67.00 (the pilot's D, from +8), SD used 5.12" in out
+    for seed in range(3):
+        shutil.rmtree(tmp_path / f"single-s{seed}")
+    assert ablations.main(["power", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert (
+        "P2 habit: single − metaagent, gain on copy_own (metaagent's fall the larger): S=0" in out
+    )
     assert "delta +12.75 (half metaagent's copy_own gain), SD used 6.19" in out
-    assert "delta +33.50 (half metaagent's accuracy gain's distance from +8)" in out
     # publish takes both cold starts' records of a seed
     for name in ("sft-s0", "sft-separate-s0"):
         (tmp_path / name).mkdir()

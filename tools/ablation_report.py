@@ -681,7 +681,8 @@ def row(the_set, results, plan_key, label, a, b, key):
     set's PLAN), the verdict (judged()) and the dose of its arms (dose_text())."""
     r, said = judged(the_set, results, plan_key, a, b, key)
     delta = margin(the_set.PLAN, plan_key)
-    per = ", ".join(f"{100 * d:+.2f}" for d in r["ds"]) if r else "-"
+    sc, dg = SCALE.get(key, 100), 3 if key in SCALE else 2
+    per = ", ".join(f"{sc * d:+.{dg}f}" for d in r["ds"]) if r else "-"
     cells = [
         label,
         str(r["S"] if r else 0),

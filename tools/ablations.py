@@ -249,10 +249,12 @@ SET = {
 # report says whether this block is the pre-registration commit's.
 PLAN = {
     # issue #56's pre-registration (docs/NOTES.md), from the pilot `python tools/ablations.py power
-    # out/pilot56 --split val` (seeds 100, 101 on the val split)
-    "ceiling": {"delta": None, "sd": None, "seeds": None},
-    "habit": {"delta": None, "sd": None, "seeds": None},
-    "accuracy": {"delta": None, "sd": None, "seeds": None, "null": 8},
+    # out/pilot56 --split val` (seeds 100, 101 on the val split): delta the pilot's own effect (P3:
+    # its distance from the threshold), at the larger of the pilot's and the reference SD; 10
+    # seeds for every comparison, the most any needs (P1 10, P2 5, P3 10); in points
+    "ceiling": {"delta": 9.87, "sd": 9.72, "seeds": 10},
+    "habit": {"delta": 10.42, "sd": 6.19, "seeds": 10},
+    "accuracy": {"delta": 5.25, "sd": 5.12, "seeds": 10, "null": 8},
 }
 # the SD of d_s seen before, in points: metaagent's val gains at seeds 0 (the chosen setting),
 # 100 and 101 (the pilot's first arm; docs/NOTES.md): ceiling, on accuracy_code (+23.5, +5.5,
@@ -596,10 +598,12 @@ def wall_hours(record):
 
 def power_text(root, split="eval", repo=REPO, jobs=2):
     """What a pilot under root says of the seeds the set needs, as lines of text. Per primary
-    comparison: the pilot's S, D and sd of d_s; the reference SD (REFERENCE_SD); delta = half the
-    size of the pilot's gain of the set's first arm on the comparison's measure (a fall counts as
-    its size; with PLAN's "null", the gain's distance from it); and the smallest S with
-    power >= 0.80 (ablation_report.seeds_needed()) at SD = max(pilot sd, reference SD). Then the
+    comparison: the pilot's S, D and sd of d_s; the reference SD (REFERENCE_SD); delta, the effect
+    to detect: the size of the pilot's own D (with PLAN's "null", its distance from it), or where
+    the pilot lacks the comparison half the size of the set's first arm's gain on its measure; and
+    the smallest S with power >= 0.80 (ablation_report.seeds_needed()) at SD = max(pilot sd,
+    reference SD). (Issue #45's plan used half the first arm's gain throughout; at issue #56's
+    pilot that asked for 59 seeds for P1: results/ablations45, docs/NOTES.md.) Then the
     compute: the mean wall time of a run and of a cold start (run.json's starts, a cold start's
     build.json), and what S seeds take with `jobs` runs at a time: a seed's cold start first (its
     runs wait for it), then its arms, `jobs` at a time,
@@ -621,8 +625,11 @@ def power_text(root, split="eval", repo=REPO, jobs=2):
         sd = 100 * r["SE"] * math.sqrt(S) if r and r["SE"] is not None else None
         ref = REFERENCE_SD[plan_key]
         null = PLAN.get(plan_key, {}).get("null") or 0.0
-        delta = abs(100 * gain["D"] - null) / 2 if gain else None
-        what = f"half {first}'s {key} gain" + (f"'s distance from {null:+g}" if null else "")
+        delta, what = None, "the pilot's D" + (f", from {null:+g}" if null else "")
+        if r:
+            delta = abs(100 * r["D"] - null)
+        elif gain:
+            delta, what = abs(100 * gain["D"]) / 2, f"half {first}'s {key} gain"
         use = max(sd or 0.0, ref)
         need = None
         if delta is not None and delta > 0:
