@@ -557,9 +557,11 @@ def test_committed_results_are_current(tmp_path):
         assert set(results) <= set(ablations.SET["arms"])
         for arm, per in results.items():
             for seed in per:
-                start = ablation_report.cold_start(str(dest), seed, ablations.separate_start(arm))
+                separate = ablations.separate_start(arm)
+                start = ablation_report.cold_start(str(dest), seed, separate)
                 assert os.path.exists(os.path.join(start, "build.json")), (arm, seed)
-                assert os.path.exists(os.path.join(start, "own_first_replies.json")), (arm, seed)
+                own = os.path.join(start, "executor" * separate, "own_first_replies.json")
+                assert os.path.exists(own), (arm, seed)
         ablation_report.report(ablations, str(dest))
         assert (dest / "RESULTS.md").read_text() == (src / "RESULTS.md").read_text()
     readme = (ROOT / "README.md").read_text()
@@ -985,16 +987,24 @@ def test_a_new_root_is_made_for_its_first_cold_start(tmp_path, monkeypatch):
 
 def mechanism_set(root):
     """Issue #56's five arms on 4 tasks (math, code, math, code), seeds 0-2, with their metrics
-    lines' repair doses. accuracy_code gains: metaagent_separate 100 points, designer_frozen 50;
-    copy_own on the code tasks: metaagent falls 25 points (and 0.5 s more), single 0; metaagent's
-    accuracy gain 75 (50 on code); each arm's runs from the seed's own cold starts."""
+    lines' repair doses. accuracy_code gains: metaagent_separate 100, 100, 50 points by seed,
+    designer_frozen 50; copy_own on the code tasks: metaagent falls 25 points (and 0.5 s more),
+    single 0; metaagent's accuracy gain 75 (50 on code); each arm's runs from the seed's own cold
+    starts.
+
+    The dose: at seed s an Executor step k (1-5, the first five steps; none in designer_frozen)
+    trained k (s + 1) repairs, A = 0.1 k - 0.2 + 0.1 s, copy rate 0.1 k, 100 Executor samples; the
+    Designer's steps made repairs they did not train on, 50 Executor samples. So a seed trained
+    15 (s + 1) repairs, A_s = 0.1 (55/15) - 0.2 + 0.1 s = 1/6 + 0.1 s, copy 5.5/15 = 37%; over
+    seeds 0-2: 30 repairs a run, A pooled over the repairs (1/6 + 2 (1/6 + .1) + 3 (1/6 + .2)) / 6
+    = +0.30 (the mean of the seeds' A: +0.27); single-agent GRPO trained none (no tester)."""
     designs = {
         "metaagent": [1, 1, 1, 0],
-        "metaagent_separate": [0, 1, 0, 1],
         "designer_frozen": [0, 1, 0, 0],
         "executor_tester": [0, 0, 0, 0],
     }
     for seed in range(3):
+        designs["metaagent_separate"] = [0, 1, 0, 1] if seed < 2 else [0, 1, 0, 0]
         for arm in ablations.SET["arms"]:
             copy = 0.5 - (0.25 + 0.005 * seed) * (arm == "metaagent")
             rl = {"copy_own": [None, copy, None, copy]}
@@ -1006,17 +1016,18 @@ def mechanism_set(root):
                 root, arm, seed, [0.1] * 10, correct=correct, extra={"RL": rl, "SFT": sft}
             )
             write_starts(d, arm, seed, root)
-            # the stagewise arms' Executor steps trained 5 repairs each (A +0.2, copy 40%), 100
-            # Executor samples an update; the Designer's steps made repairs they did not train on
             lines = []
-            for step in range(1, 11):
-                active = "executor" if step <= 5 else "designer"
-                if ablations.updates(arm) == (1, 0):
-                    active = "designer"
-                line = {"step": step, "reward/mean": 0.1, "active": active}
-                line.update({"repair/calls": 5, "repair/adv_mean": 0.2, "repair/copy_rate": 0.4})
-                line["repair/trained"] = 5 if active == "executor" else 0
-                line["samples/executor"] = 100.0
+            for k in range(1, 11):
+                active = "executor" if k <= 5 and ablations.updates(arm)[1] else "designer"
+                line = {"step": k, "reward/mean": 0.1, "active": active}
+                calls = k * (seed + 1) if arm != "single" else 0
+                line.update({"repair/calls": calls, "samples/executor": 50.0})
+                if calls:
+                    line["repair/adv_mean"] = 0.1 * k - 0.2 + 0.1 * seed
+                    line["repair/copy_rate"] = 0.1 * k
+                line["repair/trained"] = calls if active == "executor" else 0
+                if active == "executor":
+                    line["samples/executor"] = 100.0
                 lines.append(json.dumps(line))
             (d / "metrics.jsonl").write_text("\n".join(lines) + "\n")
 
@@ -1026,9 +1037,12 @@ def test_the_mechanism_set_its_threshold_and_its_dose(tmp_path, capsys):
     md = Path(ablation_report.report(ablations, str(tmp_path))).read_text()
     rows = {ln.split(" | ")[0][2:]: ln for ln in md.splitlines() if ln.startswith("| P")}
     p1, p2, p3 = (rows[label] for _, label, *_ in ablations.SET["primary"])
-    # at 3 of the planned seeds: interim verdicts, at PLAN's margins
-    assert "| 3 | +50.00 [+50.00, +50.00] | +50.00, +50.00, +50.00 |" in p1
-    assert "| ±9.87 | interim, 3 of 10 seeds: held |" in p1
+    # at 3 of the planned seeds: interim verdicts, at PLAN's margins. P1's d_s 50, 50, 0: D 33.33,
+    # sd 28.87, SE 16.67, t(0.975, 2 df) 4.3027: 33.333 -+ 71.711
+    assert (
+        "| 3 | +33.33 [-38.38, +105.04] | +50.00, +50.00, +0.00 | ±9.87 | interim, 3 of 10 " in p1
+    )
+    assert "seeds: inconclusive (power 0." in p1
     # P2: single − metaagent on copy_own, 25 + .5 s points: D 25.5, sd .5
     assert (
         "| 3 | +25.50 [+24.26, +26.74] |" in p2
@@ -1036,22 +1050,32 @@ def test_the_mechanism_set_its_threshold_and_its_dose(tmp_path, capsys):
     )
     # P3: a gain of 75 points at every seed (3 of 4 tasks, from none), against the threshold of 8
     assert "| +75.00 [+75.00, +75.00] |" in p3 and "seeds: held (against +8.00) |" in p3
-    # the dose beside each verdict: 5 Executor steps of 5 repairs; designer_frozen trained none
+    # P3's margin is about its threshold
+    assert "| +8.00 ±5.25 | interim, 3 of 10 seeds: held (against +8.00) |" in p3
+    # the dose beside each verdict (mechanism_set's docstring): designer_frozen trained none
     assert p1.endswith(
-        "| metaagent_separate: 25 repairs (A +0.20, copy 40%), 100 samples an update; "
+        "| metaagent_separate: 30 repairs (A +0.30, copy 37%), 100 samples an update; "
         "designer_frozen: 0 repairs |"
     )
-    assert "| single: 25 repairs (A +0.20, copy 40%), 100 samples an update; metaagent: 25" in p2
-    # below the threshold: the same gain against +80 is reversed
-    r = ablation_report.measure(
-        ablation_report.collect(ablations, str(tmp_path)), "metaagent", None, "accuracy"
+    assert p2.endswith(
+        "| single: 0 repairs, 100 samples an update; metaagent: 30 repairs (A +0.30, copy 37%), "
+        "100 samples an update |"
     )
+    # over the seeds behind the verdict's d_s alone: seed 0's
+    results = ablation_report.collect(ablations, str(tmp_path))
+    r0 = ablation_report.paired([([1.0], [0.0])])
+    r0["seeds"] = [0]
+    assert ablation_report.dose_text(results, ["metaagent"], r0) == (
+        "metaagent: 15 repairs (A +0.17, copy 37%), 100 samples an update"
+    )
+    # below the threshold: the same gain against +80 is reversed
+    r = ablation_report.measure(results, "metaagent", None, "accuracy")
     assert ablation_report.verdict(ablation_report.against(r, 0.80), None) == "reversed"
     # power: delta is the size of the pilot's own D (P3: its distance from the threshold), or
     # without the comparison in the pilot half the size of metaagent's gain (a fall by its size)
     assert ablations.main(["power", str(tmp_path)]) == 0
     out = capsys.readouterr().out
-    assert "delta +50.00 (the pilot's D), SD used 9.54" in out
+    assert "delta +33.33 (the pilot's D), SD used 28.87" in out
     assert "delta +25.50 (the pilot's D), SD used 6.19" in out
     assert "delta +67.00 (the pilot's D, from +8), SD used 5.12" in out
     for seed in range(3):
@@ -1062,12 +1086,18 @@ def test_the_mechanism_set_its_threshold_and_its_dose(tmp_path, capsys):
         "P2 habit: single − metaagent, gain on copy_own (metaagent's fall the larger): S=0" in out
     )
     assert "delta +12.75 (half metaagent's copy_own gain), SD used 6.19" in out
-    # publish takes both cold starts' records of a seed
+    # publish takes both cold starts' records of a seed: a separate one's frozen programs are in
+    # its Executor's folder (world/final_table.py's own_first_replies)
     for name in ("sft-s0", "sft-separate-s0"):
-        (tmp_path / name).mkdir()
+        (tmp_path / name / "executor" / "model").mkdir(parents=True)
         (tmp_path / name / "build.json").write_text("{}")
+    (tmp_path / "sft-s0" / "own_first_replies.json").write_text("{}")
+    (tmp_path / "sft-separate-s0" / "executor" / "own_first_replies.json").write_text("{}")
     dest = tmp_path / "published"
     ablations.publish(str(tmp_path), str(dest), str(readme_with_block(tmp_path / "README.md")))
+    assert (dest / "sft-s0" / "own_first_replies.json").exists()
     assert (dest / "sft-separate-s0" / "build.json").exists()
+    assert (dest / "sft-separate-s0" / "executor" / "own_first_replies.json").exists()
+    assert not (dest / "sft-separate-s0" / "executor" / "model").exists()
     # no repair/trained in a run's lines (one older than issue #56): no dose
     assert ablation_report.dose([{"step": 1, "reward/mean": 0.0}]) is None

@@ -279,7 +279,8 @@ ALPHA = 0.05
 def paired(pairs):
     """pairs: per seed, two lists over the same held-out tasks (x_s, y_s), or two one-number lists;
     None in either list marks a task where that measure's context does not occur. Returns {"D",
-    "SE", "S", "ds", "lo", "hi"} (None without a pair that has a task):
+    "SE", "S", "ds", "used" (the pairs' indices behind ds), "lo", "hi"} (None without a pair that
+    has a task):
 
         d_s  = mean over tasks t of (x_st - y_st),  t where neither is None
                                                                     (the seed's paired difference)
@@ -289,15 +290,16 @@ def paired(pairs):
     The seeds are the unit: each seed's d_s already averages its tasks, and their spread holds both
     the training run's randomness and the draw of tasks. One seed has no spread: no SE or
     interval."""
-    ds = []
-    for x, y in pairs:  # a task counts where both are not None
+    ds, used = [], []  # used: the indices of the pairs that had a task
+    for k, (x, y) in enumerate(pairs):  # a task counts where both are not None
         both = [(u, v) for u, v in zip(x, y, strict=True) if u is not None and v is not None]
         if both:
             ds.append(sum(u for u, _ in both) / len(both) - sum(v for _, v in both) / len(both))
+            used.append(k)
     if not ds:
         return None
     S, D = len(ds), sum(ds) / len(ds)
-    out = {"D": D, "S": S, "ds": ds, "SE": None, "lo": None, "hi": None}
+    out = {"D": D, "S": S, "ds": ds, "used": used, "SE": None, "lo": None, "hi": None}
     if S > 1:
         se = math.sqrt(sum((d - D) ** 2 for d in ds) / (S - 1) / S)
         half = t_critical(ALPHA, S - 1) * se
@@ -601,8 +603,9 @@ def measure(results, a, b, key):
     "oracle", "accuracy", and in newer tables "executor_answer", "executor_steps", "repair",
     "repair_own"; per run: "train_change"), over the seeds both runs have and on which they saw the
     same held-out tasks (checked by id). b = None: run a's gain itself (RL − SFT). A seed whose
-    table lacks the measure is left out; None when no seed has it."""
-    pairs = []
+    table lacks the measure is left out; None when no seed has it. The result's "seeds" are the
+    seeds behind its d_s."""
+    pairs, seeds = [], []
     for seed in sorted(set(results.get(a, {})) & set(results.get(b or a, {}))):
         sa, sb = results[a][seed], results[b or a][seed]
         x = values(sa, key)
@@ -610,7 +613,11 @@ def measure(results, a, b, key):
         if x is None or y is None or (b is not None and sa["ids"] != sb["ids"]):
             continue
         pairs.append((x, y))
-    return paired(pairs)
+        seeds.append(seed)
+    r = paired(pairs)
+    if r is not None:
+        r["seeds"] = [seeds[k] for k in r["used"]]  # the seeds behind d_s
+    return r
 
 
 SCALE = {"train_change": 1}  # the rest in points (x100)
@@ -641,23 +648,27 @@ def against(r, null):
     return out
 
 
-def dose_text(results, arms):
-    """The dose beside a verdict, per arm of the comparison: the repair samples a run trained,
-    their mean advantage A and copy rate, and the Executor samples an Executor update (dose(): the
-    mean over the arm's seeds that logged it; "n/a" where none did)."""
+def dose_text(results, arms, r=None):
+    """The dose beside a verdict, per arm of the comparison, over the seeds behind its d_s (r,
+    measure()'s result; every seed of the arm without one) that logged it (dose()): the repair
+    samples a run trained (the mean over those seeds), their mean advantage A and copy rate (pooled
+    over every repair trained), and the Executor samples an Executor update (the seeds' mean);
+    "n/a" where none logged it."""
     parts = []
     for arm in arms:
-        per = [s["dose"] for s in results.get(arm, {}).values() if s.get("dose")]
-        if not per:
+        per = results.get(arm, {})
+        seeds = r["seeds"] if r else sorted(per)
+        doses = [per[s]["dose"] for s in seeds if s in per and per[s].get("dose")]
+        if not doses:
             parts.append(f"{arm}: n/a")
             continue
-        text = f"{arm}: {sum(d['repairs'] for d in per) / len(per):.0f} repairs"
-        advs = [d for d in per if d["adv"] is not None]
-        if advs:
-            adv = sum(d["adv"] for d in advs) / len(advs)
-            copy = sum(d["copy"] for d in advs) / len(advs)
+        n = sum(d["repairs"] for d in doses)
+        text = f"{arm}: {n / len(doses):.0f} repairs"
+        if n:
+            adv = sum(d["repairs"] * d["adv"] for d in doses if d["repairs"]) / n
+            copy = sum(d["repairs"] * d["copy"] for d in doses if d["repairs"]) / n
             text += f" (A {adv:+.2f}, copy {copy:.0%})"
-        samples = [d["samples"] for d in per if d["samples"] is not None]
+        samples = [d["samples"] for d in doses if d["samples"] is not None]
         if samples:
             text += f", {sum(samples) / len(samples):.0f} samples an update"
         parts.append(text)
@@ -681,6 +692,7 @@ def row(the_set, results, plan_key, label, a, b, key):
     set's PLAN), the verdict (judged()) and the dose of its arms (dose_text())."""
     r, said = judged(the_set, results, plan_key, a, b, key)
     delta = margin(the_set.PLAN, plan_key)
+    null = (the_set.PLAN.get(plan_key, {}).get("null") or 0.0) if plan_key else 0.0
     sc, dg = SCALE.get(key, 100), 3 if key in SCALE else 2
     per = ", ".join(f"{sc * d:+.{dg}f}" for d in r["ds"]) if r else "-"
     cells = [
@@ -688,9 +700,9 @@ def row(the_set, results, plan_key, label, a, b, key):
         str(r["S"] if r else 0),
         diff_text(r, key),
         per,
-        f"±{100 * delta:.2f}" if delta is not None else "not set",
+        (f"{null:+.2f} " if null else "") + (f"±{100 * delta:.2f}" if delta else "not set"),
         said,
-        dose_text(results, [a] if b is None else [a, b]),
+        dose_text(results, [a] if b is None else [a, b], r),
     ]
     return "| " + " | ".join(cells) + " |"
 
@@ -752,13 +764,13 @@ def section(the_set, results, prov, seeds, split):
         )
     bad = same_frozen_programs(results, arms, the_set.separate_start)
     frozen = (
-        "At every seed both arms scored the same frozen programs (the cold start's repair_own "
-        "row is the same, task by task, in both tables)."
+        "At every seed the arms from one cold start scored the same frozen programs (the cold "
+        "start's repair_own row is the same, task by task, in their tables)."
     )
     if bad:
         frozen = (
-            f"The two arms' cold-start rows on repair_own differ at seeds {bad}: not the same "
-            "programs."
+            f"The cold-start rows on repair_own of arms from one cold start differ at seeds {bad}: "
+            "not the same programs."
         )
     head = [
         "| comparison | seeds | D [95% t interval] | d_s per seed | margin | verdict | dose |",
@@ -773,7 +785,8 @@ def section(the_set, results, prov, seeds, split):
         "freedom. *Held*: the 95% interval above 0 (the predicted side); *reversed*: below 0; "
         "else *equivalent within ±X* when the 90% interval lies inside ±X, X the pre-registered "
         "margin (TOST at 0.05); else *inconclusive*, with the power the test had to detect X at "
-        "the observed SD. In points. Dose: per arm, the repair samples a run trained (their "
+        "the observed SD. A threshold comparison (its margin `+T ±X`) is judged by the same "
+        "rule on D − T. In points. Dose: per arm, the repair samples a run trained (their "
         "mean advantage A and copy rate) and the Executor samples an Executor update, seed "
         "means.",
         "",

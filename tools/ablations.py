@@ -503,7 +503,7 @@ def readme_block(root):
     if ablation_report.preregistered(root):
         for plan_key, label, a, b, key in SET["primary"]:
             r, said = ablation_report.judged(THIS_SET, results, plan_key, a, b, key)
-            dose = ablation_report.dose_text(results, [a] if b is None else [a, b])
+            dose = ablation_report.dose_text(results, [a] if b is None else [a, b], r)
             text = f"{ablation_report.diff_text(r, key)}, {said}"
             primary.append(f"- **{label}**: {text} (dose: {dose}).")
     n, known = unsuited_priors(results, seeds)
@@ -531,8 +531,9 @@ def numbers_only(folder, files):
 
 
 # what publish copies of a cold start: its build record and the frozen own first replies that the
-# repair_own row repairs (world/final_table.py's OWN_REPLIES)
-COLD_START_FILES = ("build.json", "own_first_replies.json")
+# repair_own row repairs (world/final_table.py's OWN_REPLIES: in a separate cold start, its
+# Executor's folder)
+COLD_START_FILES = ("build.json", "own_first_replies.json", "executor/own_first_replies.json")
 
 
 def publish(src, dest=RESULTS_DIR, readme=README):
@@ -559,7 +560,7 @@ def publish(src, dest=RESULTS_DIR, readme=README):
         for n in priors:  # a cold start's record, not its model: COLD_START_FILES
             for f in COLD_START_FILES:
                 if os.path.isfile(os.path.join(src, n, f)):
-                    os.makedirs(os.path.join(dest, n), exist_ok=True)
+                    os.makedirs(os.path.dirname(os.path.join(dest, n, f)), exist_ok=True)
                     shutil.copyfile(os.path.join(src, n, f), os.path.join(dest, n, f))
         if os.path.isfile(os.path.join(src, "PREREGISTERED")):
             shutil.copyfile(os.path.join(src, "PREREGISTERED"), os.path.join(dest, "PREREGISTERED"))
