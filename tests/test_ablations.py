@@ -1032,7 +1032,7 @@ def mechanism_set(root):
             (d / "metrics.jsonl").write_text("\n".join(lines) + "\n")
 
 
-def test_the_mechanism_set_its_threshold_and_its_dose(tmp_path, capsys):
+def test_the_mechanism_set_its_threshold_and_its_dose(tmp_path, capsys, monkeypatch):
     mechanism_set(tmp_path)
     md = Path(ablation_report.report(ablations, str(tmp_path))).read_text()
     rows = {ln.split(" | ")[0][2:]: ln for ln in md.splitlines() if ln.startswith("| P")}
@@ -1068,6 +1068,12 @@ def test_the_mechanism_set_its_threshold_and_its_dose(tmp_path, capsys):
     assert ablation_report.dose_text(results, ["metaagent"], r0) == (
         "metaagent: 15 repairs (A +0.17, copy 37%), 100 samples an update"
     )
+    # the README's line: the repairs alone, beside each primary verdict (a registered set; git
+    # cannot read this folder's history, so no run is left out)
+    (tmp_path / "PREREGISTERED").write_text("0" * 40)
+    monkeypatch.setattr(ablation_report, "git_state", lambda repo: {"commit": None})
+    block = ablations.readme_block(str(tmp_path))
+    assert "(trained a run: metaagent_separate: 30 repairs; designer_frozen: 0 repairs)." in block
     # below the threshold: the same gain against +80 is reversed
     r = ablation_report.measure(results, "metaagent", None, "accuracy")
     assert ablation_report.verdict(ablation_report.against(r, 0.80), None) == "reversed"

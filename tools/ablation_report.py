@@ -648,12 +648,12 @@ def against(r, null):
     return out
 
 
-def dose_text(results, arms, r=None):
+def dose_text(results, arms, r=None, short=False):
     """The dose beside a verdict, per arm of the comparison, over the seeds behind its d_s (r,
     measure()'s result; every seed of the arm without one) that logged it (dose()): the repair
     samples a run trained (the mean over those seeds), their mean advantage A and copy rate (pooled
     over every repair trained), and the Executor samples an Executor update (the seeds' mean);
-    "n/a" where none logged it."""
+    "n/a" where none logged it. short: the repairs alone (the README's line)."""
     parts = []
     for arm in arms:
         per = results.get(arm, {})
@@ -664,6 +664,9 @@ def dose_text(results, arms, r=None):
             continue
         n = sum(d["repairs"] for d in doses)
         text = f"{arm}: {n / len(doses):.0f} repairs"
+        if short:
+            parts.append(text)
+            continue
         if n:
             adv = sum(d["repairs"] * d["adv"] for d in doses if d["repairs"]) / n
             copy = sum(d["repairs"] * d["copy"] for d in doses if d["repairs"]) / n

@@ -503,9 +503,9 @@ def readme_block(root):
     if ablation_report.preregistered(root):
         for plan_key, label, a, b, key in SET["primary"]:
             r, said = ablation_report.judged(THIS_SET, results, plan_key, a, b, key)
-            dose = ablation_report.dose_text(results, [a] if b is None else [a, b], r)
+            dose = ablation_report.dose_text(results, [a] if b is None else [a, b], r, short=True)
             text = f"{ablation_report.diff_text(r, key)}, {said}"
-            primary.append(f"- **{label}**: {text} (dose: {dose}).")
+            primary.append(f"- **{label}**: {text} (trained a run: {dose}).")
     n, known = unsuited_priors(results, seeds)
     return "\n".join(
         [
