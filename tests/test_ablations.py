@@ -1073,7 +1073,7 @@ def test_the_mechanism_set_its_threshold_and_its_dose(tmp_path, capsys, monkeypa
     (tmp_path / "PREREGISTERED").write_text("0" * 40)
     monkeypatch.setattr(ablation_report, "git_state", lambda repo: {"commit": None})
     block = ablations.readme_block(str(tmp_path))
-    assert "(trained a run: metaagent_separate: 30 repairs; designer_frozen: 0 repairs)." in block
+    assert "(repairs trained a run: metaagent_separate 30; designer_frozen 0)." in block
     # below the threshold: the same gain against +80 is reversed
     r = ablation_report.measure(results, "metaagent", None, "accuracy")
     assert ablation_report.verdict(ablation_report.against(r, 0.80), None) == "reversed"

@@ -663,10 +663,10 @@ def dose_text(results, arms, r=None, short=False):
             parts.append(f"{arm}: n/a")
             continue
         n = sum(d["repairs"] for d in doses)
-        text = f"{arm}: {n / len(doses):.0f} repairs"
         if short:
-            parts.append(text)
+            parts.append(f"{arm} {n / len(doses):.0f}")
             continue
+        text = f"{arm}: {n / len(doses):.0f} repairs"
         if n:
             adv = sum(d["repairs"] * d["adv"] for d in doses if d["repairs"]) / n
             copy = sum(d["repairs"] * d["copy"] for d in doses if d["repairs"]) / n

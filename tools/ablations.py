@@ -229,15 +229,14 @@ SET = {
     # the README's Results: the line before the primaries ({seeds}: the seeds counted), and the
     # line after them and the cold starts' priors
     "readme": (
-        "Issue #56's pre-registered set: the frozen-executor ceiling and the habit only the tester "
-        "exposes, 20 updates a role, seeds {seeds}; RL − SFT gains in points, 95% t intervals "
-        "([results/ablations/RESULTS.md](results/ablations/RESULTS.md): the rule, every run, its "
+        "Issue #56's pre-registered set, seeds {seeds}: RL − SFT, points, 95% t intervals "
+        "([results/ablations/RESULTS.md](results/ablations/RESULTS.md): every run, its "
         "provenance, the dose):"
     ),
     "readme_end": (
-        "Before issue #56's world: issue #45's set "
+        "Earlier sets: issue #45's "
         "([results/ablations45/RESULTS.md](results/ablations45/RESULTS.md); its P2 could not "
-        "speak to structure, RL moved neither arm's repair) and issue #34's "
+        "speak to structure) and #34's "
         "([results/ablations34/RESULTS.md](results/ablations34/RESULTS.md))."
     ),
 }
@@ -505,7 +504,7 @@ def readme_block(root):
             r, said = ablation_report.judged(THIS_SET, results, plan_key, a, b, key)
             dose = ablation_report.dose_text(results, [a] if b is None else [a, b], r, short=True)
             text = f"{ablation_report.diff_text(r, key)}, {said}"
-            primary.append(f"- **{label}**: {text} (trained a run: {dose}).")
+            primary.append(f"- **{label}**: {text} (repairs trained a run: {dose}).")
     n, known = unsuited_priors(results, seeds)
     return "\n".join(
         [
