@@ -368,6 +368,12 @@ def margin(plan, plan_key):
     return None if delta is None else delta / 100
 
 
+def threshold(plan, plan_key):
+    """A comparison's pre-registered threshold (PLAN's "null"), in points: 0.0 when unset (the gain
+    is tested against 0)."""
+    return (plan.get(plan_key, {}).get("null") or 0.0) if plan_key else 0.0
+
+
 def planned(plan, plan_key, r, text):
     """A verdict with fewer seeds than the plan asked for is an interim one: it says so (the set
     continues across sittings; the pre-registered verdict is the one at the planned seeds)."""
@@ -623,12 +629,18 @@ def measure(results, a, b, key):
 SCALE = {"train_change": 1}  # the rest in points (x100)
 
 
+def scale(key):
+    """(factor, digits) a measure is written with: reward units to 3 digits (SCALE), else points
+    to 2."""
+    return SCALE.get(key, 100), 3 if key in SCALE else 2
+
+
 def diff_text(r, key, interval=True):
     """'+1.2 [−0.4, +2.8]' (the 95% t interval) or '+1.2 ± 0.6' (the SE), in points (reward units
     for the training-reward change)."""
     if r is None:
         return "n/a"
-    sc, dg = SCALE.get(key, 100), 3 if key in SCALE else 2
+    sc, dg = scale(key)
     if r["SE"] is None:
         return f"{sc * r['D']:+.{dg}f} (1 seed)"
     if interval:
@@ -683,7 +695,7 @@ def judged(the_set, results, plan_key, a, b, key):
     where it sets one (a threshold, in points: "(against +8.00)" follows the verdict), interim
     while fewer seeds than planned."""
     r, delta = measure(results, a, b, key), margin(the_set.PLAN, plan_key)
-    null = (the_set.PLAN.get(plan_key, {}).get("null") or 0.0) / 100 if plan_key else 0.0
+    null = threshold(the_set.PLAN, plan_key) / 100
     said = planned(the_set.PLAN, plan_key, r, verdict(against(r, null), delta))
     if null:
         said += f" (against {100 * null:+.2f})"
@@ -695,8 +707,8 @@ def row(the_set, results, plan_key, label, a, b, key):
     set's PLAN), the verdict (judged()) and the dose of its arms (dose_text())."""
     r, said = judged(the_set, results, plan_key, a, b, key)
     delta = margin(the_set.PLAN, plan_key)
-    null = (the_set.PLAN.get(plan_key, {}).get("null") or 0.0) if plan_key else 0.0
-    sc, dg = SCALE.get(key, 100), 3 if key in SCALE else 2
+    null = threshold(the_set.PLAN, plan_key)
+    sc, dg = scale(key)
     per = ", ".join(f"{sc * d:+.{dg}f}" for d in r["ds"]) if r else "-"
     cells = [
         label,

@@ -624,7 +624,7 @@ def power_text(root, split="eval", repo=REPO, jobs=2):
         S = r["S"] if r else 0
         sd = 100 * r["SE"] * math.sqrt(S) if r and r["SE"] is not None else None
         ref = REFERENCE_SD[plan_key]
-        null = PLAN.get(plan_key, {}).get("null") or 0.0
+        null = ablation_report.threshold(PLAN, plan_key)
         delta, what = None, "the pilot's D" + (f", from {null:+g}" if null else "")
         if r:
             delta = abs(100 * r["D"] - null)
