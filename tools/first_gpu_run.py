@@ -26,8 +26,9 @@ zero advantage are forwarded too (Config.forward_zero_adv): the update's forward
 really run. Without --stand_in the preset's own init_from and data_mix are used, and must be there
 (docs/gpu.md makes them).
 
---check runs each part below in its own process and time limit (PARTS), a line each, then a
-summary; a part that needs what this machine lacks says it was skipped and why:
+--check runs each part below in its own process and time limit (PARTS; CPU_SLACK times longer on a
+CPU), a line each, then a summary; a part that needs what this machine lacks says it was skipped
+and why:
 
     engine  the stand-in's vLLM engine, three cycles of: sleep, the memory it freed (mem_get_info),
             one trainer tensor scaled (layer 0's k_proj, a part of the fused qkv), load, wake, the
@@ -116,6 +117,9 @@ PARTS = (
     ("engine(V1)", 120),
 )
 BUDGET_S = 600
+# On a CPU the parts run the tiny stand-in and the limits only catch a hang; a busy 2-core machine
+# (load ~20) ran fsdp's 25 s past 60 s: there every limit and the budget are CPU_SLACK times longer
+CPU_SLACK = 4
 
 
 def versions(has_vllm):
@@ -654,7 +658,9 @@ def check(out):
     me = os.path.abspath(__file__)
     env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK")}
     os.makedirs(out, exist_ok=True)
+    slack = 1 if cuda else CPU_SLACK
     for name, limit in PARTS:
+        limit = limit * slack
         why = skipped(name, cuda, has_vllm)
         if why:
             print(f"check {name}: SKIPPED ({why})", flush=True)
@@ -665,7 +671,7 @@ def check(out):
         else:
             cmd = [me, f"--part={name.removesuffix('(V1)')}"]
         part_env = dict(env, VLLM_USE_V2_MODEL_RUNNER="0") if name == "engine(V1)" else env
-        left = BUDGET_S - (time.monotonic() - start)
+        left = BUDGET_S * slack - (time.monotonic() - start)
         t0 = time.monotonic()
         code, text = run_group([sys.executable, *cmd], part_env, max(1.0, min(limit, left)))
         if code is None:
