@@ -649,6 +649,22 @@ def test_val_split_trains_without_a_table_then_makes_the_val_one(tmp_path, monke
     assert ablations.main(argv + ["--root", str(tmp_path)]) == 0 and len(calls) == 1  # skipped
 
 
+def test_a_run_stopped_in_its_final_table_gets_it_on_resume(tmp_path, monkeypatch, set45):
+    """train.py writes the eval table as its last act: a run killed there has every step logged
+    and no table, and the resumed set writes it (world/final_table.py at the run's eval_tasks)
+    instead of calling the run finished without one."""
+    calls = []
+    monkeypatch.setattr(ablations, "launch", lambda cmd, log, *rest: calls.append(cmd) or 0)
+    (tmp_path / "sft-s0").mkdir()
+    d = write_run(tmp_path, "single", 0, [0.1] * 3, table=False)
+    cmd = ablations.train_command("single", 0, 3, str(tmp_path), "eval")
+    (d / ablations.STAMP).write_text(json.dumps({"cmd": cmd}))
+    argv = ["--only", "single", "--seeds", "0", "--budget", "3", "--root", str(tmp_path)]
+    assert not ablations.is_finished(str(d), 3) and ablations.trained(str(d), 3)
+    assert ablations.main(argv) == 0
+    assert calls == [[sys.executable, "world/final_table.py", str(d)]]  # no training again
+
+
 def test_power_against_known_values():
     # pwr.t.test(n = 10, d = 1, type = "one.sample") = 0.8031 (4 decimals; Simpson's error on the
     # smooth integrand is far below that): 1e-3

@@ -296,8 +296,11 @@ def train_command(run, seed, budget, root, split="eval"):
 
 
 def table_command(run, seed, root, split):
-    """world/final_table.py on a trained run: its table on `split`'s 200 tasks."""
+    """world/final_table.py on a trained run: its table on `split`'s 200 tasks; on eval, the table
+    train.py's last act writes (the run's eval_tasks), for a run stopped while writing it."""
     d = out_dir(root, run, seed)
+    if split == "eval":
+        return [sys.executable, "world/final_table.py", d]
     return [sys.executable, "world/final_table.py", d, "--split", split, "--tasks", "200"]
 
 
@@ -400,7 +403,8 @@ def run_one(run, seed, budget, root, cpus=None, echo=True, split="eval"):
         elif os.path.exists(f"{d}/run.json"):  # killed before its first checkpoint: nothing to keep
             resume = ["--overwrite"]
         rc = launch(cmd + resume, f"{d}/train.log", cpus, echo)
-    if rc == 0 and split != "eval":
+    # val: train.py writes no table; eval: a run stopped in its final table is trained without one
+    if rc == 0 and not os.path.exists(os.path.join(d, table_name(split))):
         rc = launch(table_command(run, seed, root, split), f"{d}/train.log", cpus, echo)
     print(f"== {run} seed {seed}: {'ok' if rc == 0 else f'failed (rc {rc})'}", flush=True)
     return "ok" if rc == 0 else f"failed (rc {rc})"
@@ -549,6 +553,8 @@ def publish(src, dest=RESULTS_DIR, readme=README):
         elif re.fullmatch(r"(.+)-s(\d+)", n):
             if os.path.exists(os.path.join(src, n, "final_table.json")):
                 names.append(n)
+            else:
+                print(f"ablations.py publish: {n} has no final table yet: left behind")
     if not names:
         raise SystemExit(f"ablations.py publish: no finished runs under {src}")
     if os.path.abspath(src) != os.path.abspath(dest):
