@@ -393,8 +393,8 @@ def run_one(run, seed, budget, root, cpus=None, echo=True, split="eval"):
         json.dump({"cmd": cmd}, f, indent=1)
     cores = f" (cores {cpus})" if cpus else ""
     print(f"== {run} seed {seed}: {' '.join(cmd[1:])}{cores}", flush=True)
-    rc = 0
-    if not trained(d, steps):
+    rc, stopped_in_table = 0, trained(d, steps)
+    if not stopped_in_table:
         # an interrupted run continues from its last checkpoint (train.py refuses a fresh run into
         # its folder)
         resume = []
@@ -403,8 +403,9 @@ def run_one(run, seed, budget, root, cpus=None, echo=True, split="eval"):
         elif os.path.exists(f"{d}/run.json"):  # killed before its first checkpoint: nothing to keep
             resume = ["--overwrite"]
         rc = launch(cmd + resume, f"{d}/train.log", cpus, echo)
-    # val: train.py writes no table; eval: a run stopped in its final table is trained without one
-    if rc == 0 and not os.path.exists(os.path.join(d, table_name(split))):
+    # val: train.py writes no table; eval: its last act, so a run with every step logged (and, not
+    # finished, no table) was stopped in it
+    if rc == 0 and (split != "eval" or stopped_in_table):
         rc = launch(table_command(run, seed, root, split), f"{d}/train.log", cpus, echo)
     print(f"== {run} seed {seed}: {'ok' if rc == 0 else f'failed (rc {rc})'}", flush=True)
     return "ok" if rc == 0 else f"failed (rc {rc})"
