@@ -25,10 +25,13 @@ agent calls in its tick():
 Limits (mas.Limits): max_calls agent calls a run (sample(m, n) counts n); `timeout` wall seconds a
 run, not counting the time it waits on the trainer (but counting a vote's count); max_output
 characters of an answer, of stdout, of a helper's reply; code_timeout seconds a run_python
-(run_tests: at most 4 a test). Every job: isolation.MEMORY bytes of memory more than the
-fork-server's, 16 MiB files, 64 open files, CPU seconds = its timeout + 1. Nothing a script does
-raises in the trainer: every failure (syntax, exception, limit, timeout, crash, protocol violation,
-engine failure) is its WorkflowRun.error.
+(run_tests: at most 4 a test). Programs (run_python, run_tests) take turns: at most
+PROGRAMS_PER_CORE a usable core run at once in one run_workflows call, the others wait with their
+scripts' clocks stopped, and a program's clock starts when it starts (so that 600 scripts calling
+run_tests at one tick do not time one another out). Every job: isolation.MEMORY bytes of memory
+more than the fork-server's, 16 MiB files, 64 open files, CPU seconds = its timeout + 1. Nothing a
+script does raises in the trainer: every failure (syntax, exception, limit, timeout, crash,
+protocol violation, engine failure) is its WorkflowRun.error.
 
 Programs under test, outside workflows (reward.passes_all grades with run_tests, ending the job at
 the first failing test; reward.code_score runs every test):
@@ -56,6 +59,7 @@ Needs: machinery/isolation.py (the child processes), mas.py (the script language
 
 import json
 import math
+import os
 import sys
 import time
 from collections import deque
@@ -75,6 +79,12 @@ start, stop, isolation, remove_stale_bases = (
     iso.remove_stale_bases,
 )
 SandboxUnavailable, UNSAFE_ENV, MEMORY = iso.SandboxUnavailable, iso.UNSAFE_ENV, iso.MEMORY
+
+# programs (run_python, run_tests jobs) running at once in one run_workflows call, per core this
+# process may use: each gets about a quarter of a core or more, so a 4 s test limit leaves a right
+# program about 1 s of CPU. All at once, 600 tester scripts forked 600 test jobs at one tick on one
+# core, and right programs timed out (docs/NOTES.md)
+PROGRAMS_PER_CORE = 4
 
 
 @dataclass
@@ -318,7 +328,8 @@ def run_workflows(scripts, tasks, generate, *, equal=None, limits=None, width=No
 class LiveScript:
     """A script whose job runs: its run k; the agent calls it used; what it waits on (None: it
     runs | a list of AgentCalls, `many` saying whether it asked for a list | the job of its
-    run_python or run_tests); done: it sent its answer or error."""
+    run_python or run_tests | while that program waits its turn, the function that starts its
+    job); done: it sent its answer or error."""
 
     k: int
     job: object
@@ -344,11 +355,20 @@ class Workflows:
         self.todo = deque(range(len(scripts)))  # the scripts not launched yet
         self.live = {}  # job -> its LiveScript, in launch order (that is, in k's order)
         self.jobs = []  # every job drive() watches: the scripts' and their programs'
+        self.queued = deque()  # the scripts whose program waits its turn, in request order
+        self.programs = []  # the programs' jobs running now, at most self.slots
+        self.slots = PROGRAMS_PER_CORE * len(os.sched_getaffinity(0))
 
     def run(self):
         self.launch()
-        iso.drive(self.jobs, idle=self.tick)
+        iso.drive(self.jobs, idle=self.turn)
         return self.runs
+
+    def turn(self):
+        """Between two turns of the event loop: start the programs that have a free slot, then
+        the tick."""
+        self.start_programs()
+        self.tick()
 
     def launch(self):
         """Start scripts while fewer than `width` are alive."""
@@ -496,12 +516,13 @@ class Workflows:
 
     def program(self, s, op, msg):
         """run_python(code, input) or run_tests(code): the program in a job of its own, which the
-        script waits on, its clock stopped."""
+        script waits on, its clock stopped. The job starts in its turn (start_programs)."""
         code, stdin, tests = msg.get("code"), msg.get("input", ""), self.parts[s.k][1]
         if not isinstance(code, str) or not isinstance(stdin, str):
             return s.job.kill(f"bad {op} call: code and input must be strings")
         if op == "run_python":
-            s.waiting = iso.Job(
+            s.waiting = partial(
+                iso.Job,
                 "code",
                 {"code": code, "stdin": stdin},
                 self.lim.code_timeout,
@@ -514,7 +535,8 @@ class Workflows:
             # as reward.code_score runs it
             code = CALL_HEADER + code if tests.get("fn_name") else code
             report = partial(self.on_tests, s, tests)
-            s.waiting = _tests_job(
+            s.waiting = partial(
+                _tests_job,
                 code,
                 tests,
                 min(4.0, self.lim.code_timeout),
@@ -523,7 +545,19 @@ class Workflows:
                 on_end=report,
             )
         s.job.paused_at = time.monotonic()
-        self.jobs.append(s.waiting)
+        self.queued.append(s)
+
+    def start_programs(self):
+        """Start waiting programs while fewer than self.slots run, in the order they were asked
+        for; each one's clock starts as its job does."""
+        self.programs = [job for job in self.programs if not job.finished]
+        while self.queued and len(self.programs) < self.slots:
+            s = self.queued.popleft()
+            if s.job.kill_reason is not None or s.job.finished:  # its script is gone: no program
+                continue
+            s.waiting = s.waiting()
+            self.programs.append(s.waiting)
+            self.jobs.append(s.waiting)
 
     def on_python(self, s, sub):
         """run_python's job ended: its stdout, and how it failed if it did."""

@@ -6,6 +6,7 @@ directory changed, and the other programs/scripts running at the same time are u
 """
 
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -681,6 +682,27 @@ def test_templates_run_with_visible_tests_only():
     )
     runs = sandbox.run_workflows([many] * 3, [fn] * 3, gen)
     assert [r.answer for r in runs] == ["FAIL 0/3|PASS 3/3|FAIL 0/3|FAIL 0/3|7\n"] * 3, runs[0]
+
+
+@needs_isolation
+def test_programs_take_turns_each_on_its_own_clock():
+    """Programs take turns: at most PROGRAMS_PER_CORE a usable core run at once, and each one's
+    clock starts when it starts. Three turns of programs that sleep 0.6 s: each ends within its
+    1.5 s though the last turn starts 1.2 s or more after it was asked for."""
+    slots = sandbox.PROGRAMS_PER_CORE * len(os.sched_getaffinity(0))
+    program = "import time\\na = time.monotonic()\\ntime.sleep(0.6)\\nprint(a, time.monotonic())"
+    script = f"def workflow(task):\n    return run_python('{program}')"
+    limits = mas.Limits(timeout=10.0, code_timeout=1.5)
+    runs = sandbox.run_workflows(
+        [script] * (3 * slots), ["q"] * (3 * slots), _instant, limits=limits
+    )
+    outs = [r.answer or r.error for r in runs]
+    # every program printed its span (one that timed out prints "timeout: ...")
+    assert all(re.fullmatch(r"[0-9.]+ [0-9.]+\n", o) for o in outs), outs
+    spans = [tuple(map(float, o.split())) for o in outs]
+    # programs running as each one starts: those started by then and not yet ended
+    most = max(sum(a <= t < b for a, b in spans) for t, _ in spans)
+    assert most <= slots, (most, slots)
 
 
 @needs_isolation
