@@ -345,7 +345,7 @@ class Workflows:
 
     run() launches up to `width` scripts and drives every job (isolation.drive): each request
     arrives at request(), each ended job at ended() (which launches the next script), and between
-    turns tick() runs."""
+    turns turn() runs: the programs whose turn has come start, then the tick."""
 
     def __init__(self, scripts, tasks, generate, equal, limits, width, short):
         self.scripts, self.generate, self.equal = scripts, generate, equal
