@@ -81,9 +81,10 @@ start, stop, isolation, remove_stale_bases = (
 SandboxUnavailable, UNSAFE_ENV, MEMORY = iso.SandboxUnavailable, iso.UNSAFE_ENV, iso.MEMORY
 
 # programs (run_python, run_tests jobs) running at once in one run_workflows call, per core this
-# process may use: each gets about a quarter of a core or more, so a 4 s test limit leaves a right
-# program about 1 s of CPU. All at once, 600 tester scripts forked 600 test jobs at one tick on one
-# core, and right programs timed out (docs/NOTES.md)
+# process may use: when nothing else runs, each gets a quarter of a core or more, so a 4 s test
+# limit leaves a right program 1 s of CPU. All at once, 600 tester scripts forked 600 test jobs at
+# one tick on one core, and right programs timed out (docs/NOTES.md). The price: programs that run
+# out their limits take turns too (N of them: about N × limit / slots)
 PROGRAMS_PER_CORE = 4
 
 
