@@ -743,9 +743,22 @@ def stored_params(path):
 def model_dirs(cfg):
     """{policy name: its cold start}: {"model": init_from}, or init_from's designer/ and executor/
     folders."""
-    if cfg.policy == "shared":
-        return {"model": cfg.init_from}
-    return {r: os.path.join(cfg.init_from, r) for r in ("designer", "executor")}
+    return cold_start_dirs(cfg.init_from, separate=cfg.policy != "shared")
+
+
+def cold_start_dirs(init_from, separate=False):
+    """The model folders of a cold start (sft.py --out init_from [--roles separate]). sft.py renames
+    each into place when it is finished, a separate one's designer/ before its executor/: a build
+    stopped between the two leaves init_from/ with designer/ alone, so a cold start is whole when
+    every folder here is a directory, not when init_from is."""
+    if not separate:
+        return {"model": init_from}
+    return {r: os.path.join(init_from, r) for r in ("designer", "executor")}
+
+
+def cold_start_whole(init_from, separate=False):
+    """Whether every model folder of the cold start at init_from is in place (cold_start_dirs)."""
+    return all(os.path.isdir(d) for d in cold_start_dirs(init_from, separate).values())
 
 
 def run_files(out_dir):

@@ -394,7 +394,9 @@ def main(argv):
     if rank == 0:
         rundir.prepare(cfg)
         rundir.provenance(cfg, argv)  # out_dir/run.json: commit, command, clock times, machine
-        if tiny_data and not cfg.resume and not os.path.isdir(cfg.init_from):
+        # missing, or stopped between a separate cold start's two roles: made (again)
+        whole = settings.cold_start_whole(cfg.init_from, separate=cfg.policy != "shared")
+        if tiny_data and not cfg.resume and not whole:
             tiny.cold_start(cfg.init_from, cfg.seed, separate=cfg.policy == "separate")
     dist.barrier()
     # resume: the models come from the checkpoint's HF folders, their fp32 master weights and the

@@ -989,7 +989,8 @@ def test_a_cold_start_made_by_another_command_is_never_reused(tmp_path, monkeypa
 def test_a_new_root_is_made_for_its_first_cold_start(tmp_path, monkeypatch):
     def fake_launch(cmd, log, cpus=None, echo=True):
         Path(log).write_text("sft log")  # the log beside the cold start: its folder must exist
-        Path(cmd[cmd.index("--out") + 1]).mkdir()
+        for role in ("designer", "executor"):  # sft.py --roles separate: each renamed into place
+            Path(cmd[cmd.index("--out") + 1], role).mkdir(parents=True)
         return 0
 
     monkeypatch.setattr(ablations, "launch", fake_launch)
@@ -999,6 +1000,33 @@ def test_a_new_root_is_made_for_its_first_cold_start(tmp_path, monkeypatch):
     assert json.loads((root / "sft-separate-s5" / "build.json").read_text())["cmd"][-1] == str(
         root / "sft-separate-s5"
     )
+
+
+def test_an_unfinished_separate_cold_start_is_made_again(tmp_path, monkeypatch, capsys):
+    # a build stopped between the two roles leaves designer/ alone: not reused, built again
+    built = []
+
+    def fake_launch(cmd, log, cpus=None, echo=True):
+        out = Path(cmd[cmd.index("--out") + 1])
+        built.append(sorted(p.name for p in out.iterdir()))
+        (out / "designer").mkdir(exist_ok=True)
+        if len(built) == 1:  # the second build finishes
+            (out / "executor").mkdir()
+        return 0
+
+    monkeypatch.setattr(ablations, "launch", fake_launch)
+    start = tmp_path / "sft-separate-s3"
+    (start / "designer").mkdir(parents=True)
+    assert ablations.build_cold_start(3, str(tmp_path), separate=True) == "ok"
+    assert (
+        built == [["designer"]] and "unfinished (stopped between roles)" in capsys.readouterr().out
+    )
+    assert ablations.build_cold_start(3, str(tmp_path), separate=True) == "ok"  # whole: reused
+    # a build that ends without its executor/ is a failed one
+    (start / "build.json").unlink()
+    (start / "executor").rmdir()
+    assert ablations.build_cold_start(3, str(tmp_path), separate=True).startswith("failed")
+    assert len(built) == 2
 
 
 def mechanism_set(root):
