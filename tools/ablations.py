@@ -38,8 +38,9 @@ before it stay in their own folders as they were written (issue #45's results/ab
 results/ablations34). The other arms of runs() (issue #34's: flat8, flat16, coupled, designer,
 executor, separate, k1, k10) run with --only.
 
-Needs: machinery/provenance.py, tools/ablation_report.py; train.py, sft.py and world/final_table.py
-(run as programs) and what their Needs lines name
+Needs: machinery/provenance.py, settings.py (a cold start's folders; it imports mas.py and
+stagewise.py), tools/ablation_report.py; train.py, sft.py and world/final_table.py (run as programs)
+and what their Needs lines name
 """
 
 import argparse
