@@ -1010,7 +1010,7 @@ def test_an_unfinished_separate_cold_start_is_made_again(tmp_path, monkeypatch, 
         out = Path(cmd[cmd.index("--out") + 1])
         built.append(sorted(p.name for p in out.iterdir()))
         (out / "designer").mkdir(exist_ok=True)
-        if len(built) == 1:  # the second build finishes
+        if len(built) == 1:  # the first build finishes; the second stops after designer/
             (out / "executor").mkdir()
         return 0
 
