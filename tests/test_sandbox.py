@@ -1,15 +1,23 @@
-"""Adversarial tests of sandbox.py: a corpus of hostile and broken programs and workflow scripts.
+"""Adversarial tests of sandbox.py: a corpus of hostile and broken programs and workflow scripts,
+in both of the sandbox's modes (isolated: namespaces and an empty root; fallback: Landlock and
+seccomp, as on a machine without user namespaces).
 
 For every one: the trainer (this process) survives, the result says what happened, the wall time
 stays within the limit plus a margin, no process of it remains, no file outside its temporary
-directory changed, and the other programs/scripts running at the same time are unaffected.
+directory changed, and the other programs/scripts running at the same time are unaffected. The
+boundary's tests (the second half) attack each class of what a job could reach: the host's files
+(and through them its grade), what it returns, sockets, memory, time, devices, the trainer's
+process; each attack is written to succeed were the boundary not there.
 """
 
+import json
 import os
 import re
+import resource
 import socket
 import subprocess
 import sys
+import textwrap
 import time
 from concurrent.futures import ThreadPoolExecutor
 
@@ -19,6 +27,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 os.environ["METAAGENT_TEST_SECRET"] = "s3cr3t-token-42"  # must never reach a child
 
 import mas
+import reward
 import sandbox
 from machinery import isolation
 
@@ -27,15 +36,33 @@ T = 2.0  # wall limit of each hostile program
 MARGIN = 3.0  # generous: 2 shared cores
 
 
-def _start():
+def _available(mode):
     try:
-        return sandbox.start(unsafe=False), None
+        sandbox.start(mode)
+        return None
     except sandbox.SandboxUnavailable as e:
-        return None, str(e)
+        return str(e).splitlines()[0]
 
 
-ISOLATION, WHY = _start()
-needs_isolation = pytest.mark.skipif(ISOLATION is None, reason=f"no isolation here: {WHY}")
+MISSING = {m: _available(m) for m in ("fallback", "isolated")}  # mode -> why it is missing
+ISOLATION = None if MISSING["isolated"] else sandbox.isolation()
+
+
+@pytest.fixture(scope="module", params=["isolated", "fallback"])
+def mode(request):
+    """Each test that takes it runs in both modes (the tests of one mode together)."""
+    if MISSING[request.param]:
+        pytest.skip(f"no {request.param} sandbox here: {MISSING[request.param]}")
+    sandbox.start(request.param)
+    yield request.param
+
+
+@pytest.fixture()
+def isolated():
+    if MISSING["isolated"]:
+        pytest.skip(f"no isolated sandbox here: {MISSING['isolated']}")
+    if isolation._server is None or isolation._server.mode != "isolated":
+        sandbox.start("isolated")
 
 
 def _descendants(pid):
@@ -57,8 +84,8 @@ def _descendants(pid):
 
 
 def _no_leftovers():
-    """Only the fork-server itself (under `unshare`) remains: every job and everything it started is
-    gone."""
+    """Only the fork-server itself remains (isolated: the process that waits for it, and it): every
+    job and everything it started is gone."""
     for _ in range(50):  # the server reaps a job just after the trainer saw its end
         if len(_descendants(isolation._server.proc.pid)) <= 1:
             return True
@@ -124,20 +151,20 @@ PROGRAMS = [
     (
         "huge_output",
         "while True:\n    print('x' * 10000)",
-        {"timeout"},
-        lambda r: len(r.stdout) <= 1 << 20,
+        {"error"},
+        lambda r: len(r.stdout) == 1 << 20 and "output limit" in r.stderr,
     ),
     (
         "huge_output_once",
         "import sys\nsys.stdout.write('y' * (50 << 20))",
-        {"ok", "memory"},
+        {"error", "memory"},
         lambda r: len(r.stdout) <= 1 << 20,
     ),
     (
         "write_outside",
         "open('{dir}/new.txt', 'w').write('x')",
         {"error"},
-        lambda r: "Read-only" in r.stderr,
+        lambda r: "PermissionError" in r.stderr or "FileNotFoundError" in r.stderr,
     ),
     ("delete_outside", "import os\nos.remove('{keep}')", {"error"}, None),
     ("rmtree_repo", "import shutil\nshutil.rmtree('{repo}')", {"error"}, None),
@@ -154,7 +181,7 @@ PROGRAMS = [
         "import socket\ns = socket.create_connection(('127.0.0.1', {port}), timeout=1)\n"
         "s.sendall(b'hello')",
         {"error"},
-        lambda r: "OSError" in r.stderr or "Network" in r.stderr,
+        lambda r: "PermissionError" in r.stderr,
     ),
     (
         "subprocess",
@@ -257,8 +284,7 @@ PROGRAMS = [
 ]
 
 
-@needs_isolation
-def test_hostile_programs_concurrently(world):
+def test_hostile_programs_concurrently(mode, world):
     """Every hostile program at once, next to a well-behaved one that must be unaffected."""
     fmt = {"dir": world["dir"], "keep": world["keep"], "repo": REPO, "port": world["port"]}
     good = "import sys\nprint(sum(map(int, sys.stdin.read().split())))"
@@ -292,19 +318,20 @@ def test_hostile_programs_concurrently(world):
     assert sandbox.run_code("print(1)").stdout == "1\n"
 
 
-@needs_isolation
-def test_each_job_gets_a_fresh_private_tmp():
+def test_each_job_gets_a_fresh_private_tmp(mode):
     r1 = sandbox.run_code(
         "import os\nopen('mine.txt', 'w').write('a')\nprint(sorted(os.listdir('.')))"
     )
     r2 = sandbox.run_code("import os\nprint(sorted(os.listdir('.')))")
     assert r1.stdout.strip() == "['mine.txt']" and r2.stdout.strip() == "[]"
     r3 = sandbox.run_code("import os\nprint(len([p for p in os.listdir('/proc') if p.isdigit()]))")
-    assert r3.stdout.strip() == "1"  # alone in its PID namespace
+    if mode == "isolated":
+        assert r3.stdout.strip() == "1"  # alone in its PID namespace
+    else:  # no /proc at all
+        assert r3.status == "error" and "PermissionError" in r3.stderr
 
 
-@needs_isolation
-def test_run_tests_stdin_and_call_based():
+def test_run_tests_stdin_and_call_based(mode):
     out = sandbox.run_tests(
         "print(int(input()) * 2)", {"inputs": ["2\n", "5\n", "x\n"], "outputs": ["4", "10", ""]}
     )
@@ -340,8 +367,7 @@ except OSError:
     assert _no_leftovers()
 
 
-@needs_isolation
-def test_run_tests_stops_where_the_trainer_says_and_within_its_budget():
+def test_run_tests_stops_where_the_trainer_says_and_within_its_budget(mode):
     """stop(k, outcome), asked in the trainer as each outcome arrives, ends the job: a program that
     never ends, on 100 tests, comes back with one outcome (its first test's timeout), not 100."""
     hundred = {"inputs": [str(k) for k in range(100)], "outputs": [str(k) for k in range(100)]}
@@ -419,8 +445,7 @@ CALL_PROGRAMS = [
 ]
 
 
-@needs_isolation
-def test_call_tests_share_a_process_with_the_outcomes_of_one_each():
+def test_call_tests_share_a_process_with_the_outcomes_of_one_each(mode):
     tests = {"inputs": [[1], [2], [3], [4]], "outputs": [0] * 4, "fn_name": "f"}
 
     # isolate: each test in a sandbox job of its own, so in a process of its own
@@ -567,7 +592,8 @@ WORKFLOWS = [
     ("os_exit", "import os\ndef workflow(task):\n    os._exit(0)", None, "without returning"),
     (
         "kill_everyone",
-        "import os\ndef workflow(task):\n    for pid in (os.getppid(), 0, -1, 1):\n"
+        # (not 0: its own process group, which is itself in the fallback)
+        "import os\ndef workflow(task):\n    for pid in (os.getppid(), -1, 1):\n"
         "        try:\n            os.kill(pid, 9)\n        except OSError:\n            pass\n    "
         "return 'alive'",
         "alive",
@@ -586,8 +612,7 @@ WORKFLOWS = [
 ]
 
 
-@needs_isolation
-def test_hostile_workflows_in_one_batch(world):
+def test_hostile_workflows_in_one_batch(mode, world):
     scripts = [s for _, s, _, _ in WORKFLOWS]
     tasks = ["What is 2+2?"] * len(scripts)
     seen = []
@@ -622,8 +647,7 @@ def test_hostile_workflows_in_one_batch(world):
     assert _no_leftovers()
 
 
-@needs_isolation
-def test_ticks_batch_all_pending_calls():
+def test_ticks_batch_all_pending_calls(mode):
     """64 scripts x 3 sequential calls: generate runs once per tick (3 times), not 192 times."""
     script = "def workflow(task):\n    a = Agent('s', 'x')\n    return a(task) + a(task) + a(task)"
     batches = []
@@ -642,8 +666,7 @@ def test_ticks_batch_all_pending_calls():
     assert runs[5].calls[2].completion.token_ids == [1, 2, 3]
 
 
-@needs_isolation
-def test_templates_run_with_visible_tests_only():
+def test_templates_run_with_visible_tests_only(mode):
     task = {
         "id": "c1",
         "kind": "code",
@@ -684,12 +707,11 @@ def test_templates_run_with_visible_tests_only():
     assert [r.answer for r in runs] == ["FAIL 0/3|PASS 3/3|FAIL 0/3|FAIL 0/3|7\n"] * 3, runs[0]
 
 
-@needs_isolation
-def test_programs_take_turns_each_on_its_own_clock():
+def test_programs_take_turns_each_on_its_own_clock(mode):
     """Programs take turns: at most PROGRAMS_PER_CORE a usable core run at once, and each one's
     clock starts when it starts. On one core, four turns of programs that sleep 0.6 s: each ends
     within its 2 s though the last turn starts 1.8 s or more after the scripts asked (at once)."""
-    sandbox.start()  # the fork-server keeps every core; this thread alone is pinned, then freed
+    sandbox.start(mode)  # the fork-server keeps every core; this thread alone is pinned, then freed
     cores = os.sched_getaffinity(0)
     os.sched_setaffinity(0, {min(cores)})
     try:
@@ -713,8 +735,7 @@ def test_programs_take_turns_each_on_its_own_clock():
     assert most <= slots, (most, slots)
 
 
-@needs_isolation
-def test_vote_is_counted_by_the_given_equal_on_the_scripts_clock():
+def test_vote_is_counted_by_the_given_equal_on_the_scripts_clock(mode):
     script = "def workflow(task):\n    return vote(['3', 'three', 'III', 'x'])"
     words = {"3": 3, "three": 3, "III": 3}
     runs = sandbox.run_workflows(
@@ -745,8 +766,7 @@ def test_vote_is_counted_by_the_given_equal_on_the_scripts_clock():
     )
 
 
-@needs_isolation
-def test_generate_failure_becomes_run_error():
+def test_generate_failure_becomes_run_error(mode):
 
     def broken(calls):
         raise RuntimeError("engine on fire")
@@ -757,46 +777,561 @@ def test_generate_failure_becomes_run_error():
     assert "without text" in runs[0].error
 
 
-def test_refuses_without_isolation_and_unsafe_opt_in(tmp_path, monkeypatch, capfd):
-    """A host without user namespaces (simulated by an `unshare` that fails as it would there):
-    refuse, say why and how to opt in; with the opt-in, run anyway and warn."""
-    fake = tmp_path / "unshare"
-    fake.write_text(
-        "#!/bin/sh\necho 'unshare: unshare failed: Operation not permitted' >&2\nexit 1\n"
+# --------------------------------------------------------------------------------------------------
+# The boundary: each class of what a job could reach, attacked in both modes
+
+
+def _host_uid():
+    """The host user an isolated job runs as: nobody under a root trainer, else the trainer's."""
+    return isolation.NOBODY if os.geteuid() == 0 else os.geteuid()
+
+
+@pytest.fixture()
+def host(tmp_path):
+    """What a job must not reach: a secret only the trainer's user can read, a task file in the
+    layout `machinery/data.py prepare` writes (a hidden test's input and its expected output), a
+    unix socket and a TCP port listening on the host, an abstract unix socket of the trainer's."""
+    secret = tmp_path / "secret.txt"
+    secret.write_text("s3cr3t-token-42")
+    secret.chmod(0o600)
+    data = tmp_path / "work" / "data"
+    data.mkdir(parents=True)
+    row = {"id": "c9", "stdin": "7 9 unique-424242\n", "output": "forged-777", "args": [424242]}
+    (data / "code.jsonl").write_text(json.dumps(row) + "\n")
+    unix = socket.socket(socket.AF_UNIX)
+    unix.bind(str(tmp_path / "host.sock"))
+    unix.listen(4)
+    unix.setblocking(False)
+    abstract = socket.socket(socket.AF_UNIX)
+    abstract.bind(f"\0metaagent-test-{os.getpid()}")
+    abstract.listen(4)
+    abstract.setblocking(False)
+    tcp = socket.socket()
+    tcp.bind(("127.0.0.1", 0))
+    tcp.listen(4)
+    tcp.setblocking(False)
+    yield {
+        "dir": str(tmp_path),
+        "secret": str(secret),
+        "data": str(data / "code.jsonl"),
+        "row": row,
+        "unix": str(tmp_path / "host.sock"),
+        "abstract": f"\0metaagent-test-{os.getpid()}",
+        "port": tcp.getsockname()[1],
+        "listeners": (unix, abstract, tcp),
+    }
+    for s in (unix, abstract, tcp):
+        with pytest.raises(BlockingIOError):  # no job ever connected
+            s.accept()
+        s.close()
+
+
+def _run(code, **kw):
+    """run_code on a program that prints one JSON line: that value."""
+    r = sandbox.run_code(textwrap.dedent(code), **kw)
+    assert r.status == "ok", r
+    return json.loads(r.stdout)
+
+
+def test_a_job_reads_no_file_of_the_host(mode, host):
+    """Every file the trainer's user can read, the project, the run folder, the home folder, the
+    host's /proc and /sys, other jobs' folders: none can be opened or listed. In the isolated mode
+    they do not even exist (an empty root); in the fallback Landlock refuses them."""
+    me = os.getpid()
+    paths = [
+        host["secret"],
+        host["data"],
+        host["dir"],
+        REPO,
+        os.path.join(REPO, "README.md"),
+        os.path.join(REPO, ".git", "config"),
+        os.path.expanduser("~"),
+        "/etc/passwd",
+        "/etc/hostname",
+        f"/proc/{me}/environ",
+        f"/proc/{me}/cmdline",
+        f"/proc/{me}/mem",
+        "/sys/kernel",
+        "/dev/shm",
+        "/run",
+        "/tmp",
+        "/",
+        isolation._server.base,
+    ]
+    code = f"""
+    import json, os
+    seen = {{}}
+    for p in {paths!r}:
+        try:
+            seen[p] = os.listdir(p)[:3] if os.path.isdir(p) else open(p, "rb").read(40).decode()
+        except OSError as e:
+            seen[p] = type(e).__name__
+    exists = [p for p in {paths!r} if os.path.exists(p)]
+    print(json.dumps({{"seen": seen, "exists": exists, "env": dict(os.environ)}}))
+    """
+    out = _run(code)
+    opened = {p: v for p, v in out["seen"].items() if not isinstance(v, str) or "Error" not in v}
+    assert opened == {}, opened
+    assert "s3cr3t" not in json.dumps(out)
+    if mode == "isolated":  # an empty root: "/" and the folders on the way to the Python install
+        ways = {os.path.dirname(r) for r in isolation._server.roots}
+        while not ways >= {os.path.dirname(w) for w in ways}:
+            ways |= {os.path.dirname(w) for w in ways}
+        assert set(out["exists"]) <= ways, out["exists"]
+
+
+def test_a_program_cannot_forge_its_grade(mode, host):
+    """A program that looks for the task files on disk, finds its own hidden test's input there and
+    prints the stored output: outside the sandbox it passes (the attack is real); inside, graded by
+    reward.passes_all, it fails, stdin and call-based alike."""
+    search = f"""
+    import glob, json, os
+    def rows():
+        found = [{host["data"]!r}]  # where it is, as if guessed; and wherever it might be
+        for depth in range(1, 7):
+            found += glob.glob("/*" * depth + "/data/*.jsonl")
+        for path in found:
+            try:
+                yield from (json.loads(line) for line in open(path))
+            except (OSError, ValueError):
+                pass
+    """
+    stdin_program = textwrap.dedent(search) + textwrap.dedent("""
+    import sys
+    mine = sys.stdin.read()
+    print(next((r["output"] for r in rows() if r.get("stdin") == mine), "nothing found"))
+    """)
+    call_program = textwrap.dedent(search) + textwrap.dedent("""
+    def f(x):
+        return next((r["output"] for r in rows() if r.get("args") == [x]), "nothing found")
+    """)
+    row = host["row"]
+    outside = subprocess.run(
+        [sys.executable, "-c", stdin_program], input=row["stdin"], capture_output=True, text=True
     )
-    fake.chmod(0o755)
-    monkeypatch.setenv("PATH", f"{tmp_path}:{os.environ['PATH']}")
+    assert outside.stdout.strip() == "forged-777"  # the attack works on an open machine
+    stdin_tests = {"inputs": [row["stdin"]], "outputs": [row["output"]], "fn_name": None}
+    call_tests = {"inputs": [row["args"]], "outputs": [row["output"]], "fn_name": "f"}
+    assert not reward.passes_all(stdin_program, stdin_tests)
+    assert not reward.passes_all(call_program, call_tests)
+    task = {"id": "c9", "kind": "code", "tests": stdin_tests}
+    assert reward.correctness(task, f"```python\n{stdin_program}\n```") == 0.0
+
+
+def test_nothing_a_program_returns_raises_in_the_trainer(mode):
+    """A call-based program that returns a list nested 3,000 deep, or writes '[' x 5000 on its
+    result descriptor; a stdin program that prints a number past Decimal's range; a script that
+    sends a message nested 5,000 deep: each is that program's or script's failure, counted; the
+    trainer, and the other scripts of the batch, go on."""
+    deep = "import sys\nsys.setrecursionlimit(100000)\ndef f(x):\n    a = []\n"
+    deep += "    for _ in range(3000):\n        a = [a]\n    return a"
+    forged = "import os\ndef f(x):\n    os.write(4, b'[' * 5000 + b'\\n')\n    return 1"
+    calls = {"inputs": [[1], [2]], "outputs": [[1], [2]], "fn_name": "f"}
+    before = sandbox.failures["unreadable result"]
+    for code in (deep, forged):
+        assert reward.correctness({"kind": "code", "tests": calls}, code) == 0.0
+        assert reward.code_score(code, calls) == 0.0
+    huge = {"inputs": ["1\n"], "outputs": ["1.5"], "fn_name": None}
+    assert reward.correctness({"kind": "code", "tests": huge}, "print('1e999999999')") == 0.0
+    assert sandbox.failures["unreadable result"] >= before + 5
+    nested = b'{"op": "agent", "x": ' + b"[" * 5000 + b"]" * 5000 + b"}\\n"
+    bad = f"import os\ndef workflow(task):\n    os.write(3, {nested!r})\n    return 'x'"
+    tester = {
+        "id": "c",
+        "kind": "code",
+        "question": "q",
+        "public_tests": {"inputs": [[1]], "outputs": [[1]], "fn_name": "f"},
+    }
+    report = f"def workflow(task):\n    return run_tests({deep!r})"
+    runs = sandbox.run_workflows(
+        [bad, mas.TEMPLATES["single"], report], ["q", "q", tester], _instant, equal=str.__eq__
+    )
+    assert runs[0].answer is None and "protocol violation" in runs[0].error
+    assert (runs[1].answer, runs[1].error) == ("solver:0", None)
+    assert runs[2].answer.startswith("FAIL 0/1"), runs[2]
+
+
+def test_no_socket_reaches_the_host_or_another_job(mode, host):
+    """Unix sockets on the host by path and by abstract name, TCP and UDP on loopback, netlink and
+    raw sockets, a rendezvous between two jobs over an abstract socket: all refused. A socket pair
+    of its own (asyncio's) works."""
+    attempts = f"""
+    import asyncio, json, socket
+    out = {{}}
+    def attempt(name, family, kind, address, send=False):
+        try:
+            s = socket.socket(family, kind)
+            s.settimeout(1)
+            if send:
+                s.sendto(b"hello", address)
+            else:
+                s.connect(address)
+                s.sendall(b"hello")
+            out[name] = "connected"
+        except OSError as e:
+            out[name] = type(e).__name__
+    attempt("unix", socket.AF_UNIX, socket.SOCK_STREAM, {host["unix"]!r})
+    attempt("abstract", socket.AF_UNIX, socket.SOCK_STREAM, {host["abstract"]!r})
+    attempt("tcp", socket.AF_INET, socket.SOCK_STREAM, ("127.0.0.1", {host["port"]}))
+    attempt("udp", socket.AF_INET, socket.SOCK_DGRAM, ("127.0.0.1", {host["port"]}), send=True)
+    attempt("unix_dgram", socket.AF_UNIX, socket.SOCK_DGRAM, {host["unix"]!r}, send=True)
+    for name, family in (("netlink", socket.AF_NETLINK), ("packet", socket.AF_PACKET)):
+        try:
+            socket.socket(family, socket.SOCK_RAW)
+            out[name] = "opened"
+        except OSError as e:
+            out[name] = type(e).__name__
+    async def echo():
+        r, w = await asyncio.open_connection(sock=socket.socketpair()[0])
+        return "ok"
+    out["socketpair"] = asyncio.run(echo())
+    print(json.dumps(out))
+    """
+    out = _run(attempts)
+    assert out.pop("socketpair") == "ok"
+    assert not {k: v for k, v in out.items() if v in ("connected", "opened")}, out
+    listen = """
+    import json, socket, time
     try:
-        with pytest.raises(sandbox.SandboxUnavailable) as e:
-            sandbox.start(unsafe=False)
-        assert "Operation not permitted" in str(e.value) and sandbox.UNSAFE_ENV in str(e.value)
-        line = sandbox.start(unsafe=True)
-        assert "UNSAFE" in line and "WARNING" in capfd.readouterr().err
-        r = sandbox.run_code("print(6 * 7)")
-        assert (r.status, r.stdout) == ("ok", "42\n")
-        r = sandbox.run_code("import os\nos.fork()")  # seccomp still applies
-        assert r.status == "error" and "PermissionError" in r.stderr
-        r = sandbox.run_code("while True: pass", timeout=1.0)
-        assert r.status == "timeout" and r.duration < 1.0 + MARGIN
+        s = socket.socket(socket.AF_UNIX)
+        s.bind("\\0metaagent-rendezvous")
+        s.listen(1)
+        s.settimeout(2)
+        s.accept()
+        print(json.dumps("met"))
+    except OSError as e:
+        print(json.dumps(type(e).__name__))
+    """
+    call = """
+    import json, socket, time
+    time.sleep(0.5)
+    try:
+        socket.socket(socket.AF_UNIX).connect("\\0metaagent-rendezvous")
+        print(json.dumps("met"))
+    except OSError as e:
+        print(json.dumps(type(e).__name__))
+    """
+    with ThreadPoolExecutor(2) as ex:
+        met = list(ex.map(_run, (listen, call)))
+    assert "met" not in met, met
+
+
+def test_memory_a_limit_cannot_count_is_refused(mode):
+    """memfd, SysV and POSIX shared memory and queues are refused; the job's folder is part of its
+    memory: with a 64 MiB limit, what it writes to its folder and what it allocates stay within
+    64 MiB."""
+    refused = """
+    import ctypes, json, mmap, os
+    libc = ctypes.CDLL(None, use_errno=True)
+    out = {"shmget": libc.shmget(0, 16 << 20, 0o1600), "msgget": libc.msgget(0, 0o1600)}
+    out["semget"] = libc.semget(0, 1, 0o1600)
+    try:
+        os.memfd_create("hold")
+        out["memfd"] = "created"
+    except OSError as e:
+        out["memfd"] = type(e).__name__
+    try:
+        open("/dev/shm/hold", "wb").write(b"x" * (16 << 20))
+        out["dev_shm"] = "written"
+    except OSError as e:
+        out["dev_shm"] = type(e).__name__
+    print(json.dumps(out))
+    """
+    out = _run(refused)
+    assert out == {
+        "shmget": -1,
+        "msgget": -1,
+        "semget": -1,
+        "memfd": "PermissionError",
+        "dev_shm": out["dev_shm"] if "Error" in out["dev_shm"] else "refused",
+    }, out
+    fill = """
+    import json, os, time
+    written = held = 0
+    try:
+        for k in range(64):
+            with open(f"f{k}", "wb") as f:
+                for _ in range(4):
+                    f.write(bytes(1 << 20))
+                    written += 1
+    except OSError:
+        pass
+    time.sleep(0.5)  # a fallback folder is watched: over its bound, the job is killed
+    chunks = []
+    try:
+        while True:
+            chunks.append(bytearray(1 << 20))
+            held += 1
+    except MemoryError:
+        chunks.clear()
+    print(json.dumps([written, held]))
+    """
+    r = sandbox.run_code(textwrap.dedent(fill), memory=64 << 20)
+    if r.status == "ok":
+        written, held = json.loads(r.stdout)
+        assert written <= 16 and written + held <= 64, (written, held)
+    else:  # the fallback's watcher killed it once its folder passed its bound
+        assert mode == "fallback" and "its folder holds" in r.stderr, r
+
+
+def test_budgets_hold_in_workflows(mode):
+    """A script's wall budget counts its programs' time; run_python / run_tests calls are capped
+    (mas.Limits.max_programs); vote's answers are capped in size, whether the script goes through
+    mas.vote or writes the request itself; a channel message is capped (MAX_LINE)."""
+    sleepy = "def workflow(task):\n    for _ in range(25):\n"
+    sleepy += "        run_python('import time\\ntime.sleep(0.3)')\n    return 'done'"
+    many = "def workflow(task):\n    for _ in range(100):\n        run_python('print(1)')\n"
+    many += "    return 'done'"
+    big_vote = "def workflow(task):\n    return vote(['x' * 260000] * 64)"
+    raw = json.dumps({"op": "vote", "answers": ["y" * 20000] * 20}) + "\n"
+    raw_vote = f"import os\ndef workflow(task):\n    os.write(3, {raw.encode()!r})\n    return 'x'"
+    line = json.dumps({"op": "vote", "answers": ["z" * 300000] * 64}) + "\n"
+    flood = (
+        f"def workflow(task):\n    import os\n    os.write(3, {line.encode()!r})\n    return 'x'"
+    )
+    t0 = time.monotonic()
+    runs = sandbox.run_workflows(
+        [sleepy, many, big_vote, raw_vote, flood],
+        ["q"] * 5,
+        _instant,
+        equal=str.__eq__,
+        limits=mas.Limits(timeout=1.0),
+    )
+    assert time.monotonic() - t0 < 1.0 + 2 * MARGIN
+    assert "timeout" in runs[0].error and runs[0].duration < 1.0 + MARGIN, runs[0]
+    assert "max_programs" in runs[1].error, runs[1]
+    assert "vote takes answers of at most" in runs[2].error, runs[2]
+    assert "an answer over" in runs[3].error, runs[3]
+    assert "oversized message" in runs[4].error, runs[4]
+
+
+def test_output_past_the_cap_closes_the_pipe(mode):
+    """A program that floods stdout or stderr is cut off at the cap: the pipe closes, its next
+    write fails, and the trainer reads no more than the caps (its CPU time says so)."""
+    cpu = time.process_time()
+    out = sandbox.run_code("import sys\nwhile True:\n    sys.stdout.write('x' * 65536)", timeout=3)
+    err = sandbox.run_code("import sys\nwhile True:\n    sys.stderr.write('e' * 65536)", timeout=3)
+    used = time.process_time() - cpu
+    assert out.status == "error" and "output limit" in out.stderr and len(out.stdout) == 1 << 20
+    assert err.status == "error", err
+    assert used < 1.0, used  # reading 2 MiB, not 3 s of a flood (over 1 s of CPU before the cap)
+
+
+def test_no_device_but_null_zero_urandom(mode):
+    """/dev/null, /dev/zero and /dev/urandom work; kvm, fuse, loop devices, disks, memory and
+    terminals cannot be opened."""
+    code = """
+    import json, os
+    out = {}
+    for dev in ("null", "zero", "urandom", "kvm", "fuse", "loop-control", "loop0", "vda",
+                "mem", "tty", "console", "net/tun"):
+        try:
+            os.close(os.open(f"/dev/{dev}", os.O_RDWR))
+            out[dev] = "opened"
+        except OSError as e:
+            out[dev] = type(e).__name__
+    print(json.dumps(out))
+    """
+    out = _run(code)
+    assert [out.pop(d) for d in ("null", "zero", "urandom")] == ["opened"] * 3
+    assert "opened" not in out.values(), out
+
+
+def test_the_trainer_is_out_of_reach(mode, host):
+    """Signals (to the trainer, to every process, on I/O), its rlimits, CPUs and priority, its
+    memory (/proc, ptrace, process_vm_readv), a pidfd, io_uring; the mode, times and links of its
+    files: every attempt fails, and the trainer is as it was."""
+    me, keep = os.getpid(), host["secret"]
+    code = f"""
+    import ctypes, fcntl, json, os, resource, signal
+    libc = ctypes.CDLL(None, use_errno=True)
+    out = {{}}
+    def attempt(name, call, *args):
+        try:
+            ret = call(*args)
+            out[name] = "done" if ret is None or ret is not None and ret != -1 else "refused"
+        except OSError as e:
+            out[name] = type(e).__name__
+    attempt("kill", os.kill, {me}, signal.SIGKILL)
+    attempt("kill_all", os.kill, -1, signal.SIGKILL)
+    attempt("prlimit", resource.prlimit, {me}, resource.RLIMIT_NOFILE, (3, 3))
+    attempt("affinity", os.sched_setaffinity, {me}, {{0}})
+    attempt("nice", os.setpriority, os.PRIO_PROCESS, {me}, 19)
+    attempt("nice_user", os.setpriority, os.PRIO_USER, os.getuid(), 19)
+    attempt("environ", open, "/proc/{me}/environ")
+    attempt("mem", open, "/proc/{me}/mem", "r+b")
+    attempt("pidfd", os.pidfd_open, {me})
+    attempt("ptrace", libc.ptrace, 16, {me}, 0, 0)
+    local = (ctypes.c_char * 8)()
+    iov = (ctypes.c_void_p * 2)(ctypes.addressof(local), 8)
+    attempt("vm_read", libc.process_vm_readv, {me}, iov, 1, iov, 1, 0)
+    attempt("io_uring", libc.syscall, 425, 8, ctypes.create_string_buffer(120))
+    r, w = os.pipe()
+    attempt("sigio_owner", fcntl.fcntl, r, fcntl.F_SETOWN, {me})
+    attempt("chmod", os.chmod, {keep!r}, 0o777)
+    attempt("utime", os.utime, {keep!r}, (0, 0))
+    attempt("truncate", os.truncate, {keep!r}, 0)
+    attempt("link", os.link, {keep!r}, "stolen")
+    attempt("symlink_read", lambda: os.symlink({keep!r}, "s") or open("s").read())
+    print(json.dumps(out))
+    """
+    limits, cpus = resource.getrlimit(resource.RLIMIT_NOFILE), os.sched_getaffinity(0)
+    nice, stat = os.getpriority(os.PRIO_PROCESS, 0), os.stat(keep)
+    out = _run(code)
+    assert "done" not in out.values(), out
+    assert resource.getrlimit(resource.RLIMIT_NOFILE) == limits and os.sched_getaffinity(0) == cpus
+    assert os.getpriority(os.PRIO_PROCESS, 0) == nice
+    after = os.stat(keep)
+    assert (after.st_mode, after.st_mtime_ns, after.st_size) == (
+        stat.st_mode,
+        stat.st_mtime_ns,
+        stat.st_size,
+    )
+    assert open(keep).read() == "s3cr3t-token-42"
+
+
+def test_an_isolated_job_is_never_the_host_root(isolated):
+    """An isolated job is JOB_UID inside its own user namespace and, seen from the host, nobody
+    under a root trainer (else the trainer's own user), with no capability."""
+    seen = []
+
+    def watch():
+        time.sleep(0.5)
+        for pid in _descendants(isolation._server.proc.pid):
+            status = open(f"/proc/{pid}/status").read()
+            uids = re.search(r"^Uid:\s+(.*)$", status, re.M)[1].split()
+            caps = re.search(r"^CapEff:\s+(\w+)$", status, re.M)[1]
+            seen.append((uids, int(caps, 16)))
+
+    with ThreadPoolExecutor(1) as ex:
+        f = ex.submit(watch)
+        r = sandbox.run_code("import os, time\nprint(os.getuid(), os.geteuid())\ntime.sleep(1.5)")
+        f.result()
+    assert r.stdout.split() == [str(isolation.JOB_UID)] * 2
+    jobs = [(uids, caps) for uids, caps in seen if uids == [str(_host_uid())] * 4]
+    assert jobs and all(caps == 0 for _, caps in jobs), seen
+    assert not [u for u, _ in seen if u != ["0"] * 4 and u != [str(_host_uid())] * 4], seen
+
+
+def test_honest_programs_still_work(mode):
+    """The standard library, numpy where installed, recursion, a file in its folder, /dev/urandom,
+    the tester template's run_tests: what honest programs do."""
+    code = """
+    import bisect, collections, dataclasses, datetime, decimal, fractions, functools, heapq
+    import itertools, json, math, random, re, statistics, string, sys, tempfile, typing
+    sys.setrecursionlimit(20000)
+    def depth(n):
+        return 0 if n == 0 else 1 + depth(n - 1)
+    with tempfile.NamedTemporaryFile("w+") as f:
+        f.write("kept")
+        f.seek(0)
+        text = f.read()
+    try:
+        import numpy
+        total = int(numpy.arange(10).sum())
+    except ImportError:
+        total = 45
+    print(json.dumps([depth(10000), text, total, len(open("/dev/urandom", "rb").read(8))]))
+    """
+    assert _run(code) == [10000, "kept", 45, 8]
+
+
+def test_the_unsafe_switch_takes_exactly_1_and_the_mode_is_said_once(monkeypatch, capfd):
+    """METAAGENT_UNSAFE_SANDBOX and METAAGENT_SANDBOX take their documented values or fail (no
+    guess: "false" once turned the unsafe mode on); METAAGENT_SANDBOX=fallback forces the
+    fallback; start() prints its mode, and what it stops, once."""
+    try:
+        for name, value in ((sandbox.UNSAFE_ENV, "false"), (sandbox.UNSAFE_ENV, "yes")):
+            monkeypatch.setenv(name, value)
+            with pytest.raises(sandbox.SandboxUnavailable, match="exactly 1"):
+                sandbox.start()
+            monkeypatch.delenv(name)
+        monkeypatch.setenv(sandbox.MODE_ENV, "namespaces")
+        with pytest.raises(sandbox.SandboxUnavailable, match="fallback"):
+            sandbox.start()
+        if not MISSING["fallback"]:
+            monkeypatch.setenv(sandbox.MODE_ENV, "fallback")
+            capfd.readouterr()
+            assert sandbox.start().startswith("fallback")
+            lines = [x for x in capfd.readouterr().err.splitlines() if x.startswith("sandbox:")]
+            assert len(lines) == 1 and "Landlock ABI" in lines[0], lines
     finally:
         monkeypatch.undo()
-        sandbox.stop()
-        if ISOLATION is not None:
-            sandbox.start(unsafe=False)
+        sandbox.start()
+
+
+# a trainer in a container that forbids unshare (as Docker's default seccomp profile does), and one
+# that also lacks Landlock (ENOSYS, as an old kernel answers): the filter goes to every process
+# it starts
+WITHOUT = """
+import sys
+sys.path.insert(0, {repo!r})
+from machinery import confine
+rules = {{"unshare": ("deny",)}}
+if {no_landlock}:
+    rules["landlock_create_ruleset"] = ("enosys",)
+confine.seccomp(rules)
+import sandbox
+try:
+    print(sandbox.start().split(":")[0])
+except sandbox.SandboxUnavailable as e:
+    print("unavailable:", str(e).splitlines()[0])
+    raise SystemExit(0)
+r = sandbox.run_code("import os\\nprint(6 * 7)\\nos.fork()")
+print(r.stdout.strip(), "PermissionError" in r.stderr)
+r = sandbox.run_code("print(open('/etc/hostname').read())")
+print(r.status)
+"""
+
+
+@pytest.mark.parametrize(
+    "no_landlock, unsafe, said",
+    [
+        (False, "", ["fallback (no user namespaces)", "42 True", "error"]),
+        (True, "", ["unavailable: the isolated sandbox cannot start here: [Errno 1] ..."]),
+        (True, "1", ["UNSAFE", "42 True", "ok"]),
+    ],
+)
+def test_without_user_namespaces(no_landlock, unsafe, said):
+    """No user namespaces: Landlock and seccomp hold the line (the fallback, chosen by itself); no
+    Landlock either: the sandbox refuses, unless METAAGENT_UNSAFE_SANDBOX=1 (seccomp and rlimits
+    only: it reads what the trainer can, and says so)."""
+    if MISSING["fallback"] and not no_landlock:
+        pytest.skip(f"no Landlock here: {MISSING['fallback']}")
+    env = {k: v for k, v in os.environ.items() if k not in (sandbox.UNSAFE_ENV, sandbox.MODE_ENV)}
+    env[sandbox.UNSAFE_ENV] = unsafe
+    code = WITHOUT.format(repo=REPO, no_landlock=no_landlock)
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=env
+    )
+    lines = out.stdout.strip().splitlines()
+    assert out.returncode == 0, out.stderr[-2000:]
+    if said[0].startswith("unavailable"):
+        assert lines[0].startswith("unavailable: the isolated sandbox cannot start"), lines
+        assert "Operation not permitted" in lines[0], lines
+    else:
+        assert [lines[0].split(":")[0].split(" (")[0], *lines[1:]] == [
+            said[0].split(" (")[0],
+            *said[1:],
+        ], lines
+    if unsafe:
+        assert "WARNING" in out.stderr
 
 
 def test_trainer_exit_takes_the_server_down():
     """The fork-server and its jobs die with the trainer (no orphans when the trainer crashes)."""
     code = (
         f"import sys, time; sys.path.insert(0, {REPO!r}); import sandbox; "
-        f"sandbox.start(unsafe={ISOLATION is None!r}); import threading; "
+        "from machinery import isolation; sandbox.start(); import threading; "
         "threading.Thread(target=sandbox.run_code, args=('import time; time.sleep(100)',),"
         " kwargs={'timeout': 100}, daemon=True).start(); time.sleep(1.5); "
-        "import isolation; print(isolation._server.proc.pid, flush=True); "
+        "print(isolation._server.proc.pid, flush=True); "
         "import os; os._exit(0)"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
-    for pid in map(int, out.stdout.split()):
+    pids = list(map(int, out.stdout.split()))
+    assert pids, out.stderr[-2000:]
+    for pid in pids:
         for _ in range(100):
             if (
                 not os.path.exists(f"/proc/{pid}")
