@@ -58,9 +58,9 @@ paired_margin gives the honest error bar of a difference on the same problems (w
 sft.py's quality bar).
 
 Needs: machinery/data.py, machinery/engine.py, machinery/weights.py, mas.py, rollout.py,
-settings.py, machinery/decode.py, machinery/isolation.py, machinery/provenance.py,
-machinery/ranks.py, machinery/reload_check.py, machinery/rundir.py, reward.py, sandbox.py,
-stagewise.py
+settings.py, machinery/decode.py, machinery/isolation.py, machinery/confine.py,
+machinery/provenance.py, machinery/ranks.py, machinery/reload_check.py, machinery/rundir.py,
+reward.py, sandbox.py, stagewise.py
 """
 
 import argparse

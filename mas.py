@@ -67,6 +67,7 @@ class Limits:
         8192  # chars of the answer, of captured stdout, of a run_python/run_tests reply
     )
     code_timeout: float = 10.0  # wall seconds of one run_python / run_tests from a script
+    max_programs: int = 16  # run_python / run_tests calls per execution
 
 
 # --------------------------------------------------------------------------------------------------
@@ -349,6 +350,7 @@ def majority(answers, equal):
 
 
 MAX_VOTE = 64  # answers one vote() may compare
+MAX_VOTE_CHARS = 16384  # characters of each (a longer "answer" is a runaway, not an answer)
 
 
 def vote(answers):
@@ -359,6 +361,8 @@ def vote(answers):
     answers = [str(a) for a in answers]
     if len(answers) > MAX_VOTE:
         raise ValueError(f"vote takes at most {MAX_VOTE} answers")
+    if max(map(len, answers), default=0) > MAX_VOTE_CHARS:
+        raise ValueError(f"vote takes answers of at most {MAX_VOTE_CHARS} characters")
     return _request({"op": "vote", "answers": answers})
 
 

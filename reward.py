@@ -36,8 +36,8 @@ the first failing test, and no program gets more than GRADE_BUDGET wall seconds 
     correct = grade_runs(pairs)                             # a step's runs, each distinct answer
     reward(task, run, lam=0.4, correct=correct[k])          # graded once; R from that grade
 
-Needs: sandbox.py, machinery/isolation.py (code_score runs programs; outputs_match), mas.py (the
-answer tag and its regex), machinery/data.py (for sandbox.py)
+Needs: sandbox.py, machinery/isolation.py, machinery/confine.py (code_score runs programs;
+outputs_match), mas.py (the answer tag and its regex), machinery/data.py (for sandbox.py)
 """
 
 import atexit

@@ -39,12 +39,13 @@ grpo.token_logprobs.
                                                      # logprobs
 
 Needs: machinery/data.py, machinery/engine.py, mas.py, reward.py, sandbox.py, machinery/decode.py,
-machinery/isolation.py
+machinery/isolation.py, machinery/confine.py
 """
 
 import contextlib
 import itertools
 import time
+from collections import Counter
 from dataclasses import dataclass, field, replace
 from functools import partial
 
@@ -217,6 +218,7 @@ def rollout(
     q_offset: the global index of queries[0] in the step's batch (seeds follow global indices)."""
     seed_of = partial(_seed, seed, step, q_offset)
     stats = {"generate_calls": 0, "generate_s": 0.0}
+    failed_before = Counter(sandbox.failures)
     with _timed(stats, "design_s"):
         designs = design(queries, designer_engine, M, template, designer_sampling, short, seed_of)
     with _timed(stats, "execute_s"):
@@ -225,6 +227,7 @@ def rollout(
         )
     with _timed(stats, "grade_s"):
         correct, rewards = grade(queries, ran, lam)
+    stats["sandbox_failures"] = dict(sandbox.failures - failed_before)
     return assemble(len(queries), M, N, designs, ran, correct, rewards, stats)
 
 

@@ -3,8 +3,8 @@ calls are relayed to the trainer and batched, and programs under test; the limit
 outputs.
 
 How a workflow script runs. run_workflows(scripts, tasks, generate) starts one sandbox job per
-script: a child process that can hurt nothing (isolation.py: namespaces, read-only files, no
-network, seccomp, rlimits). There the script's workflow(task) runs, and each helper it calls
+script: a child process behind the boundary below (machinery/isolation.py). There the script's
+workflow(task) runs, and each helper it calls
 (mas.py) sends one request to the trainer over the job's socket and blocks on the reply. Here, in
 the trainer, a Workflows object serves each kind of request in a method of its own and batches the
 agent calls in its tick():
@@ -22,16 +22,19 @@ agent calls in its tick():
                       enter a script): tests_report's "PASS k/k", or "FAIL j/k" and the first
                       failing case
 
-Limits (mas.Limits): max_calls agent calls a run (sample(m, n) counts n); `timeout` wall seconds a
-run, not counting the time it waits on the trainer (but counting a vote's count); max_output
-characters of an answer, of stdout, of a helper's reply; code_timeout seconds a run_python
-(run_tests: at most 4 a test). Programs (run_python, run_tests) take turns: at most
-PROGRAMS_PER_CORE a usable core run at once in one run_workflows call, the others wait with their
-scripts' clocks stopped, and a program's clock starts when it starts (so that 600 scripts calling
-run_tests at one tick do not time one another out). Every job: isolation.MEMORY bytes of memory
-more than the fork-server's, 16 MiB files, 64 open files, CPU seconds = its timeout + 1. Nothing a
-script does raises in the trainer: every failure (syntax, exception, limit, timeout, crash,
-protocol violation, engine failure) is its WorkflowRun.error.
+Limits (mas.Limits): max_calls agent calls a run (sample(m, n) counts n); max_programs run_python
+and run_tests calls a run; `timeout` wall seconds a run, counting its programs' run time and a
+vote's count, not the time it waits on the trainer or for a program's turn; max_output characters
+of an answer, of stdout, of a helper's reply; code_timeout seconds a run_python (run_tests: at most
+4 a test). Programs take turns: at most PROGRAMS_PER_CORE a usable core run at once in one
+run_workflows call, the others wait with their scripts' clocks stopped, and a program's clock
+starts when it starts (so that 600 scripts calling run_tests at one tick do not time one another
+out). vote() takes at most mas.MAX_VOTE answers of mas.MAX_VOTE_CHARS characters, and its count
+stops at the script's deadline. Every job: isolation.MEMORY bytes of memory more than the
+fork-server's (its folder's included), 16 MiB files, 64 open files, CPU seconds = its timeout + 1;
+its stdout past the cap closes the pipe. Nothing a script does raises in the trainer: every failure
+(syntax, exception, limit, timeout, crash, protocol violation, engine failure) is its
+WorkflowRun.error, and the ones the trainer had to catch are counted in `failures`.
 
 Programs under test, outside workflows (reward.passes_all grades with run_tests, ending the job at
 the first failing test; reward.code_score runs every test):
@@ -48,21 +51,45 @@ fresh one after any test that does not return, so that no test can sink another.
 (stdout) and call_output_match (return values) compare outputs as LiveCodeBench does, for a script's
 run_tests and reward.code_score alike.
 
-start(unsafe=None) starts the fork-server (else the first job does) and returns a line for the log;
-without unprivileged user namespaces it raises SandboxUnavailable, saying what to enable, unless
-METAAGENT_UNSAFE_SANDBOX=1 or start(unsafe=True): then it warns on every start and every
-run_workflows.
+The boundary. start() starts the fork-server (else the first job does), chooses its mode, prints
+one line saying which and what it stops, and returns that line for the log. What holds, by mode
+(isolation.py's docstring says how):
 
-Needs: machinery/isolation.py (the child processes), mas.py (the script language), machinery/data.py
-(task_text: what a script receives)
+    a program tries to ...            isolated               fallback               unsafe
+    read host files (task data,       no: an empty root      no: Landlock           yes
+      the run, home), forge a grade
+    write outside its folder          no: read-only binds    no: Landlock           yes
+    crash the trainer by what it      no: a parse or compare failure is its failure, counted
+      returns (nested 3,000 deep)
+    reach a socket of the host or     no: its own network    no: seccomp (AF_UNIX   no: seccomp
+      of another job                  namespace; seccomp     pairs only); Landlock
+    hold memory its limit cannot      no: seccomp refuses memfd and shared memory; the folder
+      count                           counts (tmpfs)         is watched (disk)      not watched
+    outrun its budget (programs,      no: the clock counts programs; max_programs; vote capped
+      votes, output floods)           and stopped at the deadline; pipes closed past the cap
+    open a device (kvm, fuse, loop)   no: not there          no: Landlock           only as the
+                                                                                    trainer's user
+    signal, trace, renice or read     no: PID namespace,     no: seccomp, Landlock  no: seccomp
+      the trainer                     seccomp                (/proc), non-dumpable
+    be root on the host               no: nobody (root       the trainer's user,    as fallback
+                                      trainer) or the        no capabilities
+                                      trainer's user
+
+isolated needs unprivileged user namespaces; fallback (forced by METAAGENT_SANDBOX=fallback)
+Landlock; without either start() raises SandboxUnavailable, saying what to enable, unless
+METAAGENT_UNSAFE_SANDBOX=1 (exactly "1"): then it warns on every start and every run_workflows.
+
+Needs: machinery/isolation.py, machinery/confine.py (the child processes), mas.py (the script
+language), machinery/data.py (task_text: what a script receives)
 """
 
 import json
 import math
 import os
 import sys
+import threading
 import time
-from collections import deque
+from collections import Counter, deque
 from dataclasses import dataclass, field
 from decimal import Decimal, InvalidOperation
 from functools import partial
@@ -72,13 +99,19 @@ from machinery import data
 from machinery import isolation as iso  # as iso: isolation() below is the function of that name
 
 # the fork-server's interface, part of this one
-start, stop, isolation, remove_stale_bases = (
-    iso.start,
-    iso.stop,
-    iso.isolation,
-    iso.remove_stale_bases,
-)
-SandboxUnavailable, UNSAFE_ENV, MEMORY = iso.SandboxUnavailable, iso.UNSAFE_ENV, iso.MEMORY
+start, stop, isolation = iso.start, iso.stop, iso.isolation
+remove_stale_bases, SandboxUnavailable = iso.remove_stale_bases, iso.SandboxUnavailable
+UNSAFE_ENV, MODE_ENV, MEMORY = iso.UNSAFE_ENV, iso.MODE_ENV, iso.MEMORY
+# why programs and scripts failed in ways the trainer had to catch: {reason: count}, since start
+# (rollout puts each step's in its metrics): results that do not parse or compare, protocol
+# violations, limits, timeouts
+failures, _failures_lock = Counter(), threading.Lock()
+
+
+def count_failure(reason):
+    with _failures_lock:  # (graders run in threads)
+        failures[reason] += 1
+
 
 # programs (run_python, run_tests jobs) running at once in one run_workflows call, per core this
 # process may use: when nothing else runs, each gets a quarter of a core or more, so a 4 s test
@@ -158,8 +191,17 @@ def _tests_job(code, tests, per_test, max_output, budget=None, **callbacks):  # 
     return iso.Job("tests", payload, limit, max_output, **callbacks)
 
 
+def _outcome(msg):
+    """A harness's message as a TestOutcome (one that is not well formed: an error)."""
+    status, output, error = (msg.get(k) for k in ("status", "output", "error"))
+    if isinstance(status, str) and isinstance(output, str) and isinstance(error, str | None):
+        return TestOutcome(status, output, error)
+    count_failure("malformed test outcome")
+    return TestOutcome("error", "", "malformed test outcome")
+
+
 def _outcomes(job, n):
-    outs = [TestOutcome(**m) for m in job.messages[:n]]
+    outs = [_outcome(m) for m in job.messages[:n]]
     if len(outs) < n:  # the harness was killed (its overall deadline) or died: the rest did not run
         _, err, status, _, _ = iso.outcome(job)
         why = status if status != "ok" else "error"
@@ -186,14 +228,14 @@ def run_tests(code, tests, timeout_per_test=4.0, *, max_output=1 << 20, budget=N
 
     def arrived(job, msg):
         k = len(job.messages) - 1
-        if stop is not None and not stopped and stop(k, TestOutcome(**msg)):
+        if stop is not None and not stopped and stop(k, _outcome(msg)):
             stopped.append(k)
 
     job = _tests_job(code, tests, timeout_per_test, max_output, budget, on_message=arrived)
     # every outcome is in (not its exit too), or stop() held: drive() kills the job as it returns
     iso.drive([job], until=lambda: len(job.messages) >= n or bool(stopped))
     if stopped:
-        return [TestOutcome(**m) for m in job.messages[: stopped[0] + 1]]
+        return [_outcome(m) for m in job.messages[: stopped[0] + 1]]
     return _outcomes(job, n)
 
 
@@ -230,14 +272,22 @@ def _tokens_equal(a, b):
     )
 
 
+def _line_equal(a, b):
+    return (
+        a == b or len(a.split()) == len(b.split()) and all(map(_tokens_equal, a.split(), b.split()))
+    )
+
+
 def outputs_match(got, expected):
     """LiveCodeBench's stdout comparison: the same number of whitespace-stripped lines, each equal
-    as text or, token by token, as numbers (integers exactly, others within FLOAT_TOL)."""
+    as text or, token by token, as numbers (integers exactly, others within FLOAT_TOL). Output that
+    cannot be compared (a number past Decimal's range) is a mismatch, counted in `failures`."""
     g, e = ([line.strip() for line in str(t).strip().split("\n")] for t in (got, expected))
-    return len(g) == len(e) and all(
-        a == b or len(a.split()) == len(b.split()) and all(map(_tokens_equal, a.split(), b.split()))
-        for a, b in zip(g, e)
-    )
+    try:
+        return len(g) == len(e) and all(map(_line_equal, g, e))
+    except Exception:  # noqa: BLE001 - decimal.Overflow and the like: the program's failure
+        count_failure("unreadable result")
+        return False
 
 
 def _values_equal(got, expected):
@@ -262,10 +312,12 @@ def _values_equal(got, expected):
 
 def call_output_match(output, expected):
     """A call test: `output` is the JSON text of the return value, `expected` the expected JSON
-    value."""
+    value. A value that does not parse or compare (nested past the recursion limit, not JSON) is
+    a mismatch, counted in `failures`: a program's output never raises here."""
     try:
         return _values_equal(json.loads(output), expected)
-    except (ValueError, TypeError):
+    except Exception:  # noqa: BLE001 - RecursionError, ValueError, TypeError, MemoryError: its own
+        count_failure("unreadable result")
         return False
 
 
@@ -335,6 +387,7 @@ class LiveScript:
     k: int
     job: object
     used: int = 0
+    programs: int = 0
     waiting: object = None
     many: bool = False
     done: bool = False
@@ -487,27 +540,31 @@ class Workflows:
         prompt = mas.agent_messages(role, ins, text, self.short)
         s.waiting = [AgentCall(s.k, s.used + i, role, ins, text, prompt) for i in range(n)]
         s.many, s.used = msg.get("many"), s.used + n
-        s.job.paused_at = time.monotonic()
+        s.job.pause()
 
     def vote(self, s, msg):
         """vote(answers): mas.majority with the `equal` run_workflows was given, counted here on the
-        voting script's clock (and on no other script's: they waited on this loop meanwhile)."""
+        voting script's clock (and on no other script's: they waited on this loop meanwhile). At
+        most mas.MAX_VOTE answers of mas.MAX_VOTE_CHARS characters; the deadline is checked before
+        each comparison (one comparison may overrun it: reward.math_equal's own timeout)."""
         job, votes = s.job, msg.get("answers")
         strings = isinstance(votes, list) and not {type(a) for a in votes} - {str}
         if not strings or len(votes) > mas.MAX_VOTE:
             return job.kill(f"bad vote call: at most {mas.MAX_VOTE} answers, each a string")
+        if max(map(len, votes), default=0) > mas.MAX_VOTE_CHARS:
+            return job.kill(f"bad vote call: an answer over {mas.MAX_VOTE_CHARS} characters")
         if self.equal is None:
             return job.kill(
                 "vote() needs run_workflows(..., equal=...): how two answers are compared"
             )
         t0, won = time.monotonic(), None
         try:
-            won = mas.majority(
-                votes, lambda a, b: time.monotonic() < job.deadline and bool(self.equal(a, b))
-            )
+            won = mas.majority(votes, partial(_equal_before, job.deadline, self.equal))
+        except _PastDeadline:
+            job.kill(f"timeout after {job.timeout:g}s (counting a vote)")
         except Exception as e:  # a grader failing on odd answers fails this run only
             job.kill(f"vote failed: {type(e).__name__}: {e}")
-        if time.monotonic() >= job.deadline:
+        if won is not None and time.monotonic() >= job.deadline:
             job.kill(f"timeout after {job.timeout:g}s (counting a vote)")
         elif won is not None:
             job.reply({"ok": won})
@@ -521,6 +578,12 @@ class Workflows:
         code, stdin, tests = msg.get("code"), msg.get("input", ""), self.parts[s.k][1]
         if not isinstance(code, str) or not isinstance(stdin, str):
             return s.job.kill(f"bad {op} call: code and input must be strings")
+        s.programs += 1
+        if s.programs > self.lim.max_programs:
+            return s.job.kill(
+                f"limit exceeded: more than max_programs={self.lim.max_programs} "
+                "run_python / run_tests calls"
+            )
         if op == "run_python":
             s.waiting = partial(
                 iso.Job,
@@ -545,7 +608,7 @@ class Workflows:
                 on_message=report,
                 on_end=report,
             )
-        s.job.paused_at = time.monotonic()
+        s.job.pause()  # until its program starts: waiting for a slot is not the script's time
         self.queued.append(s)
 
     def start_programs(self):
@@ -557,6 +620,7 @@ class Workflows:
             if s.job.kill_reason is not None or s.job.finished:  # its script is gone: no program
                 continue
             s.waiting = s.waiting()
+            s.job.resume()  # the script's clock counts its program's time
             self.programs.append(s.waiting)
             self.jobs.append(s.waiting)
 
@@ -580,10 +644,14 @@ class Workflows:
     def ended(self, job):
         """A script's job ended: its run's duration, why it has no answer if it has none; the next
         script is launched."""
-        r = self.runs[self.live.pop(job).k]
+        s = self.live.pop(job)
+        if isinstance(s.waiting, iso.Job):  # its program ends with it
+            s.waiting.kill("its script ended")
+        r = self.runs[s.k]
         r.duration = time.monotonic() - job.t0
         if job.kill_reason:
             r.answer, r.error = None, r.error or job.kill_reason
+            count_failure(job.kill_reason.split(":")[0].split(" after ")[0][:60])
         elif r.answer is None and r.error is None:
             _, err, _, _, rc = iso.outcome(job)
             why = iso.last_line(err)
@@ -591,6 +659,17 @@ class Workflows:
                 why = f"the script exited (code {rc}) without returning: {why or 'no message'}"
             r.error = why
         self.launch()
+
+
+class _PastDeadline(Exception):
+    """A vote's count reached its script's deadline."""
+
+
+def _equal_before(deadline, equal, a, b):
+    """equal(a, b), unless the deadline has passed: then the count stops."""
+    if time.monotonic() >= deadline:
+        raise _PastDeadline
+    return bool(equal(a, b))
 
 
 def _program_text(job):

@@ -51,7 +51,8 @@ From Python:
 Needs: evaluate.py, machinery/chunked.py, machinery/data.py, machinery/engine.py, machinery/muon.py,
 machinery/ranks.py, machinery/rundir.py, machinery/speed.py, machinery/weights.py, mas.py,
 rollout.py, settings.py, world/tiny.py, machinery/decode.py, machinery/isolation.py,
-machinery/provenance.py, machinery/reload_check.py, reward.py, sandbox.py, stagewise.py
+machinery/confine.py, machinery/provenance.py, machinery/reload_check.py, reward.py, sandbox.py,
+stagewise.py
 """
 
 import argparse

@@ -58,8 +58,8 @@ Needs: advantage.py, grpo.py, machinery/chunked.py, machinery/data.py, machinery
 machinery/ranks.py, machinery/recorder.py, machinery/rundir.py, machinery/shared_prompts.py,
 machinery/speed.py, machinery/weights.py, rollout.py, settings.py, stagewise.py,
 world/final_table.py, world/heldout.py, world/tiny.py, evaluate.py, machinery/decode.py,
-machinery/isolation.py, machinery/loggers.py, machinery/offload.py, machinery/provenance.py,
-machinery/reload_check.py, mas.py, reward.py, sandbox.py
+machinery/isolation.py, machinery/confine.py, machinery/loggers.py, machinery/offload.py,
+machinery/provenance.py, machinery/reload_check.py, mas.py, reward.py, sandbox.py
 """
 
 import math

@@ -2,53 +2,68 @@
 hurt nothing (not the trainer, not the files, not each other), and the trainer's event loop that
 drives them.
 
-Every job is forked from one pre-started fork-server that lives in its own user, mount, network and
-PID namespaces (started by `unshare` with a fresh exec; no root needed):
+Every job is forked from one pre-started fork-server. Its mode is chosen once, at its start:
 
-    trainer ──socket──▶ fork-server (PID 1 of its namespace; every mount read-only; no network)
-                          └─ fork ─▶ job (PID 1 of its own PID namespace, its own tmpfs as its
-                                     folder, no capabilities, rlimits, seccomp: no fork, exec,
-                                     mount, unshare or ptrace)
+    isolated  (user namespaces, the default where the kernel allows them)
+      trainer ──socket──▶ fork-server: PID 1 of its own user, mount, PID, network, IPC and UTS
+                          namespaces, in an EMPTY ROOT: the Python install and the system's
+                          libraries bound read-only (confine.python_roots), /dev/null, /dev/zero,
+                          /dev/urandom, its /proc; no file of the host's else, no network
+                            └─ fork ─▶ job: PID 1 of its own PID namespace, its own /proc, its
+                                       own tmpfs as its folder (/job), user JOB_UID of a user
+                                       namespace of its own (the host's nobody when the trainer
+                                       is root, the trainer's user otherwise), no capabilities,
+                                       Landlock where the kernel has it, seccomp, rlimits
+    fallback  (no user namespaces: Docker's default profile, Ubuntu's AppArmor, many clusters;
+               or METAAGENT_SANDBOX=fallback)
+      the fork-server runs as the trainer does; each job: Landlock (reads: the Python install and
+      its folder; writes: its folder only, no folders inside it; no TCP; signals and abstract
+      sockets scoped to the job from ABI 6), the same seccomp filter, rlimits, no capabilities; a
+      folder of its own under the server's, watched for size; the trainer and the fork-server
+      non-dumpable (no same-user process reads their memory)
+    unsafe    (neither, and METAAGENT_UNSAFE_SANDBOX=1: exactly "1") seccomp and rlimits only,
+              a warning on every start and every run_workflows
+    Without namespaces or Landlock, and without the opt-in, start() raises SandboxUnavailable.
+
+What each mode stops is the table in sandbox.py's docstring; start() prints the mode's line once.
 
 A job gets four descriptors from the trainer (passed over the fork-server's socket): its channel, a
 socket that carries one JSON object a line each way (the job's payload; a script's requests and
-their replies; a harness's outcomes); stdout and stderr, pipes the trainer reads up to caps; and a
-status pipe on which the fork-server writes how the job ended, {"rc": exit code or -signal}. At its
-deadline the trainer has the fork-server SIGKILL it: PID 1 of its own namespace, unable to fork, it
-leaves nothing behind, and its tmpfs goes with its mount namespace. The fork-server, and so every
-job, ends when the trainer's end of its socket closes (the trainer exits or dies).
+their replies; a harness's outcomes); stdout and stderr, pipes the trainer reads up to caps (past
+a cap it closes the pipe: the job's next write fails); and a status pipe on which the fork-server
+writes how the job ended, {"rc": exit code or -signal, "why": ...}. At its deadline the trainer has
+the fork-server SIGKILL it: PID 1 of its own namespace, unable to fork, it leaves nothing behind,
+and its tmpfs goes with its mount namespace. The fork-server, and so every job, ends when the
+trainer's end of its socket closes (the trainer exits or dies).
 
 What a job runs once it has no way out (its kind):
     "code"      a program, as `python -c` would run it, its stdin from a file
     "tests"     a harness (the job's PID 1; the programs under test cannot touch it) that runs a
                 program on each test input in grandchildren: a stdin test in one of its own;
-                call-based tests in one, in turn (module state persists from call to call), and in a
-                fresh one after any test that does not return. After each returned call the
+                call-based tests in one, in turn (module state persists from call to call), and in
+                a fresh one after any test that does not return. After each returned call the
                 grandchild writes MARK on stderr, then the value as a line of JSON on fd 4: what
                 stderr holds after the last MARK is the failing test's own.
     "workflow"  a workflow script; mas.py's helpers send its requests over the channel and wait for
                 replies
 
+A job's memory: `memory` bytes in all, its folder's SCRATCH bytes (tmpfs: memory too) counted in
+them; what an address-space limit cannot count (memfd, shared memory) is refused by seccomp.
+
 The trainer's side, thread-safe (one fork-server; each drive() call its own loop):
-    start(unsafe=None) -> str; stop(); isolation() -> str; server()
+    start(mode=None) -> str; stop(); isolation() -> str; server()
                                  the fork-server, started on first use
     Job(kind, payload, timeout, max_output, memory, on_message, on_end)
                                  one job, submitted at once
     drive(jobs, idle, until)     send, read, kill at deadlines; on_message, on_end and idle() are
-                                 called here
+                                 called here (a message whose handler raises fails its job only)
     outcome(job) -> (stdout, stderr, status, seconds, returncode)
                                  status: ok | error | timeout | memory | killed
 
-Where user namespaces cannot be had, start() raises SandboxUnavailable (saying why and what to
-enable) unless METAAGENT_UNSAFE_SANDBOX=1 or start(unsafe=True): then rlimits + seccomp only, and a
-warning on every start. Not covered: jobs share the fork-server's (empty, loopback-down) network
-namespace, so two jobs could meet over an abstract unix socket; CPU and memory bandwidth are shared
-(no cgroups).
+To copy it: Linux on x86-64 or aarch64, kernel 5.3 or later (pidfd), the stdlib, confine.py, and
+mas.py for the "workflow" kind (or drop that kind).
 
-To copy it: Linux on x86-64 or aarch64, kernel 5.3 or later (pidfd), `unshare` from util-linux, the
-stdlib, and mas.py for the "workflow" kind (or drop that kind).
-
-Needs: mas.py (a workflow job runs its script with mas's helpers)
+Needs: machinery/confine.py (the locks), mas.py (a workflow job runs its script with mas's helpers)
 """
 
 import atexit
@@ -61,13 +76,11 @@ import json
 import math
 import os
 import re
-import resource
 import select
 import selectors
 import shutil
 import signal
 import socket
-import struct
 import subprocess
 import sys
 import tempfile
@@ -75,213 +88,38 @@ import threading
 import time
 import traceback
 
-UNSAFE_ENV = "METAAGENT_UNSAFE_SANDBOX"
-MEMORY = 1 << 30  # bytes of address space a job may add to the fork-server's
+try:  # run by path (the fork-server) or imported as machinery.isolation
+    from machinery import confine
+except ImportError:
+    import confine
+
+UNSAFE_ENV = "METAAGENT_UNSAFE_SANDBOX"  # exactly "1": run without a boundary where none exists
+MODE_ENV = "METAAGENT_SANDBOX"  # "fallback": Landlock and seccomp even where namespaces exist
+MEMORY = 1 << 30  # bytes a job may add to the fork-server's, its folder included
+SCRATCH = 64 << 20  # bytes of a job's folder (at most a quarter of its memory)
+FOLDER_FILES = 256  # files a fallback job's folder may hold
 FILE_SIZE = 16 << 20  # largest file a job may write
-TMPFS_SIZE = "64m"  # a job's private working directory
+JOB_DIR = "/job"  # an isolated job's folder (its tmpfs), its working directory and HOME
+JOB_UID = 1000  # an isolated job's user inside its own user namespace
+NOBODY = 65534  # the host user an isolated job is when the trainer is root
 STDERR_CAP = 8192  # bytes of a job's stderr kept: its end, where the error is
-MAX_LINE = 64 << 20  # longest message the trainer accepts from a job
+STDERR_READ = 1 << 20  # bytes of stderr read at most; then the pipe is closed
+MAX_LINE = 4 << 20  # longest message the trainer accepts from a job
 MARK = b"\n\0--- end of a test ---\0\n"  # on stderr after each call test that returned
+_VM = [0]  # (in a job) bytes of its address space at its start, its rlimit's base
 
 
 class SandboxUnavailable(RuntimeError):
-    """The sandbox needs unprivileged user namespaces (with mount, network and PID namespaces) and
-    seccomp, via `unshare` from util-linux. To enable: `sysctl -w
+    """The sandbox needs unprivileged user namespaces (isolated mode) or Landlock (the fallback,
+    Linux 5.13+ with Landlock enabled), and seccomp. To enable user namespaces: `sysctl -w
     kernel.unprivileged_userns_clone=1` (Debian/Ubuntu), `sysctl -w user.max_user_namespaces=15000`,
-    `sysctl -w kernel.apparmor_restrict_unprivileged_userns=0` (Ubuntu 24.04+); in Docker/Kubernetes
-    allow the unshare/clone syscalls (e.g. --security-opt seccomp=unconfined) or run with a user
-    namespace. To run WITHOUT this isolation (rlimits + seccomp only, no read-only filesystem,
-    network or PID namespace): set METAAGENT_UNSAFE_SANDBOX=1 or call sandbox.start(unsafe=True)."""
+    `sysctl -w kernel.apparmor_restrict_unprivileged_userns=0` (Ubuntu 24.04+); in Docker or
+    Kubernetes allow the unshare syscall (e.g. --security-opt seccomp=unconfined). Landlock: boot
+    with `lsm=landlock,...`. To run WITHOUT a boundary (seccomp and rlimits only: model code can
+    read and write what the trainer can): set METAAGENT_UNSAFE_SANDBOX=1."""
 
-
-# --------------------------------------------------------------------------------------------------
-# Linux plumbing: mounts, seccomp, capabilities, rlimits (ctypes; the numbers are the kernel's ABI)
 
 _libc = ctypes.CDLL(None, use_errno=True)
-CLONE_NEWNS, CLONE_NEWPID = 0x00020000, 0x20000000
-MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC, MS_REMOUNT, MS_BIND = 1, 2, 4, 8, 32, 4096
-_MOUNT_FLAGS = {
-    "ro": MS_RDONLY,
-    "nosuid": MS_NOSUID,
-    "nodev": MS_NODEV,
-    "noexec": MS_NOEXEC,
-    "noatime": 1024,
-    "nodiratime": 2048,
-    "relatime": 1 << 21,
-    "strictatime": 1 << 24,
-}
-
-
-def _check(ret, what):
-    if ret != 0:
-        e = ctypes.get_errno()
-        raise OSError(e, f"{what}: {os.strerror(e)}")
-
-
-def _mount(src, target, fstype, flags, data=None):
-    def c(s):
-        return s and s.encode()
-
-    _check(
-        _libc.mount(c(src), c(target), c(fstype), ctypes.c_ulong(flags), c(data)), f"mount {target}"
-    )
-
-
-def _mounts():
-    """{mount point: its flags} of this mount namespace (the last mount at a path is the visible
-    one), the points' octal escapes decoded (\\040: a space)."""
-    with open("/proc/self/mountinfo") as f:
-        fields = [line.split()[4:6] for line in f]
-
-    def unescape(point):
-        return re.sub(r"\\([0-7]{3})", lambda m: chr(int(m[1], 8)), point)
-
-    return {
-        unescape(point): sum(_MOUNT_FLAGS.get(o, 0) for o in opts.split(","))
-        for point, opts in fields
-    }
-
-
-def _readonly_everything():
-    """Remount every mount read-only. The flags the kernel has locked (nosuid, nodev, noexec, atime)
-    must be repeated, or it says EPERM."""
-    for point, flags in _mounts().items():
-        if not flags & MS_RDONLY:
-            with contextlib.suppress(OSError):  # checked below
-                _mount(None, point, None, MS_REMOUNT | MS_BIND | MS_RDONLY | flags)
-    writable = [p for p, f in _mounts().items() if not f & MS_RDONLY]
-    if writable:
-        raise OSError(f"could not make these mounts read-only: {writable}")
-
-
-_ARCH = {  # machine: (audit arch, clone, clone3, the syscalls denied: the list below)
-    "x86_64": (
-        0xC000003E,
-        56,
-        435,
-        [
-            57,
-            58,
-            59,
-            322,
-            272,
-            308,
-            165,
-            166,
-            155,
-            161,
-            101,
-            321,
-            323,
-            250,
-            298,
-            428,
-            429,
-            430,
-            431,
-            432,
-            442,
-            310,
-            311,
-        ],
-    ),
-    "aarch64": (
-        0xC00000B7,
-        220,
-        435,
-        [
-            221,
-            281,
-            97,
-            268,
-            40,
-            39,
-            41,
-            51,
-            117,
-            280,
-            282,
-            219,
-            241,
-            428,
-            429,
-            430,
-            431,
-            432,
-            442,
-            270,
-            271,
-        ],
-    ),
-}
-# denied: fork vfork execve execveat unshare setns mount umount2 pivot_root chroot ptrace bpf
-# userfaultfd keyctl perf_event_open open_tree move_mount fsopen fsconfig fsmount mount_setattr
-# process_vm_readv/writev
-
-
-def _seccomp_no_spawn():
-    """A seccomp filter: no new processes (threads are fine), no exec, no mount/namespace/ptrace
-    syscalls. clone3 says ENOSYS so that libc falls back to clone, whose flags a filter can read."""
-    if os.uname().machine not in _ARCH:
-        raise OSError(f"no seccomp table for {os.uname().machine}")
-    audit, clone, clone3, deny = _ARCH[os.uname().machine]
-    eperm, enosys, allow, kill = 0x00050000 | 1, 0x00050000 | 38, 0x7FFF0000, 0x80000000
-    prog = [
-        (0x20, 0, 0, 4),
-        (0x15, 1, 0, audit),
-        (0x06, 0, 0, kill),
-        (0x20, 0, 0, 0),
-        (0x35, 0, 1, 0x40000000),  # x32 syscalls: no
-        (0x06, 0, 0, eperm),
-    ]
-    for nr in deny:  # each denied syscall: EPERM
-        prog += [(0x15, 0, 1, nr), (0x06, 0, 0, eperm)]
-    prog += [
-        (0x15, 0, 1, clone3),
-        (0x06, 0, 0, enosys),
-        (0x15, 0, 3, clone),
-        (0x20, 0, 0, 16),
-        (0x45, 1, 0, 0x00010000),  # CLONE_THREAD?
-        (0x06, 0, 0, eperm),
-        (0x06, 0, 0, allow),
-    ]
-    filt = ctypes.create_string_buffer(b"".join(struct.pack("HBBI", *ins) for ins in prog))
-    fprog = struct.pack("HxxxxxxP", len(prog), ctypes.addressof(filt))
-    _check(_libc.prctl(38, 1, 0, 0, 0), "no_new_privs")
-    _check(_libc.prctl(22, 2, ctypes.c_char_p(fprog), 0, 0), "seccomp")
-
-
-def _drop_capabilities():
-    """No capabilities now or after any exec (securebits, bounding set, ambient set, then none at
-    all)."""
-    _libc.prctl(28, 0x2F, 0, 0, 0)  # SECBIT_NOROOT etc., locked (needs CAP_SETPCAP)
-    for cap in range(64):
-        _libc.prctl(24, cap, 0, 0, 0)  # PR_CAPBSET_DROP (EPERM/EINVAL where it cannot: fine)
-    _libc.prctl(47, 4, 0, 0, 0)  # PR_CAP_AMBIENT_CLEAR_ALL
-    # v3, this process: none
-    _check(_libc.capset(struct.pack("Ii", 0x20080522, 0), bytes(24)), "capset")
-
-
-def _enter(stdin, cpu_seconds, memory):
-    """The last steps before model code runs: fd 0 a deleted file that holds `stdin`, the rlimits,
-    the seccomp filter. (sys.stdin/stdout/stderr, never used in the fork-server, read and write fds
-    0-2 just as `python -c`'s do.)"""
-    with tempfile.TemporaryFile(dir=".") as f:
-        os.pwrite(f.fileno(), stdin.encode(), 0)  # (the offset stays at 0)
-        os.dup2(f.fileno(), 0)
-    vm = int(open("/proc/self/statm").read().split()[0]) * os.sysconf("SC_PAGE_SIZE")
-    for res, val in (
-        (resource.RLIMIT_AS, vm + memory),
-        (resource.RLIMIT_CPU, cpu_seconds),
-        (resource.RLIMIT_FSIZE, FILE_SIZE),
-        (resource.RLIMIT_NOFILE, 64),
-        (resource.RLIMIT_NPROC, 4096),
-        (resource.RLIMIT_CORE, 0),
-    ):
-        # above a hard limit: that one is stricter still
-        with contextlib.suppress(ValueError, OSError):
-            resource.setrlimit(res, (val, val))
-    _seccomp_no_spawn()
 
 
 # --------------------------------------------------------------------------------------------------
@@ -310,6 +148,22 @@ class Channel:
     def request(self, obj):
         self.send(obj)
         return self.receive()["ok"]
+
+
+def _scratch(memory):
+    """Bytes of a job's folder: SCRATCH, at most a quarter of its memory, of which it is part."""
+    return min(SCRATCH, memory // 4)
+
+
+def _enter(stdin, cpu_seconds, memory):
+    """The last steps before model code runs: fd 0 a deleted file that holds `stdin`, the rlimits
+    (the address space: `memory` less the folder's bytes), the seccomp filter. (sys.stdin, stdout
+    and stderr, never used in the fork-server, read and write fds 0-2 just as `python -c`'s do.)"""
+    with tempfile.TemporaryFile(dir=".") as f:
+        os.pwrite(f.fileno(), stdin.encode(), 0)  # (the offset stays at 0)
+        os.dup2(f.fileno(), 0)
+    confine.limit(_VM[0] + memory - _scratch(memory), cpu_seconds, FILE_SIZE, 64)
+    confine.seccomp(confine.job_rules(os.getpid()))
 
 
 def _flush():
@@ -354,24 +208,28 @@ def _call_args(inp):
     return list(inp) if isinstance(inp, list | tuple) else [inp]
 
 
+def _jsonable(obj):
+    """What json.dumps writes for a value JSON lacks: a set as its sorted list, else its repr."""
+    return sorted(obj) if isinstance(obj, set | frozenset) else repr(obj)
+
+
 def _calls(payload, inputs, cpu, memory):
     """Grandchild: the program once, then each call test in turn: MARK on stderr and the returned
     value as a line of JSON on fd 4, so that what the program printed on stderr after the last MARK
     is the failing test's. The first test that does not return ends the process, as it would end a
     process of its own."""
+    import resource
+
     os.close(3)
     _enter("", cpu * len(inputs), memory)
 
     # the soft RLIMIT_CPU: each test its own seconds, as in a process of its own
     def own_cpu_seconds():
-        t, hard = (
-            resource.getrusage(resource.RUSAGE_SELF),
-            resource.getrlimit(resource.RLIMIT_CPU)[1],
-        )
+        t = resource.getrusage(resource.RUSAGE_SELF)
+        hard = resource.getrlimit(resource.RLIMIT_CPU)[1]
         # (a soft limit at or below the hard one: lowering or raising it is always allowed)
-        resource.setrlimit(
-            resource.RLIMIT_CPU, (min(int(t.ru_utime + t.ru_stime) + cpu, hard), hard)
-        )
+        used = int(t.ru_utime + t.ru_stime)
+        resource.setrlimit(resource.RLIMIT_CPU, (min(used + cpu, hard), hard))
 
     own_cpu_seconds()  # the first test's seconds include running the program
     rc, g = _run_program(payload["code"], "solution")
@@ -380,10 +238,7 @@ def _calls(payload, inputs, cpu, memory):
             # a method of a fresh Solution() if there is one, as LeetCode calls it
             name = payload["fn_name"]
             fn = getattr(g["Solution"](), name) if hasattr(g.get("Solution"), name) else g[name]
-            out = json.dumps(
-                fn(*_call_args(inp)),
-                default=lambda o: sorted(o) if isinstance(o, set | frozenset) else repr(o),
-            )
+            out = json.dumps(fn(*_call_args(inp)), default=_jsonable)
             _flush()
             os.write(2, MARK)  # whole: a pipe takes up to 4096 bytes at once
             with open(4, "wb", closefd=False) as f:
@@ -402,16 +257,17 @@ def _tests_job(payload, chan, cpu, memory):
     outputs never enter the job."""
     inputs, k = payload["inputs"], 0
     while k < len(inputs):
-        for outcome in _grandchild(
-            payload, inputs[k:] if payload["fn_name"] else inputs[k : k + 1], memory
-        ):
+        batch = inputs[k:] if payload["fn_name"] else inputs[k : k + 1]
+        for outcome in _grandchild(payload, batch, memory):
             chan.send(outcome)
             k += 1
 
 
 def _grandchild(payload, inputs, memory):
     """Run `inputs` (one stdin test, or call tests in turn) in one grandchild; yield each test's
-    outcome as it completes, up to and including the first that does not return (at least one)."""
+    outcome as it completes, up to and including the first that does not return (at least one).
+    A stdin test's stdout past the cap closes the pipe (the program's next write fails); a call
+    test's stdout is not its answer: read, and kept up to the cap."""
     per, cap, fn = payload["timeout_per_test"], payload["max_output"], payload["fn_name"]
     (out_r, out_w), (err_r, err_w), (res_r, res_w) = os.pipe(), os.pipe(), os.pipe()
     pid = os.fork()
@@ -423,13 +279,11 @@ def _grandchild(payload, inputs, memory):
                 os.dup2(fd, to)
             os.closerange(5, 1 << 16)
             cpu = math.ceil(per) + 1
-            code = (
-                _calls(payload, inputs, cpu, memory)
-                if fn
-                else _program_job(
-                    {"code": payload["code"], "stdin": str(inputs[0])}, None, cpu, memory
-                )
-            )
+            if fn:
+                code = _calls(payload, inputs, cpu, memory)
+            else:
+                program = {"code": payload["code"], "stdin": str(inputs[0])}
+                code = _program_job(program, None, cpu, memory)
         finally:  # whatever happened: it never returns into the harness's loop
             _flush()
             os._exit(code)
@@ -441,25 +295,21 @@ def _grandchild(payload, inputs, memory):
         if not killed and time.monotonic() >= deadline:
             os.kill(pid, signal.SIGKILL)
             killed = True
-        for fd in select.select(
-            fds, [], [], None if killed else max(0.0, deadline - time.monotonic())
-        )[0]:
+        wait = None if killed else max(0.0, deadline - time.monotonic())
+        for fd in select.select(fds, [], [], wait)[0]:
             data = os.read(fd, 65536)
-            if not data:
+            if fd == out_r:
+                out += data[: cap - len(out)]
+            if not data or fd == out_r and len(out) >= cap and not fn:  # (a call's: not graded)
                 fds.remove(fd)
                 os.close(fd)
-            elif fd == out_r:
-                out += data[: cap - len(out)]
             elif fd == err_r:
                 err = (err + data).rsplit(MARK, 1)[-1][-STDERR_CAP:]
-            elif fn and not killed:  # each full line: a test that returned
+            elif fd == res_r and fn and not killed:  # each full line: a test that returned
                 *lines, res = (res + data).split(b"\n")
                 for line in lines[: len(inputs) - done]:
-                    yield {
-                        "status": "ok",
-                        "output": line[:cap].decode("utf-8", "replace"),
-                        "error": None,
-                    }
+                    text = line[:cap].decode("utf-8", "replace")
+                    yield {"status": "ok", "output": text, "error": None}
                     done += 1
                     deadline = time.monotonic() + per
                 res = res[:cap]
@@ -485,11 +335,10 @@ def _workflow_job(payload, chan, cpu, memory):
         if not callable(g.get("workflow")):
             raise NameError("the script defines no workflow(task) function")
         answer = g["workflow"](payload["task"])
-        msg = (
-            {"answer": answer[: payload["max_output"]]}
-            if isinstance(answer, str)
-            else {"error": f"workflow returned {type(answer).__name__}, not str"}
-        )
+        if isinstance(answer, str):
+            msg = {"answer": answer[: payload["max_output"]]}
+        else:
+            msg = {"error": f"workflow returned {type(answer).__name__}, not str"}
     except SystemExit as e:
         msg = {"error": f"the script called sys.exit({e.code!r})"}
     except BaseException as e:  # every failure of the script becomes WorkflowRun.error
@@ -501,42 +350,70 @@ def _workflow_job(payload, chan, cpu, memory):
 def _describe(exc):
     """'ValueError: bad (script line 3)': the exception and the last script line it passed
     through."""
-    lines = [
-        fr.lineno for fr in traceback.extract_tb(exc.__traceback__) if fr.filename == "<workflow>"
-    ]
+    tb = traceback.extract_tb(exc.__traceback__)
+    lines = [fr.lineno for fr in tb if fr.filename == "<workflow>"]
     line = lines[-1] if lines else exc.lineno if isinstance(exc, SyntaxError) else None
     text = traceback.format_exception_only(type(exc), exc)[-1].strip()[:300]
     return f"{text} (script line {line})" if line else text
 
 
-def _job(spec, fds, base, isolated):
-    """In the forked child: isolate, read the payload, run it, exit. Never returns."""
+def _own_user(owner):
+    """(isolated) The job becomes JOB_UID of a user namespace of its own, mapped to `owner` of the
+    fork-server's namespace (the host's nobody when the trainer is root, else the trainer's
+    user): never the host's root; no capability outside its namespace. /proc/self's files are
+    the job's to write only while it is dumpable."""
+    if owner:
+        os.setgroups([])
+        os.setresgid(owner, owner, owner)
+        os.setresuid(owner, owner, owner)
+    _libc.prctl(4, 1, 0, 0, 0)  # PR_SET_DUMPABLE 1
+    confine.check(_libc.unshare(confine.CLONE_NEWUSER), "unshare(user)")
+    for name, text in (("setgroups", "deny"), ("uid_map", None), ("gid_map", None)):
+        with open(f"/proc/self/{name}", "w") as f:
+            f.write(text or f"{JOB_UID} {owner} 1\n")
+    _libc.prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE 0: no program under test opens its harness
+
+
+def _job(spec, fds, setup):
+    """In the forked child: confine, read the payload, run it, exit. Never returns."""
     code = 121
     try:
         for fd, to in zip([fcntl.fcntl(fd, fcntl.F_DUPFD, 100) for fd in fds[:3]], (3, 1, 2)):
             os.dup2(fd, to)  # channel, stdout, stderr; then nothing else of the fork-server's
         os.closerange(4, 1 << 16)
         os.setsid()
-        # PR_SET_DUMPABLE 0: no program under test opens its harness's memory
-        _libc.prctl(4, 0, 0, 0, 0)
-        if isolated:
-            _check(_libc.unshare(CLONE_NEWNS), "unshare(mount)")
-            _mount("tmpfs", base, "tmpfs", MS_NOSUID | MS_NODEV, f"size={TMPFS_SIZE},mode=0755")
-            with contextlib.suppress(OSError):  # this job's own /proc: no other job's processes
-                _mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC | MS_RDONLY)
-        else:
-            # PR_SET_PDEATHSIG: best effort without a PID namespace
-            _libc.prctl(1, signal.SIGKILL, 0, 0, 0)
-            # a folder of its own, removed by the fork-server
-            base = os.path.join(base, str(spec["id"]))
-            os.mkdir(base)
-        os.chdir(base)
-        _drop_capabilities()
+        _libc.prctl(1, signal.SIGKILL, 0, 0, 0)  # PR_SET_PDEATHSIG: it dies with the fork-server
+        _libc.prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE 0
+        memory, read = spec["memory"], list(setup["roots"])
+        statm = open("/proc/self/statm").read()  # read now: Landlock shuts /proc below
+        _VM[0] = int(statm.split()[0]) * os.sysconf("SC_PAGE_SIZE")
+        if setup["mode"] == "isolated":
+            folder, read = JOB_DIR, read + ["/proc"]  # its own /proc, below
+            confine.check(_libc.unshare(confine.CLONE_NEWNS), "unshare(mount)")
+            opts = f"size={_scratch(memory)},mode=0700,uid={setup['owner']},gid={setup['owner']}"
+            confine.mount("tmpfs", folder, "tmpfs", confine.MS_NOSUID | confine.MS_NODEV, opts)
+            # (writable: it writes its own user maps there; Landlock then allows reads only)
+            flags = confine.MS_NOSUID | confine.MS_NODEV | confine.MS_NOEXEC
+            confine.mount("proc", "/proc", "proc", flags)
+            _own_user(setup["owner"])
+        else:  # a folder of its own, made by the fork-server
+            folder = os.path.join(setup["base"], str(spec["id"]))
+        os.chdir(folder)
+        os.environ.update(HOME=folder, TMPDIR=folder)
+        tempfile.tempdir = None
+        # imports come from what it can read (not the project's folder, where the server started)
+        sys.path[:] = [p for p in sys.path if any(p.startswith(r) for r in setup["roots"])]
+        sys.path_importer_cache.clear()
+        confine.drop_capabilities()
+        if setup["abi"]:
+            rights = confine.WRITE | (confine.FS_MAKE_DIR | confine.FS_REMOVE_DIR)
+            rights = rights if setup["mode"] == "isolated" else confine.WRITE  # (fallback: flat)
+            confine.landlock(setup["abi"], read, {folder: rights})
         chan = Channel(3)
         run = {"code": _program_job, "tests": _tests_job, "workflow": _workflow_job}[spec["kind"]]
         # its exit code: a program's; 0 for a harness or a script that ran to its end (they return
         # None)
-        code = run(chan.receive(), chan, math.ceil(spec["timeout"]) + 1, spec["memory"]) or 0
+        code = run(chan.receive(), chan, math.ceil(spec["timeout"]) + 1, memory) or 0
     except BaseException:  # noqa: BLE001 - our own set-up failed: say so on stderr
         traceback.print_exc()
     finally:  # whatever happened: this process never returns into the fork-server's loop
@@ -545,34 +422,108 @@ def _job(spec, fds, base, isolated):
 
 
 # --------------------------------------------------------------------------------------------------
-# The fork-server: a fresh exec inside the namespaces; a child forked per job, each one's end
-# reported
+# The fork-server: a fresh exec, confined once; a child forked per job, each one's end reported
 
 
-def _serve(sock_fd, base, isolated):
+def _write_maps(pid, uid, gid):
+    """(a helper in the trainer's user namespace) map the new namespace of `pid`: its root is the
+    trainer's user, and, when that is root, NOBODY is itself (what a job becomes). Returns the
+    user a job becomes in that namespace: NOBODY or 0."""
+    if uid == 0:
+        with contextlib.suppress(OSError):  # (a container's namespace may lack NOBODY)
+            for name in ("uid_map", "gid_map"):
+                with open(f"/proc/{pid}/{name}", "w") as f:
+                    f.write(f"0 0 1\n{NOBODY} {NOBODY} 1\n")
+            return NOBODY
+    if uid != 0:
+        with open(f"/proc/{pid}/setgroups", "w") as f:
+            f.write("deny")
+    for name, own in (("uid_map", uid), ("gid_map", gid)):
+        with open(f"/proc/{pid}/{name}", "w") as f:
+            f.write(f"0 {own} 1\n")
+    return 0
+
+
+def _namespaces(sock):
+    """(isolated) This process enters new user, mount, PID, network, IPC and UTS namespaces (a
+    helper forked first writes its user maps) and forks the fork-server, PID 1 of the new PID
+    namespace; this process waits for it and exits with it. Returns in the fork-server: the user a
+    job becomes (see _write_maps)."""
+    uid, gid = os.geteuid(), os.getegid()
+    (go_r, go_w), (done_r, done_w) = os.pipe(), os.pipe()
+    helper = os.fork()
+    if helper == 0:
+        answer = b"no"
+        try:
+            if os.read(go_r, 1) == b"1":
+                answer = str(_write_maps(os.getppid(), uid, gid)).encode()
+        except BaseException as e:  # noqa: BLE001 - said to the parent, which raises it
+            answer = f"error: {e}".encode()
+        os.write(done_w, answer)
+        os._exit(0)
+    flags = confine.CLONE_NEWUSER | confine.CLONE_NEWNS | confine.CLONE_NEWPID
+    flags |= confine.CLONE_NEWNET | confine.CLONE_NEWIPC | confine.CLONE_NEWUTS
+    ok = _libc.unshare(flags) == 0
+    err = ctypes.get_errno()
+    os.write(go_w, b"1" if ok else b"0")
+    answer = os.read(done_r, 4096).decode()
+    os.waitpid(helper, 0)
+    if not ok:
+        raise OSError(err, f"unshare(user, mount, pid, net): {os.strerror(err)}")
+    if not answer.isdigit():
+        raise OSError(f"cannot map the new user namespace: {answer}")
+    server = os.fork()
+    if server:  # here: wait for it, end with it
+        sock.close()
+        os._exit(os.waitstatus_to_exitcode(os.waitpid(server, 0)[1]) & 0xFF)
+    _libc.prctl(1, signal.SIGKILL, 0, 0, 0)  # PR_SET_PDEATHSIG
+    return int(answer)
+
+
+def _folder_over(folder):
+    """(fallback) Why a job's folder is over its bounds (SCRATCH bytes, FOLDER_FILES files), or
+    None. Landlock lets it hold files only, no folders: one scan sees them all."""
+    try:
+        entries = list(os.scandir(folder))
+        size = sum(e.stat(follow_symlinks=False).st_blocks * 512 for e in entries)
+    except OSError:
+        return None
+    if len(entries) > FOLDER_FILES or size > SCRATCH:
+        return f"its folder holds {len(entries)} files, {size} bytes: more than allowed"
+    return None
+
+
+def _serve(sock_fd, base, mode, abi):
     sock = socket.socket(fileno=sock_fd)
-    # (a failure ends this process; its traceback is in the trainer's SandboxUnavailable)
-    if isolated:
-        if os.path.isdir("/run"):  # hide the host's unix sockets
-            _mount("tmpfs", "/run", "tmpfs", MS_NOSUID | MS_NODEV | MS_RDONLY, "size=4k")
-        # base too: each job mounts its own tmpfs there, in its own mount namespace
-        _readonly_everything()
-        pidns = os.open("/proc/self/ns/pid", os.O_RDONLY)
-    sock.send(b'{"ready": true}')
+    setup = {"mode": mode, "base": base, "abi": abi, "owner": 0}
+    try:  # (a failure is said to the trainer, which raises SandboxUnavailable with it)
+        if mode == "isolated":
+            setup["owner"] = _namespaces(sock)
+            setup["roots"] = confine.python_roots()
+            confine.empty_root(base, setup["roots"], JOB_DIR)
+            pidns = os.open("/proc/self/ns/pid", os.O_RDONLY)
+        else:
+            _libc.prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE 0: no same-user job reads this process
+            setup["roots"] = confine.python_roots()
+    except Exception as e:  # noqa: BLE001
+        sock.send(json.dumps({"error": f"{type(e).__name__}: {e}"}).encode())
+        raise
+    sock.send(json.dumps({"ready": True, "roots": setup["roots"]}).encode())
     gc.freeze()  # the forked jobs share these pages; the collector must not dirty them
-    jobs = {}  # job id -> (pid, pidfd, status fd)
+    jobs = {}  # job id -> (pid, pidfd, status fd, why it was killed)
     sel = selectors.DefaultSelector()
     sel.register(sock, selectors.EVENT_READ)
     while True:
-        for key, _ in sel.select():
+        watch = mode != "isolated" and jobs  # a fallback folder is on disk: watched
+        for key, _ in sel.select(0.2 if watch else None):
             if key.fileobj is not sock:  # a job ended: say how on its status pipe
-                pid, pidfd, sfd = jobs.pop(key.data)
+                pid, pidfd, sfd, why = jobs.pop(key.data)
                 sel.unregister(pidfd)
                 os.close(pidfd)
+                rc = os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
                 with contextlib.suppress(OSError):
-                    os.write(sfd, _line({"rc": os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])}))
+                    os.write(sfd, _line({"rc": rc, "why": why}))
                 os.close(sfd)
-                # (unsafe mode's)
                 shutil.rmtree(os.path.join(base, str(key.data)), ignore_errors=True)
                 continue
             data, fds, _, _ = socket.recv_fds(sock, 65536, 8)
@@ -585,23 +536,29 @@ def _serve(sock_fd, base, isolated):
                     os.kill(jobs[spec["id"]][0], signal.SIGKILL)
                 continue
             try:
-                if isolated:
-                    # the next child: PID 1 of a new one
-                    _check(_libc.unshare(CLONE_NEWPID), "unshare(pid)")
+                if mode == "isolated":  # the next child: PID 1 of a new one
+                    confine.check(_libc.unshare(confine.CLONE_NEWPID), "unshare(pid)")
+                else:
+                    os.mkdir(os.path.join(base, str(spec["id"])), 0o700)
                 pid = os.fork()
                 if pid == 0:
-                    _job(spec, fds, base, isolated)
+                    _job(spec, fds, setup)
             # no fork (memory, pids): this job fails (no exit status), the server goes on
             except OSError:
                 os.close(fds[3])
                 continue
             finally:  # (only the fork-server gets here: a child never returns from _job)
-                if isolated:  # later children (and this one's retry) in a fresh namespace again
-                    _check(_libc.setns(pidns, CLONE_NEWPID), "setns(pid)")
+                if mode == "isolated":  # later children (and this one's retry) in a fresh one
+                    confine.check(_libc.setns(pidns, confine.CLONE_NEWPID), "setns(pid)")
                 for fd in fds[:3]:  # the child's copies are its own
                     os.close(fd)
-            jobs[spec["id"]] = (pid, os.pidfd_open(pid), fds[3])
+            jobs[spec["id"]] = (pid, os.pidfd_open(pid), fds[3], None)
             sel.register(jobs[spec["id"]][1], selectors.EVENT_READ, spec["id"])
+        for jid, (pid, pidfd, sfd, why) in list(jobs.items()) if watch else []:
+            over = why is None and _folder_over(os.path.join(base, str(jid)))
+            if over:
+                os.kill(pid, signal.SIGKILL)
+                jobs[jid] = (pid, pidfd, sfd, over)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -614,60 +571,57 @@ def remove_stale_bases(tmp=None):
     SIGKILLed trainer cannot clean up; the folder's name holds its pid). Called whenever a
     fork-server starts."""
     tmp = tmp or tempfile.gettempdir()
-    # (this process's own is alive)
-    stale = [
-        d
-        for d in os.listdir(tmp)
-        if (m := re.fullmatch(r"metaagent-sandbox-(\d+)-\w+", d))
-        and not os.path.exists(f"/proc/{m[1]}")
-    ]
+    stale = []  # (this process's own is alive)
+    for d in os.listdir(tmp):
+        m = re.fullmatch(r"metaagent-sandbox-(\d+)-\w+", d)
+        if m and not os.path.exists(f"/proc/{m[1]}"):
+            stale.append(d)
     for d in stale:
         shutil.rmtree(os.path.join(tmp, d), ignore_errors=True)
     return stale
 
 
+def _describe_mode(mode, abi):
+    """The line start() prints: the mode and what it stops."""
+    lock = f"Landlock ABI {abi}" if abi else "no Landlock"
+    if mode == "isolated":
+        return (
+            f"isolated: user, mount, PID, network and IPC namespaces, an empty root, {lock}, "
+            "seccomp, rlimits: a job sees the Python install read-only and a folder of its own; "
+            "no host file, socket, device or process"
+        )
+    if mode == "fallback":
+        scoped = "scoped" if abi >= 6 else "denied by seccomp"
+        return (
+            f"fallback (no user namespaces): {lock} (reads: the Python install and its folder; "
+            f"writes: its folder), seccomp (no network, no other process), rlimits; signals and "
+            f"abstract sockets {scoped}; the trainer non-dumpable. Not hidden: the host's file "
+            "names and sizes (stat), its process list"
+        )
+    return (
+        "UNSAFE: seccomp and rlimits only: no namespaces, no Landlock; model code reads and writes "
+        "what the trainer can"
+    )
+
+
 class Server:
     """The fork-server process, seen from the trainer: start it, submit a job, close it."""
 
-    def __init__(self, unsafe):
-        self.unsafe, self.ids = unsafe, itertools.count(1)  # (next() on a count is atomic: no lock)
+    def __init__(self, mode, abi):
+        self.mode, self.abi = mode, abi
+        self.unsafe = mode == "unsafe"
+        self.ids = itertools.count(1)  # (next() on a count is atomic: no lock)
         remove_stale_bases()
         self.base = tempfile.mkdtemp(prefix=f"metaagent-sandbox-{os.getpid()}-")
         self.sock, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         self.log = tempfile.TemporaryFile()
         # -E -s: no environment variables, no user site; run by path (its __main__ block finds
         # mas.py)
-        cmd = [
-            sys.executable,
-            "-E",
-            "-s",
-            os.path.abspath(__file__),
-            str(child.fileno()),
-            self.base,
-            "unsafe" if unsafe else "isolated",
-        ]
-        if not unsafe:
-            cmd = [
-                shutil.which("unshare") or "/usr/bin/unshare",
-                "--user",
-                "--map-root-user",
-                "--net",
-                "--pid",
-                "--fork",
-                "--mount",
-                "--mount-proc",
-                "--kill-child",
-                "--",
-                *cmd,
-            ]
+        script = os.path.abspath(__file__)
+        cmd = [sys.executable, "-E", "-s", script, str(child.fileno()), self.base, mode, str(abi)]
         self.sock.settimeout(120)  # for every exchange: a fork-server that hangs is an error
+        env = {"PATH": "/usr/local/bin:/usr/bin:/bin", "LANG": "C.UTF-8", "HOME": self.base}
         try:
-            # no more
-            env = {
-                "PATH": "/usr/local/bin:/usr/bin:/bin",
-                "LANG": "C.UTF-8",
-                "HOME": self.base,
-            }
             self.proc = subprocess.Popen(
                 cmd,
                 pass_fds=[child.fileno()],
@@ -679,9 +633,8 @@ class Server:
                 start_new_session=True,
             )
             child.close()  # now its end closes when the fork-server's does
-            hello = json.loads(
-                self.sock.recv(65536) or b'{"error": "the fork-server exited at start-up"}'
-            )
+            said = self.sock.recv(1 << 20) or b'{"error": "the fork-server exited at start-up"}'
+            hello = json.loads(said)
         except OSError as e:
             hello = {"error": f"cannot start {cmd[0]}: {e}"}
         child.close()
@@ -690,46 +643,34 @@ class Server:
             log = self.log.read().decode("utf-8", "replace").strip()[-1500:]
             self.close()
             raise SandboxUnavailable(
-                f"the sandbox cannot isolate model code here: {hello['error']}\n{log}\n"
-                + SandboxUnavailable.__doc__
+                f"the {mode} sandbox cannot start here: {hello['error']}\n{log}"
             )
-        self.isolation = (
-            "UNSAFE: rlimits + seccomp only; no namespaces, no read-only files, network open"
-            if unsafe
-            else "isolated: user+mount+net+pid namespaces, read-only fs, seccomp, rlimits"
-        )
-        if unsafe:
-            print(
-                f"WARNING: sandbox running {self.isolation}; model code can touch this machine",
-                file=sys.stderr,
-                flush=True,
-            )
+        self.roots = hello["roots"]
+        self.isolation = _describe_mode(mode, abi)
+        print(f"sandbox: {self.isolation}", file=sys.stderr, flush=True)
+        if mode == "fallback":
+            _libc.prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE 0: no job reads the trainer's memory
+        if self.unsafe:
+            print("WARNING: model code can touch this machine", file=sys.stderr, flush=True)
 
     def submit(self, kind, timeout, memory):
         """Start one job: (its id, the trainer's ends of its channel, stdout, stderr and status)."""
         chan, chan_job = socket.socketpair()
         (out, out_w), (err, err_w), (st, st_w) = os.pipe(), os.pipe(), os.pipe()
-        spec = {
-            "op": "run",
-            "id": next(self.ids),
-            "kind": kind,
-            "timeout": timeout,
-            "memory": memory,
-        }
+        jid = next(self.ids)
+        spec = {"op": "run", "id": jid, "kind": kind, "timeout": timeout, "memory": memory}
         try:  # one message each, whole: threads may submit at once
-            socket.send_fds(
-                self.sock, [json.dumps(spec).encode()], [chan_job.fileno(), out_w, err_w, st_w]
-            )
+            fds = [chan_job.fileno(), out_w, err_w, st_w]
+            socket.send_fds(self.sock, [json.dumps(spec).encode()], fds)
         finally:  # the fork-server has its own copies now
             for fd in (chan_job.detach(), out_w, err_w, st_w):
                 os.close(fd)
-        return spec["id"], chan, out, err, st
+        return jid, chan, out, err, st
 
     def close(self):
         """End the fork-server and every job: it reads its socket's end and exits, and its jobs end
-        with it (it is PID 1 of the namespace they live in; unsafe: their parent, PR_SET_PDEATHSIG).
-        `unshare` returns once its whole namespace is gone, so waiting on it leaves nothing behind;
-        killed after 5 s."""
+        with it (isolated: it is PID 1 of the namespace they live in, and its parent returns once
+        that namespace is empty; otherwise: PR_SET_PDEATHSIG); killed after 5 s."""
         self.sock.close()
         if hasattr(self, "proc"):
             try:
@@ -740,7 +681,40 @@ class Server:
         shutil.rmtree(self.base, ignore_errors=True)
 
 
-_server, _unsafe, _lock = None, None, threading.RLock()
+def _wanted():
+    """The mode the environment asks for: "isolated", "fallback" or None (the best there is), and
+    whether METAAGENT_UNSAFE_SANDBOX allows running without a boundary. Any other value is an
+    error, not a guess."""
+    mode, unsafe = os.environ.get(MODE_ENV, ""), os.environ.get(UNSAFE_ENV, "")
+    if mode not in ("", "isolated", "fallback"):
+        raise SandboxUnavailable(f"{MODE_ENV}={mode!r}: set it to 'fallback', or leave it unset")
+    if unsafe not in ("", "0", "1"):
+        raise SandboxUnavailable(f"{UNSAFE_ENV}={unsafe!r}: it takes exactly 1 (or 0, or unset)")
+    return mode or None, unsafe == "1"
+
+
+def _start(mode):
+    """A started Server in `mode` ("isolated" | "fallback" | "unsafe"), or, for None, in the best
+    mode this machine has: isolated, else fallback (Landlock), else unsafe if allowed."""
+    abi = confine.landlock_abi()
+    asked, unsafe = _wanted()
+    mode = mode or asked
+    if mode is not None:
+        if mode == "fallback" and not abi:
+            raise SandboxUnavailable("the fallback needs Landlock, which this kernel lacks")
+        return Server(mode, 0 if mode == "unsafe" else abi)
+    try:
+        return Server("isolated", abi)
+    except SandboxUnavailable as e:
+        why = str(e)
+    if abi:
+        return Server("fallback", abi)
+    if unsafe:
+        return Server("unsafe", 0)
+    raise SandboxUnavailable(f"{why}\nand no Landlock either.\n{SandboxUnavailable.__doc__}")
+
+
+_server, _mode, _lock = None, None, threading.RLock()
 atexit.register(lambda: stop())
 
 
@@ -750,21 +724,20 @@ def server():
     with _lock:
         if _server is None or _server.proc.poll() is not None:
             stop()
-            unsafe = os.environ.get(UNSAFE_ENV, "") not in ("", "0") if _unsafe is None else _unsafe
-            _server = Server(unsafe)
+            _server = _start(_mode)
         return _server
 
 
-def start(unsafe=None):
+def start(mode=None):
     """Start (or restart) the fork-server and return the line that describes its isolation, for the
-    log.
+    log (it is printed once, too).
 
-    Call it early (before torch/vLLM start threads is best; it is a fresh exec either way).
-    unsafe=None reads METAAGENT_UNSAFE_SANDBOX. Raises SandboxUnavailable when the isolation cannot
-    be had."""
-    global _unsafe
+    mode: "isolated", "fallback", "unsafe" (tests), or None: what METAAGENT_SANDBOX asks, else the
+    best this machine has. Call it early (before torch/vLLM start threads is best; it is a fresh
+    exec either way). Raises SandboxUnavailable when no boundary can be had."""
+    global _mode
     stop()
-    _unsafe = unsafe
+    _mode = mode
     return server().isolation
 
 
@@ -781,35 +754,31 @@ def isolation():
     return server().isolation
 
 
+def _nothing(*args):
+    return None
+
+
 class Job:
     """One job seen from the trainer: its descriptors, capped output, messages, deadline, how it
     ended.
 
     drive() calls on_message(job, msg) for each message on its channel (while it is not being
-    killed; all of them are kept in job.messages too) and on_end(job) once, when it has ended."""
+    killed; all of them are kept in job.messages too) and on_end(job) once, when it has ended. A
+    message its handler raises on kills the job, saying why: nothing a job sends raises in the
+    trainer."""
 
     def __init__(
-        self,
-        kind,
-        payload,
-        timeout,
-        max_output,
-        memory=MEMORY,
-        on_message=lambda job, msg: None,
-        on_end=lambda job: None,
+        self, kind, payload, timeout, max_output, memory=MEMORY, on_message=None, on_end=None
     ):
         self.server, self.timeout, self.max_output = server(), timeout, max_output
-        self.on_message, self.on_end, self.messages = on_message, on_end, []
-        self.t0, self.deadline = time.monotonic(), time.monotonic() + timeout
-        self.paused_at = self.kill_reason = self.rc = self.chan = None
-        self.out, self.err, self.status, self.inbuf, self.open = (
-            bytearray(),
-            b"",
-            b"",
-            bytearray(),
-            set(),
-        )
+        self.on_message, self.on_end = on_message or _nothing, on_end or _nothing
+        self.messages, self.t0 = [], time.monotonic()
+        self.deadline = self.t0 + timeout
+        self.paused_at = self.kill_reason = self.rc = self.chan = self.why = None
+        self.out, self.err, self.status, self.inbuf = bytearray(), b"", b"", bytearray()
+        self.open, self.cut, self.err_read = set(), set(), 0
         self.sendbuf = bytearray(_line(payload))
+        self.id = self.out_r = self.err_r = self.st_r = -1
         try:
             self.id, self.chan, self.out_r, self.err_r, self.st_r = self.server.submit(
                 kind, timeout, memory
@@ -829,13 +798,21 @@ class Job:
             with contextlib.suppress(OSError):  # (a fork-server that is gone took it along)
                 self.server.sock.send(json.dumps({"op": "kill", "id": self.id}).encode())
 
-    def reply(self, obj):  # its clock, stopped while it waited on the trainer, runs again
-        self.sendbuf += _line(obj)
-        self.deadline += 0 if self.paused_at is None else time.monotonic() - self.paused_at
+    def pause(self):  # its clock stops while it waits on the trainer
+        self.paused_at = time.monotonic()
+
+    def resume(self):  # and runs again
+        if self.paused_at is not None:
+            self.deadline += time.monotonic() - self.paused_at
         self.paused_at = None
 
+    def reply(self, obj):
+        self.sendbuf += _line(obj)
+        self.resume()
+
     def on_readable(self, fd):
-        """Read what is there; False when `fd` has closed."""
+        """Read what is there; False when `fd` has closed, or is past its cap (drive() then
+        unregisters it and cut() closes it: the job's next write there fails)."""
         try:
             data = os.read(fd, 65536)
         except OSError:  # ECONNRESET: the job is gone (after select, a read never waits)
@@ -844,8 +821,13 @@ class Job:
             self.open.discard(fd)
         elif fd == self.out_r:
             self.out += data[: self.max_output - len(self.out)]
+            if len(self.out) >= self.max_output:
+                self.cut.add(fd)
         elif fd == self.err_r:
             self.err = (self.err + data)[-STDERR_CAP:]
+            self.err_read += len(data)
+            if self.err_read > STDERR_READ:
+                self.cut.add(fd)
         elif fd == self.st_r:
             self.status += data
         elif self.kill_reason is None:  # the channel: one JSON object a line
@@ -854,18 +836,31 @@ class Job:
                 self.kill("protocol violation: oversized message on the sandbox channel")
             elif b"\n" in data:
                 *lines, self.inbuf = self.inbuf.split(b"\n")
-                for raw in lines:
-                    try:
-                        msg = json.loads(raw)
-                    except ValueError:
-                        msg = None
-                    if not isinstance(msg, dict):
-                        self.kill("protocol violation: malformed message on the sandbox channel")
-                    if self.kill_reason is not None:
-                        break
-                    self.messages.append(msg)
-                    self.on_message(self, msg)
-        return bool(data)
+                self.take(lines)
+        return bool(data) and fd not in self.cut
+
+    def take(self, lines):
+        """The channel's complete lines, each a message to its handler until one kills the job."""
+        for raw in lines:
+            try:
+                msg = json.loads(raw)
+            except Exception:  # noqa: BLE001 - any failure to parse (RecursionError too)
+                msg = None
+            if not isinstance(msg, dict):
+                self.kill("protocol violation: malformed message on the sandbox channel")
+            if self.kill_reason is not None:
+                return
+            self.messages.append(msg)
+            try:
+                self.on_message(self, msg)
+            except Exception as e:  # noqa: BLE001 - this job's failure, not the trainer's
+                self.kill(f"sandbox error on its request: {type(e).__name__}: {e}"[:500])
+
+    def cut_off(self, fd):
+        """Close a pipe past its cap (drive() has unregistered it)."""
+        if fd in self.cut:
+            self.open.discard(fd)
+            os.close(fd)
 
     def flush_send(self):
         if self.sendbuf and self.chan is not None:
@@ -879,10 +874,14 @@ class Job:
     def close(self):
         if self.chan is not None:
             for fd in (self.chan.detach(), self.out_r, self.err_r, self.st_r):
-                os.close(fd)
+                if fd not in self.cut:
+                    os.close(fd)
             self.chan, self.open = None, set()
-            with contextlib.suppress(ValueError):  # {"rc": ...}; nothing when it never started
-                self.rc = json.loads(self.status or b"{}").get("rc")
+            try:  # {"rc": ..., "why": ...}; nothing when it never started
+                status = json.loads(self.status or b"{}")
+                self.rc, self.why = status.get("rc"), status.get("why")
+            except Exception:  # noqa: BLE001 - then it has no exit status
+                pass
 
 
 def last_line(text):
@@ -894,31 +893,29 @@ def last_line(text):
 def _status(rc, stderr, timed_out):
     """How a process ended: timeout (its deadline or CPU seconds), ok, memory, killed (by a signal),
     error."""
-    return (
-        "timeout"
-        if timed_out or rc == -signal.SIGXCPU
-        else "ok"
-        if rc == 0
-        else "memory"
-        if "MemoryError" in last_line(stderr)
-        else "killed"
-        if rc is not None and rc < 0
-        else "error"
-    )
+    if timed_out or rc == -signal.SIGXCPU:
+        return "timeout"
+    if rc == 0:
+        return "ok"
+    if "MemoryError" in last_line(stderr):
+        return "memory"
+    return "killed" if rc is not None and rc < 0 else "error"
 
 
 def outcome(job):
     """(stdout, stderr, status, seconds, returncode) of an ended job; stderr ends with why it was
-    stopped."""
+    stopped. Its stdout past the cap makes it an error: the pipe was closed on it."""
     rc, err = job.rc, job.err.decode("utf-8", "replace")
     status = _status(rc, err, (job.kill_reason or "").startswith("timeout"))
-    why = job.kill_reason or (
-        "no exit status: the fork-server could not start the job, or died"
-        if rc is None
-        else f"killed by signal {-rc} ({signal.strsignal(-rc)})"
-        if rc < 0
-        else ""
-    )
+    why = job.kill_reason or job.why or ""
+    if not why and rc is None:
+        why = "no exit status: the fork-server could not start the job, or died"
+    elif not why and rc < 0:
+        why = f"killed by signal {-rc} ({signal.strsignal(-rc)})"
+    if job.out_r in job.cut and status in ("ok", "error", "killed"):
+        status, why = "error", f"output limit: more than {job.max_output} bytes on stdout"
+    elif job.why and status == "killed":
+        status = "error"
     return (
         job.out.decode("utf-8", "replace"),
         f"{err}\n{why}".strip(),
@@ -928,7 +925,7 @@ def outcome(job):
     )
 
 
-def drive(jobs, idle=lambda: None, until=lambda: False):
+def drive(jobs, idle=_nothing, until=_nothing):
     """The trainer's event loop over `jobs`, a list its callbacks may extend: send payloads and
     replies, collect output and messages, kill each job at its deadline (a paused job's clock stands
     still), call job.on_end once a job has ended and idle() after every turn. Returns when every job
@@ -949,24 +946,24 @@ def drive(jobs, idle=lambda: None, until=lambda: False):
             if not live and seen == len(jobs) or until():
                 return
             now = time.monotonic()
+            waits = [0.5]
             for j in live:
                 j.flush_send()
-                if j.kill_reason is None and j.paused_at is None and now >= j.deadline:
+                running = j.kill_reason is None and j.paused_at is None
+                if running and now >= j.deadline:
                     j.kill(f"timeout after {j.timeout:g}s")
-            waits = [
-                j.deadline - now for j in live if j.kill_reason is None and j.paused_at is None
-            ] + [0.5]
+                elif running:
+                    waits.append(j.deadline - now)
             # new jobs: at once; lines to send: soon; else the next deadline
-            wait = (
-                0.0
-                if seen < len(jobs)
-                else 0.001
-                if any(j.sendbuf for j in live)
-                else max(0, min(waits))
-            )
+            wait = max(0, min(waits))
+            if any(j.sendbuf for j in live):
+                wait = 0.001
+            if seen < len(jobs):
+                wait = 0.0
             for key, _ in sel.select(wait):
                 if not key.data.on_readable(key.fd):
                     sel.unregister(key.fd)
+                    key.data.cut_off(key.fd)
     finally:
         for j in jobs:
             if not j.finished:
@@ -975,7 +972,7 @@ def drive(jobs, idle=lambda: None, until=lambda: False):
         sel.close()
 
 
-# the fork-server: `python -E -s machinery/isolation.py FD BASE isolated|unsafe`
+# the fork-server: `python -E -s machinery/isolation.py FD BASE MODE ABI`
 if __name__ == "__main__":
     # Run by path, so the project's root goes first on the path, for mas.py: imported here, by the
     # fork-server alone and before its first fork, it is the `mas` of every workflow job
@@ -983,4 +980,4 @@ if __name__ == "__main__":
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     import mas
 
-    _serve(int(sys.argv[1]), sys.argv[2], sys.argv[3] == "isolated")
+    _serve(int(sys.argv[1]), sys.argv[2], sys.argv[3], int(sys.argv[4]))

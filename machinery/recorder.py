@@ -40,6 +40,8 @@ never recomputed here), over every rank's queries:
                                            estimate of the sampling policy's per-token entropy
                                            E_x~pi[-log pi(x)]
     time/design, time/execute, time/grade  the rollout's phases (rank 0's)
+    sandbox/REASON                         failures the sandbox caught this step (sandbox.failures:
+                                           kills, results that do not parse), every rank's
     repair/calls, trained, copy_rate,      the repairs after a failed run_tests (repair_metrics):
     adv_mean                               the dose the Executor's habit gets
 
@@ -180,6 +182,9 @@ def step_metrics(batch, queries, device, A_D, A_E):
     m.update(zip(names, t[:4].tolist()))
     for k in ("design", "execute", "grade"):
         m[f"time/{k}"] = batch.stats[f"{k}_s"]
+    for part in gather(batch.stats.get("sandbox_failures", {})):  # what the sandbox caught
+        for why, n in part.items():
+            m[f"sandbox/{why}"] = m.get(f"sandbox/{why}", 0) + n
     for kind in sorted({r["kind"] for r in recs}):
         sub = [r for r in recs if r["kind"] == kind]
         m[f"accuracy/{kind}"] = sum(r["correct"] for r in sub) / len(sub)

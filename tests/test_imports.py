@@ -192,7 +192,7 @@ assert os.path.abspath({short}.__file__) == os.path.join(os.getcwd(), {path!r}),
 SANDBOX_START = """
 import sandbox
 try:
-    sandbox.start(unsafe=False)
+    sandbox.start()
     isolated = True
 except sandbox.SandboxUnavailable:
     isolated = False

@@ -15,9 +15,9 @@ Without --gold nothing is graded: a run's correct is unknown (None) and its R th
 alone.
 
 Needs: advantage.py, evaluate.py, machinery/engine.py, rollout.py, settings.py, tools/show.py,
-machinery/data.py, machinery/decode.py, machinery/isolation.py, machinery/provenance.py,
-machinery/ranks.py, machinery/reload_check.py, machinery/rundir.py, machinery/weights.py, mas.py,
-reward.py, sandbox.py, stagewise.py
+machinery/data.py, machinery/decode.py, machinery/isolation.py, machinery/confine.py,
+machinery/provenance.py, machinery/ranks.py, machinery/reload_check.py, machinery/rundir.py,
+machinery/weights.py, mas.py, reward.py, sandbox.py, stagewise.py
 """
 
 import argparse

@@ -29,10 +29,10 @@ it), rolled out as train.py rolls it out (tiny_step). torch and transformers are
 
 Needs: grpo.py, machinery/engine.py, machinery/ranks.py, machinery/speed.py, rollout.py,
 settings.py, train.py, world/tiny.py, advantage.py, evaluate.py, machinery/chunked.py,
-machinery/data.py, machinery/decode.py, machinery/isolation.py, machinery/loggers.py,
-machinery/offload.py, machinery/provenance.py, machinery/recorder.py, machinery/reload_check.py,
-machinery/rundir.py, machinery/shared_prompts.py, machinery/weights.py, mas.py, reward.py,
-sandbox.py, stagewise.py, world/final_table.py, world/heldout.py
+machinery/data.py, machinery/decode.py, machinery/isolation.py, machinery/confine.py,
+machinery/loggers.py, machinery/offload.py, machinery/provenance.py, machinery/recorder.py,
+machinery/reload_check.py, machinery/rundir.py, machinery/shared_prompts.py, machinery/weights.py,
+mas.py, reward.py, sandbox.py, stagewise.py, world/final_table.py, world/heldout.py
 """
 
 import functools

@@ -50,9 +50,9 @@ and why:
             beside settings.sft_plan's (GPU only)
 
 Needs: machinery/engine.py, settings.py, world/tiny.py, machinery/decode.py, mas.py, stagewise.py,
-machinery/reload_check.py, machinery/rundir.py, machinery/ranks.py, machinery/speed.py,
-rollout.py, sandbox.py, reward.py, machinery/isolation.py; train.py (the fsdp and step4b parts call
-its update, the runs run it in a subprocess) and what it needs: advantage.py, grpo.py,
+machinery/reload_check.py, machinery/rundir.py, machinery/ranks.py, machinery/speed.py, rollout.py,
+sandbox.py, reward.py, machinery/isolation.py, machinery/confine.py; train.py (the fsdp and step4b
+parts call its update, the runs run it in a subprocess) and what it needs: advantage.py, grpo.py,
 evaluate.py, machinery/chunked.py, machinery/data.py, machinery/loggers.py, machinery/offload.py,
 machinery/provenance.py, machinery/recorder.py, machinery/shared_prompts.py, machinery/weights.py,
 world/final_table.py, world/heldout.py; sft.py (the sft4b part) and machinery/muon.py

@@ -29,8 +29,8 @@ that runs of one seed (the same tasks) pair task by task (ablations.py).
 
 Needs: evaluate.py, machinery/engine.py, machinery/rundir.py, machinery/weights.py, mas.py,
 settings.py, world/heldout.py, world/tiny.py, machinery/chunked.py, machinery/data.py,
-machinery/decode.py, machinery/isolation.py, machinery/provenance.py, machinery/ranks.py,
-machinery/reload_check.py, reward.py, rollout.py, sandbox.py, stagewise.py
+machinery/decode.py, machinery/isolation.py, machinery/confine.py, machinery/provenance.py,
+machinery/ranks.py, machinery/reload_check.py, reward.py, rollout.py, sandbox.py, stagewise.py
 """
 
 import argparse

@@ -48,7 +48,8 @@ it; tools/plot.py draws the curve beside the tiny one.
     line = bench(step, weights)                    # the heldout/NAME/ keys of this step
 
 Needs: machinery/engine.py, mas.py, rollout.py, settings.py, world/tiny.py, machinery/decode.py,
-machinery/data.py, reward.py, sandbox.py, stagewise.py, machinery/chunked.py, machinery/isolation.py
+machinery/data.py, reward.py, sandbox.py, stagewise.py, machinery/chunked.py,
+machinery/isolation.py, machinery/confine.py
 """
 
 from collections import Counter

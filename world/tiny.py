@@ -57,7 +57,7 @@ Five pieces, each usable on its own:
 How these settings were chosen (the calibration runs and what moved the numbers): docs/NOTES.md.
 
 Needs: machinery/chunked.py, machinery/data.py, machinery/engine.py, mas.py, reward.py, rollout.py,
-sandbox.py, machinery/decode.py, machinery/isolation.py
+sandbox.py, machinery/decode.py, machinery/isolation.py, machinery/confine.py
 """
 
 import argparse
