@@ -22,6 +22,8 @@ where: docs/NOTES.md.
     python tools/bench.py grade        # grading time per task, every hidden test run vs the
                                        # early exit (reward.passes_all), on 100-test tasks
     python tools/bench.py grade:100,200  # ... on tasks of these sizes
+    python tools/bench.py sandbox      # a sandbox job's start-up beside `python -c pass`, in each
+                                       # mode (and bubblewrap's, where installed)
 
 engine measures a real tiny step: config/tiny.py's rollout from out/tiny-sft (`python sft.py` makes
 it), rolled out as train.py rolls it out (tiny_step). torch and transformers are imported at the top
@@ -492,6 +494,55 @@ def bench_grade(sizes=("100",)):
             print(f"{name:>16} {before:8.2f} {after:8.2f} {ratio:6.1f}x {after_ok}", flush=True)
 
 
+def bench_sandbox(reps=20):
+    """A sandbox job's start-up (sandbox.run_code of an empty program: fork from the fork-server,
+    confine, run, report) beside `python -c pass` (a fresh interpreter, no sandbox), in turns, in
+    each mode this machine has; and, where bubblewrap is installed, `bwrap ... python -c pass` (a
+    well-kept tool's sandbox around a fresh interpreter: what each job would cost with it). Last
+    line: the default mode's ratio to `python -c`."""
+    import shutil
+
+    import sandbox
+
+    plain = [sys.executable, "-c", "pass"]
+    ratios = {}
+    for mode in ("isolated", "fallback"):
+        try:
+            sandbox.start(mode)
+        except sandbox.SandboxUnavailable as e:
+            print(f"{mode}: unavailable ({str(e).splitlines()[0]})")
+            continue
+        fns = {
+            "run_code": functools.partial(_sandbox_job),
+            "python -c": functools.partial(_process, plain),
+        }
+        bwrap = shutil.which("bwrap")
+        if bwrap and mode == "isolated":
+            binds = [a for r in sandbox.iso.server().roots for a in ("--ro-bind", r, r)]
+            cmd = [bwrap, "--unshare-all", "--die-with-parent", *binds, "--dev", "/dev"]
+            cmd += ["--proc", "/proc", "--tmpfs", "/tmp", "--symlink", "usr/lib", "/lib"]
+            cmd += ["--symlink", "usr/lib64", "/lib64", *plain]
+            fns["bwrap python -c"] = functools.partial(_process, cmd)
+        med, _ = alternate(fns, reps)
+        for name, t in med.items():
+            print(f"{mode:>9} {name:>18} {t * 1000:8.1f} ms  {t / med['python -c']:5.2f}x")
+        ratios[mode] = med["run_code"] / med["python -c"]
+    sandbox.start()
+    default = sandbox.iso.server().mode
+    print(f"sandbox: run_code / python -c {ratios[default]:.2f} ({default})")
+
+
+def _sandbox_job(rep):
+    import sandbox
+
+    r = sandbox.run_code("pass")
+    assert r.status == "ok", r
+
+
+def _process(cmd, rep):
+    subprocess.run(cmd, check=True, stdin=subprocess.DEVNULL)
+
+
 NEED_SFT = ("step", "engine")  # they measure the tiny world from its cold start
 SECTIONS = {
     "step": bench_step,
@@ -500,6 +551,7 @@ SECTIONS = {
     "sft": bench_sft,
     "gpu": bench_gpu,
     "grade": bench_grade,
+    "sandbox": bench_sandbox,
 }
 
 
