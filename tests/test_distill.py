@@ -1,7 +1,9 @@
 """Tests for tools/distill.py: what a teacher says is kept (long replies that stream past the
 silence budget; never its thinking), what it cannot say is counted (a prompt past its context, a
-failure, a wrong answer), appends that survive a kill, a resume that asks nothing twice; against a
-streaming stand-in for an external teacher and against a real `vllm serve` of a tiny cold start."""
+wrong answer), what it fails to say is not done and asked again on --resume, appends that survive a
+kill, a resume that asks nothing twice; against a streaming stand-in for an external teacher and
+against a real `vllm serve` of a tiny cold start: distill started before the server, the server
+killed mid-run and restarted, a dead port."""
 
 import json
 import os
@@ -67,8 +69,17 @@ class StandIn(BaseHTTPRequestHandler):
     characters gets vLLM's 400; a model other than `model` a 404. Every request's body is kept."""
 
     tasks, wrong, model = [], False, "oracle"
-    pieces, gap, silence, think, reasoning, finish, context = 1, 0.0, 0.0, "", "", "stop", None
+    pieces, gap, silence, think, reasoning, context = 1, 0.0, 0.0, "", "", None
+    ending = "stop"  # the finish_reason (not `finish`: the handler's own method of that name)
     bodies, streamed = [], []  # set anew by serve()
+
+    def do_GET(self):  # /v1/models: the readiness probe
+        out = json.dumps({"object": "list", "data": [{"id": self.model, "object": "model"}]})
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(out)))
+        self.end_headers()
+        self.wfile.write(out.encode())
 
     def do_POST(self):
         body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
@@ -95,7 +106,7 @@ class StandIn(BaseHTTPRequestHandler):
             for k, delta in enumerate(deltas):
                 self.event({"index": 0, "delta": delta, "finish_reason": None})
                 time.sleep(self.silence if k == 1 else self.gap)
-            self.event({"index": 0, "delta": {}, "finish_reason": self.finish})
+            self.event({"index": 0, "delta": {}, "finish_reason": self.ending})
             self.wfile.write(b"data: [DONE]\n\n")
         except (BrokenPipeError, ConnectionResetError):
             return  # the client gave up on a silence
@@ -134,11 +145,18 @@ class StandIn(BaseHTTPRequestHandler):
         pass
 
 
+class Backlog(ThreadingHTTPServer):
+    """A server that queues as many connections as distill.py opens at once (socketserver's
+    default backlog of 5 refuses some: they would be retried, and counted)."""
+
+    request_queue_size = 512
+
+
 @contextmanager
 def serve(**settings):
     """A StandIn with these settings on a free port: yields (url, its handler class)."""
     handler = type("Teacher", (StandIn,), {**settings, "bodies": [], "streamed": []})
-    srv = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    srv = Backlog(("127.0.0.1", 0), handler)
     srv.daemon_threads = True
     threading.Thread(target=srv.serve_forever, daemon=True).start()
     try:
@@ -195,12 +213,18 @@ def test_every_template_and_the_designer_s_choice_kept_where_correct(tmp_path):
         )
     assert c["correct_runs"] == 0 and c["dropped"] == {"wrong": 30}
     assert all(os.path.getsize(tmp_path / "bad" / name) == 0 for name in SAMPLES)
-    # a dead endpoint: every call fails (3 tries each), counted; the files are still written
-    c = distill.distill(
-        url, "oracle", tasks[:2], str(tmp_path / "dead"), templates=["single"], log=None
-    )
-    assert c["teacher_errors"] == 2 and c["requests"] == 2 * distill.RETRIES
-    assert c["dropped"] == {"teacher_error": 2} and os.path.isfile(tmp_path / "dead" / SAMPLES[1])
+    # a dead endpoint: nothing is asked; after its wait, one error that says so
+    with pytest.raises(distill.DistillError, match=r"did not answer within 1 s .*--wait"):
+        distill.distill(
+            url,
+            "oracle",
+            tasks[:2],
+            str(tmp_path / "dead"),
+            templates=["single"],
+            wait_s=1.0,
+            log=None,
+        )
+    assert not os.path.exists(tmp_path / "dead" / "done.jsonl")
 
 
 def _task(tasks, row):
@@ -227,21 +251,22 @@ def test_a_reply_longer_than_the_silence_budget_is_kept_a_silence_is_not(tmp_pat
     assert c["requests"] == 1 and c["teacher_errors"] == 0 and c["executor_samples"] == 1
     (row,) = data.read_jsonl(str(tmp_path / "slow" / "executor.jsonl"))
     assert row["completion"] == tiny.oracle_reply(tasks[0])  # whole
-    # silent for 2 s after the first chunk: each of the 3 tries fails, and that is counted
+    # silent for 2 s after the first chunk: each try fails; the unit is not done, nothing written
+    out = str(tmp_path / "silent")
+    kw = dict(templates=["single"], short=True, timeout=budget, log=None)
     with serve(tasks=tasks, pieces=4, silence=2 * budget) as (url, teacher):
-        c = distill.distill(
-            url,
-            "oracle",
-            tasks,
-            str(tmp_path / "silent"),
-            templates=["single"],
-            short=True,
-            timeout=budget,
-            log=None,
-        )
+        c = distill.distill(url, "oracle", tasks, out, **kw)
     assert c["requests"] == distill.RETRIES and c["teacher_errors"] == 1
-    assert c["call_failures"] == {"teacher_error": 1} and c["dropped"] == {"teacher_error": 1}
-    assert c["executor_samples"] == 0
+    assert c["units_failed"] == 1 and c["units"] == 0 and c["dropped"] == {}
+    assert "ReadTimeout" in next(iter(c["failed_because"])) or c["failed_because"]
+    assert c["executor_samples"] == 0 and not os.path.exists(os.path.join(out, "done.jsonl"))
+    # --resume against a teacher that answers asks it again: every unit done, no error left
+    with serve(tasks=tasks, pieces=4) as (url, teacher):
+        c = distill.distill(url, "oracle", tasks, out, resume=True, **kw)
+    assert c["units"] == 1 and c["units_failed"] == c["teacher_errors"] == 0
+    assert c["executor_samples"] == 1 and c["requests"] == 1
+    stats = json.load(open(os.path.join(out, "distill_stats.json")))
+    assert stats["teacher_errors"] == stats["units_failed"] == 0
 
 
 def test_thinking_never_reaches_a_target(tmp_path):
@@ -279,7 +304,7 @@ def test_thinking_never_reaches_a_target(tmp_path):
     e = data.read_jsonl(str(tmp_path / "think" / "executor.jsonl"))
     assert e and all(r["completion"] == tiny.oracle_reply(_task(tasks, r)) for r in e)
     # thinking cut off at max_tokens: never a target, counted by its reason
-    with serve(tasks=tasks, think="<think>\nI think and think", finish="length") as (url, _):
+    with serve(tasks=tasks, think="<think>\nI think and think", ending="length") as (url, _):
         c = distill.distill(
             url, "oracle", tasks, str(tmp_path / "cut"), templates=["single"], log=None
         )
@@ -303,11 +328,13 @@ def test_a_context_length_400_is_reported_per_task_and_not_retried(tmp_path):
         assert c["context_length_tasks"] == ["too-long"] and c["requests"] == 3
         assert c["dropped"] == {"context_length": 1} and c["correct_runs"] == 2
         assert any("task too-long (single)" in line and "context" in line for line in lines)
-        # another 4xx (a model the server does not serve) is not retried either
+        # another 4xx (a model the server does not serve) is not retried either; its unit is not
+        # done: a failure, not a drop
         c = distill.distill(
             url, "nope", tasks[:1], str(tmp_path / "404"), templates=["single"], log=None
         )
-    assert c["requests"] == 1 and c["dropped"] == {"teacher_error": 1}
+    assert c["requests"] == 1 and c["dropped"] == {} and c["units_failed"] == 1
+    assert "NotFoundError" in next(iter(c["failed_because"]))
 
 
 def test_resume_asks_nothing_it_has_and_a_used_out_is_refused(tmp_path):
@@ -321,7 +348,7 @@ def test_resume_asks_nothing_it_has_and_a_used_out_is_refused(tmp_path):
         again = distill.distill(url, "oracle", tasks, out, resume=True, **kw)
         assert len(teacher.bodies) == asked and again["requests"] == 0
         assert again["units_resumed"] == 8 and _files(out) == before
-        for key in ("requests", "units_asked", "units_resumed"):
+        for key in ("requests", "tokens", "units_asked", "units_resumed"):
             first.pop(key), again.pop(key)
         assert again == first  # the whole run's counts
         # without --resume, an OUT that holds results is refused in one line, and left as it is
@@ -367,6 +394,7 @@ def test_a_killed_run_keeps_what_it_finished_and_resumes_there(tmp_path):
     with serve(tasks=tasks, pieces=4, gap=0.15) as (url, teacher):
         argv = ["--teacher", url, "--model", "oracle", "--tasks", path, "--out", out]
         argv += ["--templates", "single", "--short", "--chunk", "1", "--concurrency", "1"]
+        argv += ["--width", "1"]
         argv += ["--config", "config/qwen3_8b.py"]
         proc = subprocess.Popen([sys.executable, "tools/distill.py", *argv], cwd=ROOT)
         done, deadline = os.path.join(out, "done.jsonl"), time.time() + 300
@@ -430,8 +458,8 @@ def cold_start(tmp_path_factory):
 
 
 @contextmanager
-def vllm_server(model_dir, log_path):
-    port = _free_port()
+def vllm_server(model_dir, log_path, port=None):
+    port = port or _free_port()
     env = {
         **os.environ,
         "VLLM_ENABLE_V1_MULTIPROCESSING": "0",
@@ -477,36 +505,93 @@ def _stop(server):
         server.wait()
 
 
+def _distill(argv, **kw):
+    """tools/distill.py with these arguments, in a process of its own (Popen)."""
+    cmd = [sys.executable, "tools/distill.py", *argv]
+    return subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, **kw)
+
+
+def _lines(path):
+    return open(path).read().count("\n") if os.path.isfile(path) else 0
+
+
+def test_a_dead_port_stops_after_its_wait_in_one_line(tmp_path):
+    """Nothing answers: distill.py asks for --wait seconds, then exits non-zero, one line."""
+    tasks = _tasks_file(tmp_path / "tasks.jsonl", tiny.make_tasks(2, seed=7))
+    url = f"http://127.0.0.1:{_free_port()}"
+    argv = ["--teacher", url, "--model", "m", "--tasks", tasks, "--out", str(tmp_path / "o")]
+    out, err = _distill([*argv, "--wait", "3"], text=True).communicate(timeout=300)
+    assert err.count("\n") == 1 and err.startswith("distill.py: the teacher at "), err
+    assert "did not answer within 3 s" in err and "--wait" in err
+    assert "waiting for the teacher" in out
+
+
 @pytest.mark.skipif(
     not __import__("importlib").util.find_spec("vllm"), reason="vLLM is not installed"
 )
 def test_distill_against_vllm_serving_a_tiny_cold_start(cold_start, tmp_path):
-    """`vllm serve` of a cold start that answers: the paper's four templates and the Designer's
-    choice in one run, samples of both roles kept, every unit counted; the real server's own 400
-    for a prompt past its context; a resume against the stopped server asks nothing and changes
-    nothing; the samples encode and train."""
+    """`vllm serve` of a cold start that answers, started after distill.py (as `vllm serve ... &`
+    then distill.py are): nothing is lost while it loads. The paper's four templates and the
+    Designer's choice in one run, samples of both roles kept, every unit counted; the real server's
+    own 400 for a prompt past its context. Then a second run whose server is killed mid-run: it
+    exits non-zero naming the units not done, and after a restart `--resume` completes every unit.
+    A resume against the stopped server asks nothing and changes nothing; the samples encode and
+    train."""
     tasks = [*tiny.make_tasks(COLD_TASKS, seed=7), _long_task(2100)]  # the context: 2048
     path = _tasks_file(tmp_path / "tasks.jsonl", tasks)
-    out = str(tmp_path / "d")
+    out, port = str(tmp_path / "d"), _free_port()
+    url = f"http://127.0.0.1:{port}"
     names = [*distill.PAPER, "design"]
-    with vllm_server(cold_start, tmp_path / "server.log") as (url, stop):
-        argv = ["--teacher", url, "--model", "tiny", "--tasks", path, "--out", out, "--short"]
-        argv += ["--templates", ",".join(names), "--max-tokens", "400", "--timeout", "60"]
-        # the Qwen3 preset's switches: the tiny template ignores them, the server takes them
-        argv += ["--config", "config/qwen3_8b.py"]
+    argv = ["--teacher", url, "--model", "tiny", "--tasks", path, "--short"]
+    argv += ["--templates", ",".join(names), "--max-tokens", "400", "--timeout", "60"]
+    # the Qwen3 preset's switches: the tiny template ignores them, the server takes them
+    argv += ["--config", "config/qwen3_8b.py"]
+    early = _distill([*argv, "--out", out, "--wait", "600"], text=True)  # before the server
+    with vllm_server(cold_start, tmp_path / "server.log", port) as (_, stop):
+        stdout, stderr = early.communicate(timeout=900)
+        assert early.returncode == 0, stdout[-3000:] + stderr[-3000:]
+        assert "waiting for the teacher" in stdout and "the teacher answered after" in stdout
+        # the server killed mid-run (SIGKILL, after the second finished unit)
+        second = str(tmp_path / "d2")
+        argv2 = [*argv, "--out", second, "--wait", "5", "--chunk", "1", "--concurrency", "2"]
+        killed = _distill([*argv2, "--width", "2"], text=True)
+        deadline = time.time() + 600
+        while _lines(os.path.join(second, "done.jsonl")) < 2:
+            assert killed.poll() is None, killed.communicate()
+            assert time.time() < deadline, "no unit finished in 600 s"
+            time.sleep(0.2)
+        server = stop.pop()
+        os.killpg(server.pid, signal.SIGKILL)
+        server.wait()
+        _, stderr2 = killed.communicate(timeout=600)
+    ours = [line for line in stderr2.splitlines() if line.startswith("distill.py: ")]
+    assert killed.returncode != 0 and len(ours) == 1, stderr2  # (the sandbox says a line too)
+    assert "units to ask got no usable reply" in ours[0] or "not started" in ours[0]
+    assert ours[0].endswith("they are not done: --resume asks them again")
+    units = len(tasks) * len(names)
+    assert 2 <= _lines(os.path.join(second, "done.jsonl")) < units
+    stats = json.load(open(os.path.join(second, "distill_stats.json")))
+    assert stats["units_failed"] + stats["units_not_asked"] > 0
+    with vllm_server(cold_start, tmp_path / "server2.log", port):
         r = subprocess.run(
-            [sys.executable, "tools/distill.py", *argv],
+            [sys.executable, "tools/distill.py", *argv2, "--resume"],
             cwd=ROOT,
             capture_output=True,
             text=True,
-            timeout=600,
+            timeout=900,
         )
-        assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
-        _stop(stop.pop())
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    resumed = json.load(open(os.path.join(second, "distill_stats.json")))
+    assert resumed["units"] == units and _lines(os.path.join(second, "done.jsonl")) == units
+    assert resumed["units_failed"] == resumed["teacher_errors"] == 0
+    assert resumed["units_not_asked"] == 0
     stats = json.load(open(os.path.join(out, "distill_stats.json")))
+    # the run the server came up under: as complete (its counts may differ from the killed one's
+    # in which of two equal replies came first, never in the units)
+    assert stats["units"] == units and stats["units_failed"] == stats["teacher_errors"] == 0
     d = data.read_jsonl(os.path.join(out, "designer.jsonl"))
     e = data.read_jsonl(os.path.join(out, "executor.jsonl"))
-    assert stats["units"] == len(tasks) * len(names) and set(stats["templates"]) == set(names)
+    assert set(stats["templates"]) == set(names)
     for name in names:
         per = stats["templates"][name]
         assert per["designs"] == len(tasks), name
@@ -516,13 +601,12 @@ def test_distill_against_vllm_serving_a_tiny_cold_start(cold_start, tmp_path):
         assert per["executor_samples"] == sum(r["template"] == name for r in e), name
         assert per["designer_samples"] == sum(r["template"] == name for r in d), name
     assert stats["context_length_tasks"] == ["too-long"]
-    assert stats["call_failures"].get("teacher_error", 0) == 0
     assert len(d) == stats["designer_samples"] and len(e) == stats["executor_samples"] > 0
     assert {r["role"] for r in e} >= {"solver", "critic", "coder"}
     # a resume against the stopped server: nothing asked, no file changed
     before = _files(out)
     r = subprocess.run(
-        [sys.executable, "tools/distill.py", *argv, "--resume"],
+        [sys.executable, "tools/distill.py", *argv, "--out", out, "--resume"],
         cwd=ROOT,
         capture_output=True,
         text=True,
