@@ -20,6 +20,7 @@ data/NAME.jsonl and data/NAME.manifest.json. One command a name, on a machine wi
     python machinery/data.py prepare polaris apps_train codecontests_train        # RL's train sets
     python machinery/data.py prepare aime24 aime25 olympiadbench                  # the benchmarks
     python machinery/data.py prepare apps livecodebench codecontests
+    python machinery/data.py prepare apps500                    # the authors' APPS subset
 
     name                split  published files (RECIPES: hub dataset or GitHub repo, files)
     polaris             train  POLARIS-Project/Polaris-Dataset-53K: polaris-data-53K.jsonl
@@ -29,6 +30,7 @@ data/NAME.jsonl and data/NAME.manifest.json. One command a name, on a machine wi
     aime25              test   Zhuofeng-Li/math-evaluation-harness: data/aime25/test.jsonl
     olympiadbench       test   QwenLM/Qwen2.5-Math: evaluation/data/olympiadbench/test.jsonl
     apps                test   codeparrot/apps: test.jsonl                    (introductory)
+    apps500             test   codeparrot/apps: test.jsonl        (its first 500 rows: [authors])
     livecodebench       test   livecodebench/code_generation_lite: test.jsonl ... test5.jsonl
     codecontests        test   deepmind/code_contests: data/test-*.parquet
 
@@ -44,6 +46,7 @@ alone, its test problems on public tests alone).
     python machinery/data.py prepare apps --revision COMMIT                # another hub commit
 
 `--from FILE ...` runs the same path on local files in the published shape (one name at a time).
+Without the network, prepare says so in one line that names `--from FILE` and exits non-zero.
 
 The converters, one published row -> one task, for a file of rows you already have (no `datasets`
 needed; APPS keeps `--difficulty introductory` unless told `all`):
@@ -75,6 +78,7 @@ import contextlib
 import datetime
 import hashlib
 import io
+import itertools
 import json
 import os
 import pickle
@@ -721,6 +725,7 @@ class Recipe:
     revision: str = "main"
     difficulty: str | None = None  # APPS: keep this difficulty only
     dates: tuple | None = None  # LiveCodeBench: keep start <= contest_date < end
+    rows: int | None = None  # keep the first `rows` rows read, in the published order (a subset)
     note: str = ""  # why this split; where we differ from the authors
 
 
@@ -793,6 +798,16 @@ RECIPES = {
         difficulty="introductory",
         note="[paper] benchmark: APPS test, introductory",
     ),
+    "apps500": Recipe(
+        "hf",
+        "codeparrot/apps",
+        ("test.jsonl",),
+        "test",
+        "apps",
+        rows=500,
+        note="[authors] benchmark: the authors' APPS set, the first 500 rows of test.jsonl (every "
+        "difficulty; their loader's process_apps_test, scripts/dataprocess/load_code.py)",
+    ),
     "livecodebench": Recipe(
         "hf",
         "livecodebench/code_generation_lite",
@@ -811,6 +826,20 @@ RECIPES = {
         note=f"[paper] benchmark: CodeContests test; {CC_TESTS}",
     ),
 }
+
+
+class Unreachable(OSError):
+    """The published files could not be read: no network, or a host that does not answer."""
+
+
+def _unreachable(name, recipe, error):
+    """The one line for published files that could not be read, naming the offline way."""
+    why = (str(error).strip().splitlines() or [""])[0][:160]
+    return (
+        f"{name}: cannot read the published files ({recipe.host}:{recipe.repo}; "
+        f"{type(error).__name__}: {why}); offline, prepare from files you have in the published "
+        f"shape: python machinery/data.py prepare {name} --from FILE"
+    )
 
 
 def _published_files(recipe, revision=None):
@@ -850,25 +879,35 @@ def prepare(name, out_dir="data", from_files=None, revision=None, cache_dir=None
         files = list(from_files)
         read = {path: _sha256(path) for path in files}
     else:
-        read, files = _published_files(recipe, revision)
+        try:
+            read, files = _published_files(recipe, revision)
+        except Exception as e:  # no network, a hub that does not answer: one line, not a traceback
+            raise Unreachable(_unreachable(name, recipe, e)) from None
     kinds = {f.endswith(".parquet") for f in files}
     if len(kinds) > 1:
         raise ValueError(f"{name}: give files of one format, parquet or JSONL: {files}")
     builder = "parquet" if kinds == {True} else "json"
-    rows = datasets.load_dataset(
-        builder, data_files=files, split="train", streaming=True, cache_dir=cache_dir
-    )
     try:
+        rows = datasets.load_dataset(
+            builder, data_files=files, split="train", streaming=True, cache_dir=cache_dir
+        )
+        numbered = ((f"row {k}", row) for k, row in enumerate(rows, 1))
         tasks, skipped, n_read = convert_rows(
             recipe.converter,
-            ((f"row {k}", row) for k, row in enumerate(rows, 1)),
+            itertools.islice(numbered, recipe.rows),  # the recipe's subset: its first rows
             recipe.difficulty,
             recipe.dates,
         )
     except (ValueError, datasets.exceptions.DatasetsError) as e:  # the files themselves do not read
         if from_files and builder == "json":
             _first_bad_line(files)  # names the file and line
+        if not from_files and not isinstance(e, datasets.exceptions.DatasetGenerationError):
+            raise Unreachable(_unreachable(name, recipe, e)) from None
         raise ValueError(f"{name}: the files do not read as {builder}: {e}") from None
+    except Exception as e:  # reading the published files over the network failed
+        if from_files:
+            raise
+        raise Unreachable(_unreachable(name, recipe, e)) from None
     manifest = {
         "name": name,
         "tool": "machinery/data.py prepare" + (" --from" if from_files else ""),
@@ -878,6 +917,7 @@ def prepare(name, out_dir="data", from_files=None, revision=None, cache_dir=None
         "split": recipe.split,
         "converter": recipe.converter,
         "filter": _filter_text(recipe.difficulty, recipe.dates),
+        "subset": f"the first {recipe.rows} rows" if recipe.rows else None,
         "note": recipe.note,
         "datasets": datasets.__version__,
     }

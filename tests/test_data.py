@@ -5,6 +5,7 @@ import base64
 import json
 import os
 import pickle
+import socket
 import subprocess
 import sys
 import zlib
@@ -440,6 +441,13 @@ PREPARED = {  # name: (the files' stand-ins, rows read, tasks written, skipped b
     ),
     "apps_train": (["apps.jsonl", "apps_bad_rows.jsonl"], 9, 3, APPS_SKIPPED),
     "apps": (["apps.jsonl", "apps_bad_rows.jsonl"], 9, 3, APPS_SKIPPED),
+    # every difficulty (the other-difficulty rows kept, one of them without tests)
+    "apps500": (
+        ["apps.jsonl", "apps_bad_rows.jsonl"],
+        9,
+        4,
+        {"no tests": 3, "malformed tests": 1, "unparsable tests": 1},
+    ),
     "codecontests_train": ("parquet", 2, 1, {"no tests": 1}),
     "codecontests": ("parquet", 2, 1, {"no tests": 1}),
     "aime24": ([DATA / "benchmarks" / "aime24.jsonl"], 30, 30, {}),
@@ -510,6 +518,37 @@ def test_cli_prepare_from_and_its_errors(tmp_path):
     assert proc.returncode != 0 and "--from gives the files of one name" in proc.stderr
     proc = _cli("prepare", "polaris", "--from", tmp_path / "absent.jsonl", env=env)
     assert proc.returncode != 0 and "no file" in proc.stderr
+
+
+def test_prepare_apps500_reads_the_first_500_rows(tmp_path):
+    """The authors' APPS benchmark: the first 500 rows of test.jsonl, whatever their difficulty."""
+    row = json.loads((FIX / "apps.jsonl").read_text().splitlines()[0])
+    rows = tmp_path / "test.jsonl"
+    with open(rows, "w") as f:
+        for k in range(502):
+            f.write(json.dumps({**row, "problem_id": k, "difficulty": "interview"}) + "\n")
+    out = tmp_path / "data"
+    manifest = data.prepare("apps500", str(out), [str(rows)], cache_dir=str(tmp_path))
+    assert manifest["rows_read"] == manifest["written"] == 500
+    assert manifest["subset"] == "the first 500 rows" and manifest["filter"] is None
+    ids = [t["id"] for t in data.load_tasks(str(out / "apps500.jsonl"))]
+    assert ids == [f"apps-{k}" for k in range(500)]
+
+
+def test_prepare_without_the_network_says_so_in_one_line(tmp_path):
+    """A hub that does not answer (HF_ENDPOINT on a closed port): at most three lines on stderr,
+    one naming `--from FILE`, and a non-zero exit; no traceback."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    env = {**os.environ, "HF_ENDPOINT": f"http://127.0.0.1:{port}", "HF_HUB_OFFLINE": "0"}
+    env["HF_DATASETS_CACHE"] = str(tmp_path / "cache")
+    for name in ("polaris", "apps500"):
+        proc = _cli("prepare", name, "--out", tmp_path / "data", env=env)
+        lines = proc.stderr.strip().splitlines()
+        assert proc.returncode != 0 and 1 <= len(lines) <= 3, proc.stderr
+        assert any(f"prepare {name} --from FILE" in line for line in lines), proc.stderr
+        assert "Traceback" not in proc.stderr
 
 
 def test_convert_needs_no_datasets_package(tmp_path):
