@@ -23,7 +23,10 @@ exactly, so the step is the whole batch's (to fp32 rounding). Activation checkpo
 (settings.sft_plan: 16 B a parameter of states over the ranks, the micro-batch's activations, the
 lm head's chunk) is checked before any model loads and refused with its arithmetic and the fix.
 The tiny default forwards each batch whole, without checkpointing; a run on --data takes
-micro-batches of 16384 tokens and checkpointed layers (SCALE).
+micro-batches of 16384 tokens and checkpointed layers (SCALE), for --epochs (2) of 64 samples a
+step. batch_size is global, samples a step over every rank: a run's steps, and each step's
+samples, are the same on one GPU or eight. Before a GPU run starts, each rank checks that its GPU
+has the plan's memory free (torch.cuda.mem_get_info; a teacher's server still up holds most of it).
 
     python sft.py                                   # tiny default: build, train on CPU, write
                                                     # out/tiny-sft/, print the quality-bar figures
@@ -33,9 +36,10 @@ micro-batches of 16384 tokens and checkpointed layers (SCALE).
     python sft.py --model Qwen/Qwen3-8B --data DIR --config config/qwen3_8b.py --out out/sft-8b
                                                     # DIR holds designer.jsonl, executor.jsonl;
                                                     # prompts rendered as the preset's RL renders
-                                                    # them (chat_template_kwargs: thinking off)
-    torchrun --nproc_per_node=8 sft.py --model ...  # FSDP2 (nccl on GPU, gloo on CPU), the data
-                                                    # sharded by rank
+                                                    # them (chat_template_kwargs: thinking off);
+                                                    # --epochs 2 of 64 samples a step (SCALE)
+    torchrun --nproc_per_node=8 sft.py --model ...  # FSDP2 (nccl on GPU, gloo on CPU), each
+                                                    # batch shared by the ranks: the same run
     python sft.py --model Qwen/Qwen3-8B --plan --ranks 1,2,8
                                                     # a GPU rank's memory plan; loads nothing
 
@@ -85,9 +89,13 @@ TINY = dict(
 # ... each batch whole, no checkpointing (the cold start's numbers as they were); a run on --data:
 # AdamW, micro-batches of 16384 tokens and checkpointed layers (its memory plan: settings.sft_plan)
 TINY.update(micro_tokens=0, checkpointing="off")
+# batch_size: samples a step over every rank (8 a rank on 8 GPUs), a run's length in epochs over
+# the samples read (EPOCHS, ours; steps = ceil(epochs x samples / batch_size)), so it does not
+# depend on the GPU count
 SCALE = dict(
-    steps=1000, lr=1e-5, batch_size=8, optimizer="adamw", micro_tokens=16384, checkpointing="full"
+    steps=None, lr=1e-5, batch_size=64, optimizer="adamw", micro_tokens=16384, checkpointing="full"
 )
+EPOCHS = 2
 HP = ("steps", "lr", "batch_size", "optimizer", "micro_tokens", "checkpointing")
 
 # --------------------------------------------------------------------------------------------------
@@ -209,10 +217,12 @@ def train_sft(
     given. Prompts are rendered with template_kwargs (the preset's chat_template_kwargs, as RL,
     evaluation and distillation render them).
 
-    batch_size is samples per rank per step. Under torchrun the model is sharded with FSDP2
-    (speed.prepare's layout, unless it already is), each rank trains on its own share of the
-    length-bucketed batches, and FSDP reduces the gradients. checkpointing (speed.prepare's: off |
-    full) keeps each decoder layer's input alone and replays the layer in the backward.
+    batch_size is samples a step over every rank (a global batch: a run's length and what a step
+    sees do not depend on the rank count). Under torchrun the model is sharded with FSDP2
+    (speed.prepare's layout, unless it already is), each rank trains on its share of each
+    length-bucketed batch (batch_size / world samples), and FSDP reduces the gradients.
+    checkpointing (speed.prepare's: off | full) keeps each decoder layer's input alone and replays
+    the layer in the backward.
     micro_tokens > 0: a batch goes forward and backward in micro-batches of at most that many
     tokens (micro_batches), their gradients accumulated before the one optimizer step; each
     micro-batch's loss is divided by the batch's token count over every rank, so the sum is the
@@ -220,6 +230,14 @@ def train_sft(
     rounding). Every rank forwards as many micro-batches (FSDP2's forwards are collective): fillers
     that train nothing. Returns a stats dict."""
     rank, world = ranks.rank_world()
+    if len(samples) < world:
+        raise ValueError(f"{len(samples)} samples cannot give each of {world} ranks one")
+    if batch_size % world:
+        raise ValueError(
+            f"batch_size={batch_size} (samples a step, over every rank) must be divisible by the "
+            f"{world} ranks: {batch_size // world * world or world} or "
+            f"{(batch_size // world + 1) * world}"
+        )
     torch.manual_seed(seed)
     device = next(model.parameters()).device
     encoded, _ = engine_lib.encode_samples(tokenizer, samples, template_kwargs=template_kwargs)
@@ -247,14 +265,15 @@ def train_sft(
     autocast = torch.autocast("cuda", dtype=torch.bfloat16, enabled=bf16)
 
     def my_batches():
-        """Every rank builds the same batch list (same seed) and takes batches rank, rank+world,
-        ...: disjoint shards, the same number of steps on every rank."""
+        """Every rank builds the same batch list (same seed); a batch is one step over every rank,
+        each rank taking its share of it (its samples rank, rank + world, ... of the batch, sorted
+        by length): disjoint shards, a step the same samples at any rank count. A batch shorter
+        than the ranks (an epoch's last) is left out on several ranks: every rank has a share."""
         rng, lengths = random.Random(seed), [len(e[0]) for e in encoded]
         while True:
-            bs = length_batches(lengths, batch_size, rng)
-            while len(bs) < world:
-                bs = bs + bs
-            yield from bs[: len(bs) - len(bs) % world][rank::world]
+            for batch in length_batches(lengths, batch_size, rng):
+                if len(batch) >= world:
+                    yield batch[rank::world]
 
     stream = my_batches()
     lengths = [len(e[0]) for e in encoded]
@@ -410,11 +429,13 @@ def plan_report(model, hp, ranks):
     if shape is None:
         return f"sft.py --plan: no plan for {model or 'the tiny model'} (a CPU run, or no shape)"
     lines = [
-        f"sft.py --plan: {model}, {params:.3g} parameters; batch_size {hp['batch_size']}, "
-        f"micro_tokens {hp['micro_tokens']}, checkpointing {hp['checkpointing']}"
+        f"sft.py --plan: {model}, {params:.3g} parameters; batch_size {hp['batch_size']} (a "
+        f"step, over the ranks), micro_tokens {hp['micro_tokens']}, checkpointing "
+        f"{hp['checkpointing']}"
     ]
     for w in map(int, ranks.split(",")):
-        plan = (shape, params, w, hp["micro_tokens"], hp["checkpointing"], hp["batch_size"])
+        share = -(-hp["batch_size"] // w)  # a rank's samples a step
+        plan = (shape, params, w, hp["micro_tokens"], hp["checkpointing"], share)
         problems = settings.sft_plan_problems(*plan)
         verdict = "does not fit: " + problems[0].split(" GiB (")[-1][:-1] if problems else "fits"
         lines.append(f"{w} rank(s): {settings.sft_plan_line(*plan)}: {verdict}")
@@ -433,9 +454,21 @@ def main(argv):
     )
     p.add_argument("--out", default="out/tiny-sft")
     p.add_argument("--roles", default="both", choices=["both", "separate"])
-    p.add_argument("--steps", type=int, default=None)
+    p.add_argument("--steps", type=int, default=None, help="optimizer steps (or --epochs)")
+    p.add_argument(
+        "--epochs",
+        type=float,
+        default=None,
+        help=f"passes over the samples read (default on --data: {EPOCHS}; steps = "
+        "ceil(epochs x samples / batch_size))",
+    )
     p.add_argument("--lr", type=float, default=None)
-    p.add_argument("--batch-size", type=int, default=None)
+    p.add_argument(
+        "--batch-size",
+        type=int,
+        default=None,
+        help="samples a step over every rank (default on --data: 64; the tiny default: 8)",
+    )
     p.add_argument(
         "--no-eval", action="store_true", help="tiny: skip the quality bar on 200 val tasks"
     )
@@ -499,16 +532,24 @@ def main(argv):
     tiny_world = a.data is None
     given = {k: getattr(a, k) for k in HP if getattr(a, k, None) is not None}
     hp = {k: given.get(k, (TINY if tiny_world else SCALE)[k]) for k in HP}
+    if a.steps is not None and a.epochs is not None:
+        sys.exit("sft.py: --steps or --epochs: a run's length is one of them")
+    # the run's length in epochs: --epochs, else (on --data without --steps) EPOCHS
+    epochs = a.epochs if a.epochs is not None else (EPOCHS if hp["steps"] is None else None)
     if a.plan:  # of a run on --data
         return print(plan_report(a.model, {k: given.get(k, SCALE[k]) for k in HP}, a.ranks))
     # a GPU run's memory plan, before any model loads (the tiny model trains on a CPU)
     if a.model is not None and torch.cuda.is_available():
         world = int(os.environ.get("WORLD_SIZE", "1"))
         params, shape = settings.model_shape(a.model)
-        plan = (shape, params, world, hp["micro_tokens"], hp["checkpointing"], hp["batch_size"])
+        share = -(-hp["batch_size"] // world)  # a rank's samples a step
+        plan = (shape, params, world, hp["micro_tokens"], hp["checkpointing"], share)
         problems = settings.sft_plan_problems(*plan) if shape else []
         if problems:
             sys.exit(f"sft.py: {problems[0]}")
+        short = shape and ranks.short_of_memory(settings.sft_plan(*plan)["total"], "its plan")
+        if short:  # each rank asks of its own GPU, before anything is on it
+            sys.exit(f"sft.py: {short}")
     rank, world, device = start()
     if tiny_world:
         t0 = time.perf_counter()
@@ -538,10 +579,23 @@ def main(argv):
     for out_dir, samples in jobs:
         # every role starts cold from the same base
         model, tok = _load_base(a.model, device, a.seed)
+        run = dict(hp)
+        if epochs is not None:  # steps = ceil(epochs x samples / batch_size), at any rank count
+            run["steps"] = max(1, math.ceil(epochs * len(samples) / hp["batch_size"]))
         if rank == 0:
-            print(f"sft -> {out_dir}: {len(samples)} samples, {hp}, world {world}")
+            length = f"{epochs:g} epochs = " if epochs is not None else ""
+            print(
+                f"sft -> {out_dir}: {len(samples)} samples, {length}{run['steps']} steps of "
+                f"{hp['batch_size']} ({hp['batch_size'] // world} a rank), {run}, world {world}"
+            )
         stats = train_sft(
-            model, tok, samples, out_dir=out_dir, seed=a.seed, template_kwargs=template_kwargs, **hp
+            model,
+            tok,
+            samples,
+            out_dir=out_dir,
+            seed=a.seed,
+            template_kwargs=template_kwargs,
+            **run,
         )
         if rank == 0:
             print(

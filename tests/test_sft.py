@@ -419,6 +419,28 @@ def test_torchrun_fsdp2_two_ranks_separate_roles(base, tmp_path):
         assert torch.isfinite(torch.cat([p.flatten() for p in m.parameters()])).all()
 
 
+def test_the_batch_is_global_one_rank_or_two_see_the_same_samples(base, tmp_path):
+    """--batch-size is samples a step over every rank, --epochs a run's length: under torchrun at
+    1 and 2 ranks the same steps (ceil(0.25 x 80 / 8) = 3), the same tokens trained, and the same
+    first batch (its loss, before any update, to fp32 rounding)."""
+    seen = {}
+    for world in (1, 2):
+        cmd = [sys.executable, "-m", "torch.distributed.run", f"--nproc_per_node={world}"]
+        cmd += ["--master_port", str(_free_port()), os.path.join(ROOT, "sft.py")]
+        cmd += ["--model", str(base / "base"), "--data", str(base / "data")]
+        cmd += ["--out", str(tmp_path / f"w{world}"), "--epochs", "0.25", "--batch-size", "8"]
+        cmd += ["--lr", "1e-3", "--micro-tokens", "0", "--checkpointing", "off"]
+        env = {**os.environ, "OMP_NUM_THREADS": "1"}
+        r = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+        assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+        assert f"80 samples, 0.25 epochs = 3 steps of 8 ({8 // world} a rank)" in r.stdout
+        first = float(r.stdout.split("sft step     0/3  loss ")[1].split()[0])
+        tokens = int(r.stdout.split("sft done: 3 steps, final loss ")[1].split(", ")[1].split()[0])
+        seen[world] = (first, tokens)
+    assert seen[1][1] == seen[2][1] > 0
+    assert seen[2][0] == pytest.approx(seen[1][0], rel=1e-5)
+
+
 def _free_port():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -484,9 +506,10 @@ dist.destroy_process_group()
 
 @pytest.mark.parametrize("world", [1, 2])
 def test_micro_batches_accumulate_the_whole_batchs_gradient(tmp_path, world):
-    """One step on 8 samples a rank, whole and in micro-batches of 400 tokens (up to 7 a batch):
-    the gradient the optimizer steps with is the whole batch's, to fp32 rounding, and so is the
-    loss; at 2 ranks (FSDP2) every rank runs as many forwards, fillers making up the count."""
+    """One step on 8 samples (a global batch: 4 a rank at 2 ranks), whole and in micro-batches of
+    400 tokens (up to 7 a batch): the gradient the optimizer steps with is the whole batch's, to
+    fp32 rounding, and so is the loss; at 2 ranks (FSDP2) every rank runs as many forwards, fillers
+    making up the count."""
     script = tmp_path / "accumulate.py"
     script.write_text(ACCUMULATE)
     cmd = [sys.executable, "-m", "torch.distributed.run", f"--nproc_per_node={world}"]

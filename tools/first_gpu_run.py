@@ -588,7 +588,7 @@ def sft4b_part(tmp):
         tie_word_embeddings=config.tie_word_embeddings,
         max_position_embeddings=config.max_position_embeddings,
     )
-    plan = (shape, n, 1, hp["micro_tokens"], hp["checkpointing"], hp["batch_size"])
+    plan = (shape, n, 1, hp["micro_tokens"], hp["checkpointing"], len(samples))  # one rank's
     free, total = (x / 2**30 for x in torch.cuda.mem_get_info())
     other = total - free - torch.cuda.memory_reserved() / 2**30  # the CUDA context
     torch.cuda.reset_peak_memory_stats()
