@@ -19,6 +19,8 @@
                               line
 
     save_checkpoint(cfg, step, policies, tokenizer, trainer_state, rank)   # every rank (collective)
+                                           # kept: the 2 newest and the benchmark curve's steps
+                                           # (multiples of val_every), which evaluate.py reads
     ckpt, ts = latest(out_dir)             # the newest checkpoint's folder and trainer state
                                            # (None, None without one)
     restore(policies, ckpt, ts)            # master weights and Adam states (every rank: collective)
@@ -197,6 +199,13 @@ def checkpoints(out_dir):
     )
 
 
+def stale(names, keep, val_every=0):
+    """The checkpoints (step_N folder names, oldest first) a save removes: all but the `keep`
+    newest, save those whose step is a multiple of val_every (> 0), the benchmark curve's."""
+    old = names[: max(0, len(names) - keep)]
+    return [d for d in old if not (val_every > 0 and int(d[5:]) % val_every == 0)]
+
+
 def fault(point, step):
     """Fault injection (tests/test_train.py): METAAGENT_FAULT=point:step SIGKILLs this process when
     it reaches `point` of step `step` (1-based). Points: designer-phase and executor-phase
@@ -210,7 +219,9 @@ def fault(point, step):
 def save_checkpoint(cfg, step, policies, tokenizer, trainer_state, rank, keep=2):
     """out_dir/step_{step}/: {model | designer, executor}/ (HF folders) and state/ (a
     torch.distributed.checkpoint folder), written into a temp folder and renamed (atomic: a
-    checkpoint folder is either complete or absent); the `keep` newest checkpoints stay.
+    checkpoint folder is either complete or absent); the `keep` newest checkpoints stay, and those
+    of the benchmark curve's steps (multiples of cfg.val_every: `evaluate.py --run RUN --step N`
+    reads the model whose curve it saw; stale()).
 
     The HF folders: the weights gathered one tensor at a time, in the engine's dtype (bf16 when they
     live on a GPU), kept and written by rank 0 alone. state/: every rank writes its own shards of
@@ -255,7 +266,7 @@ def save_checkpoint(cfg, step, policies, tokenizer, trainer_state, rank, keep=2)
     dcp.save(state, checkpoint_id=os.path.join(tmp, "state"))  # collective; rank 0 writes "trainer"
     if rank == 0:
         os.replace(tmp, final)
-        for old in checkpoints(cfg.out_dir)[:-keep]:
+        for old in stale(checkpoints(cfg.out_dir), keep, cfg.val_every):
             shutil.rmtree(os.path.join(cfg.out_dir, old), ignore_errors=True)
     dist.barrier()
 

@@ -84,3 +84,14 @@ def test_an_old_checkpoint_stops_the_resume_with_one_line_that_says_what_to_do(t
     (old / "optimizer.pt").unlink()  # neither format: a damaged folder, named
     with pytest.raises(settings.ConfigError, match="no state/ folder"):
         rundir.latest(str(tmp_path))
+
+
+def test_a_save_keeps_the_two_newest_and_the_benchmark_curve_s_steps():
+    """What `evaluate.py --run RUN --step N` reads stays: every multiple of val_every (the steps
+    whose benchmark score the curve shows) besides the 2 newest; without a curve, the 2 newest."""
+    names = [f"step_{s:06d}" for s in range(20, 320, 20)]  # save_every 20, 300 steps
+    gone = rundir.stale(names, 2, val_every=100)
+    kept = [int(d[5:]) for d in names if d not in gone]
+    assert kept == [100, 200, 280, 300]
+    assert [int(d[5:]) for d in names if d not in rundir.stale(names, 2)] == [280, 300]
+    assert rundir.stale(names[:2], 2, val_every=100) == []
