@@ -3,16 +3,25 @@
     torchrun --nproc_per_node=8 train.py config/qwen3_4b.py
 
 Everything is config/qwen3_8b.py except the model, its memory plan and the output paths (so the two
-cannot drift apart), with its labels: [paper], [authors] and ours with the reason, and where ours
-differs from the authors' config (fp32 masters, the prompt's length, the data mix, CodeContests'
-tests, validation, the lr schedule). It fits one GPU too.
+cannot drift apart), with its labels: [paper]; [authors] with the file and key of the authors'
+config (PettingLLMs pettingllms/config/autoevol/math_L1_iterated_br.yaml, AE, and
+pettingllms/config/ppo_trainer/eval.yaml, PPO; the versions read: config/qwen3_8b.py); ours with
+the reason, and where ours differs from theirs, their key: one shared policy (AE `specialization:
+full`: two), one engine a rank (AE `tensor_model_parallel_size`: the node's GPUs), untruncated
+sampling (AE `top_p: 0.9`, `top_k: 20`, `repetition_penalty: 1.10`), a checkpoint every 20 steps
+(AE `save_freq: 5`), fp32 masters (PPO `model_dtype: bf16`), the prompt's length (AE
+`max_prompt_length: 7000`), the data mix (AE `apps_ratio: 0.0`), CodeContests' tests. Taken as
+theirs: AE `total_training_steps: 400`, `val_freq: 100`, PPO's cosine schedule. It fits one GPU
+too.
 """
 
 exec(open(__file__.replace("qwen3_4b.py", "qwen3_8b.py")).read())
 
 out_dir = "out/qwen3-4b-rl"  # ours
 init_from = "out/sft-qwen3-4b"  # ours: Qwen3-4B (tied embeddings) after the SFT cold start
-micro_batch = 8  # ours: Qwen3-4B's smaller activations, twice the 8B's sequences a forward
+# ours: Qwen3-4B's smaller activations, twice the 8B's sequences a forward (theirs AE
+# `ppo_micro_batch_size_per_gpu: 4`, one value for every model size)
+micro_batch = 8
 # The memory plan (config/qwen3_8b.py's arithmetic, init_from's 4.02e9 parameters, the idle
 # role's Adam state offloaded as there): the trainer 16 B x 4.02e9 / ranks = 7.5 GiB on 8 ranks,
 # 59.9 GiB on 1; the engine 0.5 x 139 = 69.5 GiB (bf16 weights 7.5 GiB, the KV cache of the 16

@@ -2,9 +2,12 @@
 
     torchrun --nproc_per_node=8 train.py config/qwen3_8b.py
 
-[paper] marks the values the paper gives, [authors] those of the authors' released config
-(PettingLLMs config/autoevol/math_L1_iterated_br.yaml and eval.yaml) where the paper is silent;
-ours marks our choices, each with its reason and where it differs from the authors' config.
+[paper] marks the values the paper gives. [authors] marks those taken from the authors' released
+config where the paper is silent, with its file and key: PettingLLMs, the K=30 run
+pettingllms/config/autoevol/math_L1_iterated_br.yaml (AE) at 10c7778 (2026-04-23), whose optimizer
+block is pettingllms/config/ppo_trainer/eval.yaml (PPO) at ca22738 (2026-04-13), the version AE
+reads (docs/NOTES.md, issue #69, says how the schedule changed across its versions). Ours marks our
+choices, each with its reason, and where it differs from theirs, their key and value.
 init_from is an SFT cold start of Qwen3-8B (`python sft.py --model Qwen/Qwen3-8B --data DIR --out
 out/sft-qwen3-8b`), the data files in machinery/data.py's task format (`python machinery/data.py
 prepare ...`): docs/gpu.md makes both.
@@ -15,65 +18,83 @@ It needs 2 GPUs at least (the memory plan below; settings.validate refuses fewer
 
 out_dir = "out/qwen3-8b-rl"  # ours
 init_from = "out/sft-qwen3-8b"  # ours: the path docs/gpu.md's SFT writes
+# One model plays both roles: policy "shared" [paper] (the paper's default). Theirs differs: AE
+# `specialization: full` with `designer_policy` and `executor_policy`, two policies from one cold
+# start (`base_models`, both the same path); `--policy=separate` runs that (Config's two models,
+# each its own AdamW state)
+policy = "shared"
 # [paper] Polaris + APPS + CodeContests, their train splits (`python machinery/data.py prepare
 # polaris apps_train codecontests_train`; the benchmarks' test splits are evaluation's only);
-# [authors] math_ratio 0.5: half math, half code. Their config's math set is polaris (a dapo_math
-# set is in it too, unused here: the paper names Polaris); their code half is code_contests alone
-# (apps_ratio 0): ours adds APPS train at half of it, as the paper names APPS. CodeContests tasks
-# are graded on public + private + generated tests (ours, as AlphaCode: fewer false passes);
-# [authors] private tests alone (machinery/data.py's CC_TESTS)
+# [authors] AE `env.math_ratio: 0.5`: half math, half code. Their math set is `dataset_math:
+# polaris` (a dapo_math set is named too, unused here: the paper names Polaris); their code half is
+# `dataset_code: code_contests` alone (`apps_ratio: 0.0`): ours adds APPS train at half of it, as
+# the paper names APPS. CodeContests tasks are graded on public + private + generated tests (ours,
+# as AlphaCode: fewer false passes); [authors] private tests alone (machinery/data.py's CC_TESTS)
 data_mix = {
     "data/polaris.jsonl": 1.0,
     "data/apps_train.jsonl": 0.5,
     "data/codecontests_train.jsonl": 0.5,
 }
 
-M = 4  # [paper]
-N = 4  # [paper]
-K = 30  # [paper] stage length
+M = 4  # [paper]; [authors] AE `design_sample_num: 4`
+N = 4  # [paper]; [authors] AE `execute_sample_num: 4`
+K = 30  # [paper] stage length; [authors] AE `phase_alternate_steps: 30`
 mode = "stagewise"  # [paper]
-first_role = "executor"  # [authors] (the paper is silent)
-policy = "shared"  # [paper] default: one model plays both roles
+first_role = "executor"  # [authors] AE `first_phase_trains: executor` (the paper is silent)
 lam = 0.4  # [paper]
 
-batch_size = 8  # [paper] queries per step (1 per GPU on 8xH200)
-designer_lr = 5e-6  # [paper]
-executor_lr = 5e-6  # [paper]
-steps = 300  # ours: the run's length, a budget
-# ours: a constant lr (the paper gives no schedule; none found in the authors' config either);
-# "warmup_cosine" (10 warmup steps, then cosine to 0.3x) is the reading issue #55 reports of it
-lr_schedule = "constant"
-# Config's defaults, not set here: [authors] weight_decay 0.01, grad_clip 1.0, clip_eps 0.2
-minibatches = 1  # ours: on-policy (the paper does not say; clip 0.2 both ways, no KL: [authors])
-micro_batch = 4  # ours: 4 sequences of up to 16k tokens a forward (ac_policy full)
+batch_size = 8  # [paper] queries per step (1 per GPU on 8xH200); [authors] AE `train_batch_size: 8`
+designer_lr = 5e-6  # [paper]; [authors] AE `designer_lr: 5e-6`
+executor_lr = 5e-6  # [paper]; [authors] AE `executor_lr: 5e-6`
+steps = 400  # [authors] AE `total_training_steps: 400` (the paper gives no step count)
+# [authors] PPO `optim`: `warmup_style: cosine`, `lr_warmup_steps: 10`, `min_lr_ratio: 0.3`,
+# `num_cycles: 0.5`: 10 steps of warmup, then a half cosine down to 0.3x at the last step
+# (train.lr_factor; their warmup starts at 0, ours at 1/10 of the lr). The paper gives no schedule
+lr_schedule = "warmup_cosine"
+# Config's defaults, not set here: weight_decay 0.01 [authors] PPO `weight_decay: 0.01`, grad_clip
+# 1.0 [authors] PPO `grad_clip: 1.0`, clip_eps 0.2 [authors] PPO `clip_ratio_low`/`_high: 0.2`, no
+# KL term [authors] PPO `use_kl_loss: False`, a token-mean loss [authors] PPO `loss_agg_mode:
+# "token-mean"`, full fine-tuning [authors] AE `lora_rank: 0`
+# ours: on-policy, one optimizer step a rollout (the paper does not say; theirs PPO
+# `ppo_mini_batch_size: 16`, `ppo_epochs: 1`, over their trainer's own sample count)
+minibatches = 1
+micro_batch = 4  # [authors] AE `ppo_micro_batch_size_per_gpu: 4`: 4 sequences a forward
 logprobs = (
     "chunked"  # ours: the lm head a chunk at a time (chunked.py); shared-prompt rows (a custom 4D
 )
 # mask) are tested on CPU only, and the compiled/kept-logit variants wait for
 # `python tools/bench.py train` on an H200
-max_tokens = 8192  # [paper] per completion ([authors] max response length 8192 too)
+max_tokens = 8192  # [paper] per completion; [authors] AE `max_response_length: 8192`
 designer_max_tokens = 8192  # [paper]
-# the prompt: [authors] max_prompt_length 7000, longer prompts dropped; ours: no separate cap, a
-# prompt and its completion within the engine's max_model_len (16384 = 8192 + 8192 below), so no
-# task is dropped for its length
-# Sampling: untruncated (top_p 1, no top-k, no repetition penalty), a deliberate difference from the
-# authors' rollouts (top_p 0.9, top_k 20, a repetition penalty): the trainer's log-probs are then
-# the sampler's own.
+# the prompt: [authors] AE `max_prompt_length: 7000`, longer prompts dropped; ours: no separate
+# cap, a prompt and its completion within the engine's max_model_len (16384 = 8192 + 8192 below),
+# so no task is dropped for its length
+# Sampling: T 1 [authors] AE `train_llm_config.temperature: 1.0`, untruncated (top_p 1, no top-k,
+# no repetition penalty): ours, where theirs is AE `top_p: 0.9`, `top_k: 20`, `min_p: 0.0`,
+# `repetition_penalty: 1.10` (the Designer's and the Executor's `train_llm_config` alike). Ours
+# because the clipped ratio pi_theta / pi_old needs the sampler's own distribution: truncation and
+# a repetition penalty sample from one the trainer's log-probs are not of (engine.Sampling has
+# neither field)
 
 backend = "vllm"
-# ours: the engine's share of the GPU from the memory plan below; max_model_len: the prompt's room
+# ours: one engine a rank (`tensor_model_parallel_size` 1: each rank rolls out its share of the
+# queries, its weights synced from its own shards), where theirs is one engine over the node's GPUs
+# (AE `tensor_model_parallel_size: ${resource.n_gpus_per_node}`, 8): the 8B model's bf16 weights
+# (15.3 GiB) fit one GPU, so no all-reduce a token and no cross-GPU weight sync. The engine's share
+# of the GPU from the memory plan below (theirs PPO `gpu_memory_utilization: 0.8`); max_model_len:
+# the prompt's room
 engine_kwargs = {"max_model_len": 16384, "gpu_memory_utilization": 0.45}
-# [authors] no thinking: every prompt rendered with it off, in SFT, RL, evaluation and distillation
+# [authors] AE `enable_thinking: false` (train and val alike): every prompt rendered with it off,
+# in SFT, RL, evaluation and distillation
 chat_template_kwargs = {"enable_thinking": False}
 device = "cuda"
 # ours: fp32 master weights (train.load_model: Adam's 5e-6 steps are below bf16's resolution of most
-# weights), bf16 compute on the GPU and in the engine; [authors] model_dtype bf16
-# The benchmark curve during RL (world/heldout.py's Benchmark): [authors] validate every 100 steps,
-# greedy (their val_freq 100, temperature 0): `--val_every=100` turns it on, on AIME24 (all 30) at
-# T 0 ([authors] greedy: heldout.VAL_SAMPLING). Ours: off here, because tools/first_gpu_run.py's
-# stand-in reuses this preset without data/aime24.jsonl
-val_tasks = "aime24"  # ours: 30 problems, the cheapest of the paper's math benchmarks
-val_every = 0
+# weights), bf16 compute on the GPU and in the engine; [authors] PPO `model_dtype: bf16`
+# The benchmark curve during RL (world/heldout.py's Benchmark): [authors] AE `val_freq: 100`,
+# greedy (AE `val_llm_config`: `temperature: 0`, `top_p: 1`, `top_k: -1`; `validate_sample_num:
+# 1`: one draw a problem, heldout.VAL_SAMPLING), on AE `benchmark: AIME24` (all 30 problems)
+val_tasks = "aime24"
+val_every = 100
 # The memory plan of a rank (settings.memory_plan, checked before any model loads, from
 # init_from's 8.19e9 parameters: Qwen3-8B, untied lm_head; `python train.py config/qwen3_8b.py
 # --plan` prints it per rank count), one H200:
@@ -92,6 +113,10 @@ offload_idle_state = True
 ac_policy = (
     "full"  # ours: "selective" keeps every matmul output, which micro-batches of 4-8 sequences
 )
-# of up to 16k tokens cannot hold (the figures: docs/NOTES.md, bench.py gpu)
+# of up to 16k tokens cannot hold (the figures: docs/NOTES.md, bench.py gpu); [authors] PPO
+# `enable_gradient_checkpointing: True`
 compile_layers = True  # ours: compiled decoder layers (bench.py gpu)
-save_every = 20  # ours: a crash loses at most 20 steps
+# ours: a crash loses at most 20 steps, where theirs is AE `save_freq: 5`: a checkpoint here is the
+# bf16 model folder (16.4 GB) and the fp32 masters with both Adam states (8.19e9 x 20 B = 164 GB),
+# so 80 of them would write 14 TB; the 2 newest are kept, and every val_every-th (rundir.stale)
+save_every = 20

@@ -219,6 +219,7 @@ def run(preset, shape, extra):
             f"--init_from={folder}",
             "--data_mix={'tiny': 1.0}",
             "--eval_tasks=0",
+            "--val_every=0",  # no benchmark curve: the preset's val_tasks file need not be here
             "--max_tokens=64",
             "--designer_max_tokens=64",
             "--first_role=designer",  # random weights write no script that parses: no Executor
