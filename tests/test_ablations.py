@@ -531,27 +531,38 @@ def test_publish(tmp_path, set45):
 
 def test_publish_takes_its_destination(tmp_path, monkeypatch, capsys):
     # the command line: results/ablations unless --dest names another folder (a new set's own)
+    # the set's fixed tables (results/retable56) for results/ablations alone; --fixed '' for none
     calls = []
-    monkeypatch.setattr(ablations, "publish", lambda src, dest: calls.append((src, dest)))
+    monkeypatch.setattr(ablations, "publish", lambda *a, fixed: calls.append((*a, fixed)))
     assert ablations.main(["publish", str(tmp_path)]) == 0
     assert ablations.main(["publish", str(tmp_path), "--dest", "results/new"]) == 0
-    assert calls == [(str(tmp_path), ablations.RESULTS_DIR), (str(tmp_path), "results/new")]
+    assert ablations.main(["publish", str(tmp_path), "--fixed", ""]) == 0
+    assert calls == [
+        (str(tmp_path), ablations.RESULTS_DIR, ablations.FIXED_DIR),
+        (str(tmp_path), "results/new", None),
+        (str(tmp_path), ablations.RESULTS_DIR, None),
+    ]
+    with pytest.raises(SystemExit, match="no folder"):
+        ablations.main(["publish", str(tmp_path), "--fixed", str(tmp_path / "none")])
     with pytest.raises(SystemExit):
         ablations.main(["publish", "--help"])
     assert "--dest DEST" in capsys.readouterr().out
 
 
 def test_committed_results_are_current(tmp_path):
-    """results/ablations/RESULTS.md and the README's Results are what `report` makes of the
-    committed numbers of the set (run `python tools/ablations.py publish results/ablations` after
-    changing either); before its first run is published the README says "none yet". The sets
-    before it stay as they were written: issue #45's in results/ablations45, #34's in
+    """results/ablations/RESULTS.md, RESULTS_fixed.md (read with results/retable56's tables where
+    a run has one) and the README's Results (from the fixed reading) are what `report` makes of
+    the committed numbers of the set (run `python tools/ablations.py publish results/ablations`
+    after changing either); before its first run is published the README says "none yet". The
+    sets before it stay as they were written: issue #45's in results/ablations45, #34's in
     results/ablations34."""
+    fixed = str(ROOT / "results" / "retable56")
     src = ROOT / "results" / "ablations"
     dest = tmp_path / "ablations"
     dest.mkdir()
     if src.exists():
-        shutil.copytree(src, dest, ignore=shutil.ignore_patterns("RESULTS.md"), dirs_exist_ok=True)
+        ignore = shutil.ignore_patterns("RESULTS*.md")
+        shutil.copytree(src, dest, ignore=ignore, dirs_exist_ok=True)
         results = ablation_report.collect(ablations, str(dest))
         # the set's arms, seeds from 0 on, each seed's cold starts' records beside them
         assert set(results) <= set(ablations.SET["arms"])
@@ -563,10 +574,13 @@ def test_committed_results_are_current(tmp_path):
                 own = os.path.join(start, "executor" * separate, "own_first_replies.json")
                 assert os.path.exists(own), (arm, seed)
         ablation_report.report(ablations, str(dest))
-        assert (dest / "RESULTS.md").read_text() == (src / "RESULTS.md").read_text()
+        ablation_report.report(ablations, str(dest), fixed=fixed)
+        for name in ("RESULTS.md", "RESULTS_fixed.md"):
+            assert (dest / name).read_text() == (src / name).read_text(), name
     readme = (ROOT / "README.md").read_text()
     start, end = readme.index(ablations.README_BLOCK[0]), readme.index(ablations.README_BLOCK[1])
-    assert readme[start : end + len(ablations.README_BLOCK[1])] == ablations.readme_block(str(dest))
+    block = ablations.readme_block(str(dest), fixed)
+    assert readme[start : end + len(ablations.README_BLOCK[1])] == block
     old = (ROOT / "results" / "ablations45" / "RESULTS.md").read_text()
     assert "| P1 designer: metaagent's gain on suited | 7 | +7.32 [+2.43, +12.21] |" in old
 
@@ -1117,7 +1131,8 @@ def test_the_mechanism_set_its_threshold_and_its_dose(tmp_path, capsys, monkeypa
     (tmp_path / "PREREGISTERED").write_text("0" * 40)
     monkeypatch.setattr(ablation_report, "git_state", lambda repo: {"commit": None})
     block = ablations.readme_block(str(tmp_path))
-    assert "(repairs trained a run: metaagent_separate 30; designer_frozen 0)." in block
+    assert "+33.33 [-38.38, +105.04], interim, 3 of 10 seeds: inconclusive (power 0." in block
+    assert ", predicted held.\n" in block
     # below the threshold: the same gain against +80 is reversed
     r = ablation_report.measure(results, "metaagent", None, "accuracy")
     assert ablation_report.verdict(ablation_report.against(r, 0.80), None) == "reversed"
@@ -1151,3 +1166,111 @@ def test_the_mechanism_set_its_threshold_and_its_dose(tmp_path, capsys, monkeypa
     assert not (dest / "sft-separate-s0" / "executor" / "model").exists()
     # no repair/trained in a run's lines (one older than issue #56): no dose
     assert ablation_report.dose([{"step": 1, "reward/mean": 0.0}]) is None
+
+
+def test_fixed_tables_the_unregistered_comparisons_and_the_main_table(tmp_path, monkeypatch):
+    # issue #56's set on 4 tasks (mechanism_set): metaagent's tables made again, its learned
+    # designs right on every task (a gain of 100 instead of 75); the other arms have none
+    mechanism_set(tmp_path)
+    fixed = tmp_path / "retable"
+    fixed.mkdir()
+    for seed in range(3):
+        t = json.loads((tmp_path / f"metaagent-s{seed}" / "final_table.json").read_text())
+        t["per_task"]["correct"]["RL: learned designs"] = [1, 1, 1, 1]
+        (fixed / f"metaagent-s{seed}-abc1234.json").write_text(json.dumps(t))
+    (fixed / "metaagent-s10-abc1234.json").write_text("{}")  # another run's: not seed 1's
+    results = ablation_report.collect(ablations, str(tmp_path), fixed=str(fixed))
+    assert [s["fixed"] for s in results["metaagent"].values()] == [True] * 3
+    assert not any(s["fixed"] for s in results["single"].values())
+    assert ablation_report.measure(results, "metaagent", None, "accuracy")["D"] == 1.0
+    r = ablation_report.measure(results, "single", "metaagent", "copy_own")
+    assert ablation_report.registered_tables(results, ["single", "metaagent"], r) == {
+        "single": [0, 1, 2]
+    }
+    assert ablation_report.tables_text(results, ["metaagent"], None, "accuracy") == "fixed"
+    assert ablation_report.seeds_text([0, 1, 2, 5, 7, 8]) == "0-2, 5, 7-8"
+    # the unregistered comparisons: the gains' difference, the levels after RL and at the cold
+    # start (metaagent 1 on every task against single's 1 in 4, both from 0), the other CPUs
+    single, separate = ablation_report.unregistered(ablations, results, fixed=True)
+    assert single == (
+        "MetaAgent-X − single-agent GRPO (paper: +11.17 / +12.80): gain +75.00 [+75.00, +75.00], "
+        "after RL +75.00 [+75.00, +75.00], cold start +0.00 [+0.00, +0.00] (3 seeds; registered "
+        "tables at single s0-2)"
+    )
+    assert separate.endswith(
+        ": gain -58.33 [-94.19, -22.48], cold start +0.00 [+0.00, +0.00], after RL -58.33 "
+        "[-94.19, -22.48] "
+        "(3 seeds; registered tables at metaagent_separate s0-2)"
+    )
+    run_json = tmp_path / "metaagent_separate-s1" / "run.json"
+    rec = json.loads(run_json.read_text())
+    rec["starts"][0]["machine"]["cpu"] = "Other CPU"
+    run_json.write_text(json.dumps(rec))
+    results = ablation_report.collect(ablations, str(tmp_path), fixed=str(fixed))
+    separate = ablation_report.unregistered(ablations, results, fixed=True)[1]
+    assert separate.endswith(
+        "(3 seeds; CPUs differ at s1; registered tables at metaagent_separate s0-2)"
+    )
+    # the report read with them: RESULTS_fixed.md, a tables column; RESULTS.md stays registered
+    path = ablation_report.report(ablations, str(tmp_path), fixed=str(fixed))
+    md = Path(path).read_text()
+    assert path.endswith("RESULTS_fixed.md") and "(3 of 15 runs)" in md
+    p3 = next(ln for ln in md.splitlines() if ln.startswith("| P3"))
+    assert "| +100.00 [+100.00, +100.00] |" in p3 and p3.endswith("| fixed |")
+    assert "| registered at single s0-2 |" in md
+    assert (
+        "Predicted in the pre-registration: P1 ceiling held, P2 habit held, P3 accuracy reversed."
+        in md
+    )
+    registered = Path(ablation_report.report(ablations, str(tmp_path))).read_text()
+    assert "| +75.00 [+75.00, +75.00] |" in registered and "| tables |" not in registered
+    # the README's block from the fixed reading: each line names the registered tables it reads
+    (tmp_path / "PREREGISTERED").write_text("0" * 40)
+    monkeypatch.setattr(ablation_report, "git_state", lambda repo: {"commit": None})
+    block = ablations.readme_block(str(tmp_path), str(fixed))
+    assert "held (against +8.00), predicted reversed.\n" in block
+    assert (
+        f"a run's table remade in {fixed} where it has one ([every row](results/ablations/" in block
+    )
+    assert "held, predicted held (registered tables at single s0-2).\n" in block
+    assert "- Unregistered: MetaAgent-X − single-agent GRPO" in block
+    # two tables of one run in the folder: which to read is not guessed
+    (fixed / "metaagent-s0-def5678.json").write_text("{}")
+    with pytest.raises(SystemExit, match="2 tables of metaagent-s0"):
+        ablation_report.collect(ablations, str(tmp_path), fixed=str(fixed))
+    # a run's final_table.json, its primary rows (the main job's, results/main)
+    run = tmp_path / "main"
+    run.mkdir()
+    ga = {"points": 6.8, "stderr": 1.4}
+    table = {
+        "split": "eval",
+        "tasks": 2,
+        "samples": 4,
+        "kinds": ["math", "code"],
+        "rows": {"SFT: designs": {"accuracy": 0.559}, "RL: learned designs": {"accuracy": 0.627}},
+        "rl_minus_sft": {
+            "learned designs": ga,
+            "suited": {"points": 11.9, "stderr": 1.2},
+            "copy_own": {"points": -22.7, "stderr": 1.1},
+            "accuracy/code": {"points": 16.2, "stderr": 2.3},
+            "accuracy/math": {"points": -2.5, "stderr": 1.3},
+        },
+        "per_task": {
+            "exact": {
+                "SFT": {"suited": [0.3, 0.2], "copy_own": [None, 0.5]},
+                "RL": {"suited": [0.1, 0.5], "copy_own": [None, 0.25]},
+            }
+        },
+        "train_change": 0.176,
+    }
+    (run / "final_table.json").write_text(json.dumps(table))
+    assert ablations.table_lines(str(run)) == [
+        f"{run}: eval, 2 tasks x 4 draws; CPU: no run.json",
+        "  learned designs: 55.9 -> 62.7%, RL - SFT +6.8 (1.4) (code +16.2, math -2.5)",
+        "  suited: P(tester | code) 20.0 -> 50.0%, RL - SFT +11.9 (1.2)",
+        "  copy_own: 50.0 -> 25.0%, RL - SFT -22.7 (1.1)",
+        "  training accuracy, last 10% - first 10%: +0.176",
+    ]
+    assert ablations.main(["table", str(run)]) == 0
+    with pytest.raises(SystemExit, match="no folder"):
+        ablations.main(["table", str(tmp_path / "none")])

@@ -3,14 +3,18 @@
 rule, counts only the runs whose provenance passes, and writes ROOT/RESULTS.md.
 
 Every measure is a gain: the RL model minus the run's own cold start on the same held-out tasks,
-per task. A comparison of SET is A's gain minus B's (or A's against 0), paired by seed and task
+per task (the unregistered comparisons also set the levels side by side: summarize()'s "level").
+A comparison of SET is A's gain minus B's (or A's against 0), paired by seed and task
 (paired()), and one rule judges it (verdict()): held or reversed when the 95% t interval over the
 seeds excludes 0, equivalent when the 90% interval lies inside PLAN's margin (TOST), else
 inconclusive with the power the test had; "interim" while fewer seeds than PLAN's are in. A run
 counts only when its provenance passes: every start in its run.json and its cold start's
 build.json at or after the commit in ROOT/PREREGISTERED, from a clean tree; the report says
 whether PLAN is that commit's; beside each verdict, the dose of its arms (dose(): the repair
-samples they trained). Then a table of every arm's gains, without verdicts. The sets before the
+samples they trained); then SET's unregistered comparisons, with intervals and no verdict. Then a
+table of every arm's gains, without verdicts. Read with `fixed`, a folder of tables made again
+(issue #56's: results/retable56), a run's table comes from there where it has one
+(RESULTS_fixed.md), and each row names the registered tables it falls back on. The sets before the
 current one keep their reports as written: issue #45's (this rule, its own SET) in
 results/ablations45/RESULTS.md, issue #34's (an older rule: held, reversed, else "within noise") in
 results/ablations34/RESULTS.md.
@@ -73,6 +77,26 @@ def table_name(split):
     return "final_table.json" if split == "eval" else f"final_table_{split}.json"
 
 
+def shown(path):
+    """A path as a report writes it: relative to the project's root when inside it."""
+    rel = os.path.relpath(path, REPO)
+    return path if rel.startswith("..") else rel
+
+
+def fixed_table(fixed, name):
+    """The eval table of run folder `name` made again (at a later commit, from the run's own
+    checkpoint: `python world/final_table.py RUN`) and kept in the folder `fixed` as
+    <name>-<commit>.json; None when `fixed` is None or holds none for it. Issue #56's set keeps
+    them in results/retable56: its registered tables ran under a sandbox that timed out right
+    programs under load (docs/NOTES.md)."""
+    if not fixed or not os.path.isdir(fixed):
+        return None
+    found = [f for f in os.listdir(fixed) if re.fullmatch(rf"{re.escape(name)}-[0-9a-f]+\.json", f)]
+    if len(found) > 1:
+        raise SystemExit(f"ablation_report: {fixed} holds {len(found)} tables of {name}: {found}")
+    return os.path.join(fixed, found[0]) if found else None
+
+
 def read_metrics(run_dir):
     """A run's metrics.jsonl lines after step 0, or [] without the file."""
     path = os.path.join(run_dir, "metrics.jsonl")
@@ -94,6 +118,13 @@ def read_json(path):
 
 
 STAMP = "ablations.json"  # in a run folder: {"cmd": the train.py command the runner ran}
+
+
+def cpus(run_dir):
+    """The CPUs a run's starts ran on (train.py's run.json: each start's machine), sorted; []
+    without a record."""
+    starts = (read_json(os.path.join(run_dir, "run.json")) or {}).get("starts") or []
+    return sorted({(st.get("machine") or {}).get("cpu", "?") for st in starts})
 
 
 def run_cmd(run_dir):
@@ -174,12 +205,15 @@ def dose(rows):
     return {"repairs": n, "adv": adv, "copy": copy, "samples": samples}
 
 
-def summarize(run_dir, over, split="eval"):
+def summarize(run_dir, over, split="eval", table=None):
     """One run's numbers: its training curve from metrics.jsonl and, per held-out task, its final
     table's exact and sampled measures for the RL model and the SFT cold start (None without a
-    metrics.jsonl). The sampled rows that stand for a run: its learned designs, or for an arm on
-    the single template (its overrides `over` set template=single: single-agent GRPO) the single
-    agent. An exact row the table lacks (an older table) is left out of "gain"."""
+    metrics.jsonl). The table is the run's own (table_name()), or `table`, a path (a fixed_table();
+    "fixed" says which). The sampled rows that stand for a run: its learned designs, or for an arm
+    on the single template (its overrides `over` set template=single: single-agent GRPO) the
+    single agent. An exact row the table lacks (an older table) is left out of "gain". Beside the
+    gains, "level" holds the two sampled rows themselves, per task: "rl_accuracy" and
+    "sft_accuracy" (levels, not gains: for comparisons of where two arms end or start)."""
     rows = read_metrics(run_dir)
     if not rows:
         return None
@@ -205,11 +239,14 @@ def summarize(run_dir, over, split="eval"):
         "sft_rows": {},
         "cmd": run_cmd(run_dir),
         "dose": dose(rows),
+        "fixed": table is not None,
+        "level": {},
+        "cpus": cpus(run_dir),
     }
     sampled = ("RL: learned designs", "SFT: designs")
     if over.get("template") == "single":
         sampled = ("RL: single agent", "SFT: single agent")
-    table = read_json(os.path.join(run_dir, table_name(split)))
+    table = read_json(table or os.path.join(run_dir, table_name(split)))
     try:
         exact, correct = table["per_task"]["exact"], table["per_task"]["correct"]
         rl, sft = exact["RL"], exact["SFT"]
@@ -226,21 +263,24 @@ def summarize(run_dir, over, split="eval"):
         # the cold start's own rows, to check that two arms of a seed scored the same programs
         out["sft_rows"] = {"repair_own": sft.get("repair_own")}
         out["gain"] = gain
+        out["level"] = {"rl_accuracy": correct[sampled[0]], "sft_accuracy": correct[sampled[1]]}
     except (ValueError, KeyError, TypeError):
         pass  # no (readable) final table yet: the run has a curve but no held-out measures
     return out
 
 
-def collect(the_set, root, unfinished=None, split="eval"):
+def collect(the_set, root, unfinished=None, split="eval", fixed=None):
     """{run: {seed: summary}} for every ROOT/<run>-s<seed> of an arm of the_set's runs() with a
     metrics.jsonl and its split's final table; a run without its final table yet is left out and
-    named in `unfinished`."""
+    named in `unfinished`. fixed: a folder of tables made again (fixed_table()): a run that has
+    one there is read from it (eval only)."""
     arms, out = the_set.runs(1), {}
     for name in sorted(os.listdir(root)):
         m = re.fullmatch(r"(.+)-s(\d+)", name)
         if not (m and m[1] in arms):
             continue
-        s = summarize(os.path.join(root, name), arms[m[1]], split)
+        table = fixed_table(fixed, name) if split == "eval" else None
+        s = summarize(os.path.join(root, name), arms[m[1]], split, table)
         if s and s["gain"]:  # the final table comes after the last step
             out.setdefault(m[1], {})[int(m[2])] = s
         elif s and unfinished is not None:
@@ -539,10 +579,11 @@ def cold_start_problems(the_set, root, results, repo=REPO):
     return out
 
 
-def counted(the_set, root, split="eval", unfinished=None, repo=REPO):
-    """(results, provenance): collect()'s finished runs less those that fail the provenance check
-    (provenance(), cold_start_problems()), and that check's (rows, excluded, note)."""
-    results = collect(the_set, root, unfinished, split)
+def counted(the_set, root, split="eval", unfinished=None, repo=REPO, fixed=None):
+    """(results, provenance): collect()'s finished runs (fixed: its folder of tables made again)
+    less those that fail the provenance check (provenance(), cold_start_problems()), and that
+    check's (rows, excluded, note)."""
+    results = collect(the_set, root, unfinished, split, fixed)
     names = []
     for r, per in results.items():
         names += [f"{r}-s{seed}" for seed in sorted(per)]
@@ -600,8 +641,11 @@ def same_frozen_programs(results, arms, separate=None):
 
 
 def values(summary, key):
-    """A run's per-task gains on `key` (per run: [train_change]); None when its table lacks it."""
-    return [summary[key]] if key == "train_change" else summary["gain"].get(key)
+    """A run's per-task gains on `key` (per run: [train_change]), or its per-task levels (a key of
+    summarize()'s "level"); None when its table lacks it."""
+    if key == "train_change":
+        return [summary[key]]
+    return summary["gain"].get(key, summary.get("level", {}).get(key))
 
 
 def measure(results, a, b, key):
@@ -690,6 +734,47 @@ def dose_text(results, arms, r=None, short=False):
     return "; ".join(parts)
 
 
+def seeds_text(seeds):
+    """Seeds as runs of consecutive numbers: [0, 1, 2, 5] -> "0-2, 5"."""
+    parts, seeds = [], sorted(seeds)
+    for k, s in enumerate(seeds):
+        if k and s == seeds[k - 1] + 1:
+            parts[-1][1] = s
+        else:
+            parts.append([s, s])
+    return ", ".join(str(a) if a == b else f"{a}-{b}" for a, b in parts)
+
+
+def registered_tables(results, arms, r=None):
+    """{arm: seeds} of the arms' seeds behind r (measure()'s result; every seed of the arm without
+    one) whose numbers come from the run's registered table, not a fixed one (collect()'s
+    `fixed`)."""
+    out = {}
+    for arm in arms:
+        per = results.get(arm, {})
+        seeds = [s for s in (r["seeds"] if r else sorted(per)) if s in per]
+        if reg := [s for s in seeds if not per[s].get("fixed")]:
+            out[arm] = reg
+    return out
+
+
+def tables_text(results, arms, r, key):
+    """Which tables a reading from fixed tables reads: "fixed" at every seed, else the arms and
+    seeds that fall back on their registered table; the training change reads no table."""
+    if key == "train_change":
+        return "metrics.jsonl"
+    reg = registered_tables(results, arms, r)
+    if not reg:
+        return "fixed"
+    return "registered at " + "; ".join(f"{a} s{seeds_text(s)}" for a, s in reg.items())
+
+
+def other_cpus(results, a, b, r):
+    """The seeds behind r at which arms a and b ran on different CPUs (their run.json starts)."""
+    seeds = r["seeds"] if r else []
+    return [s for s in seeds if results[a][s].get("cpus") != results[b][s].get("cpus")]
+
+
 def judged(the_set, results, plan_key, a, b, key):
     """(paired()'s result, its verdict): the rule at the set's PLAN margin, against PLAN's "null"
     where it sets one (a threshold, in points: "(against +8.00)" follows the verdict), interim
@@ -702,9 +787,10 @@ def judged(the_set, results, plan_key, a, b, key):
     return r, said
 
 
-def row(the_set, results, plan_key, label, a, b, key):
+def row(the_set, results, plan_key, label, a, b, key, tables=False):
     """One comparison's table row: seeds, D with its 95% t interval, d_s per seed, the margin (the
-    set's PLAN), the verdict (judged()) and the dose of its arms (dose_text())."""
+    set's PLAN), the verdict (judged()), the dose of its arms (dose_text()) and with `tables`
+    which tables it reads (tables_text())."""
     r, said = judged(the_set, results, plan_key, a, b, key)
     delta = margin(the_set.PLAN, plan_key)
     null = threshold(the_set.PLAN, plan_key)
@@ -719,6 +805,8 @@ def row(the_set, results, plan_key, label, a, b, key):
         said,
         dose_text(results, [a] if b is None else [a, b], r),
     ]
+    if tables:
+        cells.append(tables_text(results, [a] if b is None else [a, b], r, key))
     return "| " + " | ".join(cells) + " |"
 
 
@@ -764,10 +852,38 @@ def provenance_lines(prov):
     return [*md, ""]
 
 
-def section(the_set, results, prov, seeds, split):
-    """The set's section: its primary comparisons, the secondary ones, the cold start's prior and
-    the provenance, in the words of the_set's SET. Runs not from their seed's own cold start are
-    named and left out."""
+# the measures of an unregistered comparison (SET's "unregistered"), as its line names them
+LEVELS = {"accuracy": "gain", "rl_accuracy": "after RL", "sft_accuracy": "cold start"}
+
+
+def unregistered(the_set, results, fixed=False, count=True, first=None):
+    """SET's unregistered comparisons (none without the key): per comparison (label, a, b, keys),
+    one string per key, A − B paired by seed and task (measure(): "accuracy" the gains'
+    difference, "rl_accuracy" and "sft_accuracy" the levels' after RL and at the cold start),
+    and what else differs between the two arms: the seeds their runs ran on other CPUs at, and
+    (fixed) the seeds read from registered tables; with `count`, the seeds behind it first;
+    `first`: only the first so many keys (the README's line). Not part of the pre-registration: no
+    verdict."""
+    out = []
+    for label, a, b, keys in the_set.SET.get("unregistered", []):
+        rs = {k: measure(results, a, b, k) for k in keys}
+        r = rs[keys[0]]
+        parts = [f"{LEVELS.get(k, k)} {diff_text(rs[k], k)}" for k in keys[:first]]
+        also = []
+        if seeds := other_cpus(results, a, b, r):
+            also.append(f"CPUs differ at s{seeds_text(seeds)}")
+        if fixed and (t := tables_text(results, [a, b], r, keys[0])) != "fixed":
+            also.append(t.replace("registered at", "registered tables at"))
+        also = [f"{r['S'] if r else 0} seeds"] * count + also
+        out.append(f"{label}: {', '.join(parts)}" + (f" ({'; '.join(also)})" if also else ""))
+    return out
+
+
+def section(the_set, results, prov, seeds, split, fixed=False):
+    """The set's section: its primary comparisons, the secondary ones, the unregistered ones, the
+    cold start's prior and the provenance, in the words of the_set's SET (fixed: a reading whose
+    rows say which tables they read). Runs not from their seed's own cold start are named and
+    left out."""
     words, arms = the_set.SET, the_set.SET["arms"]
     results, older = own_cold_starts(results, arms)
     seeds = [s for s in seeds if any(s in results.get(a, {}) for a in arms)]
@@ -788,16 +904,33 @@ def section(the_set, results, prov, seeds, split):
             "not the same programs."
         )
     head = [
-        "| comparison | seeds | D [95% t interval] | d_s per seed | margin | verdict | dose |",
-        "|---|---|---|---|---|---|---|",
+        "| comparison | seeds | D [95% t interval] | d_s per seed | margin | verdict | dose |"
+        + " tables |" * fixed,
+        "|---|---|---|---|---|---|---|" + "---|" * fixed,
     ]
+    predicted = words.get("predicted")
+    if predicted:
+        said = ", ".join(
+            f"{label.split(':')[0]} {predicted[k]}" for k, label, *_ in words["primary"]
+        )
+        predicted = f"Predicted in the pre-registration: {said}."
+    extra = words.get("unregistered")
+    if extra:
+        extra = [
+            "Unregistered (not in the pre-registration, no verdict: A − B on accuracy, paired by "
+            "seed and task, 95% t intervals):",
+            "",
+            *(f"- {line}." for line in unregistered(the_set, results, fixed)),
+            "",
+        ]
     return [
         f"## {words['title']}",
         "",
         f"{words['arms_text']} Split: {split}. Per seed d_s (the mean over tasks of the gain, or "
         "of the gain difference paired by task id; `repair` and `repair_own` over the tasks where "
         "their context occurs), D = mean_s d_s, SE = sd(d_s)/√S, Student's t at S − 1 degrees of "
-        "freedom. *Held*: the 95% interval above 0 (the predicted side); *reversed*: below 0; "
+        "freedom. *Held*: the 95% interval above 0 (the side the comparison states); *reversed*: "
+        "below 0; "
         "else *equivalent within ±X* when the 90% interval lies inside ±X, X the pre-registered "
         "margin (TOST at 0.05); else *inconclusive*, with the power the test had to detect X at "
         "the observed SD. A threshold comparison (its margin `+T ±X`) is judged by the same "
@@ -806,16 +939,18 @@ def section(the_set, results, prov, seeds, split):
         "means.",
         "",
         *head,
-        *(row(the_set, results, *c) for c in words["primary"]),
+        *(row(the_set, results, *c, tables=fixed) for c in words["primary"]),
         "",
+        *[predicted] * bool(predicted),
         note,
         frozen,
         "",
         "Secondary:",
         "",
         *head,
-        *(row(the_set, results, *c) for c in words["secondary"]),
+        *(row(the_set, results, *c, tables=fixed) for c in words["secondary"]),
         "",
+        *(extra or []),
         "### The cold start's prior (exact P(template), % mean over each kind's tasks)",
         "",
         *prior_lines(the_set, results, seeds),
@@ -863,16 +998,20 @@ def run_row(the_set, results, r, budget):
     return " | ".join([*cells, f"{structures} |"])
 
 
-def report_name(split):
-    """RESULTS.md (eval) or RESULTS_{split}.md."""
+def report_name(split, fixed=None):
+    """RESULTS.md (eval) or RESULTS_{split}.md; read with fixed tables, RESULTS_fixed.md."""
+    if fixed:
+        return "RESULTS_fixed.md"
     return "RESULTS.md" if split == "eval" else f"RESULTS_{split}.md"
 
 
-def report(the_set, root, split="eval", repo=REPO):
+def report(the_set, root, split="eval", repo=REPO, fixed=None):
     """ROOT/RESULTS.md (split val: RESULTS_val.md) from the runs under ROOT: the_set's section (the
-    primary and secondary comparisons, the cold start's prior, the provenance), then a table of
-    every arm, and what is missing. The runs that fail the provenance check are named and left out
-    of every number. Returns its path."""
+    primary, secondary and unregistered comparisons, the cold start's prior, the provenance), then
+    a table of every arm, and what is missing. The runs that fail the provenance check are named
+    and left out of every number. fixed: a folder of tables made again (fixed_table()), read
+    where a run has one, into ROOT/RESULTS_fixed.md, whose rows say which tables they read.
+    Returns its path."""
     all_arms, arms = the_set.RUN_NAMES, the_set.SET["arms"]  # every arm, the set's
     unfinished = []
     if not collect(the_set, root, unfinished, split):
@@ -880,16 +1019,29 @@ def report(the_set, root, split="eval", repo=REPO):
             f"ablations.py report: no finished <run>-s<seed> (metrics.jsonl and final table) "
             f"under {root}" + (f"; unfinished: {', '.join(unfinished)}" if unfinished else "")
         )
-    results, prov = counted(the_set, root, split, None, repo)
+    if fixed and split != "eval":
+        raise SystemExit(f"ablations.py report: fixed tables are eval tables, not {split}'s")
+    results, prov = counted(the_set, root, split, None, repo, fixed)
     budget = next(s["steps"] for s in results.get("metaagent", {0: {"steps": 40}}).values()) // 2
     seeds = {0, 1, 2}  # expected of every arm begun here, and of the set's
     for per in results.values():
         seeds |= set(per)
     seeds = sorted(seeds)
+    read = []
+    if fixed:
+        n = sum(s["fixed"] for per in results.values() for s in per.values())
+        read = [
+            f"Read from the tables made again in {shown(fixed)} where a run has "
+            f"one ({n} of {sum(map(len, results.values()))} runs), else from the run's registered "
+            f"final_table.json; the tables column says which. The registered reading: "
+            f"{report_name(split)}.",
+            "",
+        ]
     md = [
         "# Ablations on the tiny world",
         "",
-        *section(the_set, results, prov, seeds, split),
+        *read,
+        *section(the_set, results, prov, seeds, split, bool(fixed)),
         "## Every arm (RL − SFT, no verdicts)",
         "",
         "Every number is a **gain**, the RL model minus its own cold start on the same held-out "
@@ -922,7 +1074,7 @@ def report(the_set, root, split="eval", repo=REPO):
     )
     if unfinished:
         md.append(f"Unfinished, left out: {', '.join(unfinished)}.\n")
-    path = os.path.join(root, report_name(split))
+    path = os.path.join(root, report_name(split, fixed))
     with open(path, "w") as f:
         f.write("\n".join(md))
     print(f"wrote {path}")

@@ -21,15 +21,23 @@ on its own cores.
     python tools/ablations.py report out/ablations  # ROOT/RESULTS.md (--split val: RESULTS_val.md)
     python tools/ablations.py publish out/ablations # the numbers (no checkpoints) into
                                                     # results/ablations (adding, never deleting),
-                                                    # its RESULTS.md and the README's Results
+                                                    # its RESULTS.md, RESULTS_fixed.md (a run's
+                                                    # table from results/retable56 where it has
+                                                    # one) and the README's Results, from those
+    python tools/ablations.py publish results/ablations
+                                                    # the same from what is published: no copy
     python tools/ablations.py publish out/new --dest results/new
                                                     # another set, into its own folder
+    python tools/ablations.py table results/main    # a run's final_table.json, its primary rows
 
 The report (tools/ablation_report.py) judges each comparison of SET, A's RL − SFT gain minus B's
 paired by seed and task, by one rule: held, reversed, equivalent within PLAN's margin, or
 inconclusive with the power the test had; it counts a run only when its provenance passes (every
 start at or after the commit in ROOT/PREREGISTERED, from a clean tree). This file is the set it
-judges: it passes itself in as the report's `the_set`.
+judges: it passes itself in as the report's `the_set`. Beside the verdicts, SET's unregistered
+comparisons (the paper's, which the pre-registration did not make) with their intervals alone.
+Issue #56's registered tables ran under a sandbox that timed out right programs under load; its
+tables made again at the fix (results/retable56, FIXED_DIR) are what the README reads.
 
 A new set: edit SET (its arms, comparisons and words), and after its pilot's `power` PLAN and
 REFERENCE_SD; commit that before the set's first run and write the commit into
@@ -83,6 +91,10 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 THIS_SET = sys.modules[__name__]
 SPLITS = ["eval", "val"]  # the held-out splits a run may be judged on (world/heldout.py's)
 RESULTS_DIR = os.path.join(REPO, "results", "ablations")
+# the set's tables made again at the fixed sandbox (b4b664c: the old one timed out right programs
+# under load), one a run, RUN-COMMIT.json; publish reads a run's from here where it has one
+# (docs/NOTES.md: decided after designer_frozen s4's fixed table was seen)
+FIXED_DIR = os.path.join(REPO, "results", "retable56")
 README = os.path.join(REPO, "README.md")  # its Results block is written by publish
 
 
@@ -213,6 +225,27 @@ SET = {
         (None, "repair_own: executor_tester", "executor_tester", None, "repair_own"),
         (None, "train_change: metaagent", "metaagent", None, "train_change"),
     ],
+    # the pre-registration's predictions of the primaries (docs/NOTES.md), set beside each verdict
+    "predicted": {"ceiling": "held", "habit": "held", "accuracy": "reversed"},
+    # two comparisons the paper makes that the pre-registration did not (label, A, B, measures:
+    # the gains' difference, where the arms end after RL and where they start, A − B; the README
+    # gives the first two): reported with their intervals, labelled unregistered, no verdict (the
+    # paper's figures as issue #68 quotes them)
+    "unregistered": [
+        (
+            "MetaAgent-X − single-agent GRPO (paper: +11.17 / +12.80)",
+            "metaagent",
+            "single",
+            ["accuracy", "rl_accuracy", "sft_accuracy"],
+        ),
+        (
+            "two policies − one, metaagent_separate − metaagent (paper's Table 5: one ahead by "
+            "6.7)",
+            "metaagent_separate",
+            "metaagent",
+            ["accuracy", "sft_accuracy", "rl_accuracy"],
+        ),
+    ],
     # the report's section: its title, and what the arms are and what is equal between them
     "title": (
         "Issue #56's pre-registered comparisons: the frozen-executor ceiling (two policies, the "
@@ -231,16 +264,10 @@ SET = {
     # the README's Results: the line before the primaries ({seeds}: the seeds counted), and the
     # line after them and the cold starts' priors
     "readme": (
-        "Issue #56's pre-registered set, seeds {seeds}: RL − SFT, points, 95% t intervals "
-        "([results/ablations/RESULTS.md](results/ablations/RESULTS.md): every run, its "
-        "provenance, the dose):"
+        "Issue #56's pre-registered set, seeds {seeds}, RL − SFT in points, 95% t intervals, "
+        "{tables} ([every row](results/ablations/{report})):"
     ),
-    "readme_end": (
-        "Earlier sets: issue #45's "
-        "([results/ablations45/RESULTS.md](results/ablations45/RESULTS.md); its P2 could not "
-        "speak to structure) and #34's "
-        "([results/ablations34/RESULTS.md](results/ablations34/RESULTS.md))."
-    ),
+    "readme_end": "",
 }
 
 # The set's pre-registered numbers: one dict to edit after the pilot (`power`), committed before
@@ -480,7 +507,7 @@ def run_all(a):
 
 
 README_BLOCK = (
-    "<!-- results: written by `python tools/ablations.py publish`, from results/ablations -->",
+    "<!-- results: by `python tools/ablations.py publish results/ablations` -->",
     "<!-- /results -->",
 )
 
@@ -498,36 +525,69 @@ def unsuited_priors(results, seeds):
     return n, known
 
 
-def readme_block(root):
-    """The README's Results, from the runs under root that pass the provenance check: the set's
-    primary verdicts (once ROOT/PREREGISTERED names the pre-registration), the cold starts' priors,
-    and SET's pointers."""
-    results, _ = ablation_report.counted(THIS_SET, root)
+def readme_block(root, fixed=None):
+    """The README's Results, from the runs under root that pass the provenance check (fixed: a
+    folder of tables made again, read where a run has one; each line names the registered tables
+    it falls back on): the set's primary verdicts (once ROOT/PREREGISTERED names the
+    pre-registration) beside their registered predictions, the unregistered comparisons, the cold
+    starts' priors, and SET's pointers. The secondary rows and each arm's dose are in the report
+    the first line links (RESULTS.md; read with `fixed`, RESULTS_fixed.md): the README stays
+    under 10 KB."""
+    results, _ = ablation_report.counted(THIS_SET, root, fixed=fixed)
     results, _ = ablation_report.own_cold_starts(results, SET["arms"])
     seeds = set()
     for a in SET["arms"]:
         seeds |= set(results.get(a, {}))
     seeds = sorted(seeds)
-    primary = []
+
+    def tables(arms, r, key):
+        """Where a fixed reading falls back on registered tables: " (registered tables at single
+        s0-5)"; "" where it does not."""
+        reg = ablation_report.registered_tables(results, arms, r) if fixed and r else {}
+        if not reg or key == "train_change":
+            return ""
+        at = "; ".join(f"{a} s{ablation_report.seeds_text(seeds)}" for a, seeds in reg.items())
+        return f" (registered tables at {at})"
+
+    lines = []
     if ablation_report.preregistered(root):
+        predicted = SET.get("predicted", {})
         for plan_key, label, a, b, key in SET["primary"]:
+            arms = [a] if b is None else [a, b]
             r, said = ablation_report.judged(THIS_SET, results, plan_key, a, b, key)
-            dose = ablation_report.dose_text(results, [a] if b is None else [a, b], r, short=True)
             text = f"{ablation_report.diff_text(r, key)}, {said}"
-            primary.append(f"- **{label}**: {text} (repairs trained a run: {dose}).")
+            if plan_key in predicted:
+                text += f", predicted {predicted[plan_key]}"
+            lines.append(f"- **{label}**: {text}{tables(arms, r, key)}.")
+    for text in ablation_report.unregistered(THIS_SET, results, bool(fixed), False, first=2):
+        lines.append(f"- Unregistered: {text}.")
     n, known = unsuited_priors(results, seeds)
+    suited = []  # each cold start's P(suited template | code)
+    for seed in seeds:
+        code = (ablation_report.seed_prior(THIS_SET, results, seed) or {}).get("code", {})
+        if SUITED["code"] in code:
+            suited.append(100 * code[SUITED["code"]])
+    spread = ""
+    if suited:
+        spread = f"; P({SUITED['code']} | code) {min(suited):.1f}-{max(suited):.1f}%"
+    where = "from the registered tables"
+    if fixed:
+        where = f"a run's table remade in {ablation_report.shown(fixed)} where it has one"
     return "\n".join(
         [
             README_BLOCK[0],
             "",
-            SET["readme"].format(seeds=", ".join(map(str, seeds)) or "none yet"),
+            SET["readme"].format(
+                seeds=ablation_report.seeds_text(seeds) if seeds else "none yet",
+                tables=where,
+                report=ablation_report.report_name("eval", fixed),
+            ),
             "",
-            *primary,
-            f"- The cold start's most likely template was not the suited one on at least one kind "
-            f"at {n} of {known} seeds.",
+            *lines,
+            f"- Cold starts whose most likely template is not the suited one on some kind: {n} of "
+            f"{known}{spread}.",
             "",
-            SET["readme_end"],
-            "",
+            *[SET["readme_end"], ""] * bool(SET["readme_end"]),
             README_BLOCK[1],
         ]
     )
@@ -545,13 +605,14 @@ def numbers_only(folder, files):
 COLD_START_FILES = ("build.json", "own_first_replies.json", "executor/own_first_replies.json")
 
 
-def publish(src, dest=RESULTS_DIR, readme=README):
+def publish(src, dest=RESULTS_DIR, readme=README, fixed=None):
     """Copy every finished run's metrics.jsonl, final tables, run.json and ablations.json from src
     to dest, each replacing that run's folder there (checkpoints and logs stay behind; a run dest
     holds that src lacks is kept: a set continued across sittings on fresh machines publishes what
     each finished), each cold start's COLD_START_FILES (not its model) and PREREGISTERED; then
-    report there and rewrite the Results block of `readme` from dest (readme_block(): this set's
-    words and dest's verdicts)."""
+    report there (RESULTS.md; with `fixed`, a folder of tables made again, RESULTS_fixed.md too)
+    and rewrite the Results block of `readme` from dest (readme_block(): this set's words and
+    dest's verdicts, read with `fixed`)."""
     names, priors = [], []
     for n in sorted(os.listdir(src)) if os.path.isdir(src) else []:
         if re.fullmatch(r"sft-(separate-)?s\d+", n):
@@ -576,6 +637,8 @@ def publish(src, dest=RESULTS_DIR, readme=README):
         if os.path.isfile(os.path.join(src, "PREREGISTERED")):
             shutil.copyfile(os.path.join(src, "PREREGISTERED"), os.path.join(dest, "PREREGISTERED"))
     path = ablation_report.report(THIS_SET, dest)
+    if fixed:
+        ablation_report.report(THIS_SET, dest, fixed=fixed)
     with open(readme) as f:
         text = f.read()
     start, end = text.find(README_BLOCK[0]), text.find(README_BLOCK[1])
@@ -585,7 +648,7 @@ def publish(src, dest=RESULTS_DIR, readme=README):
             f"{README_BLOCK[1]}) to rewrite"
         )
     with open(readme, "w") as f:
-        f.write(text[:start] + readme_block(dest) + text[end + len(README_BLOCK[1]) :])
+        f.write(text[:start] + readme_block(dest, fixed) + text[end + len(README_BLOCK[1]) :])
     print(f"rewrote the Results of {readme}")
     return path
 
@@ -686,11 +749,57 @@ def power_text(root, split="eval", repo=REPO, jobs=2):
 # --------------------------------------------------------------------------------------------------
 # command line
 
+# --------------------------------------------------------------------------------------------------
+# table: a run's final_table.json, its primary rows (the main job's, results/main)
+
+
+def table_lines(run_dir):
+    """What a run's final_table.json (train.py's, on eval) says of the primary rows, as lines: the
+    learned designs' sampled accuracy SFT -> RL and RL − SFT (paired SE), per kind; the exact
+    rows `suited` (on code: P(tester | code)) and `copy_own`, levels and gain; the training
+    change; and the CPU of each start in the run's run.json, where there is one."""
+    t = read_json(os.path.join(run_dir, "final_table.json"))
+    if t is None:
+        raise SystemExit(
+            f"ablations.py table: no readable final_table.json in {run_dir} (train.py writes it "
+            "at the end of a run)"
+        )
+    gains, rows, per = t["rl_minus_sft"], t["rows"], t["per_task"]["exact"]
+
+    def gain(key):
+        g = gains[key]
+        return f"{g['points']:+.1f} ({g['stderr']:.1f})"
+
+    def level(who, key, kind=None):  # an exact row's mean over the tasks (of a kind) it has
+        vals = [v for v, k in zip(per[who][key], t["kinds"]) if v is not None and kind in (None, k)]
+        return 100 * sum(vals) / len(vals)
+
+    where = ", ".join(ablation_report.cpus(run_dir)) or "no run.json"
+    sft, rl = rows["SFT: designs"]["accuracy"], rows["RL: learned designs"]["accuracy"]
+    kinds = ", ".join(
+        f"{k} {gains[f'accuracy/{k}']['points']:+.1f}" for k in sorted(set(t["kinds"]))
+    )
+    return [
+        f"{run_dir}: {t['split']}, {t['tasks']} tasks x {t['samples']} draws; CPU: {where}",
+        f"  learned designs: {100 * sft:.1f} -> {100 * rl:.1f}%, RL - SFT {gain('learned designs')}"
+        f" ({kinds})",
+        f"  suited: P(tester | code) {level('SFT', 'suited', 'code'):.1f} -> "
+        f"{level('RL', 'suited', 'code'):.1f}%, RL - SFT {gain('suited')}",
+        f"  copy_own: {level('SFT', 'copy_own'):.1f} -> {level('RL', 'copy_own'):.1f}%, "
+        f"RL - SFT {gain('copy_own')}",
+        f"  training accuracy, last 10% - first 10%: {t['train_change']:+.3f}",
+    ]
+
+
 SUBCOMMANDS = {
-    "report": "ROOT/RESULTS.md (--split val: RESULTS_val.md) from the runs under ROOT",
+    "report": "ROOT/RESULTS.md (--split val: RESULTS_val.md; --fixed DIR: RESULTS_fixed.md) from "
+    "the runs under ROOT",
     "power": "the seeds the set needs and their compute, from a pilot's runs under ROOT",
     "publish": "the numbers of the finished runs under ROOT (no checkpoints) into "
-    "results/ablations (--dest: another folder), its RESULTS.md, and the README's Results",
+    "results/ablations (--dest: another folder), its RESULTS.md and RESULTS_fixed.md, and the "
+    "README's Results",
+    "table": "the primary rows of the final_table.json in each folder named (the main job's: "
+    "results/main, results/main-separate)",
 }
 
 
@@ -745,10 +854,26 @@ def parse_args(argv):
 
 
 def parse_subcommand(cmd, argv):
-    """report ROOT [--split], power ROOT [--split], publish ROOT [--dest]: ROOT must be a
-    folder."""
+    """report ROOT [--split] [--fixed], power ROOT [--split], publish ROOT [--dest] [--fixed],
+    table ROOT...: each ROOT must be a folder."""
     p = argparse.ArgumentParser(prog=f"ablations.py {cmd}", description=SUBCOMMANDS[cmd])
+    if cmd == "table":
+        p.add_argument("root", nargs="+", help="run folders, each with its final_table.json")
+        a = p.parse_args(argv)
+        if bad := [r for r in a.root if not os.path.isdir(r)]:
+            raise SystemExit(
+                f"ablations.py table: no folder {', '.join(bad)} (`python train.py --out_dir=DIR` "
+                "makes a run's)"
+            )
+        return a
     p.add_argument("root", help="the set's folder (the runs' --root)")
+    if cmd in ("publish", "report"):
+        p.add_argument(
+            "--fixed",
+            default=None,
+            help="a folder of tables made again, RUN-COMMIT.json, read where a run has one "
+            "(publish's default: results/retable56 when --dest is results/ablations; '': none)",
+        )
     if cmd == "publish":
         p.add_argument(
             "--dest",
@@ -769,6 +894,13 @@ def parse_subcommand(cmd, argv):
             f"ablations.py {cmd}: no folder {a.root} (`python tools/ablations.py --root "
             f"{a.root}` makes its runs)"
         )
+    if cmd == "publish" and a.fixed is None:  # the set's own fixed tables, for its own folder
+        same = os.path.abspath(a.dest) == os.path.abspath(RESULTS_DIR)
+        a.fixed = FIXED_DIR if same else None
+    if getattr(a, "fixed", None) is not None and a.fixed and not os.path.isdir(a.fixed):
+        raise SystemExit(f"ablations.py {cmd}: no folder {a.fixed} (--fixed)")
+    if getattr(a, "fixed", None) == "":
+        a.fixed = None
     return a
 
 
@@ -779,11 +911,13 @@ def main(argv=None):
     cmd = argv[0]
     a = parse_subcommand(cmd, argv[1:])
     if cmd == "report":
-        ablation_report.report(THIS_SET, a.root, a.split)
+        ablation_report.report(THIS_SET, a.root, a.split, fixed=a.fixed)
     elif cmd == "power":
         print("\n".join(power_text(a.root, a.split)))
+    elif cmd == "table":
+        print("\n".join(ln for r in a.root for ln in table_lines(r)))
     else:
-        publish(a.root, a.dest)
+        publish(a.root, a.dest, fixed=a.fixed)
     return 0
 
 
