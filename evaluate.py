@@ -44,15 +44,18 @@ problem's seeds follow its index in the benchmark, so G ranks give the table of 
 (tests/test_evaluate.py: two gloo ranks on a CPU). There --run is spelt --rundir: torchrun's own
 parser would take --run for its --run-path.
 
---tasks takes the benchmark names aime24, aime25, olympiadbench, apps, livecodebench and
-codecontests (DATA_DIR/NAME.jsonl, as `python machinery/data.py prepare NAME` writes it from the
-published test split; a missing one says that command), task files in machinery/data.py's format,
-and tiny (the tiny world's held-out tasks, DATA_DIR/tiny.jsonl: `python world/tiny.py tasks` writes
-them). --data DATA_DIR (default data/). Results go to OUT/results.md (a header with the run, the
-protocol and the settings used, then Tables 1-2 and 6 of the paper, as Markdown) and
-OUT/results.json (every number plus exactly what was evaluated: problem ids, data-file hashes, the
-models, K, the protocol, the settings and where they were read). A model that is not there ends
-the run in one line that says so. One query of your own, as a page of its tree: tools/ask.py.
+--tasks takes the benchmark names aime24, aime25, olympiadbench, apps, apps500 (the authors' APPS
+set: the first 500 rows of test.jsonl), livecodebench and codecontests (DATA_DIR/NAME.jsonl, as
+`python machinery/data.py prepare NAME` writes it from the published test split; a missing one
+says that command), task files in machinery/data.py's format, and tiny (the tiny world's
+held-out tasks, DATA_DIR/tiny.jsonl: `python world/tiny.py tasks` writes them). --data DATA_DIR
+(default data/). Results go to OUT/results.md (a header with the run, the protocol and the
+settings used, and each benchmark's source, split, subset and problems with the samples a
+problem, read from the manifest beside its task file; then Tables 1-2 and 6 of the paper, as
+Markdown) and OUT/results.json (every number plus exactly what was evaluated: problem ids,
+data-file hashes, the models, K, the protocol, the settings and where they were read). A model
+that is not there ends the run in one line that says so. One query of your own, as a page of its
+tree: tools/ask.py.
 
 paired_margin gives the honest error bar of a difference on the same problems (world/final_table.py,
 sft.py's quality bar).
@@ -405,9 +408,38 @@ def settings_used(a, cfg=None):
     return used
 
 
-def header(a, used, K, world):
-    """results.md's header: what was evaluated, with which protocol and settings, and from where."""
+def benchmark_line(name, tasks, src, K):
+    """What one benchmark of the table is: its source, split, subset and count (from the manifest
+    `machinery/data.py prepare` writes beside its task file), and the samples a problem."""
+    count = f"{len(tasks)} problems x {K} sample{'s' if K != 1 else ''} a problem"
+    if name == "tiny":
+        return (
+            f"{name}: the tiny world's held-out eval split ({src}), its first {len(tasks)}; {count}"
+        )
+    path = Path(data.manifest_path(str(src))) if src else None
+    if path is None or not path.is_file():
+        return f"{name}: the task file {src} (no manifest beside it); {count}"
+    m = json.loads(path.read_text())
+    rev = m.get("revision")
+    if isinstance(rev, str):  # the published files at a commit
+        origin = f"{m.get('source')} {', '.join(map(str, m.get('files', [])))} @ {rev[:12]}"
+    else:  # prepare --from: local files in the published shape
+        names = ", ".join(os.path.basename(str(f)) for f in m.get("files", []))
+        origin = f"{m.get('source')}'s shape, from local files ({names})"
+    subset = "; ".join(x for x in (m.get("filter"), m.get("subset")) if x) or "every row"
+    return (
+        f"{name}: {origin}; split {m.get('split')}; {subset}; {m.get('written')} problems "
+        f"({m.get('rows_read')} rows read); {count}"
+    )
+
+
+def header(a, used, K, world, benchmarks=()):
+    """results.md's header: what was evaluated (each benchmark's source, split, subset and count,
+    and the samples a problem), with which protocol and settings, and from where."""
     models = f"--model {a.model}" if a.model else f"--designer {a.designer} --executor {a.executor}"
+    sets = [f"  - {benchmark_line(n, tasks, src, K)}" for n, tasks, src in benchmarks]
+    if sets:
+        sets.insert(0, "- benchmarks (source; split; subset; problems x samples a problem):")
     return "\n".join(
         [
             "# evaluate.py",
@@ -422,6 +454,7 @@ def header(a, used, K, world):
             f"- max_tokens: {used['max_tokens']}; designer_max_tokens: "
             f"{used['designer_max_tokens']}; short prompts: {used['short_prompt']}",
             f"- ranks: {world}",
+            *sets,
         ]
     )
 
@@ -560,6 +593,7 @@ def write_results(a, used, benchmarks, names, res, world):
             n: {
                 "file": str(src) if src else None,
                 "sha256": sha256(src),
+                "what": benchmark_line(n, tasks, src, a.samples),
                 "ids": [str(t["id"]) for t in tasks],
             }
             for n, tasks, src in benchmarks
@@ -590,7 +624,7 @@ def write_results(a, used, benchmarks, names, res, world):
     }
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
-    head = header(a, used, a.samples, world)
+    head = header(a, used, a.samples, world, benchmarks)
     (out / "results.md").write_text(
         head + "\n\n" + "\n\n".join(f"### {title}\n\n{table}" for title, table in tables) + "\n"
     )

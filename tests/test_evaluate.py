@@ -37,6 +37,7 @@ def test_benchmark_names_are_the_prepared_test_splits(tmp_path):
         "aime25",
         "olympiadbench",
         "apps",
+        "apps500",
         "livecodebench",
         "codecontests",
     )
@@ -271,6 +272,10 @@ def test_a_run_is_evaluated_with_its_own_settings(tiny_run, tmp_path):
     assert "- backend: hf; engine_kwargs: {}" in head
     assert '- chat_template_kwargs: {"enable_thinking": false}' in head
     assert "- max_tokens: 12; designer_max_tokens: 24; short prompts: True" in head
+    assert "- benchmarks (source; split; subset; problems x samples a problem):\n" in head
+    tiny_file = f"{data[1]}/tiny.jsonl"
+    assert f"  - tiny: the tiny world's held-out eval split ({tiny_file}), its first 4; " in head
+    assert "; 4 problems x 1 sample a problem\n" in head
     rec = json.loads((tmp_path / "a" / "results.json").read_text())
     assert rec["run"] == {"dir": str(tiny_run), "step": 2} and rec["ranks"] == 1
     assert rec["sampling"]["executor"] == {"temperature": 0.0, "top_p": 1.0, "max_tokens": 12}
