@@ -45,7 +45,8 @@ alone, its test problems on public tests alone).
     python machinery/data.py prepare apps --from test.jsonl --out /tmp/d   # offline: local files
     python machinery/data.py prepare apps --revision COMMIT                # another hub commit
 
-`--from FILE ...` runs the same path on local files in the published shape (one name at a time).
+`--from FILE ...` runs the same path on local files in the published shape; with several names,
+each file as NAME=FILE (`prepare polaris aime24 --from polaris=p.jsonl aime24=a.jsonl`).
 Without the network, prepare says so in one line that names `--from FILE` and exits non-zero.
 
 The converters, one published row -> one task, for a file of rows you already have (no `datasets`
@@ -935,6 +936,24 @@ def _report(manifest, out):
         print(f"  first {reason}: {where}")
 
 
+def _from_files(names, given):
+    """{name: [its local files]} from --from: FILE ... for one name; NAME=FILE ... for several
+    (each name given at least one file)."""
+    if not given:
+        return {}
+    if len(names) == 1 and not any(f.partition("=")[0] in RECIPES for f in given):
+        return {names[0]: list(given)}
+    files = {}
+    for f in given:
+        name, sep, path = f.partition("=")
+        if not sep or name not in names:
+            sys.exit(f"error: --from {f}: with several names, give each file as NAME=FILE")
+        files.setdefault(name, []).append(path)
+    if missing := [n for n in names if n not in files]:
+        sys.exit(f"error: --from names no file of {', '.join(missing)}")
+    return files
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description="MetaAgent-X task files from published benchmarks.")
     sub = ap.add_subparsers(dest="cmd", required=True)
@@ -943,7 +962,11 @@ def main(argv=None):
     p.add_argument("names", nargs="+", choices=list(RECIPES), metavar="NAME", help=names)
     p.add_argument("--out", default="data", help="the folder of NAME.jsonl (default: data)")
     p.add_argument(
-        "--from", dest="from_files", nargs="+", metavar="FILE", help="local files (one NAME)"
+        "--from",
+        dest="from_files",
+        nargs="+",
+        metavar="FILE",
+        help="local files in the published shape (one NAME), or NAME=FILE for several names",
     )
     p.add_argument("--revision", help="a hub branch or commit (a GitHub commit) to read instead")
     c = sub.add_parser("convert", help="convert a JSONL file of published rows")
@@ -959,12 +982,11 @@ def main(argv=None):
             difficulty = None if a.difficulty == "all" else a.difficulty
             _report(convert(a.source, a.inp, a.out, difficulty), a.out)
             return
-        if a.from_files and len(a.names) > 1:
-            sys.exit("error: --from gives the files of one name")
         if a.from_files and a.revision:
             sys.exit("error: --revision picks a commit of the published files; --from reads yours")
+        files = _from_files(a.names, a.from_files)
         for name in a.names:
-            manifest = prepare(name, a.out, a.from_files, a.revision)
+            manifest = prepare(name, a.out, files.get(name), a.revision)
             _report(manifest, os.path.join(a.out, f"{name}.jsonl"))
     except (ValueError, OSError, ImportError) as e:
         sys.exit(f"error: {e}")

@@ -515,7 +515,18 @@ def test_cli_prepare_from_and_its_errors(tmp_path):
     proc = _cli(*args[:-1], bad, env=env)
     assert proc.returncode != 0 and f"{bad}:2: not valid JSON" in proc.stderr
     proc = _cli("prepare", "polaris", "apps", "--from", bad, env=env)
-    assert proc.returncode != 0 and "--from gives the files of one name" in proc.stderr
+    assert proc.returncode != 0 and "with several names, give each file as NAME=FILE" in proc.stderr
+    # several names, each its files as NAME=FILE: one process
+    apps = [f"apps={FIX / f}" for f in ("apps.jsonl", "apps_bad_rows.jsonl")]
+    proc = _cli("prepare", "polaris", "apps", "--out", out, "--from", *apps, env=env)
+    assert proc.returncode != 0 and "--from names no file of polaris" in proc.stderr
+    polaris = f"polaris={FIX / 'polaris.jsonl'}"
+    proc = _cli("prepare", "polaris", "apps", "--out", out, "--from", polaris, *apps, env=env)
+    assert proc.returncode == 0, proc.stderr
+    assert [ln.split(" (")[0] for ln in proc.stdout.splitlines() if ln.startswith("wrote")] == [
+        f"wrote 2 tasks to {out}/polaris.jsonl",
+        f"wrote 3 tasks to {out}/apps.jsonl",
+    ]
     proc = _cli("prepare", "polaris", "--from", tmp_path / "absent.jsonl", env=env)
     assert proc.returncode != 0 and "no file" in proc.stderr
 
