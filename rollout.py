@@ -15,14 +15,19 @@ leaves the others out of its group.
 rollout() is four phases, a function each, called in order:
 
     design    M scripts a query: ONE engine.generate call for all B*M designer prompts
-    execute   N runs a parsed script: ONE sandbox.run_workflows call for all B*M*N runs; each of
-              its ticks, every agent call pending across all live scripts is one generate call
+    execute   N runs a parsed script: ONE sandbox.run_workflows call for all B*M*N runs, their
+              agent calls reaching the engine on the schedule's terms:
+                ticks       when every live script waits on a call, all their calls at once,
+                            answered when the longest reply ends (the reference)
+                continuous  each call submitted as its script makes it, each script answered as
+                            its call's samples end, programs running while others decode
     grade     R = correct + lam * format a run (reward.reward), each distinct answer graded once
     assemble  the samples, one RunInfo a run, R and executed [B, M, N]: the Batch
 
 Batching is what makes this fast. Every completion is seeded from (seed, step, q, i) or (seed,
 step, q, i, j, call index), so a seeded rollout does not depend on the order in which scripts reach
-their calls. q counts from q_offset: a rank that rolls out queries b..b+B-1 of the global batch
+their calls, nor, on an engine whose completions do not depend on their batch (transformers), on
+the schedule. q counts from q_offset: a rank that rolls out queries b..b+B-1 of the global batch
 passes q_offset=b and draws exactly what one process rolling out the whole batch would.
 
 What comes out is trajectories as token ids, exactly as the engine generated them (never
@@ -205,6 +210,7 @@ def rollout(
     executor_sampling=None,
     short=False,
     q_offset=0,
+    schedule="ticks",
 ) -> Batch:
     """The bi-level rollout of a batch of tasks (machinery/data.py's dicts): the four phases below,
     in order.
@@ -215,7 +221,9 @@ def rollout(
     designer_engine, executor_engine: anything with engine.py's generate; separate policies that
       share one engine pass each role's view of it (machinery/weights.py: it holds that role's
       weights when it generates).
-    q_offset: the global index of queries[0] in the step's batch (seeds follow global indices)."""
+    q_offset: the global index of queries[0] in the step's batch (seeds follow global indices).
+    schedule: how the Executor's agent calls reach the engine (sandbox.run_workflows): "ticks" or
+      "continuous" (settings.Config.rollout_schedule)."""
     seed_of = partial(_seed, seed, step, q_offset)
     stats = {"generate_calls": 0, "generate_s": 0.0}
     failed_before = Counter(sandbox.failures)
@@ -223,7 +231,15 @@ def rollout(
         designs = design(queries, designer_engine, M, template, designer_sampling, short, seed_of)
     with _timed(stats, "execute_s"):
         ran = execute(
-            queries, designs.scripts, executor_engine, N, executor_sampling, short, seed_of, stats
+            queries,
+            designs.scripts,
+            executor_engine,
+            N,
+            executor_sampling,
+            short,
+            seed_of,
+            stats,
+            schedule,
         )
     with _timed(stats, "grade_s"):
         correct, rewards = grade(queries, ran, lam)
@@ -304,10 +320,11 @@ class Execution:
     completions: dict
 
 
-def execute(queries, scripts, engine, N, sampling, short, seed_of, stats) -> Execution:
-    """Every parsed script N times: all B*M*N runs in ONE sandbox.run_workflows call, whose every
-    tick is one generate call; agent call c of run (q, i, j) seeded from seed_of(q, i, j, c). An
-    engine failure is raised, not scored."""
+def execute(queries, scripts, engine, N, sampling, short, seed_of, stats, schedule) -> Execution:
+    """Every parsed script N times: all B*M*N runs in ONE sandbox.run_workflows call, their agent
+    calls submitted to the engine on the schedule's terms (ticks: one batch a tick; continuous:
+    each as it is made); agent call c of run (q, i, j) seeded from seed_of(q, i, j, c). An engine
+    failure is raised, not scored."""
     keys = []
     for q, row in enumerate(scripts):
         for i, script in enumerate(row):
@@ -317,13 +334,14 @@ def execute(queries, scripts, engine, N, sampling, short, seed_of, stats) -> Exe
     if not keys:
         return ran
     sampling = sampling or engine_lib.Sampling()
-    gen = executor_generate(engine, sampling, keys, seed_of, ran.completions, stats)
+    calls = ExecutorCalls(engine, sampling, keys, seed_of, ran.completions, stats)
     ran.runs = sandbox.run_workflows(
         [scripts[q][i] for q, i, _ in keys],
         [queries[q] for q, _, _ in keys],
-        gen,
+        calls,
         equal=reward_lib.math_equal,
         short=short,
+        schedule=schedule,
     )
     if "engine_error" in stats:
         e = stats.pop("engine_error")
@@ -333,30 +351,38 @@ def execute(queries, scripts, engine, N, sampling, short, seed_of, stats) -> Exe
     return ran
 
 
-def executor_generate(eng, sampling, keys, seed_of, completions, stats):
-    """The `generate` callback for sandbox.run_workflows: one engine.generate call per tick. Call c
-    of run k = (q, i, j) is seeded from seed_of(q, i, j, c); its completion is stored in
-    completions[(k, c)]."""
+class ExecutorCalls:
+    """The Executor's side of the sandbox's agent calls (sandbox.run_workflows takes it as its
+    engine): call c of run k = (q, i, j) is submitted to the engine seeded from seed_of(q, i, j, c)
+    and its completion stored in completions[(k, c)] as it comes back."""
 
-    def generate(calls):
-        if not calls:
-            return []
+    def __init__(self, eng, sampling, keys, seed_of, completions, stats):
+        self.eng, self.sampling, self.keys, self.seed_of = eng, sampling, keys, seed_of
+        self.completions, self.stats, self.calls = completions, stats, {}
+
+    def submit(self, calls):
+        for c in calls:
+            seed = self.seed_of(*self.keys[c.run], c.index)
+            self.calls[(c.run, c.index)] = c
+            self.eng.submit((c.run, c.index), c.messages, replace(self.sampling, seed=seed))
+
+    def poll(self):
+        """[(call, completion)] of the calls the engine finished since the last poll."""
         t0 = time.perf_counter()
         try:
-            samplings = [replace(sampling, seed=seed_of(*keys[c.run], c.index)) for c in calls]
-            outs = eng.generate([c.messages for c in calls], samplings)
+            done = self.eng.poll()
         except Exception as e:
             # the sandbox would turn this into failed runs (reward 0); an engine failure is ours,
             # not the model's, so rollout re-raises it after the sandbox has cleaned up
-            stats.setdefault("engine_error", e)
+            self.stats.setdefault("engine_error", e)
             raise
-        stats["generate_calls"] += 1
-        stats["generate_s"] += time.perf_counter() - t0
-        for c, out in zip(calls, outs, strict=True):
-            completions[(c.run, c.index)] = out[0]
-        return [o[0] for o in outs]
-
-    return generate
+        self.stats["generate_calls"] += 1
+        self.stats["generate_s"] += time.perf_counter() - t0
+        out = []
+        for key, comps in done:
+            self.completions[key] = comps[0]
+            out.append((self.calls.pop(key), comps[0]))
+        return out
 
 
 # --------------------------------------------------------------------------------------------------

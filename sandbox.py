@@ -4,17 +4,20 @@ outputs.
 
 How a workflow script runs. run_workflows(scripts, tasks, generate) starts one sandbox job per
 script: a child process behind the boundary below (machinery/isolation.py). There the script's
-workflow(task) runs, and each helper it calls
-(mas.py) sends one request to the trainer over the job's socket and blocks on the reply. Here, in
-the trainer, a Workflows object serves each kind of request in a method of its own and batches the
-agent calls in its tick():
+workflow(task) runs, and each helper it calls (mas.py) sends one request to the trainer over the
+job's socket and blocks on the reply. Here, in the trainer, a Workflows object serves each kind of
+request in a method of its own and hands the agent calls to the engine on the schedule's terms:
 
     Agent(role, instructions)(message), agent.sample(message, n)
-        queued as n AgentCalls; when EVERY live script waits on an agent call, ONE generate(calls)
-        answers all of them (Workflows.tick), the calls sorted by (run, index), so that a seeded
-        rollout gets the same batches whatever the timing of the children. The script gets
-        mas.answer_of(reply), the text inside the answer tag; WorkflowRun.calls keeps each full
-        reply and what generate returned (token ids, ...).
+        n AgentCalls. schedule="ticks" (the reference): when EVERY live script waits on agent
+        calls, all of them are submitted at once, in (run, index) order, so that a seeded rollout
+        gets the same batches whatever the timing of the children, and polled until every one is
+        answered (Workflows.tick: with a generate function, ONE generate call).
+        schedule="continuous": each call is submitted as its script makes it and the engine polled
+        while any is pending; a script gets its replies when all of its call's samples are done,
+        so no call waits for another script's longest reply. The script gets mas.answer_of(reply),
+        the text inside the answer tag; WorkflowRun.calls keeps each full reply and what the engine
+        returned (token ids, ...).
     vote(answers)     mas.majority(answers, equal), counted here with the `equal` run_workflows was
                       given
     run_python(code)  the program in a job of its own: its stdout, or its stdout and the error
@@ -360,11 +363,30 @@ def _task_parts(task, short=False):
     )
 
 
-def run_workflows(scripts, tasks, generate, *, equal=None, limits=None, width=None, short=False):
+def run_workflows(
+    scripts,
+    tasks,
+    generate,
+    *,
+    equal=None,
+    limits=None,
+    width=None,
+    short=False,
+    schedule="ticks",
+):
     """Run every (scripts[k], tasks[k]) pair concurrently in sandbox jobs; return one WorkflowRun
     each.
 
-    generate(calls: [AgentCall]) -> [str, or an object with .text], one completion a call.
+    generate: what answers the agent calls: a function generate(calls: [AgentCall]) -> [str, or an
+      object with .text], one completion a call (answered as Batched does), or an object with
+      submit(calls) and poll() -> [(call, completion)] of the calls done since (rollout's
+      ExecutorCalls: the engine's requests).
+    schedule: "ticks", the reference: when every live script waits on agent calls, all their calls
+      are submitted at once and polled until every one is answered; "continuous": each call is
+      submitted when its script makes it, and the engine is polled while anything is pending, a
+      script getting its replies when all of its call's samples are done (programs run meanwhile).
+      With seeded calls and an engine whose completions do not depend on their batch, the two give
+      the same runs (tests/test_sandbox.py, tests/test_train.py).
     equal(a, b) -> bool: how a script's vote() compares two answers (rollout passes
       reward.math_equal); None: a script that votes fails, saying so.
     limits: mas.Limits (the default: mas.Limits()). width: at most this many scripts alive at once
@@ -372,9 +394,31 @@ def run_workflows(scripts, tasks, generate, *, equal=None, limits=None, width=No
     short: the tiny world's compact prompts (data.task_text(short=True),
       mas.agent_messages(short=True))."""
     assert len(scripts) == len(tasks), (len(scripts), len(tasks))
+    if schedule not in ("ticks", "continuous"):
+        raise ValueError(f"schedule {schedule!r}: 'ticks' or 'continuous'")
     if iso.server().unsafe:  # the opt-in is repeated in every step's log
         print(f"WARNING: sandbox {isolation()}", file=sys.stderr, flush=True)
-    return Workflows(scripts, tasks, generate, equal, limits or mas.Limits(), width, short).run()
+    engine = generate if hasattr(generate, "poll") else Batched(generate)
+    lim = limits or mas.Limits()
+    return Workflows(scripts, tasks, engine, equal, lim, width, short, schedule).run()
+
+
+class Batched:
+    """A generate(calls) function as the sandbox's engine: submit() queues calls, poll() answers
+    all of them with one generate call."""
+
+    def __init__(self, generate):
+        self.generate, self.queued = generate, []
+
+    def submit(self, calls):
+        self.queued += calls
+
+    def poll(self):
+        calls, self.queued = self.queued, []
+        outs = list(self.generate(calls)) if calls else []
+        if len(outs) != len(calls):
+            raise ValueError(f"generate returned {len(outs)} completions for {len(calls)} calls")
+        return list(zip(calls, outs))
 
 
 @dataclass
@@ -391,19 +435,23 @@ class LiveScript:
     waiting: object = None
     many: bool = False
     done: bool = False
+    answers: dict = field(default_factory=dict)  # index -> completion, of the calls it waits on
 
 
 class Workflows:
     """The trainer's side of one run_workflows call: the scripts' jobs, the requests their helpers
-    send, and the tick that batches every pending agent call into one generate call.
+    send, and the agent calls, submitted to the engine on the schedule's terms.
 
     run() launches up to `width` scripts and drives every job (isolation.drive): each request
     arrives at request(), each ended job at ended() (which launches the next script), and between
-    turns turn() runs: the programs whose turn has come start, then the tick."""
+    turns turn() runs: the programs whose turn has come start, then the engine's part: the tick
+    (ticks) or a poll (continuous)."""
 
-    def __init__(self, scripts, tasks, generate, equal, limits, width, short):
-        self.scripts, self.generate, self.equal = scripts, generate, equal
+    def __init__(self, scripts, tasks, engine, equal, limits, width, short, schedule):
+        self.scripts, self.engine, self.equal = scripts, engine, equal
         self.lim, self.width, self.short = limits, width or len(scripts), short
+        self.schedule, self.pending = schedule, 0  # agent calls submitted and not yet answered
+        self.by_run = {}  # k -> its LiveScript
         self.runs = [WorkflowRun(None, None) for _ in scripts]
         self.parts = [_task_parts(t, short) for t in tasks]
         self.todo = deque(range(len(scripts)))  # the scripts not launched yet
@@ -415,14 +463,20 @@ class Workflows:
 
     def run(self):
         self.launch()
-        iso.drive(self.jobs, idle=self.turn)
+        iso.drive(self.jobs, idle=self.turn, busy=self.busy)
         return self.runs
 
     def turn(self):
         """Between two turns of the event loop: start the programs that have a free slot, then
-        the tick."""
+        the schedule's engine work."""
         self.start_programs()
-        self.tick()
+        if self.schedule == "ticks":
+            self.tick()
+        elif self.pending:
+            self.poll(self.waiting_scripts())
+
+    def busy(self):  # calls decode: the event loop only looks at the jobs, it does not wait
+        return self.pending > 0
 
     def launch(self):
         """Start scripts while fewer than `width` are alive."""
@@ -443,32 +497,21 @@ class Workflows:
                 self.ended,
             )
             self.jobs.append(job)
-            self.live[job] = LiveScript(k, job)
+            self.live[job] = self.by_run[k] = LiveScript(k, job)
 
-    # ---- the tick: every live script waits on agent calls -> ONE generate call answers them all
+    # ---- agent calls: submitted on the schedule's terms, answered as the engine finishes them
 
     def tick(self):
-        """When every live script waits on agent calls: collect all their calls, answer them with
-        ONE generate call, hand each script its replies. The calls go in (run, index) order, so a
-        seeded rollout gets the same batches whatever the timing of the children. A failed generate
-        fails the waiting runs; the trainer goes on."""
+        """(ticks) When every live script waits on agent calls: submit all their calls, in (run,
+        index) order, so that a seeded rollout gets the same batches whatever the timing of the
+        children, and poll until every one is answered."""
         waiting = self.all_waiting()
         if not waiting:
             return
-        batch = []  # (script, call): the scripts in their order, each one's calls in theirs
         for s in waiting:
-            batch += [(s, c) for c in s.waiting]
-        try:
-            outs = list(self.generate([c for _, c in batch]))
-            if len(outs) != len(batch):
-                raise ValueError(
-                    f"generate returned {len(outs)} completions for {len(batch)} calls"
-                )
-        except Exception as e:  # the engine failed: those runs fail, the trainer goes on
-            for s in waiting:
-                s.job.kill(f"generate failed: {type(e).__name__}: {e}")
-            return
-        self.hand_back(waiting, batch, outs)
+            self.submit(s)
+        while self.pending:
+            self.poll(waiting)
 
     def all_waiting(self):
         """The live scripts in run order if every one of them waits on agent calls, else [] (one
@@ -478,23 +521,52 @@ class Workflows:
             return []
         return sorted(alive, key=lambda s: s.k)
 
-    def hand_back(self, waiting, batch, outs):
-        """Each completion to its call's run, which keeps the full reply and what generate returned;
-        each script gets mas.answer_of(reply) of each of its calls ("" without an answer tag): a
-        list for agent.sample, one string for agent(message)."""
-        replies = {s.k: [] for s in waiting}
-        for (s, call), comp in zip(batch, outs):
+    def waiting_scripts(self):
+        return [s for s in self.live.values() if isinstance(s.waiting, list)]
+
+    def submit(self, s):
+        """A script's calls to the engine. A failed submit fails it; the trainer goes on."""
+        try:
+            self.engine.submit(s.waiting)
+            self.pending += len(s.waiting)
+        except Exception as e:  # the engine failed: this run fails
+            s.job.kill(f"generate failed: {type(e).__name__}: {e}")
+
+    def poll(self, waiting):
+        """The calls the engine has finished since the last poll, each to its script; a script
+        whose every call is answered gets its replies. A failed poll fails the `waiting` runs
+        (the trainer goes on; rollout re-raises an engine's failure once the sandbox is clean)."""
+        try:
+            done = self.engine.poll()
+        except Exception as e:  # the engine failed: those runs fail
+            for s in waiting:
+                s.job.kill(f"generate failed: {type(e).__name__}: {e}")
+            self.pending = 0
+            return
+        for call, comp in done:
+            self.pending -= 1
+            s = self.by_run[call.run]
+            s.answers[call.index] = comp
+            if isinstance(s.waiting, list) and len(s.answers) == len(s.waiting):
+                self.hand_back(s)
+
+    def hand_back(self, s):
+        """A script's completions to its run, which keeps each full reply and what the engine
+        returned, in call order; the script gets mas.answer_of(reply) of each of its calls (""
+        without an answer tag): a list for agent.sample, one string for agent(message)."""
+        replies = []
+        for call in s.waiting:
+            comp = s.answers.pop(call.index)
             text = comp if isinstance(comp, str) else getattr(comp, "text", None)
             if not isinstance(text, str):
                 s.job.kill("generate returned a completion without text")
                 continue
             record = CallRecord(call.role, call.messages, text, comp, call.index)
             self.runs[s.k].calls.append(record)
-            replies[s.k].append(mas.answer_of(text) or "")
-        for s in waiting:
-            s.waiting = None
-            if s.job.kill_reason is None:
-                s.job.reply({"ok": replies[s.k] if s.many else replies[s.k][0]})
+            replies.append(mas.answer_of(text) or "")
+        s.waiting = None
+        if s.job.kill_reason is None:
+            s.job.reply({"ok": replies if s.many else replies[0]})
 
     # ---- a script's requests: mas.py's helpers, each waiting for its reply; "done" ends a script
 
@@ -525,8 +597,8 @@ class Workflows:
             r.answer, r.error = None, error
 
     def agent(self, s, msg):
-        """agent(message) or agent.sample(message, n): n AgentCalls queued for the next tick; the
-        script's clock stops while it waits on the trainer."""
+        """agent(message) or agent.sample(message, n): n AgentCalls, submitted now (continuous)
+        or at the next tick; the script's clock stops while it waits on the trainer."""
         role, ins, text, n = (msg.get(key) for key in ("role", "instructions", "message", "n"))
         strings = all(isinstance(x, str) for x in (role, ins, text))
         if not strings or not isinstance(n, int) or n < 1:
@@ -541,6 +613,8 @@ class Workflows:
         s.waiting = [AgentCall(s.k, s.used + i, role, ins, text, prompt) for i in range(n)]
         s.many, s.used = msg.get("many"), s.used + n
         s.job.pause()
+        if self.schedule == "continuous":
+            self.submit(s)
 
     def vote(self, s, msg):
         """vote(answers): mas.majority with the `equal` run_workflows was given, counted here on the

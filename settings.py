@@ -126,6 +126,9 @@ class Config:
     forward_zero_adv: bool = False
     # generation
     backend: str = "auto"  # auto | vllm | hf | lean (engine.make_engine)
+    # ours: ticks (every live script's calls in one batch, the reference) | continuous (each call
+    # submitted when made; the same rollouts on a batch-invariant engine): sandbox.run_workflows
+    rollout_schedule: str = "ticks"
     engine_kwargs: dict = field(default_factory=dict)
     # the chat template's switches (Qwen3: enable_thinking), one source for every rendering of a
     # prompt: SFT, RL, evaluation and distillation (engine.prompt_ids)
@@ -267,6 +270,7 @@ def validate(cfg, world=1):
     choices = {
         "policy": ("shared", "separate"),
         "backend": ("auto", "vllm", "hf", "lean"),
+        "rollout_schedule": ("ticks", "continuous"),
         "device": ("auto", "cpu", "cuda"),
         "ac_policy": ("off", "full"),
         "logprobs": LOGPROBS,

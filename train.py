@@ -445,6 +445,7 @@ def main(argv):
         executor_sampling=engine_lib.Sampling(max_tokens=cfg.max_tokens),
         short=tiny_data,
         lam=cfg.lam,
+        schedule=cfg.rollout_schedule,
     )
     for step in range(start, cfg.steps):
         # 4. the active role, known first: an Executor-only step may take more queries

@@ -84,6 +84,10 @@ backend = "vllm"
 # of the GPU from the memory plan below (theirs PPO `gpu_memory_utilization: 0.8`); max_model_len:
 # the prompt's room
 engine_kwargs = {"max_model_len": 16384, "gpu_memory_utilization": 0.45}
+# ours: each agent call submitted to the engine when its script makes it, so that no call waits for
+# another script's longest reply (sandbox.run_workflows; the tiny preset keeps the reference,
+# "ticks"); as the authors do, each call a request of its own to verl's async vLLM server
+rollout_schedule = "continuous"
 # [authors] AE `enable_thinking: false` (train and val alike): every prompt rendered with it off,
 # in SFT, RL, evaluation and distillation
 chat_template_kwargs = {"enable_thinking": False}

@@ -11,6 +11,11 @@ preset's; `python tools/bench.py engine` compares).
     outs = eng.generate(prompts, Sampling(n=4, temperature=0.7, max_tokens=128, seed=s))
     outs[p][k]   # Completion of prompt p, sample k: .prompt_ids .token_ids .text .logprobs
                  # .finish_reason
+    eng.submit(key, prompt, sampling)                   # one request, decoding from now on
+    eng.poll()   # [(key, its completions)] of the requests done since: vLLM runs one engine step
+                 # (a request joins and leaves the running batch on its own); transformers and
+                 # lean run one batched generate over all that is queued (exact: they gain
+                 # nothing). generate() is submit each, poll until all are done.
     eng.load_weights(model.state_dict())                # after each optimizer step; resets the
                                                         # prefix cache
     eng.sleep(); ...; eng.load_weights(w); eng.wake()   # vLLM on GPU: level-2 sleep; no-op
@@ -67,6 +72,7 @@ transformers).
 """
 
 import hashlib
+import itertools
 import logging
 import os
 import re
@@ -183,9 +189,22 @@ def encode_samples(tokenizer, samples, max_len=None, template_kwargs=None):
 
 
 class _Base:
-    """Prompt handling shared by the backends: rendering, validation, seeds, error completions. Each
-    backend sets tokenizer, max_model_len, vocab_size and template_kwargs (the chat template's
-    switches, chat_template_kwargs; {}: the template's defaults)."""
+    """Prompt handling shared by the backends: rendering, validation, seeds, error completions;
+    generate() as submit and poll. Each backend sets tokenizer, max_model_len, vocab_size and
+    template_kwargs (the chat template's switches, chat_template_kwargs; {}: the template's
+    defaults), and has submit(key, prompt, sampling) and poll() -> [(key, [Completion])]."""
+
+    def generate(self, prompts, sampling) -> list[list[Completion]]:
+        """Every prompt's completions: each submitted, then polled until all are done."""
+        samplings = [sampling] * len(prompts) if isinstance(sampling, Sampling) else sampling
+        if len(samplings) != len(prompts):
+            raise ValueError(f"{len(samplings)} Sampling objects for {len(prompts)} prompts")
+        for p, (prompt, s) in enumerate(zip(prompts, samplings)):
+            self.submit(("generate", p), prompt, s)
+        done = {}
+        while len(done) < len(prompts):
+            done.update(self.poll())
+        return [done[("generate", p)] for p in range(len(prompts))]
 
     def encode_prompt(self, prompt) -> list[int]:
         """Chat messages rendered by prompt_ids with template_kwargs; token ids as
@@ -268,8 +287,21 @@ class HFEngine(_Base):
         self.eos = eos_ids(tokenizer, cfg, getattr(model, "generation_config", None))
         pad = tokenizer.pad_token_id
         self.pad_id = pad if pad is not None else self.eos[0]
+        self.queued = []  # (key, prompt, sampling): what the next poll generates
 
-    def generate(self, prompts, sampling) -> list[list[Completion]]:
+    def submit(self, key, prompt, sampling):
+        """Queue one prompt's sampling.n completions under `key` (any hashable)."""
+        self.queued.append((key, prompt, sampling))
+
+    def poll(self):
+        """Every queued prompt's completions, from one batched generation (_generate_all): this
+        backend never answers one request before another, so a schedule that submits early gains
+        nothing here, and the completions are exactly those of one generate call."""
+        queued, self.queued = self.queued, []
+        outs = self._generate_all([q[1] for q in queued], [q[2] for q in queued])
+        return [(q[0], out) for q, out in zip(queued, outs)]
+
+    def _generate_all(self, prompts, sampling) -> list[list[Completion]]:
         results, requests = self._requests(prompts, sampling)
         requests.sort(key=self._order)
         for i in range(0, len(requests), self.max_batch):
@@ -492,45 +524,69 @@ class VLLMEngine(_Base):
         # embeddings' cos/sin cache), which it derives and puts back itself after every reload
         self.derived = self.llm.apply_model(buffer_only_classes)[0]
         # None | "all" | "kv_cache" (the weights are awake)
-        self.sleep_level, self.asleep = (
-            sleep_level,
-            None,
-        )
+        self.sleep_level, self.asleep = sleep_level, None
+        # submitted: {key: [its completions, how many run]}; {vLLM request id: (key, sample,
+        # prompt ids)}; the keys done since the last poll
+        self.pending, self.running, self.finished = {}, {}, []
+        self.request_ids = itertools.count()
 
-    def generate(self, prompts, sampling) -> list[list[Completion]]:
-        from vllm import SamplingParams
+    def submit(self, key, prompt, sampling):
+        """Add one prompt's sampling.n completions to the engine under `key` (any hashable), one
+        vLLM request each: they decode from the engine's next step on, beside whatever else
+        runs."""
         from vllm.inputs import TokensPrompt
 
         if self.asleep:  # a sleeping vLLM queues requests and never runs them: the call would hang
             raise RuntimeError(
-                "VLLMEngine.generate while asleep: wake() it first (after load_weights)"
+                "VLLMEngine.submit while asleep: wake() it first (after load_weights)"
             )
-        results, requests = self._requests(prompts, sampling)
-        if requests:
-            params = [
-                SamplingParams(
-                    n=1,
-                    temperature=s.temperature,
-                    top_p=s.top_p,
-                    max_tokens=mt,
-                    seed=seed,
-                    logprobs=0,
-                    stop_token_ids=self.eos,
-                    skip_special_tokens=True,
-                )
-                for (_, _, _, s, seed, mt) in requests
-            ]
-            outs = self.llm.generate(
-                [TokensPrompt(prompt_token_ids=r[2]) for r in requests], params, use_tqdm=False
+        results, requests = self._requests([prompt], sampling)
+        self.pending[key] = [results[0], len(requests)]  # its completions, how many still run
+        for _, k, ids, s, seed, mt in requests:
+            params = self.params(s, seed, mt)
+            name = f"r{next(self.request_ids)}"  # (its outputs carry this id)
+            self.llm.llm_engine.add_request(name, TokensPrompt(prompt_token_ids=ids), params)
+            self.running[name] = (key, k, ids)
+        if not requests:  # every sample an error completion: done now
+            self.finished.append(key)
+
+    def params(self, sampling, seed, max_tokens):
+        """vLLM's SamplingParams of one completion: its log-probs with it, its final output only."""
+        from vllm import SamplingParams
+        from vllm.sampling_params import RequestOutputKind
+
+        return SamplingParams(
+            n=1,
+            temperature=sampling.temperature,
+            top_p=sampling.top_p,
+            max_tokens=max_tokens,
+            seed=seed,
+            logprobs=0,
+            stop_token_ids=self.eos,
+            skip_special_tokens=True,
+            output_kind=RequestOutputKind.FINAL_ONLY,
+        )
+
+    def poll(self):
+        """One engine step: [(key, its completions)] of the prompts whose every sample is done."""
+        for out in self.llm.llm_engine.step() if self.running else []:
+            if not out.finished:
+                continue
+            key, k, ids = self.running.pop(out.request_id)
+            o = out.outputs[0]
+            toks = list(o.token_ids)
+            lps = [float(d[t].logprob) for t, d in zip(toks, o.logprobs or [])]
+            reason = o.finish_reason if o.finish_reason in ("stop", "length") else "error"
+            err = None if reason != "error" else f"vLLM finish_reason={o.finish_reason}"
+            entry = self.pending[key]
+            entry[0][k], entry[1] = (
+                Completion(list(ids), toks, o.text, lps, reason, err),
+                entry[1] - 1,
             )
-            for (p, k, ids, *_), out in zip(requests, outs):
-                o = out.outputs[0]
-                toks = list(o.token_ids)
-                lps = [float(d[t].logprob) for t, d in zip(toks, o.logprobs or [])]
-                reason = o.finish_reason if o.finish_reason in ("stop", "length") else "error"
-                err = None if reason != "error" else f"vLLM finish_reason={o.finish_reason}"
-                results[p][k] = Completion(list(ids), toks, o.text, lps, reason, err)
-        return results
+            if entry[1] == 0:
+                self.finished.append(key)
+        done, self.finished = self.finished, []
+        return [(key, self.pending.pop(key)[0]) for key in done]
 
     def load_weights(self, weights):
         """Reload weights in place on the worker (a FULL state dict or iterator of (name, tensor) in

@@ -357,6 +357,11 @@ def _describe(exc):
     return f"{text} (script line {line})" if line else text
 
 
+def _beneath(path, roots):
+    real = os.path.realpath(path or ".")
+    return any(real == r or real.startswith(r.rstrip("/") + "/") for r in roots)
+
+
 def _own_user(owner):
     """(isolated) The job becomes JOB_UID of a user namespace of its own, mapped to `owner` of the
     fork-server's namespace (the host's nobody when the trainer is root, else the trainer's
@@ -402,7 +407,7 @@ def _job(spec, fds, setup):
         os.environ.update(HOME=folder, TMPDIR=folder)
         tempfile.tempdir = None
         # imports come from what it can read (not the project's folder, where the server started)
-        sys.path[:] = [p for p in sys.path if any(p.startswith(r) for r in setup["roots"])]
+        sys.path[:] = [p for p in sys.path if _beneath(p, setup["roots"])]
         sys.path_importer_cache.clear()
         confine.drop_capabilities()
         if setup["abi"]:
@@ -480,15 +485,15 @@ def _namespaces(sock):
     return int(answer)
 
 
-def _folder_over(folder):
-    """(fallback) Why a job's folder is over its bounds (SCRATCH bytes, FOLDER_FILES files), or
+def _folder_over(folder, bound):
+    """(fallback) Why a job's folder is over its bounds (`bound` bytes, FOLDER_FILES files), or
     None. Landlock lets it hold files only, no folders: one scan sees them all."""
     try:
         entries = list(os.scandir(folder))
         size = sum(e.stat(follow_symlinks=False).st_blocks * 512 for e in entries)
     except OSError:
         return None
-    if len(entries) > FOLDER_FILES or size > SCRATCH:
+    if len(entries) > FOLDER_FILES or size > bound:
         return f"its folder holds {len(entries)} files, {size} bytes: more than allowed"
     return None
 
@@ -511,6 +516,7 @@ def _serve(sock_fd, base, mode, abi):
     sock.send(json.dumps({"ready": True, "roots": setup["roots"]}).encode())
     gc.freeze()  # the forked jobs share these pages; the collector must not dirty them
     jobs = {}  # job id -> (pid, pidfd, status fd, why it was killed)
+    bounds = {}  # job id -> bytes its folder may hold (fallback)
     sel = selectors.DefaultSelector()
     sel.register(sock, selectors.EVENT_READ)
     while True:
@@ -518,6 +524,7 @@ def _serve(sock_fd, base, mode, abi):
         for key, _ in sel.select(0.2 if watch else None):
             if key.fileobj is not sock:  # a job ended: say how on its status pipe
                 pid, pidfd, sfd, why = jobs.pop(key.data)
+                bounds.pop(key.data)
                 sel.unregister(pidfd)
                 os.close(pidfd)
                 rc = os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
@@ -553,9 +560,10 @@ def _serve(sock_fd, base, mode, abi):
                 for fd in fds[:3]:  # the child's copies are its own
                     os.close(fd)
             jobs[spec["id"]] = (pid, os.pidfd_open(pid), fds[3], None)
+            bounds[spec["id"]] = _scratch(spec["memory"])
             sel.register(jobs[spec["id"]][1], selectors.EVENT_READ, spec["id"])
         for jid, (pid, pidfd, sfd, why) in list(jobs.items()) if watch else []:
-            over = why is None and _folder_over(os.path.join(base, str(jid)))
+            over = why is None and _folder_over(os.path.join(base, str(jid)), bounds[jid])
             if over:
                 os.kill(pid, signal.SIGKILL)
                 jobs[jid] = (pid, pidfd, sfd, over)
@@ -708,6 +716,7 @@ def _start(mode):
     except SandboxUnavailable as e:
         why = str(e)
     if abi:
+        print(f"sandbox: no isolated mode here ({why.splitlines()[0]})", file=sys.stderr)
         return Server("fallback", abi)
     if unsafe:
         return Server("unsafe", 0)
@@ -925,12 +934,13 @@ def outcome(job):
     )
 
 
-def drive(jobs, idle=_nothing, until=_nothing):
+def drive(jobs, idle=_nothing, until=_nothing, busy=_nothing):
     """The trainer's event loop over `jobs`, a list its callbacks may extend: send payloads and
     replies, collect output and messages, kill each job at its deadline (a paused job's clock stands
-    still), call job.on_end once a job has ended and idle() after every turn. Returns when every job
-    has ended, or as soon as until() holds; the jobs still running then are killed, as when the loop
-    is left any other way."""
+    still), call job.on_end once a job has ended and idle() after every turn (while busy() holds,
+    without waiting for the jobs in between). Returns when every job has ended, or as soon as
+    until() holds; the jobs still running then are killed, as when the loop is left any other
+    way."""
     sel, live, seen = selectors.DefaultSelector(), [], 0  # live: the jobs not yet ended
     try:
         while True:
@@ -958,7 +968,7 @@ def drive(jobs, idle=_nothing, until=_nothing):
             wait = max(0, min(waits))
             if any(j.sendbuf for j in live):
                 wait = 0.001
-            if seen < len(jobs):
+            if seen < len(jobs) or busy():
                 wait = 0.0
             for key, _ in sel.select(wait):
                 if not key.data.on_readable(key.fd):

@@ -55,10 +55,20 @@ class RoleView:
         self.holder, self.role, self.step = holder, role, step
 
     def generate(self, prompts, sampling):
+        self.hold()
+        return self.holder.eng.generate(prompts, sampling)
+
+    def submit(self, key, prompt, sampling):
+        self.hold()
+        self.holder.eng.submit(key, prompt, sampling)
+
+    def poll(self):
+        return self.holder.eng.poll()
+
+    def hold(self):
         if self.step is not None:
             rundir.fault(f"{self.role}-phase", self.step + 1)
         self.holder.hold(self.role)
-        return self.holder.eng.generate(prompts, sampling)
 
 
 def folder_weights(path):

@@ -597,6 +597,38 @@ def test_vllm_too_long_prompt(vllm_pair):
     assert outs[1][0].error and outs[0][0].token_ids == outs[2][0].token_ids
 
 
+def test_vllm_requests_join_and_leave_the_running_batch_on_their_own(vllm_pair):
+    """submit and poll: a request submitted while another decodes joins it, and the shorter one
+    comes back first, without waiting for the longer; each completion is the one generate() gives
+    for the same prompt and seed (greedy: the same tokens whatever runs beside it)."""
+    eng, _ = vllm_pair
+    long, short = Sampling(temperature=0, max_tokens=40), Sampling(temperature=0, max_tokens=3)
+    eng.submit("long", [5, 6, 7, 8], long)
+    first = eng.poll()  # the long one's prefill and first token
+    eng.submit("short", [9, 10, 11], short)
+    order, done = [key for key, _ in first], dict(first)
+    while len(done) < 2:
+        got = eng.poll()
+        order += [key for key, _ in got]
+        done.update(got)
+    assert order == ["short", "long"]
+    assert len(done["long"][0].token_ids) == 40 and len(done["short"][0].token_ids) == 3
+    alone = eng.generate([[5, 6, 7, 8], [9, 10, 11]], [long, short])
+    assert [c[0].token_ids for c in alone] == [done[k][0].token_ids for k in ("long", "short")]
+
+
+def test_queued_engines_answer_everything_queued_at_one_poll(hf):
+    """transformers (and lean): poll() runs one batched generation over what is queued; generate()
+    is submit each, poll until done: the same completions."""
+    samp = Sampling(n=2, temperature=0.9, max_tokens=8, seed=3)
+    hf.submit("a", [5, 6, 7], samp)
+    hf.submit("b", [8, 9], samp)
+    got = dict(hf.poll())
+    assert sorted(got) == ["a", "b"] and hf.poll() == []
+    ref = hf.generate([[5, 6, 7], [8, 9]], samp)
+    assert [[c.token_ids for c in got[k]] for k in "ab"] == [[c.token_ids for c in o] for o in ref]
+
+
 def test_chat_template_kwargs_reach_the_chat_template(tiny_dir):
     from transformers import AutoModelForCausalLM
 

@@ -24,14 +24,25 @@ SCRIPT = '```python\ndef workflow(task):\n    return Agent("a")(task)\n```'
 
 
 class Counting:
-    """The real engine, with a record of the batch size of every generate call."""
+    """The real engine, with a record of the size of every batch it generates: a generate call's
+    prompts, or the prompts submitted before a poll."""
 
     def __init__(self, eng):
-        self.eng, self.tokenizer, self.sizes = eng, eng.tokenizer, []
+        self.eng, self.tokenizer, self.sizes, self.queued = eng, eng.tokenizer, [], 0
 
     def generate(self, prompts, sampling):
         self.sizes.append(len(prompts))
         return self.eng.generate(prompts, sampling)
+
+    def submit(self, key, prompt, sampling):
+        self.queued += 1
+        self.eng.submit(key, prompt, sampling)
+
+    def poll(self):
+        if self.queued:
+            self.sizes.append(self.queued)
+        self.queued = 0
+        return self.eng.poll()
 
 
 @pytest.fixture(scope="module")
@@ -200,6 +211,12 @@ class Loading:
     def generate(self, prompts, sampling):
         return self.eng.generate(prompts, sampling)
 
+    def submit(self, key, prompt, sampling):
+        self.eng.submit(key, prompt, sampling)
+
+    def poll(self):
+        return self.eng.poll()
+
     def load_weights(self, weights):
         self.loaded.append(weights)
         self.eng.load_weights(weights)
@@ -359,6 +376,15 @@ class Failing:
         self.ok -= 1
         return self.eng.generate(prompts, sampling)
 
+    def submit(self, key, prompt, sampling):
+        self.eng.submit(key, prompt, sampling)
+
+    def poll(self):
+        if self.ok == 0:
+            raise RuntimeError("engine core died")
+        self.ok -= 1
+        return self.eng.poll()
+
 
 def test_engine_failure_is_raised_not_scored(hf):
     # the sandbox turns a failed generate into failed runs; rollout must not hand those to the
@@ -381,7 +407,7 @@ class Canned:
     answer."""
 
     def __init__(self, replies):
-        self.replies, self.served = replies, 0
+        self.replies, self.served, self.queued = replies, 0, []
 
     def generate(self, prompts, sampling):
         outs = []
@@ -390,6 +416,14 @@ class Canned:
             self.served += 1
             outs.append([engine.Completion([1, 2], [3], text, [-0.5], "stop")])
         return outs
+
+    def submit(self, key, prompt, sampling):
+        self.queued.append((key, prompt))
+
+    def poll(self):
+        queued, self.queued = self.queued, []
+        outs = self.generate([p for _, p in queued], None)
+        return [(key, out) for (key, _), out in zip(queued, outs)]
 
 
 def _counting_correctness(monkeypatch):

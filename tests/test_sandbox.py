@@ -19,6 +19,7 @@ import subprocess
 import sys
 import textwrap
 import time
+import zlib
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
@@ -55,6 +56,12 @@ def mode(request):
         pytest.skip(f"no {request.param} sandbox here: {MISSING[request.param]}")
     sandbox.start(request.param)
     yield request.param
+
+
+@pytest.fixture(params=["ticks", "continuous"])
+def schedule(request):
+    """A workflow test that takes it runs under both of run_workflows' schedules."""
+    return request.param
 
 
 @pytest.fixture()
@@ -612,7 +619,7 @@ WORKFLOWS = [
 ]
 
 
-def test_hostile_workflows_in_one_batch(mode, world):
+def test_hostile_workflows_in_one_batch(mode, schedule, world):
     scripts = [s for _, s, _, _ in WORKFLOWS]
     tasks = ["What is 2+2?"] * len(scripts)
     seen = []
@@ -627,8 +634,9 @@ def test_hostile_workflows_in_one_batch(mode, world):
         ]
 
     t0 = time.monotonic()
+    limits = mas.Limits(max_calls=8, timeout=T)
     runs = sandbox.run_workflows(
-        scripts, tasks, gen, equal=str.__eq__, limits=mas.Limits(max_calls=8, timeout=T)
+        scripts, tasks, gen, equal=str.__eq__, limits=limits, schedule=schedule
     )
     wall = time.monotonic() - t0
     assert wall < T + 2 * MARGIN
@@ -641,7 +649,7 @@ def test_hostile_workflows_in_one_batch(mode, world):
     assert [c.index for c in runs[-2].calls] == [0, 1, 2]  # one parallel call of n=3
     assert len(runs[0].calls) == 2 and runs[0].calls[1].reply == "<answer>solver:1</answer>"
     assert runs[0].calls[0].messages == mas.agent_messages("solver", "Solve.", "What is 2+2?")
-    for batch in seen:
+    for batch in seen if schedule == "ticks" else []:  # (continuous: in the order made)
         assert batch == sorted(batch)
     assert _snapshot([world["dir"], REPO]) == world["before"]
     assert _no_leftovers()
@@ -664,6 +672,65 @@ def test_ticks_batch_all_pending_calls(mode):
     assert batches == [64, 64, 64]
     assert all(r.answer == "012" and r.error is None for r in runs)
     assert runs[5].calls[2].completion.token_ids == [1, 2, 3]
+
+
+class Polled:
+    """A deterministic engine with the engine's submit and poll: each call's reply is a function of
+    the call alone (a coder writes a wrong program on some first tries), and it is done after a
+    number of polls drawn from a hash of (run, index): 1 to 6."""
+
+    def __init__(self):
+        self.running = []
+
+    def submit(self, calls):
+        for c in calls:
+            self.running.append([c, 1 + zlib.crc32(f"{c.run}/{c.index}".encode()) % 6])
+
+    def poll(self):
+        for r in self.running:
+            r[1] -= 1
+        done = [c for c, left in self.running if left <= 0]
+        self.running = [r for r in self.running if r[1] > 0]
+        return [(c, self.reply(c)) for c in done]
+
+    @staticmethod
+    def reply(c):
+        if c.role == "coder":
+            wrong = c.index == 0 and c.run % 3 == 0
+            return f"<answer>print(int(input()) * {3 if wrong else 2})</answer>"
+        return f"<answer>{c.role}:{c.index}:{len(c.message) % 7}</answer>"
+
+
+CHAIN = """def workflow(task):
+    a = Agent("step", "Go on.")
+    for _ in range(5):
+        task = a(task + "!")
+    return task
+"""
+
+
+def test_continuous_runs_equal_ticks_runs(mode):
+    """64 scripts (the four templates, 5-call chains, sample(3), run_tests with repairs) through an
+    engine whose calls finish after a hash-drawn number of polls: each call submitted when made
+    (continuous) gives the runs of the reference schedule (ticks) call for call."""
+    code = {
+        "id": "c",
+        "kind": "code",
+        "question": "Double it.",
+        "public_tests": {"inputs": ["2\n", "5\n"], "outputs": ["4\n", "10\n"], "fn_name": None},
+    }
+    kinds = [*mas.TEMPLATES.values(), CHAIN]
+    scripts = [kinds[k % len(kinds)] for k in range(64)]
+    tasks = [code if "run_tests" in sc else f"task {k}" for k, sc in enumerate(scripts)]
+    runs = {}
+    for schedule in ("ticks", "continuous"):
+        engine = Polled()
+        got = sandbox.run_workflows(scripts, tasks, engine, equal=str.__eq__, schedule=schedule)
+        runs[schedule] = [(r.answer, r.error, [(c.index, c.reply) for c in r.calls]) for r in got]
+        assert all(r.error is None for r in got), [r.error for r in got if r.error]
+    assert runs["ticks"] == runs["continuous"]
+    repaired = [r for r, sc in zip(runs["ticks"], scripts) if "run_tests" in sc and len(r[2]) == 2]
+    assert repaired  # the tester's second call happened
 
 
 def test_templates_run_with_visible_tests_only(mode):
@@ -845,6 +912,7 @@ def test_a_job_reads_no_file_of_the_host(mode, host):
         REPO,
         os.path.join(REPO, "README.md"),
         os.path.join(REPO, ".git", "config"),
+        os.path.join(REPO, "out"),  # the run folders
         os.path.expanduser("~"),
         "/etc/passwd",
         "/etc/hostname",
@@ -918,7 +986,7 @@ def test_a_program_cannot_forge_its_grade(mode, host):
     assert reward.correctness(task, f"```python\n{stdin_program}\n```") == 0.0
 
 
-def test_nothing_a_program_returns_raises_in_the_trainer(mode):
+def test_nothing_a_program_returns_raises_in_the_trainer(mode, schedule):
     """A call-based program that returns a list nested 3,000 deep, or writes '[' x 5000 on its
     result descriptor; a stdin program that prints a number past Decimal's range; a script that
     sends a message nested 5,000 deep: each is that program's or script's failure, counted; the
@@ -944,7 +1012,11 @@ def test_nothing_a_program_returns_raises_in_the_trainer(mode):
     }
     report = f"def workflow(task):\n    return run_tests({deep!r})"
     runs = sandbox.run_workflows(
-        [bad, mas.TEMPLATES["single"], report], ["q", "q", tester], _instant, equal=str.__eq__
+        [bad, mas.TEMPLATES["single"], report],
+        ["q", "q", tester],
+        _instant,
+        equal=str.__eq__,
+        schedule=schedule,
     )
     assert runs[0].answer is None and "protocol violation" in runs[0].error
     assert (runs[1].answer, runs[1].error) == ("solver:0", None)
@@ -1074,7 +1146,7 @@ def test_memory_a_limit_cannot_count_is_refused(mode):
         assert mode == "fallback" and "its folder holds" in r.stderr, r
 
 
-def test_budgets_hold_in_workflows(mode):
+def test_budgets_hold_in_workflows(mode, schedule):
     """A script's wall budget counts its programs' time; run_python / run_tests calls are capped
     (mas.Limits.max_programs); vote's answers are capped in size, whether the script goes through
     mas.vote or writes the request itself; a channel message is capped (MAX_LINE)."""
@@ -1096,6 +1168,7 @@ def test_budgets_hold_in_workflows(mode):
         _instant,
         equal=str.__eq__,
         limits=mas.Limits(timeout=1.0),
+        schedule=schedule,
     )
     assert time.monotonic() - t0 < 1.0 + 2 * MARGIN
     assert "timeout" in runs[0].error and runs[0].duration < 1.0 + MARGIN, runs[0]

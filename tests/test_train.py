@@ -1161,6 +1161,17 @@ def test_shared_rows_run_equals_plain(model_dir, uninterrupted, tmp_path):
                 assert a[k] == b[k], (a["step"], k)
 
 
+def test_continuous_schedule_gives_the_ticks_rollouts(model_dir, uninterrupted, tmp_path):
+    """The same seeded run with each agent call submitted when its script makes it
+    (--rollout_schedule=continuous) instead of a batch a tick: the transformers engine samples each
+    row with its own generator, so the rollouts are the same row for row, and so is the rest."""
+    d = tmp_path / "continuous"
+    run(args_for(model_dir, d, steps=STEPS, probe_tasks=2, rollout_schedule="continuous"))
+    assert trees(d) == trees(uninterrupted)
+    assert without_timings(metrics(d)) == without_timings(metrics(uninterrupted))
+    assert json.loads((d / "run.json").read_text())["config"]["rollout_schedule"] == "continuous"
+
+
 def test_ask_one_query_against_the_cold_start(model_dir, uninterrupted, tmp_path):
     """tools/ask.py: the RL model and its cold start on one query of our own, the same seeds, one
     page."""
