@@ -24,6 +24,9 @@ one's, or an H200's where none is here):
               engine awake in its share: its bf16 weights (2 B a parameter, whole on every rank),
               activations, CUDA graphs, the KV cache
     fits:     update <= the GPU's memory, and the engine's share >= its weights + RESERVE_GIB
+    free:     update <= what this rank's GPU has free when the run starts (free_memory_problems,
+              torch.cuda.mem_get_info: another process on it, a teacher's server left running,
+              stops the run there, with how much is free against what the update needs)
 
 The Adam states a rank holds (adam_states): a shared policy trained stagewise keeps one per role,
 both after the first switch, 24 B a parameter at the update; offload_idle_state keeps the idle
@@ -44,7 +47,8 @@ engine's share; tools/first_gpu_run.py --check prints the plan beside what it me
 SFT's plan (sft_plan: sft.py checks it before any model loads, `sft.py --model M --plan` prints
 it) has no engine: 16 B a parameter over the ranks, a micro-batch's tokens times what a token
 keeps (activation checkpointing: each layer's input and one layer's intermediates), the lm head's
-chunk, the bf16 weights computed with.
+chunk, the bf16 weights computed with; each rank checks it against its GPU's free memory too
+(short_of_memory).
 
 run_files / clear_run: what a run writes into out_dir (a fresh run refuses such a folder;
 --overwrite deletes it).
@@ -341,6 +345,8 @@ def validate(cfg, world=1):
         if not cfg.resume and not os.path.isdir(path) and not is_tiny(cfg):
             problems.append(f"init_from: {path!r} is not a model directory")
     problems += plan_problems(cfg, world)
+    if not problems:  # a plan that fits: is it free on this rank's GPU now?
+        problems += free_memory_problems(cfg, world)
     if problems:
         raise ConfigError("bad config:\n  " + "\n  ".join(problems))
 
@@ -511,6 +517,18 @@ def plan_problems(cfg, world, params=None):
             f"{p['reserve']:g} GiB of activations"
         )
     return problems
+
+
+def free_memory_problems(cfg, world):
+    """The plan's update (the trainer's shards, the engine's share, the reserve) against what this
+    rank's GPU has free at the start: another process on it (a teacher's server left running)
+    stops the run before any model loads, saying how much is free. [] without a plan or a GPU."""
+    params = init_params(cfg)
+    if memory_plan(cfg, world, 0.0) is None or params <= 0:
+        return []
+    need = memory_plan(cfg, world, params)["update"]
+    short = short_of_memory(need, "the memory plan's update (trainer, engine share, reserve)")
+    return [short] if short else []
 
 
 def plan_params(cfg, given=None):
@@ -716,6 +734,28 @@ def sft_plan_problems(shape, params, world, micro_tokens, checkpointing, batch_s
             break
     fix = ", or ".join(fixes) or "no fix within 64 ranks"
     return [f"the SFT memory plan does not fit: {sft_plan_line(*args)} ({fix})"]
+
+
+def short_of_memory(need_gib, what):
+    """None when this rank's GPU (cuda:LOCAL_RANK) has `need_gib` GiB free, or when there is no
+    GPU; else a line saying how much is free (torch.cuda.mem_get_info: what other processes hold
+    counts, a teacher's `vllm serve` first) against what `what` needs. Asked before this process
+    puts anything on the GPU (train.py's validate, sft.py's start)."""
+    try:
+        import torch
+    except ImportError:
+        return None
+    if not torch.cuda.is_available():
+        return None
+    local = int(os.environ.get("LOCAL_RANK", "0"))
+    free, total = (x / GIB for x in torch.cuda.mem_get_info(local))
+    if free >= need_gib:
+        return None
+    return (
+        f"GPU {local} has {free:.1f} GiB free of {total:.1f} GiB; {what} needs {need_gib:.1f} "
+        f"GiB: {total - free:.1f} GiB are held by other processes (nvidia-smi lists them; a "
+        "teacher's vllm serve? stop it first)"
+    )
 
 
 def gpu_gib():

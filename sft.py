@@ -547,7 +547,7 @@ def main(argv):
         problems = settings.sft_plan_problems(*plan) if shape else []
         if problems:
             sys.exit(f"sft.py: {problems[0]}")
-        short = shape and ranks.short_of_memory(settings.sft_plan(*plan)["total"], "its plan")
+        short = shape and settings.short_of_memory(settings.sft_plan(*plan)["total"], "its plan")
         if short:  # each rank asks of its own GPU, before anything is on it
             sys.exit(f"sft.py: {short}")
     rank, world, device = start()

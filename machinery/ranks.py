@@ -8,7 +8,6 @@ this process is rank 0 of 1.
     rank, world, device = setup(cfg.device)  # auto | cpu | cuda (settings.Config.device)
     rank, world = rank_world()                # this process's, (0, 1) without a group
     n_tokens = all_sum([len(ids)], device)[0]  # the sum over every rank (op=MAX: the largest)
-    short = short_of_memory(81.8, "the memory plan")  # None, or why this rank's GPU cannot hold it
 
 sft.py starts its group here only under torchrun (a single process trains without one).
 
@@ -55,24 +54,6 @@ def setup(device="auto"):
     timeout = datetime.timedelta(hours=1)  # rank 0 may run the cold start first
     dist.init_process_group(backend, device_id=device if cuda else None, timeout=timeout)
     return dist.get_rank(), dist.get_world_size(), device
-
-
-def short_of_memory(need_gib, what):
-    """None when this rank's GPU (cuda:LOCAL_RANK) has `need_gib` GiB free, or when there is no
-    GPU; else a line saying how much is free (torch.cuda.mem_get_info: what other processes hold
-    counts, a teacher's `vllm serve` first) against what `what` needs. Call it before this process
-    allocates anything on the GPU."""
-    if not torch.cuda.is_available():
-        return None
-    local = int(os.environ.get("LOCAL_RANK", "0"))
-    free, total = (x / 2**30 for x in torch.cuda.mem_get_info(local))
-    if free >= need_gib:
-        return None
-    return (
-        f"GPU {local} has {free:.1f} GiB free of {total:.1f} GiB; {what} needs {need_gib:.1f} "
-        f"GiB: {total - free:.1f} GiB are held by other processes (nvidia-smi lists them; a "
-        "teacher's vllm serve? stop it first)"
-    )
 
 
 def rank_world():
