@@ -23,13 +23,13 @@ std is unbiased (N-1), torch.std's default, as verl and TRL compute it. One norm
 _group_normalize, computes both advantages: over the executed runs of a query (below), and over
 every design of a query.
 
-Failed executions (script crashed, timed out, no answer) are not dropped: they keep their reward (0,
-or the fail penalty) and stay in the group, so a script that often crashes gets a low R̄_i and its
-designer sample a negative advantage. Degenerate groups (all rewards equal, a single design M=1, a
-single sample M*N=1) give zeros, never NaN or inf.
+Failed executions (script crashed, timed out, no answer) are not dropped: they keep their reward (0
+correct, and λ times the share of their replies that were well formed) and stay in the group, so a
+script that often crashes gets a low R̄_i and its designer sample a negative advantage. Degenerate
+groups (all rewards equal, a single design M=1, a single sample M*N=1) give zeros, never NaN or inf.
 
 Runs that never happened are another matter. A script that does not parse is never executed: its N
-slots of R hold 0 - penalty, which is right for the Designer (the unparsed script is its failure,
+slots of R hold 0, which is right for the Designer (the unparsed script is its failure,
 and designer_advantages keeps it), but those slots have no executor samples, so in the executor's
 group they would only shift the mean. Three parsed designs whose runs all score 0.4 and one unparsed
 design would give every real executor sample (0.4 - 0.3) / std ≈ +0.54 (N=2), although no execution

@@ -108,8 +108,9 @@ TEMPLATES = {
     coder = Agent("coder", "Write a Python program.")
     code = coder(task)
     report = run_tests(code)
-    return code if report.startswith("PASS") else coder(f"{task}\\nCode:\\n{code}\\nTests: {report}")
-""",  # noqa: E501 - a template's text is what the Designer learns to write: kept as it is
+    return code if report.startswith("PASS") else """
+    """coder(f"{task}\\nCode:\\n{code}\\nTests: {report}")
+""",  # (one literal in two: the template's line is longer than ours)
 }
 
 _DESIGNER = (

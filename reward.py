@@ -401,11 +401,6 @@ def extract_code(text):
     return (m.group(1) if m else text).strip("\n")
 
 
-def _program(code, tests):
-    """The program as the sandbox runs it: call-based tests get CALL_HEADER's imports first."""
-    return sandbox.CALL_HEADER + code if tests.get("fn_name") else code
-
-
 def code_score(code, tests, timeout=4.0):
     """Fraction of `tests` ({"inputs", "outputs", "fn_name"}) the program passes: every test, in one
     sandbox child with `timeout` seconds each; outputs compared as sandbox.passed does. A
@@ -413,7 +408,7 @@ def code_score(code, tests, timeout=4.0):
     if not tests["inputs"] or not code.strip():
         return 0.0
     call = bool(tests.get("fn_name"))
-    outcomes = sandbox.run_tests(_program(code, tests), tests, timeout_per_test=timeout)
+    outcomes = sandbox.run_tests(sandbox.program(code, tests), tests, timeout_per_test=timeout)
     return sum(sandbox.passed(o, exp, call) for o, exp in zip(outcomes, tests["outputs"])) / len(
         tests["inputs"]
     )
@@ -433,7 +428,7 @@ def passes_all(code, tests, timeout=4.0, budget=GRADE_BUDGET, early_exit=True):
         return not sandbox.passed(outcome, expected[k], call)
 
     outcomes = sandbox.run_tests(
-        _program(code, tests),
+        sandbox.program(code, tests),
         tests,
         timeout_per_test=timeout,
         budget=budget,
@@ -493,14 +488,14 @@ def correctness(task, answer):
     raise ValueError(f"task {task.get('id')!r}: unknown kind {kind!r} (expected 'math' or 'code')")
 
 
-def reward(task, run, *, lam, correct=None):
+def reward(task, run, *, lam, correct=None, fmt=None):
     """R = correct + λ·format (the paper's; a run that failed to parse or run just earns no
     correctness). λ has no default here: settings.Config.lam is its one (0.4, the paper's).
-    correct: the run's correctness when it is already graded (grade_runs, as rollout.py grades a
-    step's runs), else None: graded here."""
-    if correct is None:
-        correct = correctness(task, run.answer)
-    return correct + lam * format_score(run)
+    correct, fmt: the run's correctness and format share when they are already known (grade_runs
+    and format_score, as rollout.py grades a step's runs), else None: computed here."""
+    correct = correctness(task, run.answer) if correct is None else correct
+    fmt = format_score(run) if fmt is None else fmt
+    return correct + lam * fmt
 
 
 def grade_runs(pairs, workers=4):

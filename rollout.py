@@ -242,9 +242,9 @@ def rollout(
             schedule,
         )
     with _timed(stats, "grade_s"):
-        correct, rewards = grade(queries, ran, lam)
+        graded = grade(queries, ran, lam)
     stats["sandbox_failures"] = dict(sandbox.failures - failed_before)
-    return assemble(len(queries), M, N, designs, ran, correct, rewards, stats)
+    return assemble(len(queries), M, N, designs, ran, graded, stats)
 
 
 def _seed(seed, step, q_offset, q, *rest):
@@ -391,24 +391,26 @@ class ExecutorCalls:
 
 def grade(queries, ran, lam):
     """R = correct + λ·format of every run that happened, by reward.reward, from the correctness
-    reward.grade_runs gives (each distinct answer to a query graded once). Returns (correct, R),
-    lists in ran.keys' order."""
+    reward.grade_runs gives (each distinct answer to a query graded once) and each run's format
+    share. Returns (correct, format, R), lists in ran.keys' order."""
     pairs = [(queries[q], run) for (q, _, _), run in zip(ran.keys, ran.runs, strict=True)]
     correct = reward_lib.grade_runs(pairs)
+    formats = [reward_lib.format_score(run) for _, run in pairs]
     rewards = []
-    for (task, run), c in zip(pairs, correct, strict=True):
-        rewards.append(reward_lib.reward(task, run, lam=lam, correct=c))
-    return correct, rewards
+    for (task, run), c, f in zip(pairs, correct, formats, strict=True):
+        rewards.append(reward_lib.reward(task, run, lam=lam, correct=c, fmt=f))
+    return correct, formats, rewards
 
 
 # --------------------------------------------------------------------------------------------------
 # Phase 4: assemble
 
 
-def assemble(B, M, N, designs, ran, correct, rewards, stats) -> Batch:
+def assemble(B, M, N, designs, ran, graded, stats) -> Batch:
     """The Batch: executor samples in (q, i, j, call) order; a RunInfo for every slot (q, i, j),
     in that order (an unparsed script's: not run, reward 0, still in the Designer's group); R and
-    executed [B, M, N]."""
+    executed [B, M, N]; graded: grade's (correct, format, R) of the runs that happened."""
+    correct, formats, rewards = graded
     executor, by_run = [], {}
     for (k, c), comp in sorted(ran.completions.items()):
         by_run.setdefault(k, []).append(comp)
@@ -435,7 +437,7 @@ def assemble(B, M, N, designs, ran, correct, rewards, stats) -> Batch:
             tokens=sum(len(c.token_ids) for c in by_run.get(k, [])),
             answer=wr.answer,
             correct=correct[k],
-            format=reward_lib.format_score(wr),
+            format=formats[k],
             reward=rewards[k],
             run=wr,
         )

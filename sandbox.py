@@ -245,8 +245,9 @@ def run_tests(code, tests, timeout_per_test=4.0, *, max_output=1 << 20, budget=N
 def passed(outcome, expected, call):
     """Did one test pass: the program returned, and its output matches `expected` (a call test's
     JSON value as call_output_match compares it, a stdin test's text as outputs_match does)."""
-    match = call_output_match if call else outputs_match
-    return outcome.status == "ok" and match(outcome.output, expected)
+    if call:
+        return outcome.status == "ok" and call_output_match(outcome.output, expected)
+    return outcome.status == "ok" and outputs_match(outcome.output, _text(expected))
 
 
 # --------------------------------------------------------------------------------------------------
@@ -324,6 +325,11 @@ def call_output_match(output, expected):
         return False
 
 
+def program(code, tests):
+    """The program as every test run takes it: call-based tests get CALL_HEADER's imports first."""
+    return CALL_HEADER + code if tests.get("fn_name") else code
+
+
 def _text(value):
     return value if isinstance(value, str) else json.dumps(value)
 
@@ -332,12 +338,7 @@ def tests_report(outcomes, tests):
     """The text run_tests(code) gives a script: 'PASS 3/3', or 'FAIL 1/3' and the first failing
     case."""
     expected, call = tests.get("outputs") or [], bool(tests.get("fn_name"))
-    fails = [
-        k
-        for k, (o, e) in enumerate(zip(outcomes, expected))
-        if o.status != "ok"
-        or not (call_output_match(o.output, e) if call else outputs_match(o.output, _text(e)))
-    ]
+    fails = [k for k, (o, e) in enumerate(zip(outcomes, expected)) if not passed(o, e, call)]
     n = len(expected)
     if not fails:
         return f"PASS {n}/{n}"
@@ -670,8 +671,7 @@ class Workflows:
         elif not (tests or {}).get("inputs"):
             return s.job.reply({"ok": "PASS 0/0 (no visible tests)"})
         else:
-            # as reward.code_score runs it
-            code = CALL_HEADER + code if tests.get("fn_name") else code
+            code = program(code, tests)
             report = partial(self.on_tests, s, tests)
             s.waiting = partial(
                 _tests_job,

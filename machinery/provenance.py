@@ -6,7 +6,7 @@ cold start in its build.json (tools/ablations.py), whose report (tools/ablation_
 run only when each of its records names the pre-registration commit or a later one, from a clean
 tree. Use:
 
-    git_state()                    # {"commit": "7ce46b0b..." or None, "dirty": False, True or None}
+    git_state()                    # {"commit": "<sha>" or None, "dirty": False, True or None}
     time.strftime(CLOCK)           # "2026-12-03T14:48:08+0000": a record's start and end
     is_after(prereg, commit)       # True: commit is prereg or a descendant; False: not;
                                    # None: git cannot tell (no git, no repository, unknown commit)

@@ -164,10 +164,10 @@ def _step_split(label, tree, steps):
 
 def bench_step(revs=(), steps=12, rounds=2):
     """Where a tiny RL step's time goes (_step_split). With revisions (`python tools/bench.py
-    step:9768f35`), each is checked out into a temporary git worktree and run the same way; the
-    working tree and the revisions take turns `rounds` times and the ratio is that of the means over
-    the rounds, so a machine that slows down or speeds up during the run weighs on both sides
-    alike."""
+    step:REV`, REV a commit), each is checked out into a temporary git worktree and run the same
+    way; the working tree and the revisions take turns `rounds` times and the ratio is that of the
+    means over the rounds, so a machine that slows down or speeds up during the run weighs on both
+    sides alike."""
     revs = list(dict.fromkeys(revs))
     if not revs:
         return _step_split("working tree", HERE, steps)
