@@ -310,13 +310,21 @@ class Teacher:
         return Reply(text, None, None, reasoning, stripped)
 
     def close(self):
-        """Close the client and stop the loop (requests still in flight fail)."""
+        """Cancel the requests still in flight (their units fail: a unit's thread never waits on a
+        request that cannot end), close the client, stop the loop."""
         try:
+            self._call(self._cancel())
             self._call(self.client.close())
         finally:
             self.loop.call_soon_threadsafe(self.loop.stop)
             self.thread.join()
             self.loop.close()
+
+    async def _cancel(self):
+        tasks = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
 
 
 def seed_of(*key):
