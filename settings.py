@@ -114,9 +114,9 @@ class Config:
     executor_batch_size: int = 0  # > 0: an Executor-only step rolls out this many queries instead
     designer_lr: float = 5e-6  # [paper] the Designer's updates
     executor_lr: float = 5e-6  # [paper] the Executor's updates
-    # ours: constant (the paper gives none) | warmup_cosine (10 warmup steps, then cosine down to
-    # 0.3x at the last step; train.lr_factor): issue #55's reading of the authors' setup, not found
-    # in their released config
+    # ours: constant (the paper gives none; the tiny default) | warmup_cosine [authors] (10 warmup
+    # steps, then cosine down to 0.3x at the last step; train.lr_factor): PettingLLMs'
+    # ppo_trainer/eval.yaml `optim` from 2026-02-21 on, which the Qwen3 presets take
     lr_schedule: str = "constant"
     weight_decay: float = 0.01  # [authors] AdamW's (verl's actor optimizer); the paper does not say
     grad_clip: float = 1.0  # [authors] the gradient's global norm clipped to this (verl's)
