@@ -587,10 +587,14 @@ def _kept(unit, record, design, prompt, run):
         }
     ]
     executor = []
+    graded = {run.answer: 1.0}  # each distinct answer graded once; the run's own is right
     for c in run.calls:
         if c.completion.reason is not None:
             continue
-        if reward_lib.correctness(task, mas.answer_of(c.reply)) != 1.0:
+        answer = mas.answer_of(c.reply)
+        if answer not in graded:
+            graded[answer] = reward_lib.correctness(task, answer)
+        if graded[answer] != 1.0:
             record["wrong_replies"] += 1
             continue
         row = {"messages": c.messages, "completion": c.reply, "task_id": task["id"]}
