@@ -50,7 +50,7 @@ CASES = [  # (argv, what the one line says, in order)
             "--tasks",
             f"{GONE}.jsonl",
         ],
-        ["distill.py: no task file", f"{GONE}.jsonl", "data.py convert"],
+        ["distill.py: no task file", f"{GONE}.jsonl", "machinery/data.py prepare"],
     ),
 ]
 
