@@ -21,7 +21,7 @@ the trainer, never inside a sandbox job (whose seccomp filter forbids starting a
 vote() is counted there too, by sandbox.run_workflows(..., equal=math_equal).
 
 Programs run in the sandbox (all tests of one program in one sandbox child); their raw outputs are
-compared in the trainer as LiveCodeBench does (sandbox.outputs_match: whitespace-stripped lines,
+compared in the trainer as LiveCodeBench does (programs.outputs_match: whitespace-stripped lines,
 numbers with a tolerance), each as it arrives: the reward's grader (passes_all) ends the child at
 the first failing test, and no program gets more than GRADE_BUDGET wall seconds for a task's tests.
 
@@ -36,8 +36,8 @@ the first failing test, and no program gets more than GRADE_BUDGET wall seconds 
     correct = grade_runs(pairs)                             # a step's runs, each distinct answer
     reward(task, run, lam=0.4, correct=correct[k])          # graded once; R from that grade
 
-Needs: sandbox.py, machinery/isolation.py, machinery/confine.py (code_score runs programs;
-outputs_match), mas.py (the answer tag and its regex), machinery/data.py (for sandbox.py)
+Needs: machinery/programs.py, machinery/isolation.py, machinery/confine.py (programs under test),
+mas.py (the answer tag and its regex)
 """
 
 import atexit
@@ -56,12 +56,12 @@ from decimal import Decimal
 from fractions import Fraction
 
 import mas
-import sandbox
+from machinery import programs
 from mas import ANSWER_RE, ANSWER_TAG
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 # relative/absolute tolerance for non-integer numbers (as in program output)
-FLOAT_TOL = sandbox.FLOAT_TOL
+FLOAT_TOL = programs.FLOAT_TOL
 MAX_ANSWER_CHARS = 4000  # a longer "answer" is a runaway generation, never a final answer
 GRADER_MEMORY = 4 << 30  # address space of one grader process: a blow-up dies, the trainer does not
 GRADER_STARTUP = 120.0  # seconds a grader process may take to import SymPy on a busy machine
@@ -403,13 +403,13 @@ def extract_code(text):
 
 def code_score(code, tests, timeout=4.0):
     """Fraction of `tests` ({"inputs", "outputs", "fn_name"}) the program passes: every test, in one
-    sandbox child with `timeout` seconds each; outputs compared as sandbox.passed does. A
+    sandbox child with `timeout` seconds each; outputs compared as programs.passed does. A
     diagnostic: the reward needs only passes_all."""
     if not tests["inputs"] or not code.strip():
         return 0.0
     call = bool(tests.get("fn_name"))
-    outcomes = sandbox.run_tests(sandbox.program(code, tests), tests, timeout_per_test=timeout)
-    return sum(sandbox.passed(o, exp, call) for o, exp in zip(outcomes, tests["outputs"])) / len(
+    outcomes = programs.run_tests(programs.program(code, tests), tests, timeout_per_test=timeout)
+    return sum(programs.passed(o, exp, call) for o, exp in zip(outcomes, tests["outputs"])) / len(
         tests["inputs"]
     )
 
@@ -425,17 +425,17 @@ def passes_all(code, tests, timeout=4.0, budget=GRADE_BUDGET, early_exit=True):
     call, expected = bool(tests.get("fn_name")), tests["outputs"]
 
     def failed(k, outcome):
-        return not sandbox.passed(outcome, expected[k], call)
+        return not programs.passed(outcome, expected[k], call)
 
-    outcomes = sandbox.run_tests(
-        sandbox.program(code, tests),
+    outcomes = programs.run_tests(
+        programs.program(code, tests),
         tests,
         timeout_per_test=timeout,
         budget=budget,
         stop=failed if early_exit else None,
     )
     n = len(tests["inputs"])
-    return len(outcomes) == n and all(map(sandbox.passed, outcomes, expected, [call] * n))
+    return len(outcomes) == n and all(map(programs.passed, outcomes, expected, [call] * n))
 
 
 # --------------------------------------------------------------------------------------------------

@@ -44,8 +44,7 @@ grpo.token_logprobs.
                                                      # logprobs
 
 Needs: machinery/data.py, machinery/engine.py, mas.py, reward.py, sandbox.py, machinery/decode.py,
-machinery/isolation.py, machinery/confine.py
-"""
+machinery/isolation.py, machinery/confine.py, machinery/programs.py"""
 
 import contextlib
 import itertools
@@ -59,7 +58,7 @@ import torch
 import mas
 import reward as reward_lib
 import sandbox
-from machinery import data
+from machinery import data, programs
 from machinery import engine as engine_lib
 
 
@@ -226,7 +225,7 @@ def rollout(
       "continuous" (settings.Config.rollout_schedule)."""
     seed_of = partial(_seed, seed, step, q_offset)
     stats = {"generate_calls": 0, "generate_s": 0.0}
-    failed_before = Counter(sandbox.failures)
+    failed_before = Counter(programs.failures)
     with _timed(stats, "design_s"):
         designs = design(queries, designer_engine, M, template, designer_sampling, short, seed_of)
     with _timed(stats, "execute_s"):
@@ -243,7 +242,7 @@ def rollout(
         )
     with _timed(stats, "grade_s"):
         graded = grade(queries, ran, lam)
-    stats["sandbox_failures"] = dict(sandbox.failures - failed_before)
+    stats["sandbox_failures"] = dict(programs.failures - failed_before)
     return assemble(len(queries), M, N, designs, ran, graded, stats)
 
 

@@ -37,22 +37,10 @@ stops at the script's deadline. Every job: isolation.MEMORY bytes of memory more
 fork-server's (its folder's included), 16 MiB files, 64 open files, CPU seconds = its timeout + 1;
 its stdout past the cap closes the pipe. Nothing a script does raises in the trainer: every failure
 (syntax, exception, limit, timeout, crash, protocol violation, engine failure) is its
-WorkflowRun.error, and the ones the trainer had to catch are counted in `failures`.
+WorkflowRun.error, and the ones the trainer had to catch are counted in `failures` (programs.py's).
 
-Programs under test, outside workflows (reward.passes_all grades with run_tests, ending the job at
-the first failing test; reward.code_score runs every test):
-
-    run_code(code, stdin="", timeout=10.0) -> RunResult(stdout, stderr, status, duration, rc)
-    run_tests(code, tests, timeout_per_test=4.0) -> [TestOutcome(status, output, error)]   (one job)
-    run_tests(..., budget=s, stop=fn)  a wall budget for the job; stop(k, outcome) asked in the
-                                       trainer as each outcome arrives ends the job early
-    passed(outcome, expected, call)    one test's verdict, as reward.py grades it
-
-A stdin test runs in a fresh interpreter; call-based tests ({"fn_name": f}) share one, in turn, as
-LeetCode's and LiveCodeBench's harnesses run them (module state persists from call to call), and a
-fresh one after any test that does not return, so that no test can sink another. outputs_match
-(stdout) and call_output_match (return values) compare outputs as LiveCodeBench does, for a script's
-run_tests and reward.code_score alike.
+Programs under test, outside workflows (run_code, run_tests, passed: reward.py grades with them),
+are machinery/programs.py's, named here too.
 
 The boundary. start() starts the fork-server (else the first job does), chooses its mode, prints
 one line saying which and what it stops, and returns that line for the log. What holds, by mode
@@ -83,61 +71,29 @@ Landlock; without either start() raises SandboxUnavailable, saying what to enabl
 METAAGENT_UNSAFE_SANDBOX=1 (exactly "1"): then it warns on every start and every run_workflows.
 
 Needs: machinery/isolation.py, machinery/confine.py (the child processes), mas.py (the script
-language), machinery/data.py (task_text: what a script receives)
-"""
+language), machinery/data.py (task_text: what a script receives), machinery/programs.py"""
 
-import json
-import math
 import os
 import sys
-import threading
 import time
-from collections import Counter, deque
+from collections import deque
 from dataclasses import dataclass, field
-from decimal import Decimal, InvalidOperation
 from functools import partial
 
 import mas
-from machinery import data
+from machinery import data, programs
 from machinery import isolation as iso  # as iso: isolation() below is the function of that name
 
 # the fork-server's interface, part of this one
 start, stop, isolation = iso.start, iso.stop, iso.isolation
 remove_stale_bases, SandboxUnavailable = iso.remove_stale_bases, iso.SandboxUnavailable
 UNSAFE_ENV, MODE_ENV, MEMORY = iso.UNSAFE_ENV, iso.MODE_ENV, iso.MEMORY
-# why programs and scripts failed in ways the trainer had to catch: {reason: count}, since start
-# (rollout puts each step's in its metrics): results that do not parse or compare, protocol
-# violations, limits, timeouts
-failures, _failures_lock = Counter(), threading.Lock()
-
-
-def count_failure(reason):
-    with _failures_lock:  # (graders run in threads)
-        failures[reason] += 1
-
-
 # programs (run_python, run_tests jobs) running at once in one run_workflows call, per core this
 # process may use: when nothing else runs, each gets a quarter of a core or more, so a 4 s test
 # limit leaves a right program 1 s of CPU. All at once, 600 tester scripts forked 600 test jobs at
 # one tick on one core, and right programs timed out (docs/NOTES.md). The price: programs that run
 # out their limits take turns too (N of them: about N × limit / slots)
 PROGRAMS_PER_CORE = 4
-
-
-@dataclass
-class RunResult:
-    stdout: str
-    stderr: str
-    status: str  # "ok" | "error" | "timeout" | "memory" | "killed"
-    duration: float
-    returncode: int | None  # exit code, or -signal; None when it never ran
-
-
-@dataclass
-class TestOutcome:
-    status: str  # as RunResult.status
-    output: str  # stdout (stdin tests) or JSON of the return value (call tests)
-    error: str | None
 
 
 @dataclass
@@ -165,189 +121,6 @@ class WorkflowRun:
     error: str | None
     calls: list = field(default_factory=list)
     duration: float = 0.0
-
-
-# --------------------------------------------------------------------------------------------------
-# Programs under test
-
-
-def run_code(code, stdin="", timeout=10.0, *, memory=MEMORY):
-    """Run one Python program in a sandbox job, as `python -c` would; nothing it does raises
-    here."""
-    job = iso.Job("code", {"code": str(code), "stdin": str(stdin)}, timeout, 1 << 20, memory)
-    iso.drive([job])
-    return RunResult(*iso.outcome(job))
-
-
-def _tests_job(code, tests, per_test, max_output, budget=None, **callbacks):  # inputs: not empty
-    """The job that runs a program on every test input; its wall limit: every test's seconds (and
-    a margin), or `budget` seconds if that is less."""
-    payload = {
-        "code": str(code),
-        "inputs": tests["inputs"],
-        "fn_name": tests.get("fn_name"),
-        "max_output": max_output,
-        "timeout_per_test": per_test,
-    }
-    limit = len(tests["inputs"]) * (per_test + 0.5) + 5.0
-    limit = limit if budget is None else min(limit, budget)
-    return iso.Job("tests", payload, limit, max_output, **callbacks)
-
-
-def _outcome(msg):
-    """A harness's message as a TestOutcome (one that is not well formed: an error)."""
-    status, output, error = (msg.get(k) for k in ("status", "output", "error"))
-    if isinstance(status, str) and isinstance(output, str) and isinstance(error, str | None):
-        return TestOutcome(status, output, error)
-    count_failure("malformed test outcome")
-    return TestOutcome("error", "", "malformed test outcome")
-
-
-def _outcomes(job, n):
-    outs = [_outcome(m) for m in job.messages[:n]]
-    if len(outs) < n:  # the harness was killed (its overall deadline) or died: the rest did not run
-        _, err, status, _, _ = iso.outcome(job)
-        why = status if status != "ok" else "error"
-        outs += [TestOutcome(why, "", iso.last_line(err) or why)] * (n - len(outs))
-    return outs
-
-
-def run_tests(code, tests, timeout_per_test=4.0, *, max_output=1 << 20, budget=None, stop=None):
-    """Run one program on every test, all in ONE sandbox job; raw outputs back, compared elsewhere.
-
-    tests: {"inputs": [...], "outputs": [...], "fn_name": str|None}. A stdin test's input is the
-    stdin text and its output stdout; a call test's input is the list of positional arguments (or
-    their JSON lines) and its output the JSON of the return value.
-
-    budget: wall seconds for the whole job (default: every test's timeout and a margin); the tests
-    it leaves unrun come back as timeouts. stop(k, outcome) -> bool: asked here, in the trainer, as
-    each outcome arrives; when it holds the job is killed at once and the outcomes up to test k are
-    returned (a grader stops at the first failing test; the expected outputs never enter the
-    job)."""
-    n = len((tests or {}).get("inputs") or [])
-    if not n:
-        return []
-    stopped = []  # the test that stop() held on
-
-    def arrived(job, msg):
-        k = len(job.messages) - 1
-        if stop is not None and not stopped and stop(k, _outcome(msg)):
-            stopped.append(k)
-
-    job = _tests_job(code, tests, timeout_per_test, max_output, budget, on_message=arrived)
-    # every outcome is in (not its exit too), or stop() held: drive() kills the job as it returns
-    iso.drive([job], until=lambda: len(job.messages) >= n or bool(stopped))
-    if stopped:
-        return [_outcome(m) for m in job.messages[: stopped[0] + 1]]
-    return _outcomes(job, n)
-
-
-def passed(outcome, expected, call):
-    """Did one test pass: the program returned, and its output matches `expected` (a call test's
-    JSON value as call_output_match compares it, a stdin test's text as outputs_match does)."""
-    if call:
-        return outcome.status == "ok" and call_output_match(outcome.output, expected)
-    return outcome.status == "ok" and outputs_match(outcome.output, _text(expected))
-
-
-# --------------------------------------------------------------------------------------------------
-# Comparing outputs with expected ones, as LiveCodeBench does
-
-FLOAT_TOL = 1e-6  # relative/absolute tolerance for non-integer numbers in outputs
-# What LeetCode-style solutions take for granted (their starter code says `List[int]`), as
-# LiveCodeBench's harness provides it; prepended to programs under call-based tests.
-CALL_HEADER = (
-    "from typing import *\nfrom collections import *\nfrom heapq import *\nfrom bisect import *\n"
-    "from itertools import *\nfrom functools import *\n"
-    "import bisect, collections, functools, heapq, itertools, math, re, string\n"
-)
-
-
-def _tokens_equal(a, b):
-    try:
-        x, y = Decimal(a), Decimal(b)
-    except InvalidOperation:
-        return False
-    integers = "." not in a + b and "e" not in (a + b).lower()  # integers compare exactly
-    return (
-        x.is_finite()
-        and y.is_finite()
-        and (x == y or not integers and abs(x - y) <= Decimal(FLOAT_TOL) * max(Decimal(1), abs(y)))
-    )
-
-
-def _line_equal(a, b):
-    return (
-        a == b or len(a.split()) == len(b.split()) and all(map(_tokens_equal, a.split(), b.split()))
-    )
-
-
-def outputs_match(got, expected):
-    """LiveCodeBench's stdout comparison: the same number of whitespace-stripped lines, each equal
-    as text or, token by token, as numbers (integers exactly, others within FLOAT_TOL). Output that
-    cannot be compared (a number past Decimal's range) is a mismatch, counted in `failures`."""
-    g, e = ([line.strip() for line in str(t).strip().split("\n")] for t in (got, expected))
-    try:
-        return len(g) == len(e) and all(map(_line_equal, g, e))
-    except Exception:  # noqa: BLE001 - decimal.Overflow and the like: the program's failure
-        count_failure("unreadable result")
-        return False
-
-
-def _values_equal(got, expected):
-    """Return values compared as JSON values: floats within FLOAT_TOL, tuples as lists, bools as
-    bools."""
-    if isinstance(expected, bool) or isinstance(got, bool):
-        return got is expected
-    if isinstance(expected, int | float) and isinstance(got, int | float):
-        return (
-            got == expected
-            if isinstance(expected, int) and isinstance(got, int)
-            else math.isclose(got, expected, rel_tol=FLOAT_TOL, abs_tol=FLOAT_TOL)
-        )
-    if isinstance(expected, list | tuple) and isinstance(got, list | tuple):
-        return len(got) == len(expected) and all(map(_values_equal, got, expected))
-    if isinstance(expected, dict) and isinstance(got, dict):
-        return got.keys() == expected.keys() and all(
-            _values_equal(got[k], expected[k]) for k in expected
-        )
-    return got == expected
-
-
-def call_output_match(output, expected):
-    """A call test: `output` is the JSON text of the return value, `expected` the expected JSON
-    value. A value that does not parse or compare (nested past the recursion limit, not JSON) is
-    a mismatch, counted in `failures`: a program's output never raises here."""
-    try:
-        return _values_equal(json.loads(output), expected)
-    except Exception:  # noqa: BLE001 - RecursionError, ValueError, TypeError, MemoryError: its own
-        count_failure("unreadable result")
-        return False
-
-
-def program(code, tests):
-    """The program as every test run takes it: call-based tests get CALL_HEADER's imports first."""
-    return CALL_HEADER + code if tests.get("fn_name") else code
-
-
-def _text(value):
-    return value if isinstance(value, str) else json.dumps(value)
-
-
-def tests_report(outcomes, tests):
-    """The text run_tests(code) gives a script: 'PASS 3/3', or 'FAIL 1/3' and the first failing
-    case."""
-    expected, call = tests.get("outputs") or [], bool(tests.get("fn_name"))
-    fails = [k for k, (o, e) in enumerate(zip(outcomes, expected)) if not passed(o, e, call)]
-    n = len(expected)
-    if not fails:
-        return f"PASS {n}/{n}"
-    o, k = outcomes[fails[0]], fails[0]
-    got = o.output if o.status == "ok" else f"{o.status}: {o.error}"
-    return (
-        f"FAIL {n - len(fails)}/{n}\ninput: {_text(tests['inputs'][k])[:300]}\n"
-        f"expected: {_text(expected[k])[:300]}\ngot: {got[:300]}"
-    )
 
 
 # --------------------------------------------------------------------------------------------------
@@ -671,10 +444,10 @@ class Workflows:
         elif not (tests or {}).get("inputs"):
             return s.job.reply({"ok": "PASS 0/0 (no visible tests)"})
         else:
-            code = program(code, tests)
+            code = programs.program(code, tests)
             report = partial(self.on_tests, s, tests)
             s.waiting = partial(
-                _tests_job,
+                programs.tests_job,
                 code,
                 tests,
                 min(4.0, self.lim.code_timeout),
@@ -707,7 +480,7 @@ class Workflows:
         exits)."""
         n = len(tests["inputs"])
         if len(sub.messages) >= n or sub.finished:
-            self.answer_with(s, sub, tests_report(_outcomes(sub, n), tests))
+            self.answer_with(s, sub, programs.tests_report(programs.outcomes(sub, n), tests))
 
     def answer_with(self, s, sub, text):
         """A run_python / run_tests reply, once (a script may wait on a later one)."""
@@ -725,7 +498,7 @@ class Workflows:
         r.duration = time.monotonic() - job.t0
         if job.kill_reason:
             r.answer, r.error = None, r.error or job.kill_reason
-            count_failure(job.kill_reason.split(":")[0].split(" after ")[0][:60])
+            programs.count_failure(job.kill_reason.split(":")[0].split(" after ")[0][:60])
         elif r.answer is None and r.error is None:
             _, err, _, _, rc = iso.outcome(job)
             why = iso.last_line(err)

@@ -20,7 +20,7 @@ tokens (padding counted), their gradients accumulated before the one optimizer s
 micro-batch m adds sum_{t in C_m} -log pi / |C|, |C| the whole batch's count: the sum over m is L
 exactly, so the step is the whole batch's (to fp32 rounding). Activation checkpointing
 (speed.prepare's "full") keeps each decoder layer's input alone. The memory plan of a GPU rank
-(settings.sft_plan: 16 B a parameter of states over the ranks, the micro-batch's activations, the
+(plans.sft_plan: 16 B a parameter of states over the ranks, the micro-batch's activations, the
 lm head's chunk) is checked before any model loads and refused with its arithmetic and the fix.
 The tiny default forwards each batch whole, without checkpointing; a run on --data takes
 micro-batches of 16384 tokens and checkpointed layers (SCALE), for --epochs (2) of 64 samples a
@@ -56,8 +56,7 @@ Needs: evaluate.py, machinery/chunked.py, machinery/data.py, machinery/engine.py
 machinery/ranks.py, machinery/rundir.py, machinery/speed.py, machinery/weights.py, mas.py,
 rollout.py, settings.py, world/tiny.py, machinery/decode.py, machinery/isolation.py,
 machinery/confine.py, machinery/provenance.py, machinery/reload_check.py, reward.py, sandbox.py,
-stagewise.py
-"""
+stagewise.py, machinery/plans.py, machinery/programs.py"""
 
 import argparse
 import math
@@ -76,7 +75,7 @@ import evaluate as evaluate_lib
 import mas
 import rollout
 import settings
-from machinery import data, muon, ranks, rundir, speed, weights
+from machinery import data, muon, plans, ranks, rundir, speed, weights
 from machinery import engine as engine_lib
 from machinery.chunked import token_logprobs
 from world import tiny
@@ -87,7 +86,7 @@ TINY = dict(
     steps=1300, lr=2e-3, batch_size=8, train_tasks=3000, designer_tasks=600, optimizer="muon"
 )
 # ... each batch whole, no checkpointing (the cold start's numbers as they were); a run on --data:
-# AdamW, micro-batches of 16384 tokens and checkpointed layers (its memory plan: settings.sft_plan)
+# AdamW, micro-batches of 16384 tokens and checkpointed layers (its memory plan: plans.sft_plan)
 TINY.update(micro_tokens=0, checkpointing="off")
 # batch_size: samples a step over every rank (8 a rank on 8 GPUs), a run's length in epochs over
 # the samples read (EPOCHS, ours; steps = ceil(epochs x samples / batch_size)), so it does not
@@ -252,9 +251,7 @@ def train_sft(
     if not isinstance(model, FSDPModule):  # checkpointed layers; FSDP2 under torchrun
         speed.prepare(model, checkpointing, shard=world > 1, bf16=device.type == "cuda")
     model.train()
-    pad_id = (
-        tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
-    )
+    pad_id = engine_lib.pad_id(tokenizer)
     warmup = max(1, steps // 20)
     opt = muon.make_optimizer(model, optimizer, lr, weight_decay)
     sched = torch.optim.lr_scheduler.LambdaLR(
@@ -422,10 +419,10 @@ def _load_base(model_path, device, seed):
 
 
 def plan_report(model, hp, ranks):
-    """sft.py --plan: a GPU rank's SFT memory plan (settings.sft_plan) of `model` at each rank
+    """sft.py --plan: a GPU rank's SFT memory plan (plans.sft_plan) of `model` at each rank
     count, "fits" or "does not fit" with the fix; loads nothing (the parameters from the folder's
     safetensors headers, or Qwen3's by the size its name says)."""
-    params, shape = settings.model_shape(model) if model else (0, None)
+    params, shape = plans.model_shape(model) if model else (0, None)
     if shape is None:
         return f"sft.py --plan: no plan for {model or 'the tiny model'} (a CPU run, or no shape)"
     lines = [
@@ -436,9 +433,9 @@ def plan_report(model, hp, ranks):
     for w in map(int, ranks.split(",")):
         share = -(-hp["batch_size"] // w)  # a rank's samples a step
         plan = (shape, params, w, hp["micro_tokens"], hp["checkpointing"], share)
-        problems = settings.sft_plan_problems(*plan)
+        problems = plans.sft_plan_problems(*plan)
         verdict = "does not fit: " + problems[0].split(" GiB (")[-1][:-1] if problems else "fits"
-        lines.append(f"{w} rank(s): {settings.sft_plan_line(*plan)}: {verdict}")
+        lines.append(f"{w} rank(s): {plans.sft_plan_line(*plan)}: {verdict}")
     return "\n".join(lines)
 
 
@@ -541,13 +538,13 @@ def main(argv):
     # a GPU run's memory plan, before any model loads (the tiny model trains on a CPU)
     if a.model is not None and torch.cuda.is_available():
         world = int(os.environ.get("WORLD_SIZE", "1"))
-        params, shape = settings.model_shape(a.model)
+        params, shape = plans.model_shape(a.model)
         share = -(-hp["batch_size"] // world)  # a rank's samples a step
         plan = (shape, params, world, hp["micro_tokens"], hp["checkpointing"], share)
-        problems = settings.sft_plan_problems(*plan) if shape else []
+        problems = plans.sft_plan_problems(*plan) if shape else []
         if problems:
             sys.exit(f"sft.py: {problems[0]}")
-        short = shape and settings.short_of_memory(settings.sft_plan(*plan)["total"], "its plan")
+        short = shape and plans.short_of_memory(plans.sft_plan(*plan)["total"], "its plan")
         if short:  # each rank asks of its own GPU, before anything is on it
             sys.exit(f"sft.py: {short}")
     rank, world, device = start()

@@ -59,8 +59,8 @@ machinery/ranks.py, machinery/recorder.py, machinery/rundir.py, machinery/shared
 machinery/speed.py, machinery/weights.py, rollout.py, settings.py, stagewise.py,
 world/final_table.py, world/heldout.py, world/tiny.py, evaluate.py, machinery/decode.py,
 machinery/isolation.py, machinery/confine.py, machinery/loggers.py, machinery/offload.py,
-machinery/provenance.py, machinery/reload_check.py, mas.py, reward.py, sandbox.py
-"""
+machinery/provenance.py, machinery/reload_check.py, mas.py, reward.py, sandbox.py,
+machinery/plans.py, machinery/programs.py"""
 
 import math
 import os
@@ -92,8 +92,9 @@ def load_mix(cfg):
     sources = []
     for src in cfg.data_mix:
         # "tiny", "tiny:math", "tiny:code": the tasks of the "rl" split, which SFT never showed
-        if src in tiny.SOURCES:
-            tasks = tiny.make_tasks(2000, seed=cfg.seed, kinds=tiny.SOURCES[src], split="rl")
+        if src in settings.TINY_SOURCES:
+            kinds = settings.TINY_SOURCES[src]
+            tasks = tiny.make_tasks(2000, seed=cfg.seed, kinds=kinds, split="rl")
         else:
             tasks = data.load_tasks(src)
         if not tasks:
@@ -313,7 +314,7 @@ def optimizer_step(cfg, step, pol, mine, stats):
 
     Under FSDP2 (every GPU run) the gradients are freed right after the step, and torch's cache of
     them and of the activations emptied: the engine wakes into that memory for the rollout (vLLM
-    maps its own, outside torch's allocator; settings.memory_plan's wake), and no shard keeps a
+    maps its own, outside torch's allocator; plans.memory_plan's wake), and no shard keeps a
     gradient for the next step.
     One process on a CPU frees them at the next update's start, as before: freeing them earlier
     moves the heap, and the tiny run's numbers with it, in their last bits (docs/NOTES.md, #46)."""
@@ -395,7 +396,7 @@ def main(argv):
         rundir.prepare(cfg)
         rundir.provenance(cfg, argv)  # out_dir/run.json: commit, command, clock times, machine
         # missing, or stopped between a separate cold start's two roles: made (again)
-        whole = settings.cold_start_whole(cfg.init_from, separate=cfg.policy != "shared")
+        whole = rundir.cold_start_whole(cfg.init_from, separate=cfg.policy != "shared")
         if tiny_data and not cfg.resume and not whole:
             tiny.cold_start(cfg.init_from, cfg.seed, separate=cfg.policy == "separate")
     dist.barrier()
@@ -408,7 +409,7 @@ def main(argv):
     name = next(iter(policies))  # the engine starts with the Designer's weights
     model_dir = os.path.join(ckpt, name) if ckpt else settings.model_dirs(cfg)[name]
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
-    pad_id = tokenizer.eos_token_id if tokenizer.pad_token_id is None else tokenizer.pad_token_id
+    pad_id = engine_lib.pad_id(tokenizer)
     # backend="lean", the tiny preset: decode.py's loop, the greedy tokens of the transformers
     # engine (tests/test_engine.py::test_lean_greedy_equals_transformers) and the trainer's
     # log-probs of what it samples (::test_lean_logprobs_match_direct_forward); its seeded draws are
@@ -425,7 +426,7 @@ def main(argv):
     weights.probe("at the engine's start")
     start, pos = (ts["step"], list(ts["data_pos"])) if ts else (0, [0] * len(sources))
     rundir.restore_rng(ts, cfg.seed, rank)
-    rec = Recorder(cfg, rank, device, start)  # a resume drops the lines of later steps
+    rec = Recorder(cfg, rank, device, start, tiny_data)  # a resume drops later steps' lines
     # the held-out curves (world/heldout.py): the tiny world's at each checkpoint, the benchmark's
     # every val_every steps; both at step 0 (the cold start), unless a resumed run has it
     curves = heldout.curves(cfg, world, rank, rec.kept, tiny_data)

@@ -99,7 +99,7 @@ device = "cuda"
 # 1`: one draw a problem, heldout.VAL_SAMPLING), on AE `benchmark: AIME24` (all 30 problems)
 val_tasks = "aime24"
 val_every = 100
-# The memory plan of a rank (settings.memory_plan, checked before any model loads, from
+# The memory plan of a rank (plans.memory_plan, checked before any model loads, from
 # init_from's 8.19e9 parameters: Qwen3-8B, untied lm_head; `python train.py config/qwen3_8b.py
 # --plan` prints it per rank count), one H200:
 #   update: 4 B weights + 4 B gradients + 8 B the active role's Adam (the idle role's in host

@@ -117,6 +117,13 @@ def derive_seed(*keys) -> int:
     return int.from_bytes(digest, "little") & ((1 << 63) - 1)
 
 
+def pad_id(tokenizer) -> int:
+    """The id padding is written with, in training batches: the tokenizer's pad token, else its
+    EOS (masked out either way)."""
+    pad = tokenizer.pad_token_id
+    return pad if pad is not None else tokenizer.eos_token_id
+
+
 def eos_ids(tokenizer, config=None, generation_config=None) -> list[int]:
     """Every token that ends a completion: the tokenizer's EOS plus the model's (generation) config
     EOS (Qwen3 instruct stops on both <|im_end|> and <|endoftext|>)."""
@@ -748,6 +755,7 @@ __all__ = [
     "Completion",
     "derive_seed",
     "eos_ids",
+    "pad_id",
     "end_of_turn_id",
     "prompt_ids",
     "encode_samples",

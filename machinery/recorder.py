@@ -12,7 +12,7 @@ each on disk (fsync) before the step's checkpoint exists, so that no kill loses 
 
 then TensorBoard and wandb (loggers.py) and a printed line. Use:
 
-    rec = Recorder(cfg, rank, device, start)          # a resume drops the lines of steps after
+    rec = Recorder(cfg, rank, device, start, tiny)    # a resume drops the lines of steps after
                                                       # `start`
     rec.write({"step": 0, ...})                       # a line as it is (the held-out curve's step
                                                       # 0)
@@ -40,15 +40,14 @@ never recomputed here), over every rank's queries:
                                            estimate of the sampling policy's per-token entropy
                                            E_x~pi[-log pi(x)]
     time/design, time/execute, time/grade  the rollout's phases (rank 0's)
-    sandbox/REASON                         failures the sandbox caught this step (sandbox.failures:
+    sandbox/REASON                         failures the sandbox caught this step (programs.failures:
                                            kills, results that do not parse), every rank's
     repair/calls, trained, copy_rate,      the repairs after a failed run_tests (repair_metrics):
     adv_mean                               the dose the Executor's habit gets
 
 and where the learning signal goes (signal_metrics).
 
-Needs: machinery/loggers.py, machinery/rundir.py, settings.py, machinery/provenance.py, mas.py,
-stagewise.py
+Needs: machinery/loggers.py, machinery/rundir.py, machinery/provenance.py
 """
 
 import contextlib
@@ -60,15 +59,14 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-import settings
 from machinery import loggers, rundir
 
 
 class Recorder:
     """A run's records of its steps (the module docstring): every rank makes one and calls it."""
 
-    def __init__(self, cfg, rank, device, start):
-        self.cfg, self.rank, self.device = cfg, rank, device
+    def __init__(self, cfg, rank, device, start, tiny=False):
+        self.cfg, self.rank, self.device, self.tiny = cfg, rank, device, tiny
         self.metrics_path = os.path.join(cfg.out_dir, "metrics.jsonl")
         self.tree_path = os.path.join(cfg.out_dir, "rollouts.jsonl")
         self.kept, self.log = [], None  # kept: metrics.jsonl's lines up to `start` (a resume's)
@@ -105,8 +103,8 @@ class Recorder:
         """The step's tree into rollouts.jsonl: rank 0's first record_queries queries."""
         with self.timed("record"):
             if self.rank == 0:
-                n, tiny = self.cfg.record_queries, settings.is_tiny(self.cfg)
-                rows = batch.tree(queries[:n], A_D, A_E, self.step + 1, self.roles, tiny)
+                n = self.cfg.record_queries
+                rows = batch.tree(queries[:n], A_D, A_E, self.step + 1, self.roles, self.tiny)
                 rundir.append_jsonl(self.tree_path, rows)
 
     def add(self, keys):

@@ -31,9 +31,11 @@
 
 fault(point, step) is the fault injection tests/test_train.py uses to SIGKILL a run at chosen
 points; append_jsonl writes a step's lines, durably (recorder.py calls both at their points of the
-step).
+step). run_files / clear_run: what a run writes into out_dir (a fresh run refuses such a folder;
+--overwrite deletes it); cold_start_dirs: the model folders of a cold start. A run folder that
+cannot be resumed raises RunFolderError, saying what to do.
 
-Needs: settings.py, mas.py, stagewise.py, machinery/provenance.py
+Needs: machinery/provenance.py
 """
 
 import copy
@@ -58,7 +60,6 @@ from torch.distributed.checkpoint import state_dict as sd_api
 from torch.distributed.checkpoint.state_dict_loader import _load_state_dict_from_keys
 from torch.distributed.tensor import DTensor
 
-import settings
 from machinery.provenance import CLOCK, git_state
 
 
@@ -123,6 +124,57 @@ def set_rng_state(st):
         torch.cuda.set_rng_state_all(st["cuda"])
 
 
+class RunFolderError(ValueError):
+    """out_dir holds what this run cannot use: another run, a checkpoint of another format,
+    policy or mode. The message says what to do."""
+
+
+def run_files(out_dir):
+    """What a run writes into out_dir (checkpoints, metrics, table): a fresh run refuses a folder
+    that holds any of them, and --overwrite deletes exactly these."""
+    if not os.path.isdir(out_dir):
+        return []
+    names = (
+        "metrics.jsonl",
+        "rollouts.jsonl",
+        "rollouts.html",
+        "run.json",
+        "final_table.json",
+        "final_table_val.json",
+        "plots",
+        "tensorboard",
+        "wandb",
+    )
+    return [
+        d
+        for d in sorted(os.listdir(out_dir))
+        if d in names
+        or re.fullmatch(r"\.?(tmp_)?step_\d+", d)
+        or re.fullmatch(r"\.(metrics|rollouts)\.jsonl\.\d+\.tmp", d)
+    ]
+
+
+def clear_run(out_dir):
+    for d in run_files(out_dir):
+        path = os.path.join(out_dir, d)
+        shutil.rmtree(path) if os.path.isdir(path) else os.remove(path)
+
+
+def cold_start_dirs(init_from, separate=False):
+    """The model folders of a cold start (sft.py --out init_from [--roles separate]). sft.py renames
+    each into place when it is finished, a separate one's designer/ before its executor/: a build
+    stopped between the two leaves init_from/ with designer/ alone, so a cold start is whole when
+    every folder here is a directory, not when init_from is."""
+    if not separate:
+        return {"model": init_from}
+    return {r: os.path.join(init_from, r) for r in ("designer", "executor")}
+
+
+def cold_start_whole(init_from, separate=False):
+    """Whether every model folder of the cold start at init_from is in place (cold_start_dirs)."""
+    return all(os.path.isdir(d) for d in cold_start_dirs(init_from, separate).values())
+
+
 def restore_rng(ts, seed, rank):
     """Every RNG as the checkpoint's trainer state left it on this rank, or seeded afresh (ts
     None)."""
@@ -135,11 +187,11 @@ def restore_rng(ts, seed, rank):
 
 def prepare(cfg):
     """out_dir made; with --overwrite, the run it holds deleted first (its files only:
-    settings.run_files)."""
-    if cfg.overwrite and settings.run_files(cfg.out_dir):
-        held = ", ".join(settings.run_files(cfg.out_dir))
+    run_files)."""
+    if cfg.overwrite and run_files(cfg.out_dir):
+        held = ", ".join(run_files(cfg.out_dir))
         print(f"--overwrite: deleting the run in {cfg.out_dir} ({held})")
-        settings.clear_run(cfg.out_dir)
+        clear_run(cfg.out_dir)
     os.makedirs(cfg.out_dir, exist_ok=True)
 
 
@@ -275,7 +327,7 @@ def truncate_jsonl(path, step):
     """After a resume from the checkpoint of `step`, drop the lines of later steps from
     metrics.jsonl or rollouts.jsonl (a kill between a step's lines and its checkpoint leaves some; a
     kill mid-write leaves a partial last line). Atomic: the kept lines go to a hidden temporary file
-    (.NAME.PID.tmp, which settings.run_files covers) that replaces the file, so a second kill cannot
+    (.NAME.PID.tmp, which run_files covers) that replaces the file, so a second kill cannot
     lose them. Returns the kept rows."""
     if not os.path.exists(path):
         return []
@@ -324,18 +376,18 @@ def trainer_state(ckpt):
 def latest(out_dir):
     """(folder, trainer state) of the newest checkpoint in out_dir, or (None, None) when it holds
     none. A checkpoint of the format before state/ (optimizer.pt, trainer_state.pt) raises
-    settings.ConfigError, saying what to do."""
+    RunFolderError, saying what to do."""
     if not checkpoints(out_dir):
         return None, None
     ckpt = os.path.join(out_dir, checkpoints(out_dir)[-1])
     if not os.path.isdir(os.path.join(ckpt, "state")):
         if os.path.exists(os.path.join(ckpt, "optimizer.pt")):
             why = "is a checkpoint of the old format (optimizer.pt, trainer_state.pt)"
-            fix = "resume it with commit 88791c0 or earlier"
+            fix = "resume it with the project as it was before state/ (docs/NOTES.md, issue #54)"
         else:
             why = "has no state/ folder"
             fix = "delete it to resume from the checkpoint before it"
-        raise settings.ConfigError(f"{ckpt} {why}: {fix}, or start over with --overwrite")
+        raise RunFolderError(f"{ckpt} {why}: {fix}, or start over with --overwrite")
     return ckpt, read_state(ckpt, ["trainer"])["trainer"]
 
 
@@ -348,7 +400,7 @@ def restore(policies, ckpt, ts):
         have += [f"{n}/{s}" for s in pol["opt"]]
     have.sort()
     if not set(ts["optimizers"]) <= set(have):
-        raise settings.ConfigError(
+        raise RunFolderError(
             f"the checkpoint's optimizer states {ts['optimizers']} do not fit this config "
             f"({have}): resume with the policy and mode it was written with"
         )

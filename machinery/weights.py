@@ -32,7 +32,7 @@ the step is also the fault-injection point of that role's phase (rundir.fault "d
 "executor-phase": tests/test_train.py SIGKILLs a run there, at the phase's first generate call).
 
 Needs: machinery/ranks.py, machinery/reload_check.py, machinery/rundir.py, machinery/decode.py,
-machinery/engine.py, machinery/provenance.py, mas.py, settings.py, stagewise.py
+machinery/engine.py, machinery/provenance.py
 """
 
 import glob

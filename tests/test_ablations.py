@@ -265,7 +265,7 @@ def test_finished_runs_skipped_unfinished_resumed(tmp_path, monkeypatch, capsys,
     assert launched == [f"--out_dir={tmp_path}/flat8-s0", f"--out_dir={tmp_path}/flat16-s0"]
     assert calls[0][-1] == "--resume" and "--resume" not in calls[1]  # flat16 has no checkpoint yet
     # the runner's record is its own file: train.py refuses a fresh run into a folder holding
-    # run.json (settings.run_files), so the runner never writes one
+    # run.json (rundir.run_files), so the runner never writes one
     stamp = json.loads((tmp_path / "flat8-s0" / ablations.STAMP).read_text())
     assert stamp["cmd"] == calls[0][:-1] and not (tmp_path / "flat16-s0" / "run.json").exists()
     # killed after train.py's run.json, before any checkpoint: started over, nothing to keep

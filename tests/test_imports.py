@@ -247,7 +247,7 @@ assert data.task_text(task, short=True) == "Double it.\\nin: 2\\nout: 4"
     + """
 import mas
 if isolated:
-    assert sandbox.run_code("print(6 * 7)").stdout == "42\\n"
+    assert sandbox.programs.run_code("print(6 * 7)").stdout == "42\\n"
     prog = "print(int(input()) * 2)"
     shown = {"inputs": ["2\\n"], "outputs": ["4\\n"]}
     task = {"id": "t", "kind": "code", "question": "Double it.", "public_tests": shown}
@@ -261,10 +261,16 @@ if isolated:
 else:
     print("SKIP: no isolation here")
 """,
-    "reward": SANDBOX_START
-    + """
-call = sandbox.CallRecord("solver", [], "<answer>25</answer>", None)
-run = sandbox.WorkflowRun("25", None, [call])
+    "reward": """
+from types import SimpleNamespace
+from machinery import isolation
+try:
+    isolation.start()
+    isolated = True
+except isolation.SandboxUnavailable:
+    isolated = False
+# a run as sandbox.run_workflows returns it: its answer, its calls' full replies
+run = SimpleNamespace(answer="25", calls=[SimpleNamespace(reply="<answer>25</answer>")])
 # 1.0 + 0.4 * 1.0: the double 1.4 on any IEEE CPU
 assert reward.reward({"id": "m", "kind": "math", "answer": "025"}, run, lam=0.4) == 1.4
 # SymPy, in a grader process

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 import reward
+from machinery import programs
 from reward import code_score, extract_answer, extract_code, format_score, math_equal
 
 DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
@@ -379,9 +380,7 @@ def test_a_program_that_never_ends_is_graded_on_its_first_test(sb):
 
     assert not reward.passes_all("while True:\n    pass", hundred, timeout=1.0)
     # what passes_all asks the sandbox for: the job ends after the first outcome
-    reward.sandbox.run_tests(
-        "while True:\n    pass", hundred, timeout_per_test=1.0, stop=first_fails
-    )
+    programs.run_tests("while True:\n    pass", hundred, timeout_per_test=1.0, stop=first_fails)
     assert outcomes == ["timeout"]
     assert reward.passes_all("print(input())", hundred)
 

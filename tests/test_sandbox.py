@@ -30,7 +30,7 @@ os.environ["METAAGENT_TEST_SECRET"] = "s3cr3t-token-42"  # must never reach a ch
 import mas
 import reward
 import sandbox
-from machinery import isolation
+from machinery import isolation, programs
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 T = 2.0  # wall limit of each hostile program
@@ -298,11 +298,11 @@ def test_hostile_programs_concurrently(mode, world):
     server_pid = isolation._server.proc.pid
     with ThreadPoolExecutor(len(PROGRAMS) + 1) as ex:
         futs = {
-            name: ex.submit(sandbox.run_code, code.format(**fmt), "", T, memory=128 << 20)
+            name: ex.submit(programs.run_code, code.format(**fmt), "", T, memory=128 << 20)
             for name, code, _, _ in PROGRAMS
         }
         time.sleep(0.3)
-        goods = [ex.submit(sandbox.run_code, good, "1 2 3", 10.0) for _ in range(3)]
+        goods = [ex.submit(programs.run_code, good, "1 2 3", 10.0) for _ in range(3)]
         results = {name: f.result() for name, f in futs.items()}
         good_results = [g.result() for g in goods]
     for g in good_results:
@@ -322,16 +322,16 @@ def test_hostile_programs_concurrently(mode, world):
         world["sock"].accept()  # nobody ever connected
     assert isolation._server.proc.pid == server_pid and isolation._server.proc.poll() is None
     assert _no_leftovers()
-    assert sandbox.run_code("print(1)").stdout == "1\n"
+    assert programs.run_code("print(1)").stdout == "1\n"
 
 
 def test_each_job_gets_a_fresh_private_tmp(mode):
-    r1 = sandbox.run_code(
+    r1 = programs.run_code(
         "import os\nopen('mine.txt', 'w').write('a')\nprint(sorted(os.listdir('.')))"
     )
-    r2 = sandbox.run_code("import os\nprint(sorted(os.listdir('.')))")
+    r2 = programs.run_code("import os\nprint(sorted(os.listdir('.')))")
     assert r1.stdout.strip() == "['mine.txt']" and r2.stdout.strip() == "[]"
-    r3 = sandbox.run_code("import os\nprint(len([p for p in os.listdir('/proc') if p.isdigit()]))")
+    r3 = programs.run_code("import os\nprint(len([p for p in os.listdir('/proc') if p.isdigit()]))")
     if mode == "isolated":
         assert r3.stdout.strip() == "1"  # alone in its PID namespace
     else:  # no /proc at all
@@ -339,13 +339,13 @@ def test_each_job_gets_a_fresh_private_tmp(mode):
 
 
 def test_run_tests_stdin_and_call_based(mode):
-    out = sandbox.run_tests(
+    out = programs.run_tests(
         "print(int(input()) * 2)", {"inputs": ["2\n", "5\n", "x\n"], "outputs": ["4", "10", ""]}
     )
     assert [o.status for o in out] == ["ok", "ok", "error"]
     assert [o.output for o in out[:2]] == ["4\n", "10\n"] and "ValueError" in out[2].error
     code = "class Solution:\n    def add(self, a, b):\n        return [a + b]\n"
-    out = sandbox.run_tests(
+    out = programs.run_tests(
         code, {"inputs": [[1, 2], "3\n4"], "outputs": [[3], [7]], "fn_name": "add"}
     )
     assert [(o.status, o.output) for o in out] == [("ok", "[3]"), ("ok", "[7]")]
@@ -355,11 +355,11 @@ def test_run_tests_stdin_and_call_based(mode):
     print('tampered')
 except OSError:
     print('denied')"""
-    assert [o.output for o in sandbox.run_tests(tamper, {"inputs": [""], "outputs": [""]})] == [
+    assert [o.output for o in programs.run_tests(tamper, {"inputs": [""], "outputs": [""]})] == [
         "denied\n"
     ]
     t0 = time.monotonic()
-    out = sandbox.run_tests(
+    out = programs.run_tests(
         "import time\nn = int(input())\ntime.sleep(n)\nprint(n)",
         {"inputs": ["0", "100", "0"], "outputs": ["0", "100", "0"]},
         timeout_per_test=1.0,
@@ -384,20 +384,20 @@ def test_run_tests_stops_where_the_trainer_says_and_within_its_budget(mode):
         asked.append((k, outcome.status))
         return outcome.status != "ok"
 
-    out = sandbox.run_tests("while True:\n    pass", hundred, timeout_per_test=1.0, stop=stop)
+    out = programs.run_tests("while True:\n    pass", hundred, timeout_per_test=1.0, stop=stop)
     assert [o.status for o in out] == ["timeout"] and asked == [(0, "timeout")]
     # a stop that never holds changes nothing: every outcome, as without it
     echo = "print(input())"
-    full = sandbox.run_tests(echo, hundred)
-    assert sandbox.run_tests(echo, hundred, stop=lambda k, o: False) == full
+    full = programs.run_tests(echo, hundred)
+    assert programs.run_tests(echo, hundred, stop=lambda k, o: False) == full
     assert [o.output for o in full] == [f"{k}\n" for k in range(100)]
     # stop on test 3 of a call-based set: the outcomes up to it
     calls = {"inputs": [[k] for k in range(6)], "outputs": list(range(6)), "fn_name": "f"}
-    out = sandbox.run_tests("def f(x):\n    return x", calls, stop=lambda k, o: k == 3)
+    out = programs.run_tests("def f(x):\n    return x", calls, stop=lambda k, o: k == 3)
     assert [o.output for o in out] == ["0", "1", "2", "3"]
     # the budget: the tests it leaves unrun are timeouts
     slow = "import time\ntime.sleep(0.5)\nprint(input())"
-    out = sandbox.run_tests(slow, hundred, budget=2.0)
+    out = programs.run_tests(slow, hundred, budget=2.0)
     assert out[-1].status == "timeout" and len(out) == 100
     assert sum(o.status == "ok" for o in out) < 100
     assert _no_leftovers()
@@ -461,7 +461,7 @@ def test_call_tests_share_a_process_with_the_outcomes_of_one_each(mode):
         return [
             (o.status, o.output, o.error)
             for inputs in batches
-            for o in sandbox.run_tests(
+            for o in programs.run_tests(
                 code, dict(tests, inputs=inputs), timeout_per_test=1.0, max_output=1 << 16
             )
         ]
@@ -503,18 +503,18 @@ def f(x):
 
 
 def test_outputs_match_livecodebench_style():
-    assert sandbox.outputs_match("YES\nNO\n", "YES\nNO")
-    assert sandbox.outputs_match("  1 2 3  \n\n", "1 2 3")
-    assert sandbox.outputs_match("1.0000001\n", "1.0")
-    assert sandbox.outputs_match("0.5 2\n", "0.50 2")
-    assert not sandbox.outputs_match("1.01", "1.0")
+    assert programs.outputs_match("YES\nNO\n", "YES\nNO")
+    assert programs.outputs_match("  1 2 3  \n\n", "1 2 3")
+    assert programs.outputs_match("1.0000001\n", "1.0")
+    assert programs.outputs_match("0.5 2\n", "0.50 2")
+    assert not programs.outputs_match("1.01", "1.0")
     # integers: exact
-    assert not sandbox.outputs_match("1000000000000000001", "1000000000000000000")
-    assert not sandbox.outputs_match("YES\nNO", "YES\nYES")
-    assert not sandbox.outputs_match("YES", "YES\nNO")
-    assert not sandbox.outputs_match("yes", "YES")
-    assert sandbox.outputs_match("abc \n", "abc")
-    assert not sandbox.outputs_match("nan", "nan 1")
+    assert not programs.outputs_match("1000000000000000001", "1000000000000000000")
+    assert not programs.outputs_match("YES\nNO", "YES\nYES")
+    assert not programs.outputs_match("YES", "YES\nNO")
+    assert not programs.outputs_match("yes", "YES")
+    assert programs.outputs_match("abc \n", "abc")
+    assert not programs.outputs_match("nan", "nan 1")
 
 
 def _instant(calls):
@@ -895,7 +895,7 @@ def host(tmp_path):
 
 def _run(code, **kw):
     """run_code on a program that prints one JSON line: that value."""
-    r = sandbox.run_code(textwrap.dedent(code), **kw)
+    r = programs.run_code(textwrap.dedent(code), **kw)
     assert r.status == "ok", r
     return json.loads(r.stdout)
 
@@ -995,13 +995,13 @@ def test_nothing_a_program_returns_raises_in_the_trainer(mode, schedule):
     deep += "    for _ in range(3000):\n        a = [a]\n    return a"
     forged = "import os\ndef f(x):\n    os.write(4, b'[' * 5000 + b'\\n')\n    return 1"
     calls = {"inputs": [[1], [2]], "outputs": [[1], [2]], "fn_name": "f"}
-    before = sandbox.failures["unreadable result"]
+    before = programs.failures["unreadable result"]
     for code in (deep, forged):
         assert reward.correctness({"kind": "code", "tests": calls}, code) == 0.0
         assert reward.code_score(code, calls) == 0.0
     huge = {"inputs": ["1\n"], "outputs": ["1.5"], "fn_name": None}
     assert reward.correctness({"kind": "code", "tests": huge}, "print('1e999999999')") == 0.0
-    assert sandbox.failures["unreadable result"] >= before + 5
+    assert programs.failures["unreadable result"] >= before + 5
     nested = b'{"op": "agent", "x": ' + b"[" * 5000 + b"]" * 5000 + b"}\\n"
     bad = f"import os\ndef workflow(task):\n    os.write(3, {nested!r})\n    return 'x'"
     tester = {
@@ -1138,7 +1138,7 @@ def test_memory_a_limit_cannot_count_is_refused(mode):
         chunks.clear()
     print(json.dumps([written, held]))
     """
-    r = sandbox.run_code(textwrap.dedent(fill), memory=64 << 20)
+    r = programs.run_code(textwrap.dedent(fill), memory=64 << 20)
     if r.status == "ok":
         written, held = json.loads(r.stdout)
         assert written <= 16 and written + held <= 64, (written, held)
@@ -1182,8 +1182,8 @@ def test_output_past_the_cap_closes_the_pipe(mode):
     """A program that floods stdout or stderr is cut off at the cap: the pipe closes, its next
     write fails, and the trainer reads no more than the caps (its CPU time says so)."""
     cpu = time.process_time()
-    out = sandbox.run_code("import sys\nwhile True:\n    sys.stdout.write('x' * 65536)", timeout=3)
-    err = sandbox.run_code("import sys\nwhile True:\n    sys.stderr.write('e' * 65536)", timeout=3)
+    out = programs.run_code("import sys\nwhile True:\n    sys.stdout.write('x' * 65536)", timeout=3)
+    err = programs.run_code("import sys\nwhile True:\n    sys.stderr.write('e' * 65536)", timeout=3)
     used = time.process_time() - cpu
     assert out.status == "error" and "output limit" in out.stderr and len(out.stdout) == 1 << 20
     assert err.status == "error", err
@@ -1278,7 +1278,7 @@ def test_an_isolated_job_is_never_the_host_root(isolated):
 
     with ThreadPoolExecutor(1) as ex:
         f = ex.submit(watch)
-        r = sandbox.run_code("import os, time\nprint(os.getuid(), os.geteuid())\ntime.sleep(1.5)")
+        r = programs.run_code("import os, time\nprint(os.getuid(), os.geteuid())\ntime.sleep(1.5)")
         f.result()
     assert r.stdout.split() == [str(isolation.JOB_UID)] * 2
     jobs = [(uids, caps) for uids, caps in seen if uids == [str(_host_uid())] * 4]
@@ -1345,14 +1345,15 @@ if {no_landlock}:
     rules["landlock_create_ruleset"] = ("enosys",)
 confine.seccomp(rules)
 import sandbox
+from machinery import programs
 try:
     print(sandbox.start().split(":")[0])
 except sandbox.SandboxUnavailable as e:
     print("unavailable:", str(e).splitlines()[0])
     raise SystemExit(0)
-r = sandbox.run_code("import os\\nprint(6 * 7)\\nos.fork()")
+r = programs.run_code("import os\\nprint(6 * 7)\\nos.fork()")
 print(r.stdout.strip(), "PermissionError" in r.stderr)
-r = sandbox.run_code("print(open('/etc/hostname').read())")
+r = programs.run_code("print(open('/etc/hostname').read())")
 print(r.status)
 """
 
@@ -1396,7 +1397,7 @@ def test_trainer_exit_takes_the_server_down():
     code = (
         f"import sys, time; sys.path.insert(0, {REPO!r}); import sandbox; "
         "from machinery import isolation; sandbox.start(); import threading; "
-        "threading.Thread(target=sandbox.run_code, args=('import time; time.sleep(100)',),"
+        "threading.Thread(target=programs.run_code, args=('import time; time.sleep(100)',),"
         " kwargs={'timeout': 100}, daemon=True).start(); time.sleep(1.5); "
         "print(isolation._server.proc.pid, flush=True); "
         "import os; os._exit(0)"

@@ -5,7 +5,7 @@ set for; a plan that does not fit is refused before any model loads with its ari
 an engine share too small for its own weights is refused; the parameters are init_from's
 (*.safetensors headers) or, before it exists, Qwen3's by the size its name says. `train.py PRESET
 --plan` prints the plan per rank count and agrees with validate. The batch that does not divide by
-the ranks says what to set. No GPU here: the plan is for an H200 (settings.H200_GIB)."""
+the ranks says what to set. No GPU here: the plan is for an H200 (plans.H200_GIB)."""
 
 import itertools
 import json
@@ -18,11 +18,12 @@ import pytest
 import torch
 
 import settings
+from machinery import plans
 from world import tiny
 
 ROOT = Path(__file__).resolve().parents[1]
 GIB = 2**30
-QWEN3_8B, QWEN3_4B = 8_190_735_360, 4_022_468_096  # settings.qwen3_params, built on meta below
+QWEN3_8B, QWEN3_4B = 8_190_735_360, 4_022_468_096  # plans.qwen3_params, built on meta below
 
 
 def header_only(folder, params):
@@ -38,23 +39,23 @@ def header_only(folder, params):
 def test_the_presets_plans_fit_and_8b_on_one_gpu_is_refused():
     big = settings.parse_config(["config/qwen3_8b.py"])
     assert big.offload_idle_state and big.mode == "stagewise" and big.policy == "shared"
-    assert settings.plan_problems(big, 8, QWEN3_8B) == []
-    assert settings.plan_problems(big, 2, QWEN3_8B) == []  # 61.0 + 62.6 + 4 = 127.6 GiB of 139
-    (problem,) = settings.plan_problems(big, 1, QWEN3_8B)
+    assert plans.plan_problems(big, 8, QWEN3_8B) == []
+    assert plans.plan_problems(big, 2, QWEN3_8B) == []  # 61.0 + 62.6 + 4 = 127.6 GiB of 139
+    (problem,) = plans.plan_problems(big, 1, QWEN3_8B)
     # 16 B x 8.19e9 = 122.1 GiB of trainer states alone
     assert "update: (4 weights + 4 gradients + 8 Adam, 1 state(s)) B x 8.19e+09 params" in problem
     assert "/ 1 rank(s) = 122.1 GiB" in problem and "at least 2 ranks" in problem
     small = settings.parse_config(["config/qwen3_4b.py"])
-    assert settings.plan_problems(small, 1, QWEN3_4B) == []
-    plan = settings.memory_plan(small, 1, QWEN3_4B)
+    assert plans.plan_problems(small, 1, QWEN3_4B) == []
+    plan = plans.memory_plan(small, 1, QWEN3_4B)
     assert plan["trainer"] == pytest.approx(16 * QWEN3_4B / GIB)  # one Adam state on the GPU
     assert plan["host"] == pytest.approx(8 * QWEN3_4B / GIB)  # the idle one, in host memory
     assert plan["engine"] == pytest.approx(0.5 * 139.0)
-    assert plan["update"] == pytest.approx(plan["trainer"] + plan["engine"] + settings.RESERVE_GIB)
+    assert plan["update"] == pytest.approx(plan["trainer"] + plan["engine"] + plans.RESERVE_GIB)
     assert plan["wake"] == pytest.approx(plan["update"] - 4 * QWEN3_4B / GIB)  # gradients freed
     assert plan["total"] == plan["update"] <= plan["gpu"]
     # the CPU presets have no plan
-    assert settings.memory_plan(settings.parse_config([]), 1, 1e6) is None
+    assert plans.memory_plan(settings.parse_config([]), 1, 1e6) is None
 
 
 def test_the_plan_counts_every_adam_state_that_exists():
@@ -67,7 +68,7 @@ def test_the_plan_counts_every_adam_state_that_exists():
 
     def per_param(*flags):
         cfg = settings.parse_config(["config/qwen3_8b.py", *flags])
-        p = settings.memory_plan(cfg, 1, P)
+        p = plans.memory_plan(cfg, 1, P)
         return p["trainer"] * GIB / P, p["host"] * GIB / P, p["wake"] - p["update"]
 
     assert per_param("--offload_idle_state=False") == pytest.approx((24, 0, -4 * P / GIB))
@@ -81,7 +82,7 @@ def test_the_plan_counts_every_adam_state_that_exists():
     assert per_param(*sep, "--mode=coupled") == pytest.approx((16, 0, -4 * P / GIB))
     # the engine holds one role's weights at a time: one model's, in bf16
     cfg = settings.parse_config(["config/qwen3_8b.py", *sep])
-    assert settings.memory_plan(cfg, 1, 2 * P)["engine_weights"] == pytest.approx(2 * P / GIB)
+    assert plans.memory_plan(cfg, 1, 2 * P)["engine_weights"] == pytest.approx(2 * P / GIB)
     # the issue's arithmetic without the offload: 4B on one GPU 20 B at wake, 148.4 GiB; 8B on two
     # ranks 142.8 GiB; both refused, with the offload among the fixes
     for preset, n, world, wake in (
@@ -89,8 +90,8 @@ def test_the_plan_counts_every_adam_state_that_exists():
         ("qwen3_8b", QWEN3_8B, 2, 142.8),
     ):
         cfg = settings.parse_config([f"config/{preset}.py", "--offload_idle_state=False"])
-        assert settings.memory_plan(cfg, world, n)["wake"] == pytest.approx(wake, abs=0.05)
-        (problem,) = settings.plan_problems(cfg, world, n)
+        assert plans.memory_plan(cfg, world, n)["wake"] == pytest.approx(wake, abs=0.05)
+        (problem,) = plans.plan_problems(cfg, world, n)
         assert "--offload_idle_state" in problem and "16 Adam, 2 state(s)" in problem
 
 
@@ -111,51 +112,51 @@ def test_validate_refuses_a_plan_that_does_not_fit_with_its_arithmetic(tmp_path)
     low = settings.parse_config(
         ["config/qwen3_8b.py", "--engine_kwargs={'gpu_memory_utilization': 0.1}"]
     )
-    (problem,) = settings.plan_problems(low, 8, QWEN3_8B)
+    (problem,) = plans.plan_problems(low, 8, QWEN3_8B)
     # 0.1 x 139 = 13.9 GiB, below the bf16 weights' 15.3 GiB
     assert "leaves the engine no KV cache" in problem and "(15.3 GiB)" in problem
     # an engine share that leaves no room at any number of ranks: the fix is the share
     full = settings.parse_config(
         ["config/qwen3_8b.py", "--engine_kwargs={'gpu_memory_utilization': 0.97}"]
     )
-    (problem,) = settings.plan_problems(full, 8, QWEN3_8B)
+    (problem,) = plans.plan_problems(full, 8, QWEN3_8B)
     assert problem.endswith("(gpu_memory_utilization <= 0.86)")
     whole = settings.parse_config(
         ["config/qwen3_8b.py", "--engine_kwargs={'gpu_memory_utilization': 1}"]
     )
-    assert "must be in (0, 1), got 1" in settings.plan_problems(whole, 8, QWEN3_8B)[0]
+    assert "must be in (0, 1), got 1" in plans.plan_problems(whole, 8, QWEN3_8B)[0]
 
 
 def test_the_plans_parameters_are_init_froms(tmp_path):
     folder = tiny.save_tiny(str(tmp_path / "m"), seed=0)
-    n = settings.stored_params(folder)  # from the safetensors headers alone
+    n = plans.stored_params(folder)  # from the safetensors headers alone
     model, _ = tiny.build_model(seed=0)
     assert n == sum(p.numel() for p in model.parameters())  # tied: the head stored once
     cfg = settings.parse_config(["config/qwen3_8b.py", f"--init_from={folder}"])
-    assert settings.init_params(cfg) == n
-    assert settings.plan_problems(cfg, world=8) == []
+    assert plans.init_params(cfg) == n
+    assert plans.plan_problems(cfg, world=8) == []
     # 8B's files on one GPU: refused from the headers, before any model loads
     big = header_only(tmp_path / "sft-8b", QWEN3_8B)
     cfg = settings.parse_config(["config/qwen3_8b.py", f"--init_from={big}"])
-    (problem,) = settings.plan_problems(cfg, world=1)
+    (problem,) = plans.plan_problems(cfg, world=1)
     assert "B x 8.19e+09 params / 1 rank(s) = 122.1 GiB" in problem
     # a missing init_from: no plan to check (validate names the folder on its own)
     gone = settings.parse_config(["config/qwen3_8b.py", f"--init_from={tmp_path / 'gone'}"])
-    assert settings.plan_problems(gone, world=1) == []
+    assert plans.plan_problems(gone, world=1) == []
 
 
 def test_the_qwen3_table_counts_the_models_parameters():
-    """settings.QWEN3's shapes, built as transformers builds Qwen3 (on the meta device: no memory),
+    """plans.QWEN3's shapes, built as transformers builds Qwen3 (on the meta device: no memory),
     hold qwen3_params parameters; init_from's name picks the size."""
     from transformers import Qwen3Config, Qwen3ForCausalLM
 
     counts = {}
-    for size, shape in settings.QWEN3.items():
+    for size, shape in plans.QWEN3.items():
         with torch.device("meta"):
             model = Qwen3ForCausalLM(Qwen3Config(**shape))
         # parameters() lists a tied head once, as the safetensors file stores it
         counts[size] = sum(p.numel() for p in model.parameters())
-        assert counts[size] == settings.qwen3_params(size), size
+        assert counts[size] == plans.qwen3_params(size), size
     assert counts == {"0.6b": 596_049_920, "4b": QWEN3_4B, "8b": QWEN3_8B}
     names = {
         "out/sft-qwen3-8b": "8b",
@@ -164,7 +165,7 @@ def test_the_qwen3_table_counts_the_models_parameters():
         "Qwen/Qwen3-14B": None,
         "out/tiny-sft": None,
     }
-    assert {path: settings.qwen3_size(path) for path in names} == names
+    assert {path: plans.qwen3_size(path) for path in names} == names
 
 
 def plan_rows(text):
@@ -195,7 +196,7 @@ def test_plan_prints_each_rank_count_and_agrees_with_validate(tmp_path, capsys):
         assert sorted(rows) == sorted(itertools.product((True, False), (1, 2, 3, 4, 8)))
         for (on, w), verdict in rows.items():
             cfg = settings.parse_config([preset, f"--offload_idle_state={on}"])
-            refused = settings.plan_problems(cfg, w, n)
+            refused = plans.plan_problems(cfg, w, n)
             assert (not verdict.startswith("fits")) == bool(refused), (preset, on, w)
             assert ("batch_size: set --batch_size=9 (3 a rank)" in verdict) == (w == 3)
     rows = plan_rows(text)  # the 8B preset's
@@ -245,41 +246,41 @@ def test_a_batch_that_does_not_divide_says_what_to_set(tmp_path):
 
 
 def test_the_sft_plan_counts_states_activations_and_the_head(tmp_path):
-    """settings.sft_plan (sft.py's, before any model loads): 16 B a parameter over the ranks, the
+    """plans.sft_plan (sft.py's, before any model loads): 16 B a parameter over the ranks, the
     micro-batch's tokens x what a token keeps (checkpointing full: each layer's bf16 input and one
     layer's intermediates; off: every layer's), the lm head's chunk, the bf16 weights; refused
     with the arithmetic and the fix."""
-    n, shape = settings.model_shape("Qwen/Qwen3-8B")  # not here: the size its name says
+    n, shape = plans.model_shape("Qwen/Qwen3-8B")  # not here: the size its name says
     assert n == QWEN3_8B and (shape["hidden_size"], shape["tie_word_embeddings"]) == (4096, False)
     layer = 2 * (10 * 4096 + 4 * 12288)  # one layer's intermediates a token, bf16
-    p = settings.sft_plan(shape, n, 8, 16384, "full")
+    p = plans.sft_plan(shape, n, 8, 16384, "full")
     assert p["states"] == pytest.approx(16 * n / 8 / GIB)
     assert p["per_token"] == 36 * 2 * 4096 + layer
     assert p["activations"] == pytest.approx(16384 * p["per_token"] / GIB)
     assert p["head"] == pytest.approx((3 * 1024 * 151936 * 4 + 151936 * 4096 * 4) / GIB)
-    parts = p["states"] + p["activations"] + p["head"] + p["bf16"] + settings.RESERVE_GIB
+    parts = p["states"] + p["activations"] + p["head"] + p["bf16"] + plans.RESERVE_GIB
     assert (
         p["total"] == pytest.approx(parts)
-        and settings.sft_plan_problems(shape, n, 8, 16384, "full") == []
+        and plans.sft_plan_problems(shape, n, 8, 16384, "full") == []
     )
     # the issue's case: 8 samples of 8k tokens a rank in one pass, no checkpointing: ~6 MB a token
-    off = settings.sft_plan(shape, n, 8, 8 * 8192, "off")
+    off = plans.sft_plan(shape, n, 8, 8 * 8192, "off")
     assert off["per_token"] == 36 * layer and off["activations"] > 380
-    (problem,) = settings.sft_plan_problems(shape, n, 8, 8 * 8192, "off")
-    room = off["gpu"] - off["states"] - off["head"] - off["bf16"] - settings.RESERVE_GIB
+    (problem,) = plans.sft_plan_problems(shape, n, 8, 8 * 8192, "off")
+    room = off["gpu"] - off["states"] - off["head"] - off["bf16"] - plans.RESERVE_GIB
     assert f"--micro-tokens <= {int(room * GIB // off['per_token'])}" in problem
     assert "--checkpointing full with --micro-tokens 65536" in problem
     # one GPU: 122 GiB of states alone and autocast's bf16 copy of the weights
-    (problem,) = settings.sft_plan_problems(shape, n, 1, 16384, "full")
+    (problem,) = plans.sft_plan_problems(shape, n, 1, 16384, "full")
     assert "= 122.1 GiB" in problem and "bf16 weights 15.3 GiB" in problem
     assert problem.endswith("(at least 2 ranks)")
     # a folder: its config.json and safetensors headers
     folder = tiny.save_tiny(str(tmp_path / "m"), seed=0)
-    n, shape = settings.model_shape(folder)
+    n, shape = plans.model_shape(folder)
     model = tiny.build_model(seed=0)[0]
     assert n == sum(p.numel() for p in model.parameters())
     assert shape["hidden_size"] == model.config.hidden_size
-    assert settings.model_shape(tmp_path / "no-such-model") == (0, None)
+    assert plans.model_shape(tmp_path / "no-such-model") == (0, None)
 
 
 def test_the_benchmark_curve_settings_are_checked_and_recorded(tmp_path):

@@ -304,12 +304,12 @@ def test_parse_config_types_and_files(tmp_path):
 def test_a_cold_start_is_whole_with_every_model_folder(tmp_path):
     # sft.py --roles separate renames designer/ into place before executor/: a build stopped
     # between them is not whole, and train.py's tiny world makes it again
-    assert not settings.cold_start_whole(str(tmp_path / "none"))
+    assert not rundir.cold_start_whole(str(tmp_path / "none"))
     (tmp_path / "designer").mkdir()
-    assert settings.cold_start_whole(str(tmp_path))  # shared: the folder itself
-    assert not settings.cold_start_whole(str(tmp_path), separate=True)
+    assert rundir.cold_start_whole(str(tmp_path))  # shared: the folder itself
+    assert not rundir.cold_start_whole(str(tmp_path), separate=True)
     (tmp_path / "executor").mkdir()
-    assert settings.cold_start_whole(str(tmp_path), separate=True)
+    assert rundir.cold_start_whole(str(tmp_path), separate=True)
 
 
 def test_lr_schedule_and_its_step():

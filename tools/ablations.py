@@ -46,9 +46,9 @@ before it stay in their own folders as they were written (issue #45's results/ab
 results/ablations34). The other arms of runs() (issue #34's: flat8, flat16, coupled, designer,
 executor, separate, k1, k10) run with --only.
 
-Needs: machinery/provenance.py, settings.py (a cold start's folders; it imports mas.py and
-stagewise.py), tools/ablation_report.py; train.py, sft.py and world/final_table.py (run as programs)
-and what their Needs lines name
+Needs: machinery/provenance.py, machinery/rundir.py (a cold start's folders),
+tools/ablation_report.py; train.py, sft.py and world/final_table.py (run as programs) and what their
+Needs lines name
 """
 
 import argparse
@@ -69,7 +69,7 @@ from datetime import datetime
 # tools/
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-import settings
+from machinery import rundir
 from machinery.provenance import CLOCK, git_state
 from tools import ablation_report
 from tools.ablation_report import (
@@ -375,7 +375,7 @@ def launch(cmd, log_path, cpus=None, echo=True):
 
 def build_cold_start(seed, root, cpus=None, echo=True, separate=False):
     """'ok' | 'failed (cold start rc N)': seed s's cold start, made by sft.py unless it is there.
-    sft.py renames each finished model folder into place (settings.cold_start_dirs: a separate
+    sft.py renames each finished model folder into place (rundir.cold_start_dirs: a separate
     build stopped between its two roles has designer/ alone, and is made again); its log grows
     beside it (ROOT/sft-s{s}.log) and moves in as sft.log, with build.json (the command,
     start and end clock times, the commit and whether the tree was dirty: machinery/provenance.py).
@@ -387,14 +387,14 @@ def build_cold_start(seed, root, cpus=None, echo=True, separate=False):
         if before and sft_args(before) != sft_args(cmd):  # another set's: never reused silently
             print(f"== cold start seed {seed}: {path} was made by {' '.join(before[1:])}")
             return "failed (cold start made by another command)"
-        if settings.cold_start_whole(path, separate):
+        if rundir.cold_start_whole(path, separate):
             return "ok"
         print(f"== cold start seed {seed}: {path} unfinished (stopped between roles): made again")
     print(f"== cold start seed {seed}: {' '.join(cmd[1:])}", flush=True)
     os.makedirs(root, exist_ok=True)  # a new set's root: its first cold start's log goes there
     start = time.strftime(CLOCK)
     rc = launch(cmd, log, cpus, echo)
-    if rc != 0 or not settings.cold_start_whole(path, separate):
+    if rc != 0 or not rundir.cold_start_whole(path, separate):
         print(f"== cold start seed {seed}: failed (rc {rc}; its log: {log})", flush=True)
         return f"failed (cold start rc {rc})"
     if os.path.exists(log):

@@ -40,8 +40,7 @@ machinery/data.py, machinery/decode.py, machinery/isolation.py, machinery/confin
 machinery/loggers.py, machinery/offload.py, machinery/provenance.py, machinery/recorder.py,
 machinery/reload_check.py, machinery/rundir.py, machinery/shared_prompts.py, machinery/weights.py,
 mas.py, reward.py, sandbox.py, stagewise.py, world/final_table.py, world/heldout.py;
-tools/distill.py (the distill section)
-"""
+tools/distill.py (the distill section), machinery/plans.py, machinery/programs.py"""
 
 import functools
 import json
@@ -66,7 +65,7 @@ import rollout as rollout_lib
 import settings
 import train
 from machinery import engine as engine_lib
-from machinery import ranks, speed
+from machinery import plans, programs, ranks, speed
 from world import tiny
 
 HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the project root
@@ -228,8 +227,8 @@ def bench_engine(reps=3):
 # --------------------------------------------------------------------------------------------------
 # the update's log-probs and the GPU path, on random Qwen3-shaped models
 
-QWEN3_4B = {  # settings.QWEN3's shape, at the length the bench runs
-    **settings.QWEN3["4b"],
+QWEN3_4B = {  # plans.QWEN3's shape, at the length the bench runs
+    **plans.QWEN3["4b"],
     "max_position_embeddings": 40960,
     "rope_theta": 1e6,
     "use_cache": False,
@@ -503,7 +502,7 @@ def bench_grade(sizes=("100",)):
 
 
 def bench_sandbox(reps=20):
-    """A sandbox job's start-up (sandbox.run_code of an empty program: fork from the fork-server,
+    """A sandbox job's start-up (programs.run_code of an empty program: fork from the fork-server,
     confine, run, report) beside `python -c pass` (a fresh interpreter, no sandbox), in turns, in
     each mode this machine has; and, where bubblewrap is installed, `bwrap ... python -c pass` (a
     well-kept tool's sandbox around a fresh interpreter: what each job would cost with it). Last
@@ -540,9 +539,8 @@ def bench_sandbox(reps=20):
 
 
 def _sandbox_job(rep):
-    import sandbox
 
-    r = sandbox.run_code("pass")
+    r = programs.run_code("pass")
     assert r.status == "ok", r
 
 
@@ -562,35 +560,35 @@ PROGRAM_SLEEP = 0.03  # seconds a program between calls sleeps
 
 
 def schedule_scripts(seed, runs=16, equal=False):
-    """(scripts, {(run, call index): reply length}, plans): runs of 2-5 sequential calls, a quarter
-    starting with sample(3), half with a program between calls; a plan is a run's items in order,
-    ("call", [reply lengths]) or ("program", 1). equal: 3 calls of 40 tokens each, no fan-out, no
-    program."""
+    """(scripts, {(run, call index): reply length}, outlines): runs of 2-5 sequential calls, a
+    quarter starting with sample(3), half with a program between calls; an outline is a run's items
+    in order, ("call", [reply lengths]) or ("program", 1). equal: 3 calls of 40 tokens each, no
+    fan-out, no program."""
     import random
 
     rng = random.Random(seed)
-    scripts, lengths, plans = [], {}, []
+    scripts, lengths, outlines = [], {}, []
     program = f"run_python('import time\\ntime.sleep({PROGRAM_SLEEP})')"
     for k in range(runs):
         calls = 3 if equal else rng.randint(2, 5)
         fan = not equal and rng.random() < 0.25
         programs = not equal and rng.random() < 0.5
         lines = ["def workflow(task):", "    a = Agent('s', 'x')", "    t = task"]
-        plan, index = [], 0
+        outline, index = [], 0
         for c in range(calls):
             n = 3 if fan and c == 0 else 1
             drawn = [40 if equal else _reply_length(rng) for _ in range(n)]
             for i, length in enumerate(drawn):
                 lengths[(k, index + i)] = length
             index += n
-            plan.append(("call", drawn))
+            outline.append(("call", drawn))
             lines.append("    t = a.sample(t, 3)[0]" if n == 3 else "    t = a(t)")
             if programs and c < calls - 1:
-                plan.append(("program", 1))
+                outline.append(("program", 1))
                 lines.append(f"    {program}")
         scripts.append("\n".join([*lines, "    return t", ""]))
-        plans.append(plan)
-    return scripts, lengths, plans
+        outlines.append(outline)
+    return scripts, lengths, outlines
 
 
 def _reply_length(rng):
@@ -625,44 +623,46 @@ def _step_cost(rows):
     return STEP_FIXED + STEP_ROW * rows
 
 
-def predicted(plans, program_s, slots):
+def predicted(outlines, program_s, slots):
     """The model's seconds for both schedules on the same draws, {"ticks": s, "continuous": s}:
     engine steps cost as StepEngine's; a program takes program_s, `slots` at a time."""
     return {
-        "ticks": _ticks_time(plans, program_s, slots),
-        "continuous": _continuous_time(plans, program_s, slots),
+        "ticks": _ticks_time(outlines, program_s, slots),
+        "continuous": _continuous_time(outlines, program_s, slots),
     }
 
 
-def _ticks_time(plans, program_s, slots):
+def _ticks_time(outlines, program_s, slots):
     """Ticks: every live run's next call in one batch, decoded until its longest reply ends; then
     the programs of those that run one (in waves of `slots`), before the next tick."""
-    t, at = 0.0, [0] * len(plans)  # at: each run's next item
-    while any(a < len(p) for a, p in zip(at, plans)):
+    t, at = 0.0, [0] * len(outlines)  # at: each run's next item
+    while any(a < len(p) for a, p in zip(at, outlines)):
         batch = []
-        for k, plan in enumerate(plans):
-            if at[k] < len(plan):
-                batch += plan[at[k]][1]
+        for k, outline in enumerate(outlines):
+            if at[k] < len(outline):
+                batch += outline[at[k]][1]
                 at[k] += 1
         for step in range(max(batch)):
             t += _step_cost(sum(length > step for length in batch))
         n = 0
-        for k, plan in enumerate(plans):
-            if at[k] < len(plan) and plan[at[k]][0] == "program":
+        for k, outline in enumerate(outlines):
+            if at[k] < len(outline) and outline[at[k]][0] == "program":
                 n += 1
                 at[k] += 1
         t += -(-n // slots) * program_s  # waves of `slots`
     return t
 
 
-def _continuous_time(plans, program_s, slots):
+def _continuous_time(outlines, program_s, slots):
     """Continuous: a run goes on once all of its call's samples are done; its next call joins the
     engine one step later (the step that starts while its script answers) or at once if the
     engine was idle; programs take turns on `slots`."""
     import heapq
 
-    t, at = 0.0, [1] * len(plans)
-    rows = {k: list(plan[0][1]) for k, plan in enumerate(plans)}  # run -> tokens left a sample
+    t, at = 0.0, [1] * len(outlines)
+    rows = {
+        k: list(outline[0][1]) for k, outline in enumerate(outlines)
+    }  # run -> tokens left a sample
     joining = {}  # the calls made during the last step: they decode from the step after next
     busy, queue = [], []  # (end, run) of the programs running; runs whose program waits
     while rows or joining or busy or queue:
@@ -679,20 +679,20 @@ def _continuous_time(plans, program_s, slots):
                 rows[k] = [x - 1 for x in rows[k] if x > 1]
                 if not rows[k]:
                     del rows[k]
-                    _next(k, plans, at, made, queue)
+                    _next(k, outlines, at, made, queue)
             rows.update(joining)
             joining = made
         ended = {}
         while busy and busy[0][0] <= t:
-            _next(heapq.heappop(busy)[1], plans, at, ended, queue)
+            _next(heapq.heappop(busy)[1], outlines, at, ended, queue)
         joining.update(ended)
     return t
 
 
-def _next(k, plans, at, calls, queue):
+def _next(k, outlines, at, calls, queue):
     """Run k's next item: a call into `calls`, a program into the queue for a slot."""
-    if at[k] < len(plans[k]):
-        kind, what = plans[k][at[k]]
+    if at[k] < len(outlines[k]):
+        kind, what = outlines[k][at[k]]
         at[k] += 1
         if kind == "call":
             calls[k] = list(what)
@@ -711,13 +711,13 @@ def bench_schedule(seeds=("0", "1", "2")):
     sandbox.start()
     slots = sandbox.PROGRAMS_PER_CORE * len(os.sched_getaffinity(0))
     program = f"import time\ntime.sleep({PROGRAM_SLEEP})"
-    program_s = statistics.median(timed(lambda: sandbox.run_code(program))[1] for _ in range(5))
+    program_s = statistics.median(timed(lambda: programs.run_code(program))[1] for _ in range(5))
     print(f"a program between calls: {program_s * 1000:.1f} ms; {slots} slots")
     print(f"{'case':>12} {'seed':>4} {'ticks s':>8} {'cont. s':>8} {'ratio':>6} {'predicted':>9}")
     sums = {"ticks": 0.0, "continuous": 0.0, "model ticks": 0.0, "model continuous": 0.0}
     for equal in (True, False):
         for seed in map(int, seeds):
-            scripts, lengths, plans = schedule_scripts(seed, equal=equal)
+            scripts, lengths, outlines = schedule_scripts(seed, equal=equal)
             took = {}
             for schedule in ("ticks", "continuous"):
                 run = functools.partial(
@@ -729,7 +729,7 @@ def bench_schedule(seeds=("0", "1", "2")):
                 )
                 runs, took[schedule] = timed(run)
                 assert all(r.error is None for r in runs), [r.error for r in runs if r.error]
-            model = predicted(plans, program_s, slots)
+            model = predicted(outlines, program_s, slots)
             ratio = took["ticks"] / took["continuous"]
             pred = model["ticks"] / model["continuous"]
             case = "equal" if equal else "long-tailed"

@@ -85,8 +85,8 @@ unit redone asks the same questions. Which of two equal executor samples is kept
 finish) depends on timing; how many are kept does not.
 
 Needs: machinery/data.py, mas.py, reward.py, sandbox.py, settings.py, machinery/isolation.py,
-machinery/confine.py, stagewise.py
-"""
+machinery/confine.py, stagewise.py, machinery/plans.py, machinery/provenance.py,
+machinery/rundir.py, machinery/programs.py"""
 
 import argparse
 import asyncio

@@ -13,7 +13,7 @@ checks: no "Following weights were not loaded" in the log (the engine raises vLL
 warnings itself: reload_check.py), "Sleep mode freed" there on a GPU with vLLM (the sleep between
 rollout and update ran), steps 1-3 in metrics.jsonl, every update forwarded tokens, and each
 train.py process gone within EXIT_S of its last checkpoint (its teardown: train.py closes the
-engine, then its group). It prints the rank's memory plan (settings.memory_plan) beside what it
+engine, then its group). It prints the rank's memory plan (plans.memory_plan) beside what it
 measured: vLLM awake (what its sleep freed), the trainer's shards and optimizer states (the
 checkpoint's sizes / ranks), the peak of torch's allocator.
 
@@ -47,7 +47,7 @@ and why:
             the memory in use, beside the plan's update and wake (GPU only)
     sft4b   one SFT step of a Qwen3-4B-shaped model on one GPU as sft.py takes it on --data
             (checkpointed layers, two micro-batches of 16384 tokens accumulated): the peak in use
-            beside settings.sft_plan's (GPU only)
+            beside plans.sft_plan's (GPU only)
 
 Needs: machinery/engine.py, settings.py, world/tiny.py, machinery/decode.py, mas.py, stagewise.py,
 machinery/reload_check.py, machinery/rundir.py, machinery/ranks.py, machinery/speed.py, rollout.py,
@@ -55,8 +55,8 @@ sandbox.py, reward.py, machinery/isolation.py, machinery/confine.py; train.py (t
 parts call its update, the runs run it in a subprocess) and what it needs: advantage.py, grpo.py,
 evaluate.py, machinery/chunked.py, machinery/data.py, machinery/loggers.py, machinery/offload.py,
 machinery/provenance.py, machinery/recorder.py, machinery/shared_prompts.py, machinery/weights.py,
-world/final_table.py, world/heldout.py; sft.py (the sft4b part) and machinery/muon.py
-"""
+world/final_table.py, world/heldout.py; sft.py (the sft4b part) and machinery/muon.py,
+machinery/plans.py, machinery/programs.py"""
 
 import glob
 import json
@@ -76,11 +76,11 @@ import torch
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import settings
-from machinery import engine, ranks, reload_check, rundir
+from machinery import engine, plans, ranks, reload_check, rundir
 from world import tiny
 
 OUT = "out/first-gpu-run"
-# the layer shapes of the stand-in (settings.QWEN3: Qwen3's config.json, its vocabulary and tied
+# the layer shapes of the stand-in (plans.QWEN3: Qwen3's config.json, its vocabulary and tied
 # head aside): 0.6b 441M parameters with the tiny vocabulary (596M with Qwen3's), 4b 4.02e9 with
 # Qwen3's (step4b)
 LAYERS = (
@@ -92,10 +92,10 @@ LAYERS = (
     "num_key_value_heads",
 )
 SHAPES = {
-    "0.6b": {k: settings.QWEN3["0.6b"][k] for k in LAYERS},
-    "4b": {k: settings.QWEN3["4b"][k] for k in LAYERS},
+    "0.6b": {k: plans.QWEN3["0.6b"][k] for k in LAYERS},
+    "4b": {k: plans.QWEN3["4b"][k] for k in LAYERS},
 }
-QWEN3_VOCAB = settings.QWEN3["4b"]["vocab_size"]
+QWEN3_VOCAB = plans.QWEN3["4b"]["vocab_size"]
 EXIT_S = 60  # a train.py process not gone this long after its last checkpoint hangs at its end
 RUN_S = 3600  # a train.py process of 2 steps still running after this long has hung
 RUN = (
@@ -287,9 +287,9 @@ def report(out, args, extra, world, freed, log, cuda):
         return sum(map(os.path.getsize, files)) / world / 2**30
 
     cfg = settings.parse_config(args + extra)
-    params = settings.init_params(cfg)
-    if cuda and settings.memory_plan(cfg, world, params):
-        print(f"memory plan per rank: {settings.plan_line(cfg, world, params)}")
+    params = plans.init_params(cfg)
+    if cuda and plans.memory_plan(cfg, world, params):
+        print(f"memory plan per rank: {plans.plan_line(cfg, world, params)}")
     peak = json.loads(re.findall(r"FIRST_RUN_MEMORY (.*)", log)[-1])["peak_gib"]
     awake = f"{freed[-1]} GiB" if freed else "n/a (no sleep on CPU)"
     print(
@@ -497,9 +497,9 @@ def step4b_part(tmp):
         **cfg.engine_kwargs,
     )
     eng.sleep()
-    plan = settings.memory_plan(cfg, world, n)
+    plan = plans.memory_plan(cfg, world, n)
     print(f"step4b: {n:,} parameters, {cfg.micro_batch} x 4096 tokens a step")
-    print(f"step4b: the plan: {settings.plan_line(cfg, world, n)}")
+    print(f"step4b: the plan: {plans.plan_line(cfg, world, n)}")
     # a micro-batch of the preset's size, 4096 tokens a sequence
     samples, adv = random_samples(cfg.micro_batch, 1, (1024, 1025), (3072, 3073), 100)
     adam = policy_of["executor"]["opt"]["executor"]
@@ -564,7 +564,7 @@ def sft4b_part(tmp):
     """One SFT step of a Qwen3-4B-shaped model on one GPU, as `python sft.py --model ... --data
     ...` takes it (sft.SCALE: AdamW, checkpointed layers, micro-batches of 16384 tokens): 8
     samples of 4004 tokens, two micro-batches of 4 accumulated; the peak in use beside the plan
-    (settings.sft_plan)."""
+    (plans.sft_plan)."""
     import random
 
     from transformers import Qwen3ForCausalLM
@@ -608,9 +608,9 @@ def sft4b_part(tmp):
     )
     secs = time.monotonic() - t0
     peak = other + torch.cuda.max_memory_reserved() / 2**30
-    p = settings.sft_plan(*plan)
+    p = plans.sft_plan(*plan)
     print(f"sft4b: {n:,} parameters, {stats['trained_tokens']} trained tokens in {secs:.1f} s")
-    print(f"sft4b: the plan: {settings.sft_plan_line(*plan)}")
+    print(f"sft4b: the plan: {plans.sft_plan_line(*plan)}")
     print(
         f"sft4b: measured: the step's peak {peak:.1f} GiB in use (torch's "
         f"{torch.cuda.max_memory_allocated() / 2**30:.1f} allocated), the plan's "

@@ -30,8 +30,8 @@ that runs of one seed (the same tasks) pair task by task (ablations.py).
 Needs: evaluate.py, machinery/engine.py, machinery/rundir.py, machinery/weights.py, mas.py,
 settings.py, world/heldout.py, world/tiny.py, machinery/chunked.py, machinery/data.py,
 machinery/decode.py, machinery/isolation.py, machinery/confine.py, machinery/provenance.py,
-machinery/ranks.py, machinery/reload_check.py, reward.py, rollout.py, sandbox.py, stagewise.py
-"""
+machinery/ranks.py, machinery/reload_check.py, reward.py, rollout.py, sandbox.py, stagewise.py,
+machinery/plans.py, machinery/programs.py"""
 
 import argparse
 import fcntl
@@ -148,10 +148,11 @@ def known_margin(x, y):
 
 
 def mix_shares(cfg):
-    """{kind: share}: how often RL's data mix draws each kind of tiny task (tiny.SOURCES)."""
+    """{kind: share}: how often RL's data mix draws each kind of tiny task
+    (settings.TINY_SOURCES)."""
     shares = {}
     for src, w in cfg.data_mix.items():
-        kinds = tiny.SOURCES.get(src, ())
+        kinds = settings.TINY_SOURCES.get(src, ())
         for kind in kinds:
             shares[kind] = shares.get(kind, 0.0) + w / len(kinds)
     total = sum(shares.values())

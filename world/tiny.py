@@ -57,8 +57,8 @@ Five pieces, each usable on its own:
 How these settings were chosen (the calibration runs and what moved the numbers): docs/NOTES.md.
 
 Needs: machinery/chunked.py, machinery/data.py, machinery/engine.py, mas.py, reward.py, rollout.py,
-sandbox.py, machinery/decode.py, machinery/isolation.py, machinery/confine.py
-"""
+sandbox.py, machinery/decode.py, machinery/isolation.py, machinery/confine.py,
+machinery/programs.py"""
 
 import argparse
 import hashlib
@@ -303,10 +303,6 @@ def make_tasks(n, seed, kinds=("math", "code"), split=None):
 
 # --------------------------------------------------------------------------------------------------
 # Synthetic SFT traces
-
-# data_mix's names for the tiny world's RL tasks (train.load_mix): both kinds interleaved, or one
-# kind alone, so that a mix can weight them (for example {"tiny:math": 1.0, "tiny:code": 3.0})
-SOURCES = {"tiny": ("math", "code"), "tiny:math": ("math",), "tiny:code": ("code",)}
 
 SUITED = {"math": "ensemble", "code": "tester"}  # the template each kind of task profits from most
 OTHER_SHARE = 0.25  # designer samples that show another template (a prior over all four for RL)
