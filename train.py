@@ -404,7 +404,7 @@ def main(argv):
     # rest from its state/ folder
     try:
         policies, policy_of = make_policies(cfg, ckpt, ts, device)
-    except settings.ConfigError as e:  # a checkpoint of another policy or mode
+    except rundir.RunFolderError as e:  # a checkpoint of another policy or mode
         sys.exit(f"train.py: {e}")
     name = next(iter(policies))  # the engine starts with the Designer's weights
     model_dir = os.path.join(ckpt, name) if ckpt else settings.model_dirs(cfg)[name]
