@@ -35,7 +35,7 @@ The sampling protocol (--protocol), stated in both outputs:
     train   ours: T = 1, top_p = 1, as train.py's rollouts sample (untruncated)
     qwen3   ours: T = 0.6, top_p = 0.95, Qwen3's card for thinking mode (this file's old default)
 
---temperature / --top-p override the protocol's values (then recorded as "custom"). Greedy makes
+--temperature / --top_p override the protocol's values (then recorded as "custom"). Greedy makes
 the K samples of a problem one; avg@K needs a sampled protocol.
 
 Every GPU: under `torchrun --nproc_per_node=G` each rank holds one engine and evaluates its share
@@ -375,7 +375,7 @@ def read_run(a):
 def settings_used(a, cfg=None):
     """The settings of this evaluation and where each came from: the run's config (--run), else
     --config's preset, else Config's defaults; a flag given overrides. Sampling: the protocol's,
-    --temperature / --top-p overriding it ("custom")."""
+    --temperature / --top_p overriding it ("custom")."""
     if cfg is not None:
         source = f"{a.run}/run.json (step {a.step})"
     elif a.config:
@@ -386,7 +386,7 @@ def settings_used(a, cfg=None):
     tiny_mix = settings.Config(data_mix=cfg.get("data_mix", {}))
     temperature, top_p, label = PROTOCOLS[a.protocol]
     custom = [
-        f for f, v in (("--temperature", a.temperature), ("--top-p", a.top_p)) if v is not None
+        f for f, v in (("--temperature", a.temperature), ("--top_p", a.top_p)) if v is not None
     ]
     used = {
         "from": source,
@@ -458,10 +458,12 @@ def header(a, used, K, world, benchmarks=()):
     )
 
 
+class HelpFormat(argparse.RawDescriptionHelpFormatter, argparse.ArgumentDefaultsHelpFormatter):
+    """--help: the module's docstring as it is, every setting with its default."""
+
+
 def parse_args(argv):
-    p = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=HelpFormat)
     p.add_argument(
         "--run",
         "--rundir",  # under torchrun: its own parser takes --run for its --run-path
@@ -494,13 +496,13 @@ def parse_args(argv):
     p.add_argument("--protocol", default="greedy", choices=list(PROTOCOLS), help="sampling")
     p.add_argument("--backend", default=None, choices=["auto", "vllm", "hf", "lean"])
     p.add_argument("--temperature", type=float, default=None, help="overrides the protocol's")
-    p.add_argument("--top-p", type=float, default=None, help="overrides the protocol's")
-    p.add_argument("--max-tokens", type=int, default=None, help="per Executor call")
-    p.add_argument("--designer-max-tokens", type=int, default=None)
+    p.add_argument("--top_p", type=float, default=None, help="overrides the protocol's")
+    p.add_argument("--max_tokens", type=int, default=None, help="per Executor call")
+    p.add_argument("--designer_max_tokens", type=int, default=None)
     p.add_argument(
-        "--short-prompt", action="store_true", help="the tiny world's one-line Designer prompt"
+        "--short_prompt", action="store_true", help="the tiny world's one-line Designer prompt"
     )
-    p.add_argument("--n-tiny", type=int, default=100, help="tiny: its first N tasks")
+    p.add_argument("--n_tiny", type=int, default=100, help="tiny: its first N tasks")
     p.add_argument("--data", default=str(DATA), help="the folder of prepared task files")
     p.add_argument(
         "--config",

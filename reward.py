@@ -474,17 +474,18 @@ def graded_part(kind, answer):
     return answer
 
 
-def correctness(task, answer):
-    """correct(e) in {0, 1}: math_equal on the returned answer, or whether its program passes every
-    hidden test."""
+def correctness(task, answer, budget=GRADE_BUDGET, math_timeout=5.0):
+    """correct(e) in {0, 1}: math_equal on the returned answer (math_timeout seconds of SymPy at
+    most), or whether its program passes every hidden test (budget wall seconds for all of them;
+    settings.Config's grade_budget and math_timeout)."""
     if answer is None:
         return 0.0
     kind = task.get("kind")
     graded = graded_part(kind, answer)
     if kind == "math":
-        return float(math_equal(graded, task.get("answer")))
+        return float(math_equal(graded, task.get("answer"), timeout=math_timeout))
     if kind == "code":
-        return float(passes_all(graded, task["tests"]))
+        return float(passes_all(graded, task["tests"], budget=budget))
     raise ValueError(f"task {task.get('id')!r}: unknown kind {kind!r} (expected 'math' or 'code')")
 
 
@@ -498,8 +499,9 @@ def reward(task, run, *, lam, correct=None, fmt=None):
     return correct + lam * fmt
 
 
-def grade_runs(pairs, workers=4):
-    """[correctness(task, run.answer) for (task, run) in pairs], each distinct (task, graded part)
+def grade_runs(pairs, workers=4, **limits):
+    """[correctness(task, run.answer, **limits) for (task, run) in pairs], each distinct (task,
+    graded part)
     graded once. Many runs of a step return the same program or answer (the N executions of a
     script, designs with the same template), and correctness depends on nothing else (graded_part),
     so each is graded once, keyed by the task object itself (every run of a query holds the same
@@ -511,7 +513,7 @@ def grade_runs(pairs, workers=4):
         first.setdefault(key, k)
 
     def grade(k):
-        return correctness(pairs[k][0], pairs[k][1].answer)
+        return correctness(pairs[k][0], pairs[k][1].answer, **limits)
 
     with ThreadPoolExecutor(max(1, min(workers, len(first)))) as ex:
         correct = dict(zip(first, ex.map(grade, first.values())))

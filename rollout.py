@@ -210,6 +210,8 @@ def rollout(
     short=False,
     q_offset=0,
     schedule="ticks",
+    limits=None,
+    grading=None,
 ) -> Batch:
     """The bi-level rollout of a batch of tasks (machinery/data.py's dicts): the four phases below,
     in order.
@@ -222,7 +224,9 @@ def rollout(
       weights when it generates).
     q_offset: the global index of queries[0] in the step's batch (seeds follow global indices).
     schedule: how the Executor's agent calls reach the engine (sandbox.run_workflows): "ticks" or
-      "continuous" (settings.Config.rollout_schedule)."""
+      "continuous" (settings.Config.rollout_schedule). limits: a run's mas.Limits (None: the
+      defaults); grading: reward.correctness's budget and math_timeout (None: the defaults), the
+      latter also vote()'s."""
     seed_of = partial(_seed, seed, step, q_offset)
     stats = {"generate_calls": 0, "generate_s": 0.0}
     failed_before = Counter(programs.failures)
@@ -239,9 +243,11 @@ def rollout(
             seed_of,
             stats,
             schedule,
+            limits,
+            grading or {},
         )
     with _timed(stats, "grade_s"):
-        graded = grade(queries, ran, lam)
+        graded = grade(queries, ran, lam, grading or {})
     stats["sandbox_failures"] = dict(programs.failures - failed_before)
     return assemble(len(queries), M, N, designs, ran, graded, stats)
 
@@ -319,7 +325,9 @@ class Execution:
     completions: dict
 
 
-def execute(queries, scripts, engine, N, sampling, short, seed_of, stats, schedule) -> Execution:
+def execute(
+    queries, scripts, engine, N, sampling, short, seed_of, stats, schedule, limits, grading
+) -> Execution:
     """Every parsed script N times: all B*M*N runs in ONE sandbox.run_workflows call, their agent
     calls submitted to the engine on the schedule's terms (ticks: one batch a tick; continuous:
     each as it is made); agent call c of run (q, i, j) seeded from seed_of(q, i, j, c). An engine
@@ -338,7 +346,8 @@ def execute(queries, scripts, engine, N, sampling, short, seed_of, stats, schedu
         [scripts[q][i] for q, i, _ in keys],
         [queries[q] for q, _, _ in keys],
         calls,
-        equal=reward_lib.math_equal,
+        equal=partial(reward_lib.math_equal, timeout=grading.get("math_timeout", 5.0)),
+        limits=limits,
         short=short,
         schedule=schedule,
     )
@@ -388,12 +397,12 @@ class ExecutorCalls:
 # Phase 3: grade
 
 
-def grade(queries, ran, lam):
+def grade(queries, ran, lam, grading):
     """R = correct + λ·format of every run that happened, by reward.reward, from the correctness
     reward.grade_runs gives (each distinct answer to a query graded once) and each run's format
     share. Returns (correct, format, R), lists in ran.keys' order."""
     pairs = [(queries[q], run) for (q, _, _), run in zip(ran.keys, ran.runs, strict=True)]
-    correct = reward_lib.grade_runs(pairs)
+    correct = reward_lib.grade_runs(pairs, **grading)
     formats = [reward_lib.format_score(run) for _, run in pairs]
     rewards = []
     for (task, run), c, f in zip(pairs, correct, formats, strict=True):

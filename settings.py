@@ -18,6 +18,7 @@ Needs: mas.py, stagewise.py, machinery/plans.py, machinery/rundir.py, machinery/
 import ast
 import dataclasses
 import difflib
+import math
 import os
 from dataclasses import dataclass, field
 
@@ -30,9 +31,8 @@ from machinery import plans, rundir
 class Config:
     # the run
     out_dir: str = "out/tiny-rl"
-    init_from: str = (
-        "out/tiny-sft"  # the cold start (HF model dir; separate policies: its designer/, executor/)
-    )
+    # the cold start (an HF model folder; separate policies: its designer/ and executor/)
+    init_from: str = "out/tiny-sft"
     resume: bool = False  # continue from the last checkpoint in out_dir
     overwrite: bool = False  # start over in an out_dir that holds a run (deletes that run's files)
     steps: int = 200
@@ -62,18 +62,19 @@ class Config:
     first_role: str = "executor"  # [authors] the role of the first stage (stagewise.py)
     policy: str = "shared"  # [paper] shared (one model plays both roles) | separate
     lam: float = 0.4  # [paper] R = correct + lam * format
-    template: str = (
-        ""  # a fixed structure (mas.TEMPLATES), no Designer: "single" = single-agent GRPO
-    )
+    # a fixed structure (mas.TEMPLATES), no Designer: "single" = single-agent GRPO
+    template: str = ""
     # the update
     batch_size: int = 8  # [paper] B queries per step (global, over all ranks)
     executor_batch_size: int = 0  # > 0: an Executor-only step rolls out this many queries instead
     designer_lr: float = 5e-6  # [paper] the Designer's updates
     executor_lr: float = 5e-6  # [paper] the Executor's updates
-    # ours: constant (the paper gives none; the tiny default) | warmup_cosine [authors] (10 warmup
-    # steps, then cosine down to 0.3x at the last step; train.lr_factor): PettingLLMs'
+    # ours: constant (the paper gives none; the tiny default) | warmup_cosine [authors] (lr_warmup
+    # steps, then cosine down to lr_floor x at the last step; warmup_cosine below): PettingLLMs'
     # ppo_trainer/eval.yaml `optim` from 2026-02-21 on, which the Qwen3 presets take
     lr_schedule: str = "constant"
+    lr_warmup: int = 10  # [authors] warmup_cosine's warmup steps
+    lr_floor: float = 0.3  # [authors] warmup_cosine's last lr, a fraction of the peak
     weight_decay: float = 0.01  # [authors] AdamW's (verl's actor optimizer); the paper does not say
     grad_clip: float = 1.0  # [authors] the gradient's global norm clipped to this (verl's)
     clip_eps: float = 0.2  # [authors] GRPO's clip, both ways (verl's clip_ratio); paper: silent
@@ -95,6 +96,16 @@ class Config:
     chat_template_kwargs: dict = field(default_factory=dict)
     max_tokens: int = 8192  # [paper] per executor completion
     designer_max_tokens: int = 8192  # [paper] per designer completion
+    temperature: float = 1.0  # [authors] the rollout's sampling, both roles
+    # ours: untruncated (theirs 0.9): the clipped ratio needs the sampler's own distribution, and
+    # engine.py's log-probs are the truncated one's (the presets say more)
+    top_p: float = 1.0
+    # the sandbox and grading: mas.Limits' fields a run changes ({"timeout": 120.0}: max_calls,
+    # timeout, max_output, code_timeout, max_programs); a program's wall seconds for a task's hidden
+    # tests (reward.passes_all); SymPy's seconds for a math comparison (reward.math_equal)
+    sandbox: dict = field(default_factory=dict)
+    grade_budget: float = 120.0
+    math_timeout: float = 5.0
     # GPU
     ac_policy: str = "off"  # activation checkpointing: off | full (speed.py)
     compile_layers: bool = False  # torch.compile each decoder layer (speed.py)
@@ -210,15 +221,14 @@ def val_problems(cfg):
         return []
     if not cfg.val_tasks:
         return ["val_every > 0 needs val_tasks: a benchmark name (data/NAME.jsonl) or a task file"]
-    problems = []
     path = val_path(cfg)
-    if not os.path.isfile(path):
-        name = os.path.basename(path).removesuffix(".jsonl")
-        problems.append(
-            f"val_tasks {cfg.val_tasks!r}: {path} not found (`python machinery/data.py prepare "
-            f"{name}` writes data/{name}.jsonl)"
-        )
-    return problems
+    if os.path.isfile(path):
+        return []
+    name = os.path.basename(path).removesuffix(".jsonl")
+    return [
+        f"val_tasks {cfg.val_tasks!r}: {path} not found (`python machinery/data.py prepare "
+        f"{name}` writes data/{name}.jsonl)"
+    ]
 
 
 # data_mix's names for the tiny world's RL tasks (train.load_mix) and the kinds each draws: both
@@ -234,19 +244,19 @@ def is_tiny(cfg):
 
 def validate(cfg, world=1):
     """Every check that needs no model: fails fast with a message that names the setting."""
+    problems = value_problems(cfg, world) + data_problems(cfg) + folder_problems(cfg)
+    problems += plans.plan_problems(cfg, world)
+    if not problems:  # a plan that fits: is it free on this rank's GPU now?
+        problems += plans.free_memory_problems(cfg, world)
+    if problems:
+        raise ConfigError("bad config:\n  " + "\n  ".join(problems))
+
+
+def value_problems(cfg, world):
+    """The values that are out of range, not among their choices, or at odds with each other."""
     problems = []
-    for k in (
-        "M",
-        "N",
-        "K",
-        "steps",
-        "batch_size",
-        "minibatches",
-        "micro_batch",
-        "save_every",
-        "max_tokens",
-        "designer_max_tokens",
-    ):
+    positive = ("M", "N", "K", "steps", "batch_size", "minibatches", "micro_batch", "save_every")
+    for k in (*positive, "max_tokens", "designer_max_tokens"):
         if getattr(cfg, k) < 1:
             problems.append(f"{k} must be >= 1, got {getattr(cfg, k)}")
     try:
@@ -268,9 +278,20 @@ def validate(cfg, world=1):
     if any(n not in ("tensorboard", "wandb") for n in cfg.loggers.split(",") if n):
         allowed = "'', 'tensorboard', 'wandb' or 'tensorboard,wandb'"
         problems.append(f"loggers must be {allowed}, got {cfg.loggers!r}")
-    for k in ("record_queries", "probe_tasks", "eval_tasks", "val_every", "val_size"):
+    counts = ("record_queries", "probe_tasks", "eval_tasks", "val_every", "val_size", "lr_warmup")
+    for k in (*counts, "weight_decay", "clip_eps", "lam", "temperature"):
         if getattr(cfg, k) < 0:
             problems.append(f"{k} must be >= 0, got {getattr(cfg, k)}")
+    for k in ("designer_lr", "executor_lr", "grad_clip", "grade_budget", "math_timeout"):
+        if getattr(cfg, k) <= 0:
+            problems.append(f"{k} must be > 0, got {getattr(cfg, k)}")
+    for k in ("top_p", "lr_floor"):
+        if not 0 < getattr(cfg, k) <= 1:
+            problems.append(f"{k} must be in (0, 1], got {getattr(cfg, k)}")
+    limits = {f.name: f.type for f in dataclasses.fields(mas.Limits)}
+    for k, v in cfg.sandbox.items():
+        if k not in limits or not isinstance(v, int | float) or v <= 0:
+            problems.append(f"sandbox: {k}={v!r}: a number > 0 for one of {', '.join(limits)}")
     if cfg.template and cfg.template not in mas.TEMPLATES:
         problems.append(
             f"template must be '' or one of {sorted(mas.TEMPLATES)}, got {cfg.template!r}"
@@ -285,19 +306,18 @@ def validate(cfg, world=1):
             v = getattr(cfg, k)
             fix = plans.batch_fix(f"--{k}", v, world)
             problems.append(f"{k}={v} must be divisible by the number of ranks ({world}): {fix}")
-    if cfg.designer_lr <= 0 or cfg.executor_lr <= 0:
-        problems.append("designer_lr and executor_lr must be > 0")
-    for k in ("weight_decay", "clip_eps", "lam"):
-        if getattr(cfg, k) < 0:
-            problems.append(f"{k} must be >= 0, got {getattr(cfg, k)}")
-    if cfg.grad_clip <= 0:
-        problems.append(f"grad_clip must be > 0, got {cfg.grad_clip}")
     if cfg.policy == "shared" and cfg.mode == "coupled" and cfg.designer_lr != cfg.executor_lr:
         # one optimizer step serves both roles then; Adam's step cannot be split between them
         problems.append(
             "designer_lr != executor_lr needs one role per step (mode stagewise, designer or "
             "executor) or policy='separate'"
         )
+    return problems
+
+
+def data_problems(cfg):
+    """The training mix's weights and files, and the benchmark curve's."""
+    problems = []
     if not cfg.data_mix:
         problems.append("data_mix is empty: give at least one {path.jsonl or 'tiny': weight}")
     for src, w in cfg.data_mix.items():
@@ -309,7 +329,12 @@ def validate(cfg, world=1):
                 f"data file {src!r} (in data_mix) not found (`python machinery/data.py prepare "
                 f"{name}` writes data/{name}.jsonl; docs/gpu.md)"
             )
-    problems += val_problems(cfg)
+    return problems + val_problems(cfg)
+
+
+def folder_problems(cfg):
+    """out_dir and init_from: a fresh run never writes into a folder that holds another run."""
+    problems = []
     if cfg.resume and cfg.overwrite:
         problems.append(
             "resume and overwrite exclude each other: --resume continues the run in out_dir, "
@@ -326,11 +351,7 @@ def validate(cfg, world=1):
         # tiny: the cold start makes it
         if not cfg.resume and not os.path.isdir(path) and not is_tiny(cfg):
             problems.append(f"init_from: {path!r} is not a model directory")
-    problems += plans.plan_problems(cfg, world)
-    if not problems:  # a plan that fits: is it free on this rank's GPU now?
-        problems += plans.free_memory_problems(cfg, world)
-    if problems:
-        raise ConfigError("bad config:\n  " + "\n  ".join(problems))
+    return problems
 
 
 def model_dirs(cfg):
@@ -360,6 +381,16 @@ def plan_report(argv):
         return plans.plan_report(parse_config(rest), world, given)
     except ValueError as e:
         raise ConfigError(str(e)) from None
+
+
+def warmup_cosine(step, warmup, end, floor):
+    """An lr's multiplier at step t: (t + 1) / warmup over the first `warmup` steps, then
+    floor + (1 - floor) (1 + cos(pi p)) / 2, p from 0 at step `warmup` to 1 at step `end` and after
+    (RL: the last step, train.lr_factor; SFT: its step count, sft.train_sft)."""
+    if step < warmup:
+        return (step + 1) / warmup
+    p = min(1.0, (step - warmup) / max(1, end - warmup))
+    return floor + (1 - floor) * 0.5 * (1 + math.cos(math.pi * p))
 
 
 def step_batch(cfg, active):

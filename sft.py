@@ -15,7 +15,7 @@ fp32). Batches are length-bucketed (samples of similar length together, little p
 Muon on the hidden matrices (muon.py; the tiny default), with linear warmup and cosine decay;
 gradient-norm clipping; Hugging Face checkpoints (model and tokenizer).
 
-What fits a GPU: a batch goes forward and backward in micro-batches of at most --micro-tokens
+What fits a GPU: a batch goes forward and backward in micro-batches of at most --micro_tokens
 tokens (padding counted), their gradients accumulated before the one optimizer step. Each
 micro-batch m adds sum_{t in C_m} -log pi / |C|, |C| the whole batch's count: the sum over m is L
 exactly, so the step is the whole batch's (to fp32 rounding). Activation checkpointing
@@ -56,9 +56,10 @@ Needs: evaluate.py, machinery/chunked.py, machinery/data.py, machinery/engine.py
 machinery/ranks.py, machinery/rundir.py, machinery/speed.py, machinery/weights.py, mas.py,
 rollout.py, settings.py, world/tiny.py, machinery/decode.py, machinery/isolation.py,
 machinery/confine.py, machinery/provenance.py, machinery/reload_check.py, reward.py, sandbox.py,
-stagewise.py, machinery/plans.py, machinery/programs.py"""
+stagewise.py, machinery/plans.py, machinery/programs.py, world/final_table.py, world/heldout.py"""
 
 import argparse
+import functools
 import math
 import os
 import random
@@ -71,14 +72,13 @@ import torch.distributed as dist
 from torch.distributed.fsdp import FSDPModule
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-import evaluate as evaluate_lib
 import mas
 import rollout
 import settings
-from machinery import data, muon, plans, ranks, rundir, speed, weights
+from machinery import data, muon, plans, ranks, rundir, speed
 from machinery import engine as engine_lib
 from machinery.chunked import token_logprobs
-from world import tiny
+from world import final_table, tiny
 
 # the tiny default: Muon, 1300 steps of 8 samples on the traces of 3000 tasks of the sft split, 600
 # of them with their designer sample (the calibration behind it: docs/NOTES.md)
@@ -141,15 +141,6 @@ def collate(encoded, idx, pad_id, device):
     ]
     b = rollout.samples_to_tensors(seqs, pad_id, device)
     return b["input_ids"], b["attention_mask"], b["completion_mask"]
-
-
-def cosine_lr(step, steps, warmup, min_ratio=0.1):
-    """Multiplier of the peak lr: linear warmup over `warmup` steps, then cosine down to
-    min_ratio."""
-    if step < warmup:
-        return (step + 1) / warmup
-    progress = min(1.0, (step - warmup) / max(1, steps - warmup))
-    return min_ratio + (1 - min_ratio) * 0.5 * (1 + math.cos(math.pi * progress))
 
 
 # --------------------------------------------------------------------------------------------------
@@ -229,81 +220,25 @@ def train_sft(
     rounding). Every rank forwards as many micro-batches (FSDP2's forwards are collective): fillers
     that train nothing. Returns a stats dict."""
     rank, world = ranks.rank_world()
-    if len(samples) < world:
-        raise ValueError(f"{len(samples)} samples cannot give each of {world} ranks one")
-    if batch_size % world:
-        raise ValueError(
-            f"batch_size={batch_size} (samples a step, over every rank) must be divisible by the "
-            f"{world} ranks: {batch_size // world * world or world} or "
-            f"{(batch_size // world + 1) * world}"
-        )
+    check_batches(samples, batch_size, world)
     torch.manual_seed(seed)
     device = next(model.parameters()).device
-    encoded, _ = engine_lib.encode_samples(tokenizer, samples, template_kwargs=template_kwargs)
-    if not encoded:
-        raise ValueError("no trainable samples")
-    longest = max(len(e[0]) for e in encoded)
-    if 0 < micro_tokens < longest:
-        raise ValueError(
-            f"a sample of {longest} tokens is longer than micro_tokens={micro_tokens} (its "
-            f"micro-batch would pass the memory plan's): raise --micro-tokens"
-        )
+    encoded = encode_checked(tokenizer, samples, micro_tokens, template_kwargs)
     if not isinstance(model, FSDPModule):  # checkpointed layers; FSDP2 under torchrun
         speed.prepare(model, checkpointing, shard=world > 1, bf16=device.type == "cuda")
     model.train()
-    pad_id = engine_lib.pad_id(tokenizer)
     warmup = max(1, steps // 20)
     opt = muon.make_optimizer(model, optimizer, lr, weight_decay)
-    sched = torch.optim.lr_scheduler.LambdaLR(
-        opt, lambda s: cosine_lr(s, steps, warmup, min_lr_ratio)
-    )
-    # (FSDP2 computes in bf16 itself)
-    bf16 = device.type == "cuda" and not isinstance(model, FSDPModule)
-    autocast = torch.autocast("cuda", dtype=torch.bfloat16, enabled=bf16)
-
-    def my_batches():
-        """Every rank builds the same batch list (same seed); a batch is one step over every rank,
-        each rank taking its share of it (its samples rank, rank + world, ... of the batch, sorted
-        by length): disjoint shards, a step the same samples at any rank count. A batch shorter
-        than the ranks (an epoch's last) is left out on several ranks: every rank has a share."""
-        rng, lengths = random.Random(seed), [len(e[0]) for e in encoded]
-        while True:
-            for batch in length_batches(lengths, batch_size, rng):
-                if len(batch) >= world:
-                    yield batch[rank::world]
-
-    stream = my_batches()
+    lr_at = functools.partial(settings.warmup_cosine, warmup=warmup, end=steps, floor=min_lr_ratio)
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lr_at)
     lengths = [len(e[0]) for e in encoded]
+    stream = rank_batches(lengths, batch_size, seed, rank, world)
+    step_of = functools.partial(sft_step, model, encoded, lengths, micro_tokens, clip, opt, sched)
     losses, tokens, t0 = [], 0, time.perf_counter()
     for step in range(steps):
-        parts = micro_batches(next(stream), lengths, micro_tokens)
-        micro = [collate(encoded, part, pad_id, device) for part in parts]
-        if world > 1 and micro_tokens > 0:  # as many forwards on every rank: fillers
-            count = torch.tensor([len(micro)], device=device)
-            dist.all_reduce(count, op=dist.ReduceOp.MAX)
-            for _ in range(int(count) - len(micro)):
-                ids, attn, mask = collate([([pad_id, pad_id], 1)], [0], pad_id, device)
-                micro.append((ids, attn, mask * 0))  # a sequence that trains no token
-        n_tok = sum(mask.sum() for _, _, mask in micro)
-        if world > 1:
-            dist.all_reduce(n_tok)
-        total = 0.0
-        for ids, attn, mask in micro:
-            with autocast:
-                lp = token_logprobs(model, ids, attn)
-            # FSDP averages gradients over ranks, so scale by world: the global token-mean; each
-            # micro-batch's share of it, its gradient added to the others' until the step
-            loss = -(lp.float() * mask).sum() * world / n_tok.clamp(min=1)
-            loss.backward()
-            total = total + loss.detach() / world
-        gnorm = torch.nn.utils.clip_grad_norm_(model.parameters(), clip)
-        opt.step()
-        sched.step()
-        opt.zero_grad(set_to_none=True)
-        if world > 1:
-            dist.all_reduce(total)
-        losses.append(total.item())
-        tokens += int(n_tok.item())
+        loss, n_tok, gnorm = step_of(next(stream), engine_lib.pad_id(tokenizer))
+        losses.append(loss)
+        tokens += n_tok
         if rank == 0 and log is not None and (step % log_every == 0 or step == steps - 1):
             gn = gnorm.full_tensor() if hasattr(gnorm, "full_tensor") else gnorm
             lr_now = sched.get_last_lr()[0]
@@ -326,81 +261,81 @@ def train_sft(
     }
 
 
-# --------------------------------------------------------------------------------------------------
-# the quality bar, with rollout.py's own machinery (the same code evaluate.py and RL use)
-
-
-def evaluate_sft(model_path, tasks, *, designer_path=None, seed=0):
-    """Quality-bar figures of a tiny cold start on held-out tasks.
-
-    parse: share of Designer completions that parse into a script (one design per task); designer:
-    accuracy of executing those designs once each; structures: their structure shares;
-    templates[name]: accuracy of fixed template `name` (rollout's fixed-structure mode, one
-    execution a task), "single" being the single-agent baseline. A run counts as correct when
-    reward.py's correctness is 1. With designer_path the Designer's weights are swapped in for the
-    design phase (separate policies)."""
-    eng = engine_lib.make_engine(model_path, backend="lean")
-    designer_eng = eng
-    if designer_path is not None:  # one engine, each role's view of it holding that role's weights
-        paths = {"designer": designer_path, "executor": model_path}
-        # the engine: model_path's (the Executor's)
-        held = weights.EngineWeights(eng, paths, held="executor")
-        designer_eng, eng = held.view("designer"), held.view("executor")
-    kw = {
-        "short": True,
-        "designer_sampling": engine_lib.Sampling(max_tokens=400),
-        "chunk": max(1, len(tasks)),
-        "executor_sampling": engine_lib.Sampling(max_tokens=128),
-    }
-    d = evaluate_lib.evaluate_method(tasks, designer_eng, eng, "auto", 1, seed=seed, **kw)
-    unparsed = d["structures"].pop("unparseable")
-    out = {
-        "tasks": len(tasks),
-        "parse": 1 - unparsed,
-        "designer": d["pass@1"],
-        "structures": {k: v / (1 - unparsed) for k, v in d["structures"].items() if v > 0},
-    }
-    out["templates"], out["per_problem"] = {}, {"designs": d["per_problem"]}
-    for name in mas.TEMPLATES:
-        r = evaluate_lib.evaluate_method(
-            tasks, None, eng, f"template:{name}", 1, seed=seed + 1, **kw
+def check_batches(samples, batch_size, world):
+    """A global batch splits evenly over the ranks, each of which gets a sample."""
+    if len(samples) < world:
+        raise ValueError(f"{len(samples)} samples cannot give each of {world} ranks one")
+    if batch_size % world:
+        raise ValueError(
+            f"batch_size={batch_size} (samples a step, over every rank) must be divisible by the "
+            f"{world} ranks: {batch_size // world * world or world} or "
+            f"{(batch_size // world + 1) * world}"
         )
-        out["templates"][name], out["per_problem"][name] = r["pass@1"], r["per_problem"]
-    out["kinds"] = [t.get("kind", "?") for t in tasks]
-    return out
 
 
-def format_figures(fig):
-    """The quality bar as text, from evaluate_sft's figures (every template, "single" among them,
-    per task)."""
-    t, pp, kinds = fig["templates"], fig["per_problem"], fig["kinds"]
-    best = max((k for k in t if k != "single"), key=t.get)
-    _, se = evaluate_lib.paired_margin(pp[best], pp["single"])
-    lines = [
-        f"held-out tasks: {fig['tasks']}",
-        f"(a) designer completions that parse: {100 * fig['parse']:.1f}%   (target >= 95%)",
-        f"    learned designs, executed once: {100 * fig['designer']:.1f}% correct; structures "
-        + ", ".join(f"{k} {100 * v:.0f}%" for k, v in sorted(fig["structures"].items())),
-        f"(b) single agent accuracy: {100 * t['single']:.1f}%   (target 30-80%)",
-        "(c) fixed templates: " + ", ".join(f"{k} {100 * v:.1f}%" for k, v in t.items()),
-        f"    best template {best} beats single by {100 * (t[best] - t['single']):+.1f} points "
-        f"(paired standard error {100 * se:.1f}; clear when above 2 standard errors)",
+def encode_checked(tokenizer, samples, micro_tokens, template_kwargs):
+    """The samples tokenized (engine.encode_samples); none of them longer than a micro-batch."""
+    encoded, _ = engine_lib.encode_samples(tokenizer, samples, template_kwargs=template_kwargs)
+    if not encoded:
+        raise ValueError("no trainable samples")
+    longest = max(len(e[0]) for e in encoded)
+    if 0 < micro_tokens < longest:
+        raise ValueError(
+            f"a sample of {longest} tokens is longer than micro_tokens={micro_tokens} (its "
+            f"micro-batch would pass the memory plan's): raise --micro_tokens"
+        )
+    return encoded
+
+
+def rank_batches(lengths, batch_size, seed, rank, world):
+    """Every rank builds the same batch list (same seed); a batch is one step over every rank, each
+    rank taking its share of it (its samples rank, rank + world, ... of the batch, sorted by
+    length): disjoint shards, a step the same samples at any rank count. A batch shorter than the
+    ranks (an epoch's last) is left out on several ranks: every rank has a share."""
+    rng = random.Random(seed)
+    while True:
+        for batch in length_batches(lengths, batch_size, rng):
+            if len(batch) >= world:
+                yield batch[rank::world]
+
+
+def sft_step(model, encoded, lengths, micro_tokens, clip, opt, sched, mine, pad_id):
+    """One optimizer step on this rank's share `mine` of a batch: its micro-batches forward and
+    backward, each loss the global token-mean's share, the gradient clipped, the step. Returns
+    (the batch's loss, its trained tokens over every rank, the gradient norm)."""
+    _, world = ranks.rank_world()
+    device = next(model.parameters()).device
+    # (FSDP2 computes in bf16 itself)
+    bf16 = device.type == "cuda" and not isinstance(model, FSDPModule)
+    micro = [
+        collate(encoded, part, pad_id, device)
+        for part in micro_batches(mine, lengths, micro_tokens)
     ]
-    if len(set(kinds)) > 1:
-        # which structure pays depends on the kind of task: the learned Designer's whole premise
-        for kind in sorted(set(kinds)):
-            idx = [i for i, k in enumerate(kinds) if k == kind]
-            acc = {name: sum(pp[name][i] for i in idx) / len(idx) for name in pp}
-            top = max((k for k in acc if k not in ("single", "designs")), key=acc.get)
-            m, se = evaluate_lib.paired_margin(
-                [pp[top][i] for i in idx], [pp["single"][i] for i in idx]
-            )
-            lines.append(
-                f"    {kind} ({len(idx)} tasks): "
-                + ", ".join(f"{k} {100 * v:.1f}%" for k, v in acc.items())
-                + f"; best template {top} {100 * m:+.1f} +- {100 * se:.1f} over single"
-            )
-    return "\n".join(lines)
+    if world > 1 and micro_tokens > 0:  # as many forwards on every rank: fillers
+        count = torch.tensor([len(micro)], device=device)
+        dist.all_reduce(count, op=dist.ReduceOp.MAX)
+        for _ in range(int(count) - len(micro)):
+            ids, attn, mask = collate([([pad_id, pad_id], 1)], [0], pad_id, device)
+            micro.append((ids, attn, mask * 0))  # a sequence that trains no token
+    n_tok = sum(mask.sum() for _, _, mask in micro)
+    if world > 1:
+        dist.all_reduce(n_tok)
+    total = 0.0
+    for ids, attn, mask in micro:
+        with torch.autocast("cuda", dtype=torch.bfloat16, enabled=bf16):
+            lp = token_logprobs(model, ids, attn)
+        # FSDP averages gradients over ranks, so scale by world: the global token-mean; each
+        # micro-batch's share of it, its gradient added to the others' until the step
+        loss = -(lp.float() * mask).sum() * world / n_tok.clamp(min=1)
+        loss.backward()
+        total = total + loss.detach() / world
+    gnorm = torch.nn.utils.clip_grad_norm_(model.parameters(), clip)
+    opt.step()
+    sched.step()
+    opt.zero_grad(set_to_none=True)
+    if world > 1:
+        dist.all_reduce(total)
+    return total.item(), int(n_tok.item()), gnorm
 
 
 # --------------------------------------------------------------------------------------------------
@@ -418,98 +353,64 @@ def _load_base(model_path, device, seed):
     return model.to(device), tok
 
 
-def plan_report(model, hp, ranks):
-    """sft.py --plan: a GPU rank's SFT memory plan (plans.sft_plan) of `model` at each rank
-    count, "fits" or "does not fit" with the fix; loads nothing (the parameters from the folder's
-    safetensors headers, or Qwen3's by the size its name says)."""
-    params, shape = plans.model_shape(model) if model else (0, None)
-    if shape is None:
-        return f"sft.py --plan: no plan for {model or 'the tiny model'} (a CPU run, or no shape)"
-    lines = [
-        f"sft.py --plan: {model}, {params:.3g} parameters; batch_size {hp['batch_size']} (a "
-        f"step, over the ranks), micro_tokens {hp['micro_tokens']}, checkpointing "
-        f"{hp['checkpointing']}"
-    ]
-    for w in map(int, ranks.split(",")):
-        share = -(-hp["batch_size"] // w)  # a rank's samples a step
-        plan = (shape, params, w, hp["micro_tokens"], hp["checkpointing"], share)
-        problems = plans.sft_plan_problems(*plan)
-        verdict = "does not fit: " + problems[0].split(" GiB (")[-1][:-1] if problems else "fits"
-        lines.append(f"{w} rank(s): {plans.sft_plan_line(*plan)}: {verdict}")
-    return "\n".join(lines)
-
-
-def main(argv):
+def parse_args(argv):
     p = argparse.ArgumentParser(
-        description="SFT cold start (no arguments: the tiny default on CPU)"
+        description="SFT cold start (no arguments: the tiny default on CPU)",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
+    p.add_argument("--model", help="HF model folder or hub id (none: the tiny world's model)")
     p.add_argument(
-        "--model", default=None, help="HF model dir (default: the tiny model from tiny.py)"
-    )
-    p.add_argument(
-        "--data", default=None, help="dir with designer/executor.jsonl (default: tiny traces)"
+        "--data", help="a folder with designer.jsonl, executor.jsonl (none: tiny traces)"
     )
     p.add_argument("--out", default="out/tiny-sft")
     p.add_argument("--roles", default="both", choices=["both", "separate"])
-    p.add_argument("--steps", type=int, default=None, help="optimizer steps (or --epochs)")
+    p.add_argument("--steps", type=int, help="optimizer steps (or --epochs)")
     p.add_argument(
         "--epochs",
         type=float,
-        default=None,
-        help=f"passes over the samples read (default on --data: {EPOCHS}; steps = "
-        "ceil(epochs x samples / batch_size))",
+        help=f"passes over the samples read (on --data: {EPOCHS}; steps = ceil(epochs x samples "
+        "/ batch_size))",
     )
-    p.add_argument("--lr", type=float, default=None)
+    p.add_argument("--lr", type=float, help="peak lr (tiny: 2e-3; --data: 1e-5)")
+    p.add_argument("--batch_size", type=int, help="samples a step over every rank (tiny 8, 64)")
+    p.add_argument("--optimizer", choices=["muon", "adamw"], help="(tiny: muon; --data: adamw)")
     p.add_argument(
-        "--batch-size",
+        "--micro_tokens",
         type=int,
-        default=None,
-        help="samples a step over every rank (default on --data: 64; the tiny default: 8)",
+        help="tokens a micro-batch (padding counted), gradients accumulated over a batch's (0: "
+        "the batch whole, the tiny default; --data: 16384)",
     )
     p.add_argument(
-        "--no-eval", action="store_true", help="tiny: skip the quality bar on 200 val tasks"
+        "--checkpointing", choices=speed.MODES, help="activation checkpointing (tiny off, full)"
     )
     p.add_argument(
-        "--other-share",
+        "--config",
+        help="the RL preset whose chat_template_kwargs render the prompts (config/qwen3_8b.py: "
+        "thinking off), so SFT trains on the prompts RL samples from (none: the tiny preset's)",
+    )
+    p.add_argument("--no_eval", action="store_true", help="tiny: no quality bar on 200 val tasks")
+    p.add_argument(
+        "--other_share",
         type=float,
         default=tiny.OTHER_SHARE,
-        help="tiny: the share of designer samples that show a template other than the suited one",
+        help="tiny: the share of designer samples showing a template other than the suited one",
     )
     p.add_argument(
         "--prior",
         default=tiny.PRIOR,
         choices=["flat", "suited", *sorted(mas.TEMPLATES)],
-        help="tiny: the Designer's samples show the templates with tiny.PRIOR_WEIGHTS on every "
-        "kind (flat, the default), the suited one (suited), or this template most, on every kind "
-        "(the Executor's samples unchanged)",
+        help="tiny: the templates the Designer's samples show, with tiny.PRIOR_WEIGHTS on every "
+        "kind (flat), the suited one (suited), or this template most (the Executor's unchanged)",
     )
-    p.add_argument(
-        "--config",
-        default=None,
-        help="the RL preset whose chat_template_kwargs render the prompts (config/qwen3_8b.py: "
-        "thinking off), so SFT trains on the prompts RL samples from; default: the tiny preset's",
-    )
-    p.add_argument(
-        "--micro-tokens",
-        type=int,
-        default=None,
-        help="tokens a micro-batch (padding counted): each batch forwarded in micro-batches, their "
-        "gradients accumulated (0: the batch whole, the tiny default; --data: 16384)",
-    )
-    p.add_argument(
-        "--checkpointing",
-        default=None,
-        choices=speed.MODES,
-        help="activation checkpointing (speed.py): off (the tiny default) | full (--data)",
-    )
-    p.add_argument(
-        "--plan",
-        action="store_true",
-        help="print a GPU rank's memory plan of --model at --ranks, load nothing, and exit",
-    )
-    p.add_argument("--ranks", default="1,2,8", help="--plan's rank counts (default 1,2,8)")
+    p.add_argument("--plan", action="store_true", help="a GPU rank's memory plan; loads nothing")
+    p.add_argument("--ranks", default="1,2,8", help="--plan's rank counts")
     p.add_argument("--seed", type=int, default=0)
-    a = p.parse_args(argv)
+    return p.parse_args(argv)
+
+
+def run_settings(a):
+    """(the settings of the run: TINY's or SCALE's where a flag is not given, its length in epochs
+    or None, the chat template's switches), or a one-line exit on a bad argument."""
     try:
         template_kwargs = settings.chat_template_kwargs(a.config)
     except settings.ConfigError as e:
@@ -526,80 +427,93 @@ def main(argv):
                 f"sft.py: --data: no {os.path.join(a.data, name)} (python tools/distill.py --out "
                 f"{a.data} writes designer.jsonl and executor.jsonl)"
             )
-    tiny_world = a.data is None
-    given = {k: getattr(a, k) for k in HP if getattr(a, k, None) is not None}
-    hp = {k: given.get(k, (TINY if tiny_world else SCALE)[k]) for k in HP}
     if a.steps is not None and a.epochs is not None:
         sys.exit("sft.py: --steps or --epochs: a run's length is one of them")
+    given = {k: getattr(a, k) for k in HP if getattr(a, k, None) is not None}
+    hp = {k: given.get(k, (TINY if a.data is None else SCALE)[k]) for k in HP}
     # the run's length in epochs: --epochs, else (on --data without --steps) EPOCHS
     epochs = a.epochs if a.epochs is not None else (EPOCHS if hp["steps"] is None else None)
     if a.plan:  # of a run on --data
-        return print(plan_report(a.model, {k: given.get(k, SCALE[k]) for k in HP}, a.ranks))
-    # a GPU run's memory plan, before any model loads (the tiny model trains on a CPU)
-    if a.model is not None and torch.cuda.is_available():
-        world = int(os.environ.get("WORLD_SIZE", "1"))
-        params, shape = plans.model_shape(a.model)
-        share = -(-hp["batch_size"] // world)  # a rank's samples a step
-        plan = (shape, params, world, hp["micro_tokens"], hp["checkpointing"], share)
-        problems = plans.sft_plan_problems(*plan) if shape else []
-        if problems:
-            sys.exit(f"sft.py: {problems[0]}")
-        short = shape and plans.short_of_memory(plans.sft_plan(*plan)["total"], "its plan")
-        if short:  # each rank asks of its own GPU, before anything is on it
-            sys.exit(f"sft.py: {short}")
-    rank, world, device = start()
-    if tiny_world:
-        t0 = time.perf_counter()
-        tasks = tiny.make_tasks(TINY["train_tasks"], seed=a.seed, split="sft")
-        designer, executor = tiny.sft_traces(
-            tasks, seed=a.seed, other_share=a.other_share, prior=a.prior
-        )
-        # the four scripts are learned from fewer samples than the executor's arithmetic needs
-        designer = designer[: TINY["designer_tasks"]]
-        if rank == 0:
-            print(
-                f"tiny traces: {len(designer)} designer + {len(executor)} executor samples "
-                f"from {len(tasks)} tasks in {time.perf_counter() - t0:.1f}s"
-            )
-    else:
+        hp = {k: given.get(k, SCALE[k]) for k in HP}
+    return hp, epochs, template_kwargs
+
+
+def check_gpu_plan(a, hp):
+    """A GPU run's memory plan, before any model loads (the tiny model trains on a CPU): each rank
+    asks of its own GPU, before anything is on it."""
+    if a.model is None or not torch.cuda.is_available():
+        return
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    params, shape = plans.model_shape(a.model)
+    share = -(-hp["batch_size"] // world)  # a rank's samples a step
+    plan = (shape, params, world, hp["micro_tokens"], hp["checkpointing"], share)
+    problems = plans.sft_plan_problems(*plan) if shape else []
+    if problems:
+        sys.exit(f"sft.py: {problems[0]}")
+    short = shape and plans.short_of_memory(plans.sft_plan(*plan)["total"], "its plan")
+    if short:
+        sys.exit(f"sft.py: {short}")
+
+
+def read_samples(a, rank):
+    """(designer samples, executor samples): the tiny world's traces of TINY["train_tasks"] tasks of
+    the sft split, or --data's files (tools/distill.py's)."""
+    if a.data is not None:
         designer = data.read_jsonl(os.path.join(a.data, "designer.jsonl"))
-        executor = data.read_jsonl(os.path.join(a.data, "executor.jsonl"))
-    jobs = (
-        [(a.out, designer + executor)]
-        if a.roles == "both"
-        else [
-            (os.path.join(a.out, "designer"), designer),
-            (os.path.join(a.out, "executor"), executor),
-        ]
-    )
+        return designer, data.read_jsonl(os.path.join(a.data, "executor.jsonl"))
     t0 = time.perf_counter()
-    for out_dir, samples in jobs:
-        # every role starts cold from the same base
-        model, tok = _load_base(a.model, device, a.seed)
-        run = dict(hp)
-        if epochs is not None:  # steps = ceil(epochs x samples / batch_size), at any rank count
-            run["steps"] = max(1, math.ceil(epochs * len(samples) / hp["batch_size"]))
-        if rank == 0:
-            length = f"{epochs:g} epochs = " if epochs is not None else ""
-            print(
-                f"sft -> {out_dir}: {len(samples)} samples, {length}{run['steps']} steps of "
-                f"{hp['batch_size']} ({hp['batch_size'] // world} a rank), {run}, world {world}"
-            )
-        stats = train_sft(
-            model,
-            tok,
-            samples,
-            out_dir=out_dir,
-            seed=a.seed,
-            template_kwargs=template_kwargs,
-            **run,
+    tasks = tiny.make_tasks(TINY["train_tasks"], seed=a.seed, split="sft")
+    designer, executor = tiny.sft_traces(
+        tasks, seed=a.seed, other_share=a.other_share, prior=a.prior
+    )
+    # the four scripts are learned from fewer samples than the executor's arithmetic needs
+    designer = designer[: TINY["designer_tasks"]]
+    if rank == 0:
+        print(
+            f"tiny traces: {len(designer)} designer + {len(executor)} executor samples "
+            f"from {len(tasks)} tasks in {time.perf_counter() - t0:.1f}s"
         )
-        if rank == 0:
-            print(
-                f"sft done: {stats['steps']} steps, final loss {stats['loss']:.4f}, "
-                f"{stats['trained_tokens']} tokens, {stats['wall_s']:.1f}s"
-            )
-        del model
+    return designer, executor
+
+
+def train_role(a, hp, epochs, out_dir, samples, template_kwargs, device):
+    """One model from the base weights on `samples`, into out_dir."""
+    rank, world = ranks.rank_world()
+    model, tok = _load_base(a.model, device, a.seed)
+    run = dict(hp)
+    if epochs is not None:  # steps = ceil(epochs x samples / batch_size), at any rank count
+        run["steps"] = max(1, math.ceil(epochs * len(samples) / hp["batch_size"]))
+    if rank == 0:
+        length = f"{epochs:g} epochs = " if epochs is not None else ""
+        print(
+            f"sft -> {out_dir}: {len(samples)} samples, {length}{run['steps']} steps of "
+            f"{hp['batch_size']} ({hp['batch_size'] // world} a rank), {run}, world {world}"
+        )
+    stats = train_sft(
+        model, tok, samples, out_dir=out_dir, seed=a.seed, template_kwargs=template_kwargs, **run
+    )
+    if rank == 0:
+        print(
+            f"sft done: {stats['steps']} steps, final loss {stats['loss']:.4f}, "
+            f"{stats['trained_tokens']} tokens, {stats['wall_s']:.1f}s"
+        )
+
+
+def main(argv):
+    a = parse_args(argv)
+    hp, epochs, template_kwargs = run_settings(a)
+    if a.plan:
+        return print(plans.sft_report(a.model, hp, a.ranks))
+    check_gpu_plan(a, hp)
+    rank, world, device = start()
+    designer, executor = read_samples(a, rank)
+    jobs = [(a.out, designer + executor)]  # roles "both": one model
+    if a.roles == "separate":
+        jobs = [(os.path.join(a.out, "designer"), designer)]
+        jobs.append((os.path.join(a.out, "executor"), executor))
+    t0 = time.perf_counter()
+    for out_dir, samples in jobs:  # every role starts cold from the same base
+        train_role(a, hp, epochs, out_dir, samples, template_kwargs, device)
     if world > 1:
         # every rank past its last collective before any tears the group down: a rank that left
         # first can make gloo abort the other at exit (seen once, tests/test_sft.py under load)
@@ -608,18 +522,16 @@ def main(argv):
     if rank != 0:
         return
     print(f"SFT wall time: {time.perf_counter() - t0:.1f}s")
-    if tiny_world and not a.no_eval:
-        # heldout.tasks(200, seed, "val")
+    if a.data is None and not a.no_eval:  # the quality bar, on heldout.tasks(200, seed, "val")
         held = tiny.make_tasks(200, seed=a.seed + 2_000_003, split="val")
-        paths = (
-            dict(model_path=a.out)
-            if a.roles == "both"
-            else dict(
+        paths = dict(model_path=a.out)
+        if a.roles == "separate":
+            paths = dict(
                 model_path=os.path.join(a.out, "executor"),
                 designer_path=os.path.join(a.out, "designer"),
             )
-        )
-        print(format_figures(evaluate_sft(tasks=held, seed=a.seed, **paths)))
+        figures = final_table.evaluate_sft(tasks=held, seed=a.seed, **paths)
+        print(final_table.format_figures(figures))
 
 
 if __name__ == "__main__":

@@ -62,7 +62,6 @@ machinery/isolation.py, machinery/confine.py, machinery/loggers.py, machinery/of
 machinery/provenance.py, machinery/reload_check.py, mas.py, reward.py, sandbox.py,
 machinery/plans.py, machinery/programs.py"""
 
-import math
 import os
 import sys
 from collections import Counter
@@ -75,6 +74,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 
 import advantage
 import grpo
+import mas
 import rollout as rollout_lib
 import settings
 import stagewise
@@ -338,18 +338,13 @@ def optimizer_step(cfg, step, pol, mine, stats):
 
 
 def lr_factor(cfg, step):
-    """The lr's multiplier at step t (Config.lr_schedule). constant: 1. warmup_cosine [authors]:
-    (t + 1) / 10 over the first 10 steps, then 0.3 + 0.7 (1 + cos(pi p)) / 2 with p from 0 at
-    step 10 to 1 at the last step. Set from t itself rather than by torch's LambdaLR, which counts
-    its own steps: a resume needs no scheduler state, and a frozen role's lr follows the run's
-    clock, not its own updates."""
+    """The lr's multiplier at step t (Config.lr_schedule): constant 1, or warmup_cosine [authors]
+    (settings.warmup_cosine: lr_warmup steps, then down to lr_floor at the last step). Set from t
+    itself rather than by torch's LambdaLR, which counts its own steps: a resume needs no scheduler
+    state, and a frozen role's lr follows the run's clock, not its own updates."""
     if cfg.lr_schedule == "constant":
         return 1.0
-    warmup, floor = 10, 0.3
-    if step < warmup:
-        return (step + 1) / warmup
-    p = min(1.0, (step - warmup) / max(1, cfg.steps - 1 - warmup))
-    return floor + (1 - floor) * (1 + math.cos(math.pi * p)) / 2
+    return settings.warmup_cosine(step, cfg.lr_warmup, cfg.steps - 1, cfg.lr_floor)
 
 
 def role_stats(roles, acc, gap_max, device):
@@ -442,11 +437,17 @@ def main(argv):
         N=cfg.N,
         seed=cfg.seed * 1000,
         template=cfg.template or None,
-        designer_sampling=engine_lib.Sampling(max_tokens=cfg.designer_max_tokens),
-        executor_sampling=engine_lib.Sampling(max_tokens=cfg.max_tokens),
+        designer_sampling=engine_lib.Sampling(
+            temperature=cfg.temperature, top_p=cfg.top_p, max_tokens=cfg.designer_max_tokens
+        ),
+        executor_sampling=engine_lib.Sampling(
+            temperature=cfg.temperature, top_p=cfg.top_p, max_tokens=cfg.max_tokens
+        ),
         short=tiny_data,
         lam=cfg.lam,
         schedule=cfg.rollout_schedule,
+        limits=mas.Limits(**cfg.sandbox),
+        grading=dict(budget=cfg.grade_budget, math_timeout=cfg.math_timeout),
     )
     for step in range(start, cfg.steps):
         # 4. the active role, known first: an Executor-only step may take more queries

@@ -404,17 +404,17 @@ def sft_fits(shape, params, world, batch_size, micro_tokens, checkpointing):
 
 def sft_plan_problems(shape, params, world, micro_tokens, checkpointing, batch_size=8):
     """[] when SFT's plan fits a GPU rank, else its arithmetic and the fix: the largest
-    --micro-tokens that fits, checkpointing, the fewest ranks."""
+    --micro_tokens that fits, checkpointing, the fewest ranks."""
     args = (shape, params, world, micro_tokens, checkpointing, batch_size)
     p = sft_plan(*args)
     if p["total"] <= p["gpu"]:
         return []
     fixes, room = [], p["gpu"] - p["states"] - p["head"] - p["bf16"] - p["reserve"]
     if room * GIB >= SFT_CHUNK * p["per_token"]:  # at least a chunk's tokens
-        fixes.append(f"--micro-tokens <= {int(room * GIB // p['per_token'])}")
+        fixes.append(f"--micro_tokens <= {int(room * GIB // p['per_token'])}")
     full = sft_plan(shape, params, world, micro_tokens or 16384, "full", batch_size)
     if checkpointing != "full" and full["total"] <= full["gpu"]:
-        fixes.append(f"--checkpointing full with --micro-tokens {full['tokens']}")
+        fixes.append(f"--checkpointing full with --micro_tokens {full['tokens']}")
     # the fewest ranks: as set, else (no other fix) with checkpointing and 16384 tokens
     for kw in ({}, {"micro_tokens": 16384, "checkpointing": "full"}):
         if kw and fixes:
@@ -422,7 +422,7 @@ def sft_plan_problems(shape, params, world, micro_tokens, checkpointing, batch_s
         arg = {"micro_tokens": micro_tokens, "checkpointing": checkpointing, **kw}
         more = [w for w in range(world + 1, 65) if sft_fits(shape, params, w, batch_size, **arg)]
         if more:
-            how = " with --checkpointing full --micro-tokens 16384" if kw else ""
+            how = " with --checkpointing full --micro_tokens 16384" if kw else ""
             fixes.append(f"at least {more[0]} ranks{how}")
             break
     fix = ", or ".join(fixes) or "no fix within 64 ranks"
@@ -475,3 +475,25 @@ def stored_params(path):
             if key != "__metadata__":
                 total += math.prod(t["shape"])
     return total
+
+
+def sft_report(model, hp, ranks):
+    """`sft.py --plan`: a GPU rank's SFT memory plan (sft_plan) of `model` at each rank count in
+    `ranks` ("1,2,8"), "fits" or "does not fit" with the fix; loads nothing (the parameters from
+    the folder's safetensors headers, or Qwen3's by the size its name says). hp: sft.py's
+    batch_size, micro_tokens and checkpointing."""
+    params, shape = model_shape(model) if model else (0, None)
+    if shape is None:
+        return f"sft.py --plan: no plan for {model or 'the tiny model'} (a CPU run, or no shape)"
+    lines = [
+        f"sft.py --plan: {model}, {params:.3g} parameters; batch_size {hp['batch_size']} (a "
+        f"step, over the ranks), micro_tokens {hp['micro_tokens']}, checkpointing "
+        f"{hp['checkpointing']}"
+    ]
+    for w in map(int, ranks.split(",")):
+        share = -(-hp["batch_size"] // w)  # a rank's samples a step
+        plan = (shape, params, w, hp["micro_tokens"], hp["checkpointing"], share)
+        problems = sft_plan_problems(*plan)
+        verdict = "does not fit: " + problems[0].split(" GiB (")[-1][:-1] if problems else "fits"
+        lines.append(f"{w} rank(s): {sft_plan_line(*plan)}: {verdict}")
+    return "\n".join(lines)

@@ -204,7 +204,7 @@ def test_train_command_lines(tmp_path):
     ]
     assert ablations.sft_command(3, str(tmp_path))[1:] == [
         "sft.py",
-        "--no-eval",
+        "--no_eval",
         "--seed",
         "3",
         "--prior",
@@ -990,7 +990,7 @@ def test_a_cold_start_made_by_another_command_is_never_reused(tmp_path, monkeypa
     monkeypatch.setattr(ablations, "launch", lambda cmd, log, *rest: calls.append(cmd) or 0)
     argv = ["--only", "single", "--seeds", "0", "--budget", "2", "--root", str(tmp_path)]
     (tmp_path / "sft-s0").mkdir()
-    other = [sys.executable, "sft.py", "--no-eval", "--seed", "0", "--out", "x"]  # no --prior flat
+    other = [sys.executable, "sft.py", "--no_eval", "--seed", "0", "--out", "x"]  # no --prior flat
     (tmp_path / "sft-s0" / "build.json").write_text(json.dumps({"cmd": other}))
     assert ablations.main(argv) == 1 and not calls
     assert "single-s0: failed (cold start made by another command)" in capsys.readouterr().out

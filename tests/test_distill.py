@@ -546,7 +546,7 @@ def test_distill_against_vllm_serving_a_tiny_cold_start(cold_start, tmp_path):
     url = f"http://127.0.0.1:{port}"
     names = [*distill.PAPER, "design"]
     argv = ["--teacher", url, "--model", "tiny", "--tasks", path, "--short"]
-    argv += ["--templates", ",".join(names), "--max-tokens", "400", "--timeout", "60"]
+    argv += ["--templates", ",".join(names), "--max_tokens", "400", "--timeout", "60"]
     # the Qwen3 preset's switches: the tiny template ignores them, the server takes them
     argv += ["--config", "config/qwen3_8b.py"]
     early = _distill([*argv, "--out", out, "--wait", "600"], text=True)  # before the server

@@ -134,12 +134,12 @@ def test_end_to_end_on_tiny_tasks_and_real_format(tiny_model, tmp_path, request)
         "auto",
         "--backend",
         "hf",
-        "--n-tiny",
+        "--n_tiny",
         "2",
-        "--short-prompt",
-        "--max-tokens",
+        "--short_prompt",
+        "--max_tokens",
         "8",
-        "--designer-max-tokens",
+        "--designer_max_tokens",
         "16",
         "--samples",
         "2",
@@ -210,12 +210,12 @@ def test_separate_policies_each_role_generates_with_its_own_model(tiny_model, tm
             "auto",
             "--backend",
             "hf",
-            "--n-tiny",
+            "--n_tiny",
             "2",
-            "--short-prompt",
-            "--max-tokens",
+            "--short_prompt",
+            "--max_tokens",
             "8",
-            "--designer-max-tokens",
+            "--designer_max_tokens",
             "16",
             "--out",
             str(tmp_path / "eval"),
@@ -257,7 +257,7 @@ def tiny_run(tmp_path_factory, tiny_model):
 
 
 def run_args(run, data, out, *more):
-    return ["--run", str(run), "--tasks", "tiny", *data, "--n-tiny", "4", "--out", str(out), *more]
+    return ["--run", str(run), "--tasks", "tiny", *data, "--n_tiny", "4", "--out", str(out), *more]
 
 
 def test_a_run_is_evaluated_with_its_own_settings(tiny_run, tmp_path):
@@ -281,15 +281,15 @@ def test_a_run_is_evaluated_with_its_own_settings(tiny_run, tmp_path):
     assert rec["sampling"]["executor"] == {"temperature": 0.0, "top_p": 1.0, "max_tokens": 12}
     assert rec["sampling"]["designer"]["max_tokens"] == 24
     # --step, a protocol and a flag: each stated
-    more = ["--mode", "single", "--step", "1", "--protocol", "train", "--max-tokens", "8"]
+    more = ["--mode", "single", "--step", "1", "--protocol", "train", "--max_tokens", "8"]
     evaluate.main(run_args(tiny_run, data, tmp_path / "b", *more))
     head = (tmp_path / "b" / "results.md").read_text()
-    assert f"(run {tiny_run}, step 1)" in head and "; flags: --max-tokens\n" in head
+    assert f"(run {tiny_run}, step 1)" in head and "; flags: --max_tokens\n" in head
     assert "- protocol: train: temperature 1.0, top_p 1.0 (ours" in head
     assert "- max_tokens: 8; designer_max_tokens: 24" in head
-    evaluate.main(run_args(tiny_run, data, tmp_path / "c", "--mode", "single", "--top-p", "0.5"))
+    evaluate.main(run_args(tiny_run, data, tmp_path / "c", "--mode", "single", "--top_p", "0.5"))
     assert (
-        "- protocol: greedy (custom: --top-p): temperature 0.0, top_p 0.5"
+        "- protocol: greedy (custom: --top_p): temperature 0.0, top_p 0.5"
         in (tmp_path / "c" / "results.md").read_text()
     )
     with pytest.raises(SystemExit, match=r"--step 7: no .*step_000007 \(the run has 1, 2\)"):
@@ -305,7 +305,7 @@ def test_two_gloo_ranks_give_the_table_of_one(tiny_run, tmp_path):
     rank 0 the gathered table; sampled (protocol train, K = 2), a problem's draws follow its index
     alone, so the numbers are those of one process."""
     data = tiny_tasks(tmp_path, n=5)  # 5: the ranks hold 3 and 2
-    more = ["--n-tiny", "5", "--mode", "single", "auto", "--protocol", "train", "--samples", "2"]
+    more = ["--n_tiny", "5", "--mode", "single", "auto", "--protocol", "train", "--samples", "2"]
     one = run_args(tiny_run, data, tmp_path / "one", *more)
     # --rundir: torchrun's parser would take --run for its --run-path
     two = ["--rundir", *run_args(tiny_run, data, tmp_path / "two", *more)[1:]]

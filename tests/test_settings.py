@@ -268,8 +268,8 @@ def test_the_sft_plan_counts_states_activations_and_the_head(tmp_path):
     assert off["per_token"] == 36 * layer and off["activations"] > 380
     (problem,) = plans.sft_plan_problems(shape, n, 8, 8 * 8192, "off")
     room = off["gpu"] - off["states"] - off["head"] - off["bf16"] - plans.RESERVE_GIB
-    assert f"--micro-tokens <= {int(room * GIB // off['per_token'])}" in problem
-    assert "--checkpointing full with --micro-tokens 65536" in problem
+    assert f"--micro_tokens <= {int(room * GIB // off['per_token'])}" in problem
+    assert "--checkpointing full with --micro_tokens 65536" in problem
     # one GPU: 122 GiB of states alone and autocast's bf16 copy of the weights
     (problem,) = plans.sft_plan_problems(shape, n, 1, 16384, "full")
     assert "= 122.1 GiB" in problem and "bf16 weights 15.3 GiB" in problem

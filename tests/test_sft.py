@@ -15,7 +15,7 @@ import torch
 import evaluate
 import sft
 from machinery import data, engine, muon
-from world import tiny
+from world import final_table, tiny
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -259,7 +259,7 @@ FSDP_MUON = """
 import sys, torch, torch.distributed as dist
 sys.path.insert(0, sys.argv[1])
 from machinery import muon, speed
-from world import tiny
+from world import final_table, tiny
 from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
 dist.init_process_group("gloo")
 ids = torch.randint(6, 100, (4, 24), generator=torch.Generator().manual_seed(0))
@@ -334,7 +334,7 @@ def test_quality_bar_figures_paired_margin_and_kinds():
         },
         "kinds": ["math", "math", "code", "code"],
     }
-    text = sft.format_figures(fig)
+    text = final_table.format_figures(fig)
     assert "best template ensemble beats single by +25.0 points (paired standard error 47.9" in text
     # per kind, the structure that pays differs: tester on code, ensemble on math
     assert (
@@ -359,7 +359,7 @@ def test_roles_single_process(base, tmp_path):
             str(out),
             "--steps",
             "3",
-            "--batch-size",
+            "--batch_size",
             "8",
             "--lr",
             "1e-3",
@@ -397,7 +397,7 @@ def test_torchrun_fsdp2_two_ranks_separate_roles(base, tmp_path):
         "separate",
         "--steps",
         "4",
-        "--batch-size",
+        "--batch_size",
         "4",
         "--lr",
         "1e-3",
@@ -420,7 +420,7 @@ def test_torchrun_fsdp2_two_ranks_separate_roles(base, tmp_path):
 
 
 def test_the_batch_is_global_one_rank_or_two_see_the_same_samples(base, tmp_path):
-    """--batch-size is samples a step over every rank, --epochs a run's length: under torchrun at
+    """--batch_size is samples a step over every rank, --epochs a run's length: under torchrun at
     1 and 2 ranks the same steps (ceil(0.25 x 80 / 8) = 3), the same tokens trained, and the same
     first batch (its loss, before any update, to fp32 rounding)."""
     seen = {}
@@ -428,8 +428,8 @@ def test_the_batch_is_global_one_rank_or_two_see_the_same_samples(base, tmp_path
         cmd = [sys.executable, "-m", "torch.distributed.run", f"--nproc_per_node={world}"]
         cmd += ["--master_port", str(_free_port()), os.path.join(ROOT, "sft.py")]
         cmd += ["--model", str(base / "base"), "--data", str(base / "data")]
-        cmd += ["--out", str(tmp_path / f"w{world}"), "--epochs", "0.25", "--batch-size", "8"]
-        cmd += ["--lr", "1e-3", "--micro-tokens", "0", "--checkpointing", "off"]
+        cmd += ["--out", str(tmp_path / f"w{world}"), "--epochs", "0.25", "--batch_size", "8"]
+        cmd += ["--lr", "1e-3", "--micro_tokens", "0", "--checkpointing", "off"]
         env = {**os.environ, "OMP_NUM_THREADS": "1"}
         r = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
         assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
@@ -464,7 +464,7 @@ def test_micro_batches_hold_each_sample_once_within_the_budget():
     assert sft.micro_batches(batch, lengths, 10**6) == [batch]  # within the budget: the same
     # a sample longer than the budget cannot fit any micro-batch: refused, with the fix
     model, tok = tiny.build_model(seed=0, **SMALL)
-    with pytest.raises(ValueError, match="longer than micro_tokens=8 .*raise --micro-tokens"):
+    with pytest.raises(ValueError, match="longer than micro_tokens=8 .*raise --micro_tokens"):
         sft.train_sft(model, tok, add_samples(4), steps=1, batch_size=4, log=None, micro_tokens=8)
 
 
@@ -473,7 +473,7 @@ import sys, torch, torch.distributed as dist
 sys.path.insert(0, sys.argv[1])
 import sft
 from torch.optim.optimizer import register_optimizer_step_pre_hook
-from world import tiny
+from world import final_table, tiny
 dist.init_process_group("gloo")
 tasks = tiny.make_tasks(40, seed=0, split="sft")
 designer, executor = tiny.sft_traces(tasks, seed=0)

@@ -48,8 +48,7 @@ executor, separate, k1, k10) run with --only.
 
 Needs: machinery/provenance.py, machinery/rundir.py (a cold start's folders),
 tools/ablation_report.py; train.py, sft.py and world/final_table.py (run as programs) and what their
-Needs lines name
-"""
+Needs lines name"""
 
 import argparse
 import json
@@ -299,7 +298,7 @@ def sft_command(seed, root, separate=False):
     Designer's SFT samples drawn from the flat prior (--prior flat: a prior shown mostly `single`,
     75%, left 1-4% on the suited ones and RL never found them in issue #45's pilot: NOTES);
     separate: two models (--roles separate), ROOT/sft-separate-s{s}."""
-    args = ["--no-eval", "--seed", str(seed), "--prior", "flat"]
+    args = ["--no_eval", "--seed", str(seed), "--prior", "flat"]
     args += ["--roles", "separate"] * separate + ["--out", cold_start(root, seed, separate)]
     return [sys.executable, "sft.py", *args]
 

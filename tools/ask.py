@@ -6,8 +6,8 @@ advantages A_D and A_E of that tree). With --against a second model answers the 
 same seeds, below the first. The page is tools/show.py's, written to OUT/ask.html:
 
     python tools/ask.py "Compute 9-7+8." --model out/tiny-rl/step_000040/model \\
-        --against out/tiny-sft --gold 10 --short-prompt --max-tokens 128 \\
-        --designer-max-tokens 400 --temperature 1 --top-p 1
+        --against out/tiny-sft --gold 10 --short_prompt --max_tokens 128 \\
+        --designer_max_tokens 400 --temperature 1 --top_p 1
     python tools/ask.py "Write f(x) = x + 3." --kind code \\
         --gold '{"inputs": [[1]], "outputs": [4], "fn_name": "f"}' --model ...
 
@@ -110,11 +110,11 @@ def main(argv):
     p.add_argument("--N", type=int, default=4, help="runs per design")
     p.add_argument("--backend", default="auto", choices=["auto", "vllm", "hf", "lean"])
     p.add_argument("--temperature", type=float, default=0.6)
-    p.add_argument("--top-p", type=float, default=0.95)
-    p.add_argument("--max-tokens", type=int, default=4096, help="per Executor call")
-    p.add_argument("--designer-max-tokens", type=int, default=2048)
+    p.add_argument("--top_p", type=float, default=0.95)
+    p.add_argument("--max_tokens", type=int, default=4096, help="per Executor call")
+    p.add_argument("--designer_max_tokens", type=int, default=2048)
     p.add_argument(
-        "--short-prompt", action="store_true", help="the tiny world's one-line Designer prompt"
+        "--short_prompt", action="store_true", help="the tiny world's one-line Designer prompt"
     )
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out", default="out/ask")

@@ -436,16 +436,16 @@ def gpu_row(k, steps=3):
 
 def bench_sft(steps=40, budget=1024):
     """sft.py's peak memory on the tiny model and the tiny default's traces (their longest sample
-    333 tokens), at batch 8 and 32, each batch whole (--micro-tokens 0, the tiny default) and in
-    micro-batches of `budget` tokens: each run `python sft.py --steps ... --no-eval` in its own
+    333 tokens), at batch 8 and 32, each batch whole (--micro_tokens 0, the tiny default) and in
+    micro-batches of `budget` tokens: each run `python sft.py --steps ... --no_eval` in its own
     process, its peak RSS (os.wait4's ru_maxrss), and what it holds above a run of one step on one
     sample (the imports, the traces, the model). The same seed: both runs of a batch size see the
     same batches."""
     out = tempfile.mkdtemp(prefix="bench-sft-")
 
     def peak_mib(batch, micro, n):
-        args = ["--steps", str(n), "--batch-size", str(batch), "--micro-tokens", str(micro)]
-        args += ["--no-eval", "--out", os.path.join(out, f"b{batch}-m{micro}")]
+        args = ["--steps", str(n), "--batch_size", str(batch), "--micro_tokens", str(micro)]
+        args += ["--no_eval", "--out", os.path.join(out, f"b{batch}-m{micro}")]
         with open(os.path.join(out, "log"), "w") as log:
             p = subprocess.Popen(
                 [sys.executable, "sft.py", *args], cwd=HERE, stdout=log, stderr=log
@@ -806,7 +806,7 @@ def bench_distill(concurrency=("8", "64"), units=128, reps=2):
     """tools/distill.py against a real OpenAI-compatible server: `python -m
     vllm.entrypoints.openai.api_server` (vllm serve) of a random tiny model (world/tiny.py's
     shapes: its replies run to max_tokens or a random end of turn, as long as at any number in
-    flight: each call has its seed), `units` tiny tasks through the single template, --max-tokens
+    flight: each call has its seed), `units` tiny tasks through the single template, --max_tokens
     128, at each number of requests in flight (--concurrency, and as many units at work), in turns:
     tokens a second (the server's count) and units a second, and each one's ratio to the first."""
     from tools import distill
@@ -849,7 +849,7 @@ def bench_distill(concurrency=("8", "64"), units=128, reps=2):
         server.wait()
         log.close()
     print(
-        f"tools/distill.py: {units} tiny tasks x single, --max-tokens 128, against vllm serve of a "
+        f"tools/distill.py: {units} tiny tasks x single, --max_tokens 128, against vllm serve of a "
         f"random tiny model ({os.cpu_count()} cores for both), median of {reps} turns"
     )
     print(f"{'in flight':>10} {'tokens/s':>9} {'units/s':>8} {'tokens':>7} {'ratio':>6}")

@@ -29,7 +29,7 @@ included), per template and in all: designs, parsed, runs, correct, designer and
 and every unit that kept nothing by its reason: context_length (a prompt longer than the teacher's
 context: the server's 400, listed per task in context_length_tasks), thinking_cut (a reply that is
 thinking cut off), thinking_stray (think tags left after the leading block), max_tokens (a reply
-cut at --max-tokens: without its end of turn it would teach the student never to stop), unparsed,
+cut at --max_tokens: without its end of turn it would teach the student never to stop), unparsed,
 run_error, wrong. Replies dropped inside kept runs are counted too (wrong_replies_dropped,
 duplicate_replies_dropped). Those are drops: the unit is done.
 
@@ -62,7 +62,7 @@ with backoff. The key, if the endpoint wants one, from OPENAI_API_KEY.
 Rendering: each request carries the chat messages and the preset's chat-template switches
 (settings.chat_template_kwargs(PRESET), `--config PRESET`; without it config/tiny.py's, {}) as
 vLLM's `chat_template_kwargs` (request_body builds the body), and the preset's max_tokens (8192 in
-the Qwen3 presets, [paper]) unless --max-tokens says otherwise. vLLM renders them with the served
+the Qwen3 presets, [paper]) unless --max_tokens says otherwise. vLLM renders them with the served
 model's chat template, add_generation_prompt=True, and those switches: the prompt that
 engine.prompt_ids renders for SFT and RL from the same messages and the same switches, when the
 teacher's chat template is the student's. A Qwen3 preset sends {"enable_thinking": false}.
@@ -932,7 +932,7 @@ def main(argv):
         "--short", action="store_true", help="the tiny world's compact Designer and agent prompts"
     )
     p.add_argument(
-        "--max-tokens",
+        "--max_tokens",
         type=int,
         default=None,
         help="tokens a reply at most (default: --config's max_tokens, the presets' 8192)",

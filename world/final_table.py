@@ -361,6 +361,82 @@ def final_table(cfg, eng, ckpt, split="eval"):
     return table
 
 
+# --------------------------------------------------------------------------------------------------
+# a cold start's quality bar (sft.py prints it), with rollout.py's own machinery (the same code
+# evaluate.py and RL use)
+
+
+def evaluate_sft(model_path, tasks, *, designer_path=None, seed=0):
+    """Quality-bar figures of a tiny cold start on held-out tasks.
+
+    parse: share of Designer completions that parse into a script (one design per task); designer:
+    accuracy of executing those designs once each; structures: their structure shares;
+    templates[name]: accuracy of fixed template `name` (rollout's fixed-structure mode, one
+    execution a task), "single" being the single-agent baseline. A run counts as correct when
+    reward.py's correctness is 1. With designer_path the Designer's weights are swapped in for the
+    design phase (separate policies)."""
+    eng = engine_lib.make_engine(model_path, backend="lean")
+    designer_eng = eng
+    if designer_path is not None:  # one engine, each role's view of it holding that role's weights
+        paths = {"designer": designer_path, "executor": model_path}
+        # the engine: model_path's (the Executor's)
+        held = weights.EngineWeights(eng, paths, held="executor")
+        designer_eng, eng = held.view("designer"), held.view("executor")
+    kw = {
+        "short": True,
+        "designer_sampling": engine_lib.Sampling(max_tokens=400),
+        "chunk": max(1, len(tasks)),
+        "executor_sampling": engine_lib.Sampling(max_tokens=128),
+    }
+    d = evaluate.evaluate_method(tasks, designer_eng, eng, "auto", 1, seed=seed, **kw)
+    unparsed = d["structures"].pop("unparseable")
+    out = {
+        "tasks": len(tasks),
+        "parse": 1 - unparsed,
+        "designer": d["pass@1"],
+        "structures": {k: v / (1 - unparsed) for k, v in d["structures"].items() if v > 0},
+    }
+    out["templates"], out["per_problem"] = {}, {"designs": d["per_problem"]}
+    for name in mas.TEMPLATES:
+        r = evaluate.evaluate_method(tasks, None, eng, f"template:{name}", 1, seed=seed + 1, **kw)
+        out["templates"][name], out["per_problem"][name] = r["pass@1"], r["per_problem"]
+    out["kinds"] = [t.get("kind", "?") for t in tasks]
+    return out
+
+
+def format_figures(fig):
+    """The quality bar as text, from evaluate_sft's figures (every template, "single" among them,
+    per task)."""
+    t, pp, kinds = fig["templates"], fig["per_problem"], fig["kinds"]
+    best = max((k for k in t if k != "single"), key=t.get)
+    _, se = evaluate.paired_margin(pp[best], pp["single"])
+    lines = [
+        f"held-out tasks: {fig['tasks']}",
+        f"(a) designer completions that parse: {100 * fig['parse']:.1f}%   (target >= 95%)",
+        f"    learned designs, executed once: {100 * fig['designer']:.1f}% correct; structures "
+        + ", ".join(f"{k} {100 * v:.0f}%" for k, v in sorted(fig["structures"].items())),
+        f"(b) single agent accuracy: {100 * t['single']:.1f}%   (target 30-80%)",
+        "(c) fixed templates: " + ", ".join(f"{k} {100 * v:.1f}%" for k, v in t.items()),
+        f"    best template {best} beats single by {100 * (t[best] - t['single']):+.1f} points "
+        f"(paired standard error {100 * se:.1f}; clear when above 2 standard errors)",
+    ]
+    if len(set(kinds)) > 1:
+        # which structure pays depends on the kind of task: the learned Designer's whole premise
+        for kind in sorted(set(kinds)):
+            idx = [i for i, k in enumerate(kinds) if k == kind]
+            acc = {name: sum(pp[name][i] for i in idx) / len(idx) for name in pp}
+            top = max((k for k in acc if k not in ("single", "designs")), key=acc.get)
+            m, se = evaluate.paired_margin(
+                [pp[top][i] for i in idx], [pp["single"][i] for i in idx]
+            )
+            lines.append(
+                f"    {kind} ({len(idx)} tasks): "
+                + ", ".join(f"{k} {100 * v:.1f}%" for k, v in acc.items())
+                + f"; best template {top} {100 * m:+.1f} +- {100 * se:.1f} over single"
+            )
+    return "\n".join(lines)
+
+
 def main(argv):
     p = argparse.ArgumentParser(
         description="a finished tiny run's final table, again (its last checkpoint)"

@@ -49,7 +49,7 @@ Five pieces, each usable on its own:
    primary row. train.py's final table compares SFT and RL with them; sampled
    accuracy on 200 tasks carries ~3.5 points of noise, these carry none.
 
-6. `cold_start(out, seed)`: the tiny world's SFT cold start, `python sft.py --no-eval` in a
+6. `cold_start(out, seed)`: the tiny world's SFT cold start, `python sft.py --no_eval` in a
    process of its own (train.py makes it when out is missing; run by path, so nothing here imports
    sft.py). `python world/tiny.py tasks` writes the held-out "eval" tasks to data/tiny.jsonl, the
    file evaluate.py's `--tasks tiny` reads.
@@ -704,7 +704,7 @@ EVAL_SEED = 10_007  # the held-out tasks of evaluate.py's --tasks tiny: the "eva
 
 
 def cold_start(out, seed=0, separate=False):
-    """The tiny world's cold start, `python sft.py --no-eval` in a process of its own (not a rank of
+    """The tiny world's cold start, `python sft.py --no_eval` in a process of its own (not a rank of
     the caller's torchrun job): out/ holds the model, or out/designer and out/executor with
     separate=True."""
     print(f"{out} is missing: running the SFT cold start (python sft.py)", flush=True)
@@ -713,7 +713,7 @@ def cold_start(out, seed=0, separate=False):
     for k, v in os.environ.items():
         if k not in ours and not k.startswith("TORCHELASTIC"):
             env[k] = v
-    cmd = [sys.executable, os.path.join(ROOT, "sft.py"), "--no-eval", "--seed", str(seed)]
+    cmd = [sys.executable, os.path.join(ROOT, "sft.py"), "--no_eval", "--seed", str(seed)]
     cmd += ["--out", out] + ["--roles", "separate"] * separate
     subprocess.run(cmd, check=True, env=env)
 
