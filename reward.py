@@ -37,26 +37,17 @@ the first failing test, and no program gets more than GRADE_BUDGET wall seconds 
     reward(task, run, lam=0.4, correct=correct[k])          # graded once; R from that grade
 
 Needs: machinery/programs.py, machinery/isolation.py, machinery/confine.py (programs under test),
-mas.py (the answer tag and its regex)
-"""
+mas.py (the answer tag and its regex), machinery/grader.py"""
 
-import atexit
-import contextlib
-import json
 import logging
 import os
 import re
-import resource
-import select
-import subprocess
-import sys
-import threading
 from concurrent.futures import ThreadPoolExecutor
 from decimal import Decimal
 from fractions import Fraction
 
 import mas
-from machinery import programs
+from machinery import grader, programs
 from mas import ANSWER_RE, ANSWER_TAG
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -64,7 +55,6 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 FLOAT_TOL = programs.FLOAT_TOL
 MAX_ANSWER_CHARS = 4000  # a longer "answer" is a runaway generation, never a final answer
 GRADER_MEMORY = 4 << 30  # address space of one grader process: a blow-up dies, the trainer does not
-GRADER_STARTUP = 120.0  # seconds a grader process may take to import SymPy on a busy machine
 # wall seconds a program gets for all the hidden tests of one task (4 s a test at most as well): a
 # program that passes a 200-test CodeContests task takes a few seconds here
 GRADE_BUDGET = 120.0
@@ -275,97 +265,16 @@ def _equal(pred, gold):
 
 
 def _serve_grader():
-    """Grader process main loop: one JSON [pred, gold] per line in, one JSON bool per line out."""
-    out = os.fdopen(os.dup(1), "w")
-    os.dup2(2, 1)  # stray prints must not corrupt the protocol
-    with contextlib.suppress(ValueError, OSError):
-        resource.setrlimit(resource.RLIMIT_AS, (GRADER_MEMORY, GRADER_MEMORY))
+    """A grader process (grader.Pool's worker): _equal on each [pred, gold] it is sent, SymPy
+    imported and math-verify's parsers built before the first deadline."""
     # its threaded-mode warning: deadlines are ours
     logging.getLogger("math_verify").setLevel(logging.ERROR)
     for p, g in (("\\frac12", "0.5"), ("x+1", "1+x"), ("[1,2)", "[1,2)"), ("x=1", "1")):
         _equal(p, g)  # math-verify builds its parsers on first use: before any deadline
-    out.write("ready\n")
-    out.flush()
-    for line in sys.stdin:
-        try:
-            pred, gold = json.loads(line)
-            ok = _equal(pred, gold)
-        except Exception:  # noqa: BLE001 - includes MemoryError from the rlimit: not equal
-            ok = False
-        out.write("true\n" if ok else "false\n")
-        out.flush()
+    grader.serve(_equal, GRADER_MEMORY)
 
 
-class _Grader:
-    """One grader process (SymPy pre-imported), spoken to over pipes, one short line each way."""
-
-    def __init__(self):
-        boot = "import sys; sys.path.insert(0, sys.argv[1]); import reward; reward._serve_grader()"
-        self.proc = subprocess.Popen(
-            [sys.executable, "-c", boot, HERE],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.DEVNULL,
-            bufsize=0,
-        )
-        if self._readline(GRADER_STARTUP) != b"ready":
-            self.kill()
-            raise OSError("grader process failed to start")
-
-    def _readline(self, timeout):
-        """The next line, or None after `timeout` seconds or at the process's end. Each line is
-        written at once (shorter than PIPE_BUF), so once the pipe is readable the whole line is
-        there."""
-        if not select.select([self.proc.stdout], [], [], timeout)[0]:
-            return None
-        return self.proc.stdout.readline().rstrip(b"\n") or None
-
-    def ask(self, pred, gold, timeout):
-        """True/False, or None when the deadline passed or the process died."""
-        try:
-            self.proc.stdin.write((json.dumps([pred, gold]) + "\n").encode())
-        except OSError:
-            return None
-        line = self._readline(timeout)
-        return None if line is None else line == b"true"
-
-    def kill(self):
-        self.proc.kill()
-        self.proc.wait()
-        self.proc.stdin.close()
-        self.proc.stdout.close()
-
-
-class _Pool:
-    """Idle grader processes; a thread takes one per comparison, so concurrent callers grade in
-    parallel."""
-
-    def __init__(self):
-        self.lock, self.idle = threading.Lock(), []
-
-    def equal(self, pred, gold, timeout):
-        with self.lock:
-            g = self.idle.pop() if self.idle else None
-        g = g or _Grader()
-        ok = g.ask(pred, gold, timeout)
-        if ok is None:  # stuck on a pathological expression (or died): kill, answer "no"
-            g.kill()
-            return False
-        with self.lock:
-            self.idle.append(g)
-        return ok
-
-    def close(self):
-        with self.lock:
-            idle, self.idle = self.idle, []
-        for g in idle:
-            g.kill()
-
-
-_POOL = _Pool()
-atexit.register(_POOL.close)
-# a forked child: the parent's graders are not its own
-os.register_at_fork(after_in_child=_POOL.__init__)
+_POOL = grader.Pool("reward._serve_grader", HERE)
 
 
 def math_equal(pred, gold, timeout=5.0):
@@ -377,7 +286,10 @@ def math_equal(pred, gold, timeout=5.0):
     if len(pred) > MAX_ANSWER_CHARS or len(gold) > MAX_ANSWER_CHARS:
         return False
     fast = _fast_equal(pred, gold)
-    return fast if fast is not None else _POOL.equal(pred, gold, timeout)
+    if fast is not None:
+        return fast
+    # in a grader process; stuck on a pathological expression (or died): killed, not equal
+    return _POOL.ask([pred, gold], timeout) is True
 
 
 # --------------------------------------------------------------------------------------------------

@@ -44,7 +44,7 @@ grpo.token_logprobs.
                                                      # logprobs
 
 Needs: machinery/data.py, machinery/engine.py, mas.py, reward.py, sandbox.py, machinery/decode.py,
-machinery/isolation.py, machinery/confine.py, machinery/programs.py"""
+machinery/isolation.py, machinery/confine.py, machinery/programs.py, machinery/grader.py"""
 
 import contextlib
 import itertools

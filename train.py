@@ -60,7 +60,7 @@ machinery/speed.py, machinery/weights.py, rollout.py, settings.py, stagewise.py,
 world/final_table.py, world/heldout.py, world/tiny.py, evaluate.py, machinery/decode.py,
 machinery/isolation.py, machinery/confine.py, machinery/loggers.py, machinery/offload.py,
 machinery/provenance.py, machinery/reload_check.py, mas.py, reward.py, sandbox.py,
-machinery/plans.py, machinery/programs.py"""
+machinery/plans.py, machinery/programs.py, machinery/grader.py"""
 
 import os
 import sys

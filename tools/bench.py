@@ -40,7 +40,8 @@ machinery/data.py, machinery/decode.py, machinery/isolation.py, machinery/confin
 machinery/loggers.py, machinery/offload.py, machinery/provenance.py, machinery/recorder.py,
 machinery/reload_check.py, machinery/rundir.py, machinery/shared_prompts.py, machinery/weights.py,
 mas.py, reward.py, sandbox.py, stagewise.py, world/final_table.py, world/heldout.py;
-tools/distill.py (the distill section), machinery/plans.py, machinery/programs.py"""
+tools/distill.py (the distill section), machinery/plans.py, machinery/programs.py,
+machinery/grader.py"""
 
 import functools
 import json

@@ -86,7 +86,7 @@ finish) depends on timing; how many are kept does not.
 
 Needs: machinery/data.py, mas.py, reward.py, sandbox.py, settings.py, machinery/isolation.py,
 machinery/confine.py, stagewise.py, machinery/plans.py, machinery/provenance.py,
-machinery/rundir.py, machinery/programs.py"""
+machinery/rundir.py, machinery/programs.py, machinery/grader.py"""
 
 import argparse
 import asyncio

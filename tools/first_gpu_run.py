@@ -56,7 +56,7 @@ parts call its update, the runs run it in a subprocess) and what it needs: advan
 evaluate.py, machinery/chunked.py, machinery/data.py, machinery/loggers.py, machinery/offload.py,
 machinery/provenance.py, machinery/recorder.py, machinery/shared_prompts.py, machinery/weights.py,
 world/final_table.py, world/heldout.py; sft.py (the sft4b part) and machinery/muon.py,
-machinery/plans.py, machinery/programs.py"""
+machinery/plans.py, machinery/programs.py, machinery/grader.py"""
 
 import glob
 import json

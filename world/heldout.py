@@ -50,7 +50,7 @@ it; tools/plot.py draws the curve beside the tiny one.
 Needs: machinery/engine.py, mas.py, rollout.py, settings.py, world/tiny.py, machinery/decode.py,
 machinery/data.py, reward.py, sandbox.py, stagewise.py, machinery/chunked.py,
 machinery/isolation.py, machinery/confine.py, machinery/plans.py, machinery/provenance.py,
-machinery/rundir.py, machinery/programs.py"""
+machinery/rundir.py, machinery/programs.py, machinery/grader.py"""
 
 from collections import Counter
 from pathlib import Path

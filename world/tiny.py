@@ -58,7 +58,7 @@ How these settings were chosen (the calibration runs and what moved the numbers)
 
 Needs: machinery/chunked.py, machinery/data.py, machinery/engine.py, mas.py, reward.py, rollout.py,
 sandbox.py, machinery/decode.py, machinery/isolation.py, machinery/confine.py,
-machinery/programs.py"""
+machinery/programs.py, machinery/grader.py"""
 
 import argparse
 import hashlib
