@@ -64,11 +64,10 @@ Needs: machinery/data.py, machinery/engine.py, machinery/weights.py, mas.py, rol
 settings.py, machinery/decode.py, machinery/isolation.py, machinery/confine.py,
 machinery/provenance.py, machinery/ranks.py, machinery/reload_check.py, machinery/rundir.py,
 reward.py, sandbox.py, stagewise.py, machinery/plans.py, machinery/programs.py,
-machinery/grader.py"""
+machinery/grader.py, machinery/results.py"""
 
 import argparse
 import dataclasses
-import hashlib
 import json
 import math
 import os
@@ -84,12 +83,12 @@ import rollout as rollout_lib
 import settings
 from machinery import data, ranks, rundir, weights
 from machinery import engine as engine_lib
+from machinery import results as report
 
 ROOT = Path(__file__).resolve().parent
 DATA = ROOT / "data"  # prepared task files: data/NAME.jsonl
 # the benchmark names: the test splits machinery/data.py prepares (RL reads the train splits)
 BENCHMARKS = tuple(n for n, r in data.RECIPES.items() if r.split == "test")
-STRUCTURES = ("single", "ensemble", "critic", "tester", "other")
 # the sampling protocols: (temperature, top_p, label)
 PROTOCOLS = {
     "greedy": (0.0, 1.0, "[authors] greedy, T 0: their validation (eval config)"),
@@ -155,7 +154,7 @@ def evaluate_method(
     """
     # "single" is a template
     template = None if method == "auto" else method.removeprefix("template:")
-    per_problem, counts = [], {s: 0 for s in STRUCTURES + ("unparseable",)}
+    per_problem, counts = [], {s: 0 for s in (*report.STRUCTURES, "unparseable")}
     for start in range(0, len(tasks), chunk):
         part = tasks[start : start + chunk]
         batch = rollout_lib.rollout(
@@ -247,35 +246,6 @@ def gather(results, rank, world):
 
 
 # ------------------------------------------------------------------------------------------- tables
-def _pct(x):
-    return f"{100 * x:.2f}"
-
-
-def results_table(results, bench_names):
-    """Tables 1-2 of the paper: benchmarks as columns, methods as rows, the average last."""
-    lines = [
-        "| method | " + " | ".join(bench_names) + " | Avg |",
-        "|---" * (len(bench_names) + 2) + "|",
-    ]
-    for method, per in results.items():
-        vals = [per[b]["pass@1"] for b in bench_names]
-        lines.append(
-            f"| {method} | " + " | ".join(map(_pct, vals)) + f" | {_pct(sum(vals) / len(vals))} |"
-        )
-    return "\n".join(lines)
-
-
-def structure_table(per_bench):
-    """Table 6 of the paper: the share of each structure among the learned Designer's scripts."""
-    cols = list(STRUCTURES) + ["unparseable"]
-    lines = ["| benchmark | " + " | ".join(cols) + " |", "|---" * (len(cols) + 1) + "|"]
-    for name, r in per_bench.items():
-        lines.append(
-            f"| {name} | " + " | ".join(_pct(r["structures"].get(c, 0.0)) for c in cols) + " |"
-        )
-    return "\n".join(lines)
-
-
 # --------------------------------------------------------------------------------------- statistics
 def paired_margin(a, b):
     """Mean of a - b over the same problems, and its standard error (the spread of the per-problem
@@ -290,11 +260,6 @@ def paired_margin(a, b):
 
 
 # --------------------------------------------------------------------------------------------- main
-def sha256(path):
-    """The file's SHA-256 (hex), or None for no file (the tiny tasks are made, not read)."""
-    return hashlib.sha256(Path(path).read_bytes()).hexdigest() if path else None
-
-
 MAKES = (
     "train.py writes RUN/step_N/model, or its designer/ and executor/; sft.py writes out/tiny-sft"
 )
@@ -404,59 +369,8 @@ def settings_used(a, cfg=None):
         "top_p": top_p if a.top_p is None else a.top_p,
     }
     flags = ("backend", "max_tokens", "designer_max_tokens", "short_prompt")
-    used["flags"] = [f"--{k.replace('_', '-')}" for k in flags if getattr(a, k)] + custom
+    used["flags"] = [f"--{k}" for k in flags if getattr(a, k)] + custom
     return used
-
-
-def benchmark_line(name, tasks, src, K):
-    """What one benchmark of the table is: its source, split, subset and count (from the manifest
-    `machinery/data.py prepare` writes beside its task file), and the samples a problem."""
-    count = f"{len(tasks)} problems x {K} sample{'s' if K != 1 else ''} a problem"
-    if name == "tiny":
-        return (
-            f"{name}: the tiny world's held-out eval split ({src}), its first {len(tasks)}; {count}"
-        )
-    path = Path(data.manifest_path(str(src))) if src else None
-    if path is None or not path.is_file():
-        return f"{name}: the task file {src} (no manifest beside it); {count}"
-    m = json.loads(path.read_text())
-    rev = m.get("revision")
-    if isinstance(rev, str):  # the published files at a commit
-        origin = f"{m.get('source')} {', '.join(map(str, m.get('files', [])))} @ {rev[:12]}"
-    else:  # prepare --from: local files in the published shape
-        names = ", ".join(os.path.basename(str(f)) for f in m.get("files", []))
-        origin = f"{m.get('source')}'s shape, from local files ({names})"
-    subset = "; ".join(x for x in (m.get("filter"), m.get("subset")) if x) or "every row"
-    return (
-        f"{name}: {origin}; split {m.get('split')}; {subset}; {m.get('written')} problems "
-        f"({m.get('rows_read')} rows read); {count}"
-    )
-
-
-def header(a, used, K, world, benchmarks=()):
-    """results.md's header: what was evaluated (each benchmark's source, split, subset and count,
-    and the samples a problem), with which protocol and settings, and from where."""
-    models = f"--model {a.model}" if a.model else f"--designer {a.designer} --executor {a.executor}"
-    sets = [f"  - {benchmark_line(n, tasks, src, K)}" for n, tasks, src in benchmarks]
-    if sets:
-        sets.insert(0, "- benchmarks (source; split; subset; problems x samples a problem):")
-    return "\n".join(
-        [
-            "# evaluate.py",
-            "",
-            f"- models: {models}" + (f" (run {a.run}, step {a.step})" if a.run else ""),
-            f"- protocol: {used['protocol']}: temperature {used['temperature']}, top_p "
-            f"{used['top_p']} ({used['protocol_label']}); K = {K}",
-            f"- settings from {used['from']}"
-            + (f"; flags: {' '.join(used['flags'])}" if used["flags"] else ""),
-            f"- backend: {used['backend']}; engine_kwargs: {json.dumps(used['engine_kwargs'])}",
-            f"- chat_template_kwargs: {json.dumps(used['chat_template_kwargs'])}",
-            f"- max_tokens: {used['max_tokens']}; designer_max_tokens: "
-            f"{used['designer_max_tokens']}; short prompts: {used['short_prompt']}",
-            f"- ranks: {world}",
-            *sets,
-        ]
-    )
 
 
 class HelpFormat(argparse.RawDescriptionHelpFormatter, argparse.ArgumentDefaultsHelpFormatter):
@@ -571,7 +485,7 @@ def main(argv=None):
         executor_sampling=esamp,
     )
     if rank == 0:
-        write_results(a, used, benchmarks, names, res, world)
+        report.write_results(a, used, benchmarks, names, res, world)
     # as train.py ends: every rank done, then the engine (vLLM's groups, made from ours), then ours
     if torchrun:
         dist.barrier()
@@ -580,61 +494,6 @@ def main(argv=None):
     if torchrun and dist.is_initialized():
         dist.destroy_process_group()
     return res
-
-
-def write_results(a, used, benchmarks, names, res, world):
-    """OUT/results.md (the header, then the tables) and OUT/results.json; the tables printed."""
-    tables = [("pass@1 (%)", results_table(res, names))]
-    if "auto" in res:
-        tables.append(
-            ("structure shares of the learned Designer (%)", structure_table(res["auto"]))
-        )
-    models = {"shared": a.model} if a.model else {"designer": a.designer, "executor": a.executor}
-    record = {
-        "tasks": {
-            n: {
-                "file": str(src) if src else None,
-                "sha256": sha256(src),
-                "what": benchmark_line(n, tasks, src, a.samples),
-                "ids": [str(t["id"]) for t in tasks],
-            }
-            for n, tasks, src in benchmarks
-        },
-        "models": models,
-        "run": {"dir": a.run, "step": a.step} if a.run else None,
-        "samples": a.samples,
-        "ranks": world,
-        "settings": used,
-        "backend": used["backend"],
-        "chat_template_kwargs": used["chat_template_kwargs"],
-        "seed": a.seed,
-        "sampling": {
-            "protocol": used["protocol"],
-            "label": used["protocol_label"],
-            "designer": {
-                "temperature": used["temperature"],
-                "top_p": used["top_p"],
-                "max_tokens": used["designer_max_tokens"],
-            },
-            "executor": {
-                "temperature": used["temperature"],
-                "top_p": used["top_p"],
-                "max_tokens": used["max_tokens"],
-            },
-        },
-        "results": res,
-    }
-    out = Path(a.out)
-    out.mkdir(parents=True, exist_ok=True)
-    head = header(a, used, a.samples, world, benchmarks)
-    (out / "results.md").write_text(
-        head + "\n\n" + "\n\n".join(f"### {title}\n\n{table}" for title, table in tables) + "\n"
-    )
-    (out / "results.json").write_text(json.dumps(record, indent=1))
-    print(head)
-    for title, table in tables:
-        print(f"\n{title}\n{table}")
-    print(f"\nwritten: {out / 'results.md'}, {out / 'results.json'}")
 
 
 if __name__ == "__main__":

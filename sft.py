@@ -52,12 +52,13 @@ From Python:
     figures = evaluate_sft("out/x", heldout_tasks)     # the quality bar: parse rate, template
                                                        # accuracies
 
-Needs: evaluate.py, machinery/chunked.py, machinery/data.py, machinery/engine.py, machinery/muon.py,
-machinery/ranks.py, machinery/rundir.py, machinery/speed.py, machinery/weights.py, mas.py,
-rollout.py, settings.py, world/tiny.py, machinery/decode.py, machinery/isolation.py,
-machinery/confine.py, machinery/provenance.py, machinery/reload_check.py, reward.py, sandbox.py,
-stagewise.py, machinery/plans.py, machinery/programs.py, world/final_table.py, world/heldout.py,
-machinery/grader.py"""
+Needs: evaluate.py, machinery/chunked.py, machinery/data.py, machinery/engine.py,
+machinery/muon.py, machinery/ranks.py, machinery/rundir.py, machinery/speed.py,
+machinery/weights.py, mas.py, rollout.py, settings.py, world/tiny.py, machinery/decode.py,
+machinery/isolation.py, machinery/confine.py, machinery/provenance.py,
+machinery/reload_check.py, reward.py, sandbox.py, stagewise.py, machinery/plans.py,
+machinery/programs.py, world/final_table.py, world/heldout.py, machinery/grader.py,
+machinery/results.py"""
 
 import argparse
 import functools

@@ -39,20 +39,20 @@ Run it:
 
 What runs is what you read here, except where a preset switches on a speed-up proven equal to it,
 named at its one dispatch point with the test that proves it: the tiny preset's logprobs="shared"
-(each prompt forwarded once: machinery/shared_prompts.py, in batches() and logprobs() below) and
-backend="lean" (machinery/decode.py's written-out sampling loop, where main() makes the engine).
+(each prompt forwarded once: machinery/shared_prompts.py; batches() below) and backend="lean"
+(machinery/decode.py's written-out sampling loop; engine.make_engine, which start() calls).
 The tiny preset takes both for the main job's time (measured: docs/NOTES.md, issue #44);
 `--logprobs=plain --backend=hf` runs the plain path: grpo.token_logprobs and engine.HFEngine.
 
 settings.Config holds every setting (the paper's values marked); a config file assigns some of its
-names, `--name=value` overrides anything, and bad settings stop the run before any model loads
-(settings.validate). Distributed: each rank rolls out its share of the B queries with its own
-engine, the trainer is FSDP2 (gloo on CPU, NCCL + bf16 on GPU), and every rank gathers the full
-weights into its engine after each update. Separate policies: two models, one optimizer each; the
-one engine holds whichever role is generating (each role's view of it: machinery/weights.py). The
-step's records (its tree, its metrics line, its times, the fault points between them) are
-machinery/recorder.py's. The tiny default ends with a table on held-out tasks
-(world/final_table.py): RL against SFT, sampled, exact.
+names, `--name=value` (or `--name value`) overrides anything, `--help` lists every setting, and bad
+settings stop the run before any model loads (settings.validate). Distributed: each rank rolls out
+its share of the B queries with its own engine, the trainer is FSDP2 (gloo on CPU, NCCL + bf16 on
+GPU), and every rank gathers the full weights into its engine after each update. Separate policies:
+two models, one optimizer each; the one engine holds whichever role is generating (each role's view
+of it: machinery/weights.py). The step's records (its tree, its metrics line, its times, the fault
+points between them) are machinery/recorder.py's. The tiny default ends with a table on held-out
+tasks (world/final_table.py): RL against SFT, sampled, exact.
 
 Needs: advantage.py, grpo.py, machinery/chunked.py, machinery/data.py, machinery/engine.py,
 machinery/ranks.py, machinery/recorder.py, machinery/rundir.py, machinery/shared_prompts.py,
@@ -60,11 +60,13 @@ machinery/speed.py, machinery/weights.py, rollout.py, settings.py, stagewise.py,
 world/final_table.py, world/heldout.py, world/tiny.py, evaluate.py, machinery/decode.py,
 machinery/isolation.py, machinery/confine.py, machinery/loggers.py, machinery/offload.py,
 machinery/provenance.py, machinery/reload_check.py, mas.py, reward.py, sandbox.py,
-machinery/plans.py, machinery/programs.py, machinery/grader.py"""
+machinery/plans.py, machinery/programs.py, machinery/grader.py, machinery/results.py"""
 
+import functools
 import os
 import sys
 from collections import Counter
+from types import SimpleNamespace
 
 import numpy as np
 import torch
@@ -78,9 +80,8 @@ import mas
 import rollout as rollout_lib
 import settings
 import stagewise
-from machinery import chunked, data, offload, ranks, rundir, shared_prompts, speed
+from machinery import chunked, data, offload, ranks, recorder, rundir, shared_prompts, speed
 from machinery import engine as engine_lib
-from machinery.recorder import Recorder
 from machinery.weights import EngineWeights
 from world import final_table, heldout, tiny
 
@@ -101,19 +102,6 @@ def load_mix(cfg):
             raise settings.ConfigError(f"data source {src!r} has no tasks")
         sources.append(tasks)
     return sources
-
-
-def sample_queries(sources, weights, step, B, seed, pos):
-    """B tasks for `step`; pos[s] counts the tasks taken from source s so far (the saved data
-    position): source s is read in a fresh permutation each epoch."""
-    w = np.asarray(weights, dtype=float)
-    out = []
-    for s in np.random.default_rng([seed, step]).choice(len(sources), size=B, p=w / w.sum()):
-        epoch, k = divmod(pos[s], len(sources[s]))
-        order = np.random.default_rng([seed, 1 + s, epoch]).permutation(len(sources[s]))
-        out.append(sources[s][order[k]])
-        pos[s] += 1
-    return out
 
 
 # --------------------------------------------------------------------------------------------------
@@ -174,30 +162,42 @@ def idle_to_host(cfg, policy_of, step):
 
 def batches(cfg, samples, idx, values, pad_id, device):
     """The samples idx as micro-batches: each the model's inputs, `mask` (the trained tokens),
-    values[name][k] (sample k's per-token vectors) laid out like it, and `order` (its samples, in
-    the mask's token order). The same number on every rank, at least one (FSDP's forwards are
-    collective, and a step that forwards nothing still steps Adam, on zero gradients, as forwarding
-    samples of A = 0 would): fillers of padding."""
+    values[name][k] (sample k's per-token vectors) laid out like it, `order` (its samples, in the
+    mask's token order) and `forward` (how its log-probs are computed). The same number on every
+    rank, at least one (FSDP's forwards are collective, and a step that forwards nothing still
+    steps Adam, on zero gradients, as forwarding samples of A = 0 would): fillers of padding.
+
+    The one dispatch point of Config.logprobs: "plain", the reference, one sample a row and
+    grpo.token_logprobs; "chunked" (the Qwen3 presets) the lm head a chunk at a time, never the full
+    logits in fp32, equal by tests/test_chunked.py::test_token_logprobs_matches_naive; "shared" (the
+    tiny preset) each prompt forwarded once for its samples (machinery/shared_prompts.py: block
+    masks, restarted positions), equal by tests/test_shared_prompts.py::
+    test_shared_prompts_match_unshared and, run for run, tests/test_train.py::
+    test_shared_rows_run_equals_plain."""
+    rows = chunked.token_logprobs if cfg.logprobs == "chunked" else grpo.token_logprobs
     if cfg.logprobs == "shared":
-        # the tiny preset: each prompt forwarded once for its samples (machinery/shared_prompts.py);
-        # its run gives a row a sample's numbers: test_train.py::test_shared_rows_run_equals_plain
         bs = shared_prompts.batches(samples, idx, values, pad_id, cfg.micro_batch)
-    else:  # plain: one sample a row, similar lengths together
+        bs = [dict(b, forward=shared_prompts.logprobs) for b in bs]
+    else:  # one sample a row, similar lengths together
         lengths = {k: len(samples[k].prompt_ids) + len(samples[k].completion_ids) for k in idx}
         idx = sorted(idx, key=lambda k: (lengths[k], k))
         size = cfg.micro_batch
-        bs = [pack(samples, idx[i : i + size], values, pad_id) for i in range(0, len(idx), size)]
+        bs = [
+            pack(samples, idx[i : i + size], values, pad_id, rows) for i in range(0, len(idx), size)
+        ]
     n = int(ranks.all_sum([max(len(bs), 1)], device, dist.ReduceOp.MAX)[0])
     filler = rollout_lib.Sample([pad_id], [pad_id], [0.0], ())
-    bs += [pack([filler], [], values, pad_id)] * (n - len(bs))
+    bs += [pack([filler], [], values, pad_id, rows)] * (n - len(bs))
     return [{k: v.to(device) if torch.is_tensor(v) else v for k, v in b.items()} for b in bs]
 
 
-def pack(samples, order, values, pad_id):
-    """One sample a row (rollout.samples_to_tensors), values laid out [S, T-1]; no order: filler."""
+def pack(samples, order, values, pad_id, rows):
+    """One sample a row (rollout.samples_to_tensors), values laid out [S, T-1], log-probs by
+    rows(model, input_ids, attention_mask); no order: filler."""
     b = rollout_lib.samples_to_tensors([samples[k] for k in order] if order else samples, pad_id)
     mask = b["completion_mask"] * bool(order)  # a filler trains nothing
     out = dict(input_ids=b["input_ids"], attention_mask=b["attention_mask"], mask=mask, order=order)
+    out["forward"] = functools.partial(row_logprobs, rows)
     for name, v in values.items():
         out[name] = None if v is None else laid_out(v, order, mask)
     return out
@@ -210,18 +210,13 @@ def laid_out(v, order, mask):
     return torch.zeros(mask.shape).masked_scatter(mask.bool(), torch.cat([v[k] for k in order]))
 
 
-def logprobs(model, b, cfg):
-    """log pi_theta of the micro-batch's tokens, laid out like b["mask"]: the reference is
-    grpo.token_logprobs (logprobs="plain"); the others are speed-ups tested equal to it."""
-    if "segment" in b:
-        # logprobs="shared", the tiny preset: shared-prompt rows (block masks, restarted positions),
-        # equal to the reference by tests/test_shared_prompts.py::test_shared_prompts_match_unshared
-        return shared_prompts.logprobs(model, b)
-    if cfg.logprobs == "chunked":
-        # the Qwen3 presets: the lm head a chunk at a time, never the full logits in fp32, equal to
-        # the reference by tests/test_chunked.py::test_token_logprobs_matches_naive
-        return chunked.token_logprobs(model, b["input_ids"], b["attention_mask"])
-    return grpo.token_logprobs(model, b["input_ids"], b["attention_mask"])
+def row_logprobs(rows, model, b):
+    return rows(model, b["input_ids"], b["attention_mask"])
+
+
+def logprobs(model, b):
+    """log pi_theta of the micro-batch's tokens, laid out like b["mask"], by its batch's forward."""
+    return b["forward"](model, b)
 
 
 @torch.no_grad()
@@ -231,7 +226,7 @@ def old_logprobs(cfg, model, samples, idx, pad_id, device):
     old = {}
     model.eval()
     for b in batches(cfg, samples, idx, {}, pad_id, device):
-        lp = logprobs(model, b, cfg)[b["mask"].bool()].cpu()
+        lp = logprobs(model, b)[b["mask"].bool()].cpu()
         lengths = [len(samples[k].completion_ids) for k in b["order"]]
         old.update(zip(b["order"], lp.split(lengths), strict=True))
     # FSDP2 keeps the root's weights gathered after a forward without grad; the update's backward
@@ -277,7 +272,7 @@ def update(cfg, step, roles, policy_of, pad_id, device, world):
             # a sample with A = 0 has l_t = 0 and no gradient: not forwarded (it counts in N_role)
             live = [k for k in part if A[k] != 0 or cfg.forward_zero_adv]
             for b in batches(cfg, samples, live, values[role], pad_id, device):
-                lp = logprobs(policy_of[role]["model"], b, cfg)
+                lp = logprobs(policy_of[role]["model"], b)
                 # l_t = -min(rho A, clip(rho) A), summed / N_role (FSDP averages ranks' gradients)
                 n = n_role / world
                 loss, st = grpo.grpo_loss(
@@ -292,7 +287,7 @@ def update(cfg, step, roles, policy_of, pad_id, device, world):
                 gap_max[role] = max(gap_max[role], st["logprob_gap_max"])
         for pol in pols:  # the step of the Adam state of the role this step trains
             optimizer_step(cfg, step, pol, [r for r in roles if policy_of[r] is pol], stats)
-    stats.update(role_stats(roles, acc, gap_max, device))
+    stats.update(recorder.role_stats(roles, acc, gap_max, device))
     return stats
 
 
@@ -347,24 +342,6 @@ def lr_factor(cfg, step):
     return settings.warmup_cosine(step, cfg.lr_warmup, cfg.steps - 1, cfg.lr_floor)
 
 
-def role_stats(roles, acc, gap_max, device):
-    """Each role's update numbers over every rank: the loss and the forwarded tokens (sums); the
-    clip fraction, the ratio and the engine/trainer log-prob gap (token means); the largest gap."""
-    keys = []
-    for r in roles:
-        keys += [f"{r}/{k}" for k in ("loss", "tokens", "clip_frac", "ratio_mean", "logprob_gap")]
-    tot = dict(zip(keys, ranks.all_sum([acc[k] for k in keys], device), strict=True))
-    maxes = ranks.all_sum([gap_max[r] for r in roles], device, dist.ReduceOp.MAX)
-    stats = {}
-    for r, top in zip(roles, maxes, strict=True):
-        for k in ("clip_frac", "ratio_mean", "logprob_gap"):
-            stats[f"{r}/{k}"] = tot[f"{r}/{k}"] / max(tot[f"{r}/tokens"], 1)
-        stats[f"{r}/loss"] = tot[f"{r}/loss"]
-        stats[f"{r}/tokens"] = tot[f"{r}/tokens"]
-        stats[f"{r}/logprob_gap_max"] = top
-    return stats
-
-
 def per_sample(samples, A):
     """Each sample's advantage [S]: A at its index, (q, i) for a script, (q, i, j) for a call."""
     return torch.tensor([float(A[s.index]) for s in samples])
@@ -374,16 +351,83 @@ def per_sample(samples, A):
 # the loop
 
 
+def rl_step(run, step):
+    """One RL step: the README's loop, a line each."""
+    cfg = run.cfg
+    # 4. the active role, known first (an Executor-only step may take more queries); the idle role's
+    # Adam state in host memory meanwhile
+    active = stagewise.active_roles(step, cfg.mode, cfg.K, cfg.first_role)
+    idle_to_host(cfg, run.policy_of, step)
+    run.rec.begin(step, active)
+    # 1. queries: the same global batch on every rank, each rank takes its share
+    b = settings.step_batch(cfg, active) // run.world
+    queries = data.sample_queries(run.sources, run.mix, step, b * run.world, cfg.seed, run.pos)
+    mine = queries[run.rank * b : (run.rank + 1) * b]
+    # 2. rollout: M x N, R [b, M, N]; each role's view of the engine holds its weights
+    designer, executor = run.weights.view("designer", step), run.weights.view("executor", step)
+    batch = rollout_lib.rollout(
+        mine, designer, executor, step=step, q_offset=run.rank * b, **run.kw
+    )
+    run.weights.sleep()  # vLLM on a GPU frees its memory while the trainer runs
+    # 3. advantages (the Executor's over the runs that happened)
+    A_D = advantage.designer_advantages(batch.R)
+    A_E = advantage.executor_advantages(batch.R, executed=batch.executed)
+    # 4. the inactive role's samples are dropped here, never forwarded
+    roles = {}
+    if "designer" in active:
+        roles["designer"] = (batch.designer, per_sample(batch.designer, A_D))
+    if "executor" in active:
+        roles["executor"] = (batch.executor, per_sample(batch.executor, A_E))
+    # 5-7. old log-probs, the GRPO update, the optimizer step; the new weights into the engine
+    with run.rec.timed("update"):
+        stats = update(cfg, step, roles, run.policy_of, run.pad_id, run.device, run.world)
+    run.weights.check_gap(stats, active, step)  # the engine sampled with the trainer's weights
+    with run.rec.timed("weight_sync"):
+        run.weights.sync(step, cfg.save_every)
+    # 8. the step's tree and its metrics line, then a checkpoint: the lines are on disk first
+    run.rec.tree(batch, mine, A_D, A_E)
+    for curve in run.curves:  # the held-out curves, at their steps
+        if curve.due(step + 1):
+            with run.rec.timed(curve.timer):
+                run.rec.add(curve(step + 1, run.weights, run.policy_of, run.tokenizer))
+    run.rec.line(batch, mine, A_D, A_E, stats, run.weights.info)
+    if (step + 1) % cfg.save_every == 0 or step + 1 == cfg.steps:
+        state = {"step": step + 1, "data_pos": run.pos}
+        rundir.save_checkpoint(cfg, step + 1, run.policies, run.tokenizer, state, run.rank)
+        run.rec.fault("saved")
+
+
 def main(argv):
+    cfg, sources, ckpt, ts = configure(argv)
+    run = start(cfg, argv, sources, ckpt, ts)
+    for step in range(run.start, cfg.steps):
+        rl_step(run, step)
+    finish(run, argv)
+
+
+def configure(argv):
+    """(the Config, the data sources, the checkpoint to resume from and its trainer state): each
+    checked before any model loads, a bad one a line and exit. `--plan`: the memory plan, then exit
+    (settings.plan_report)."""
     try:
-        if "--plan" in argv:  # a GPU rank's memory per rank count; loads nothing (settings.py)
-            return print(settings.plan_report(argv))
+        if "--plan" in argv:  # a GPU rank's memory per rank count; loads nothing
+            raise SystemExit(print(settings.plan_report(argv)))
         cfg = settings.parse_config(argv)
         settings.validate(cfg, world=int(os.environ.get("WORLD_SIZE", "1")))
         sources = load_mix(cfg)  # a broken data file fails here, before any model loads
         ckpt, ts = rundir.latest(cfg.out_dir) if cfg.resume else (None, None)
     except (settings.ConfigError, OSError, ValueError) as e:
         sys.exit(f"train.py: {e}")
+    return cfg, sources, ckpt, ts
+
+
+def start(cfg, argv, sources, ckpt, ts):
+    """The run set up: its folder and provenance, the tiny world's cold start where it is missing,
+    the policies (resumed: the checkpoint's), the engine with the Designer's weights, the recorder,
+    the held-out curves and their step-0 line. Returned as what the steps read: cfg, rank, world,
+    device; policies, policy_of; eng, weights (in the engine: machinery/weights.py), tokenizer,
+    pad_id; rec, curves; sources, mix (their weights), pos (their positions); kw (the rollout's
+    settings); start (the first step)."""
     rank, world, device = ranks.setup(cfg.device)
     tiny_data = settings.is_tiny(cfg)
     # --overwrite deletes the run in out_dir; the tiny world makes its cold start when it is missing
@@ -404,35 +448,40 @@ def main(argv):
     name = next(iter(policies))  # the engine starts with the Designer's weights
     model_dir = os.path.join(ckpt, name) if ckpt else settings.model_dirs(cfg)[name]
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
-    pad_id = engine_lib.pad_id(tokenizer)
-    # backend="lean", the tiny preset: decode.py's loop, the greedy tokens of the transformers
-    # engine (tests/test_engine.py::test_lean_greedy_equals_transformers) and the trainer's
-    # log-probs of what it samples (::test_lean_logprobs_match_direct_forward); its seeded draws are
-    # its own
+    # backend: engine.make_engine, its one dispatch point, names the tests that prove "lean" (the
+    # tiny preset's) equal to the reference, "hf"
     eng = engine_lib.make_engine(
-        model_dir,
-        backend=cfg.backend,
-        chat_template_kwargs=cfg.chat_template_kwargs,
-        **cfg.engine_kwargs,
+        model_dir, cfg.backend, chat_template_kwargs=cfg.chat_template_kwargs, **cfg.engine_kwargs
     )
     # the trainer's weights in the engine (which starts with the Designer's), each sync proven
     models = {role: pol["model"] for role, pol in policy_of.items()}
     weights = EngineWeights(eng, models, held="designer", device=device)
     weights.probe("at the engine's start")
-    start, pos = (ts["step"], list(ts["data_pos"])) if ts else (0, [0] * len(sources))
+    first, pos = (ts["step"], list(ts["data_pos"])) if ts else (0, [0] * len(sources))
     rundir.restore_rng(ts, cfg.seed, rank)
-    rec = Recorder(cfg, rank, device, start, tiny_data)  # a resume drops later steps' lines
+    rec = recorder.Recorder(
+        cfg, rank, device, first, tiny_data
+    )  # a resume drops later steps' lines
+    run = SimpleNamespace(cfg=cfg, rank=rank, world=world, device=device, start=first)
+    run.policies, run.policy_of, run.rec = policies, policy_of, rec
+    run.eng, run.weights, run.tokenizer = eng, weights, tokenizer
+    run.pad_id, run.kw = engine_lib.pad_id(tokenizer), rollout_settings(cfg, tiny_data)
+    run.sources, run.mix, run.pos = sources, list(cfg.data_mix.values()), pos
     # the held-out curves (world/heldout.py): the tiny world's at each checkpoint, the benchmark's
     # every val_every steps; both at step 0 (the cold start), unless a resumed run has it
-    curves = heldout.curves(cfg, world, rank, rec.kept, tiny_data)
+    run.curves = heldout.curves(cfg, world, rank, rec.kept, tiny_data)
     zero = {}  # the step-0 line
-    for curve in curves:
-        if start == 0 and not ranks.all_sum([curve.started], device, dist.ReduceOp.MAX)[0]:
+    for curve in run.curves:
+        if first == 0 and not ranks.all_sum([curve.started], device, dist.ReduceOp.MAX)[0]:
             zero.update(curve(0, weights, policy_of, tokenizer))
     if zero:
         rec.write({"step": 0, **zero})
-    mix = list(cfg.data_mix.values())
-    kw = dict(  # the rollout's settings, the same at every step
+    return run
+
+
+def rollout_settings(cfg, tiny_data):
+    """The rollout's settings, the same at every step (rollout.rollout's keywords)."""
+    return dict(
         M=cfg.M,
         N=cfg.N,
         seed=cfg.seed * 1000,
@@ -449,57 +498,22 @@ def main(argv):
         limits=mas.Limits(**cfg.sandbox),
         grading=dict(budget=cfg.grade_budget, math_timeout=cfg.math_timeout),
     )
-    for step in range(start, cfg.steps):
-        # 4. the active role, known first: an Executor-only step may take more queries
-        active = stagewise.active_roles(step, cfg.mode, cfg.K, cfg.first_role)
-        idle_to_host(cfg, policy_of, step)  # the idle role's Adam state in host memory
-        rec.begin(step, active)
-        b = settings.step_batch(cfg, active) // world
-        # 1. queries: the same global batch on every rank, each rank takes its share
-        queries = sample_queries(sources, mix, step, b * world, cfg.seed, pos)
-        mine = queries[rank * b : (rank + 1) * b]
-        # 2. rollout: M x N, rewards R [b, M, N]; each role's view of the engine holds its weights
-        designer, executor = weights.view("designer", step), weights.view("executor", step)
-        batch = rollout_lib.rollout(mine, designer, executor, step=step, q_offset=rank * b, **kw)
-        weights.sleep()  # vLLM on a GPU frees its memory while the trainer runs
-        # 3. advantages (the Executor's over the runs that happened)
-        A_D = advantage.designer_advantages(batch.R)
-        A_E = advantage.executor_advantages(batch.R, executed=batch.executed)
-        # 4. the inactive role's samples are dropped here, never forwarded
-        roles = {}
-        if "designer" in active:
-            roles["designer"] = (batch.designer, per_sample(batch.designer, A_D))
-        if "executor" in active:
-            roles["executor"] = (batch.executor, per_sample(batch.executor, A_E))
-        # 5-7. old log-probs, the GRPO update, the optimizer step; the new weights into the engine
-        with rec.timed("update"):
-            stats = update(cfg, step, roles, policy_of, pad_id, device, world)
-        weights.check_gap(stats, active, step)  # the engine sampled with the trainer's weights
-        with rec.timed("weight_sync"):
-            weights.sync(step, cfg.save_every)
-        # 8. the step's tree and its metrics line, then a checkpoint: the lines are on disk first
-        rec.tree(batch, mine, A_D, A_E)
-        saves = (step + 1) % cfg.save_every == 0 or step + 1 == cfg.steps
-        for curve in curves:  # the held-out curves, at their steps
-            if curve.due(step + 1):
-                with rec.timed(curve.timer):
-                    rec.add(curve(step + 1, weights, policy_of, tokenizer))
-        rec.line(batch, mine, A_D, A_E, stats, weights.info)
-        if saves:
-            state = {"step": step + 1, "data_pos": pos}
-            rundir.save_checkpoint(cfg, step + 1, policies, tokenizer, state, rank)
-            rec.fault("saved")
-    rec.close()
-    # the tiny world's final table, of the last checkpoint
-    if cfg.eval_tasks > 0 and tiny_data and rank == 0:
+
+
+def finish(run, argv):
+    """The tiny world's final table of the last checkpoint (world/final_table.py), the end in
+    run.json, then every rank's teardown."""
+    cfg = run.cfg
+    run.rec.close()
+    if cfg.eval_tasks > 0 and settings.is_tiny(cfg) and run.rank == 0:
         last = os.path.join(cfg.out_dir, rundir.checkpoints(cfg.out_dir)[-1])
-        final_table.final_table(cfg, eng, last)
-    if rank == 0:
+        final_table.final_table(cfg, run.eng, last)
+    if run.rank == 0:
         rundir.provenance(cfg, argv, end=True)
     # every rank done before any tears down: the engine (vLLM's groups, which it made from ours,
     # and with them ours), then our group, if the engine left it
     dist.barrier()
-    eng.close()
+    run.eng.close()
     if dist.is_initialized():
         dist.destroy_process_group()
 

@@ -87,6 +87,8 @@ import sys
 import zlib
 from dataclasses import dataclass
 
+import numpy as np
+
 MAX_EXAMPLES = 3  # visible examples shown in task_text
 MAX_EXAMPLE_CHARS = 2000  # per example input/output in task_text
 MAX_UNPICKLED = 1 << 30  # bytes a LiveCodeBench test blob may decompress to
@@ -103,6 +105,19 @@ class BadRow(ValueError):
 
 # --------------------------------------------------------------------------------------------------
 # The format
+
+
+def sample_queries(sources, weights, step, B, seed, pos):
+    """B tasks for `step`; pos[s] counts the tasks taken from source s so far (the saved data
+    position): source s is read in a fresh permutation each epoch."""
+    w = np.asarray(weights, dtype=float)
+    out = []
+    for s in np.random.default_rng([seed, step]).choice(len(sources), size=B, p=w / w.sum()):
+        epoch, k = divmod(pos[s], len(sources[s]))
+        order = np.random.default_rng([seed, 1 + s, epoch]).permutation(len(sources[s]))
+        out.append(sources[s][order[k]])
+        pos[s] += 1
+    return out
 
 
 def _check_tests(tests, name):

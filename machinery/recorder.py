@@ -47,8 +47,7 @@ never recomputed here), over every rank's queries:
 
 and where the learning signal goes (signal_metrics).
 
-Needs: machinery/loggers.py, machinery/rundir.py, machinery/provenance.py
-"""
+Needs: machinery/loggers.py, machinery/rundir.py, machinery/provenance.py, machinery/ranks.py"""
 
 import contextlib
 import os
@@ -59,7 +58,7 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-from machinery import loggers, rundir
+from machinery import loggers, ranks, rundir
 
 
 class Recorder:
@@ -151,6 +150,24 @@ def gather(obj):
     out = [None] * dist.get_world_size()
     dist.all_gather_object(out, obj)
     return out
+
+
+def role_stats(roles, acc, gap_max, device):
+    """Each role's update numbers over every rank: the loss and the forwarded tokens (sums); the
+    clip fraction, the ratio and the engine/trainer log-prob gap (token means); the largest gap."""
+    keys = []
+    for r in roles:
+        keys += [f"{r}/{k}" for k in ("loss", "tokens", "clip_frac", "ratio_mean", "logprob_gap")]
+    tot = dict(zip(keys, ranks.all_sum([acc[k] for k in keys], device), strict=True))
+    maxes = ranks.all_sum([gap_max[r] for r in roles], device, dist.ReduceOp.MAX)
+    stats = {}
+    for r, top in zip(roles, maxes, strict=True):
+        for k in ("clip_frac", "ratio_mean", "logprob_gap"):
+            stats[f"{r}/{k}"] = tot[f"{r}/{k}"] / max(tot[f"{r}/tokens"], 1)
+        stats[f"{r}/loss"] = tot[f"{r}/loss"]
+        stats[f"{r}/tokens"] = tot[f"{r}/tokens"]
+        stats[f"{r}/logprob_gap_max"] = top
+    return stats
 
 
 def step_metrics(batch, queries, device, A_D, A_E):

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 import evaluate
+from machinery import results as report
 
 ROOT = Path(__file__).resolve().parents[1]
 SHARED = ROOT.parent / "shared" / "data" / "benchmarks"
@@ -95,10 +96,10 @@ def test_clear_errors(tmp_path):
 
 def test_tables_shape():
     res = {"single": {"a": {"pass@1": 0.25}, "b": {"pass@1": 0.75}}}
-    table = evaluate.results_table(res, ["a", "b"])
+    table = report.results_table(res, ["a", "b"])
     assert table.splitlines()[0] == "| method | a | b | Avg |"
     assert table.splitlines()[2] == "| single | 25.00 | 75.00 | 50.00 |"
-    s = evaluate.structure_table({"a": {"structures": {"single": 0.5, "tester": 0.5}}})
+    s = report.structure_table({"a": {"structures": {"single": 0.5, "tester": 0.5}}})
     assert "| a | 50.00 | 0.00 | 0.00 | 50.00 | 0.00 | 0.00 |" in s
 
 

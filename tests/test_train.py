@@ -35,7 +35,7 @@ import torch
 import settings
 import stagewise
 import train
-from machinery import loggers, recorder, rundir
+from machinery import data, loggers, recorder, rundir
 from world import final_table
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -339,16 +339,16 @@ def test_lr_schedule_and_its_step():
 def test_sample_queries_resumes_at_the_saved_position():
     sources = [list(range(5)), list(range(100, 103))]
     pos = [0, 0]
-    full = [train.sample_queries(sources, [1.0, 1.0], s, 4, 0, pos) for s in range(6)]
+    full = [data.sample_queries(sources, [1.0, 1.0], s, 4, 0, pos) for s in range(6)]
     pos2 = [0, 0]
     for s in range(3):
-        train.sample_queries(sources, [1.0, 1.0], s, 4, 0, pos2)
-    again = [train.sample_queries(sources, [1.0, 1.0], s, 4, 0, list(pos2)) for s in range(3, 4)]
+        data.sample_queries(sources, [1.0, 1.0], s, 4, 0, pos2)
+    again = [data.sample_queries(sources, [1.0, 1.0], s, 4, 0, list(pos2)) for s in range(3, 4)]
     assert again[0] == full[3]
     # within a source's epoch every task is drawn once
     pos = [0]
     drawn = [
-        t for s in range(5) for t in train.sample_queries([list(range(10))], [1.0], s, 2, 0, pos)
+        t for s in range(5) for t in data.sample_queries([list(range(10))], [1.0], s, 2, 0, pos)
     ]
     assert sorted(drawn) == list(range(10))
 

@@ -47,8 +47,8 @@ results/ablations34). The other arms of runs() (issue #34's: flat8, flat16, coup
 executor, separate, k1, k10) run with --only.
 
 Needs: machinery/provenance.py, machinery/rundir.py (a cold start's folders),
-tools/ablation_report.py; train.py, sft.py and world/final_table.py (run as programs) and what their
-Needs lines name"""
+tools/ablation_report.py; train.py, sft.py and world/final_table.py (run as programs) and what
+their Needs lines name"""
 
 import argparse
 import json

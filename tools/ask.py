@@ -18,7 +18,7 @@ Needs: advantage.py, evaluate.py, machinery/engine.py, rollout.py, settings.py, 
 machinery/data.py, machinery/decode.py, machinery/isolation.py, machinery/confine.py,
 machinery/provenance.py, machinery/ranks.py, machinery/reload_check.py, machinery/rundir.py,
 machinery/weights.py, mas.py, reward.py, sandbox.py, stagewise.py, machinery/plans.py,
-machinery/programs.py, machinery/grader.py"""
+machinery/programs.py, machinery/grader.py, machinery/results.py"""
 
 import argparse
 import json

@@ -38,10 +38,10 @@ Needs: grpo.py, machinery/engine.py, machinery/ranks.py, machinery/speed.py, rol
 settings.py, train.py, world/tiny.py, advantage.py, evaluate.py, machinery/chunked.py,
 machinery/data.py, machinery/decode.py, machinery/isolation.py, machinery/confine.py,
 machinery/loggers.py, machinery/offload.py, machinery/provenance.py, machinery/recorder.py,
-machinery/reload_check.py, machinery/rundir.py, machinery/shared_prompts.py, machinery/weights.py,
-mas.py, reward.py, sandbox.py, stagewise.py, world/final_table.py, world/heldout.py;
-tools/distill.py (the distill section), machinery/plans.py, machinery/programs.py,
-machinery/grader.py"""
+machinery/reload_check.py, machinery/rundir.py, machinery/shared_prompts.py,
+machinery/weights.py, mas.py, reward.py, sandbox.py, stagewise.py, world/final_table.py,
+world/heldout.py; tools/distill.py (the distill section), machinery/plans.py,
+machinery/programs.py, machinery/grader.py, machinery/results.py"""
 
 import functools
 import json

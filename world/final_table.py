@@ -31,7 +31,7 @@ Needs: evaluate.py, machinery/engine.py, machinery/rundir.py, machinery/weights.
 settings.py, world/heldout.py, world/tiny.py, machinery/chunked.py, machinery/data.py,
 machinery/decode.py, machinery/isolation.py, machinery/confine.py, machinery/provenance.py,
 machinery/ranks.py, machinery/reload_check.py, reward.py, rollout.py, sandbox.py, stagewise.py,
-machinery/plans.py, machinery/programs.py, machinery/grader.py"""
+machinery/plans.py, machinery/programs.py, machinery/grader.py, machinery/results.py"""
 
 import argparse
 import fcntl
