@@ -90,8 +90,9 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 THIS_SET = sys.modules[__name__]
 SPLITS = ["eval", "val"]  # the held-out splits a run may be judged on (world/heldout.py's)
 RESULTS_DIR = os.path.join(REPO, "results", "ablations")
-# the set's tables made again at the fixed sandbox (b4b664c: the old one timed out right programs
-# under load), one a run, RUN-COMMIT.json; publish reads a run's from here where it has one
+# the set's tables made again at the fixed sandbox (docs/NOTES.md, issue #56: the old one timed
+# out right programs under load), one a run, RUN-COMMIT.json; publish reads a run's from here
+# where it has one
 # (docs/NOTES.md: decided after designer_frozen s4's fixed table was seen)
 FIXED_DIR = os.path.join(REPO, "results", "retable56")
 README = os.path.join(REPO, "README.md")  # its Results block is written by publish
