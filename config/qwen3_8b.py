@@ -4,10 +4,10 @@
 
 [paper] marks the values the paper gives. [authors] marks those taken from the authors' released
 config where the paper is silent, with its file and key: PettingLLMs, the K=30 run
-pettingllms/config/autoevol/math_L1_iterated_br.yaml (AE, as of 2026-04-23), whose optimizer
-block is pettingllms/config/ppo_trainer/eval.yaml (PPO, as of 2026-04-13), the version AE reads
-(docs/NOTES.md, issue #69, names the commits read and how the schedule changed across versions). Ours marks our
-choices, each with its reason, and where it differs from theirs, their key and value.
+pettingllms/config/autoevol/math_L1_iterated_br.yaml (AE, as of 2026-04-23), whose optimizer block
+is pettingllms/config/ppo_trainer/eval.yaml (PPO, as of 2026-04-13), the version AE reads
+(docs/NOTES.md, issue #69, names the commits read and how the schedule changed across versions).
+Ours marks our choices, each with its reason, and where it differs from theirs, their key and value.
 init_from is an SFT cold start of Qwen3-8B (`python sft.py --model Qwen/Qwen3-8B --data DIR --out
 out/sft-qwen3-8b`), the data files in machinery/data.py's task format (`python machinery/data.py
 prepare ...`): docs/gpu.md makes both.
