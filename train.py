@@ -214,11 +214,6 @@ def row_logprobs(rows, model, b):
     return rows(model, b["input_ids"], b["attention_mask"])
 
 
-def logprobs(model, b):
-    """log pi_theta of the micro-batch's tokens, laid out like b["mask"], by its batch's forward."""
-    return b["forward"](model, b)
-
-
 @torch.no_grad()
 def old_logprobs(cfg, model, samples, idx, pad_id, device):
     """log pi_old of each trained token of the samples idx, by the trainer before the update:
@@ -226,7 +221,7 @@ def old_logprobs(cfg, model, samples, idx, pad_id, device):
     old = {}
     model.eval()
     for b in batches(cfg, samples, idx, {}, pad_id, device):
-        lp = logprobs(model, b)[b["mask"].bool()].cpu()
+        lp = b["forward"](model, b)[b["mask"].bool()].cpu()  # log pi, laid out like the mask
         lengths = [len(samples[k].completion_ids) for k in b["order"]]
         old.update(zip(b["order"], lp.split(lengths), strict=True))
     # FSDP2 keeps the root's weights gathered after a forward without grad; the update's backward
@@ -272,7 +267,8 @@ def update(cfg, step, roles, policy_of, pad_id, device, world):
             # a sample with A = 0 has l_t = 0 and no gradient: not forwarded (it counts in N_role)
             live = [k for k in part if A[k] != 0 or cfg.forward_zero_adv]
             for b in batches(cfg, samples, live, values[role], pad_id, device):
-                lp = logprobs(policy_of[role]["model"], b)
+                # log pi_theta, laid out like b["mask"], as batches() chose (its dispatch point)
+                lp = b["forward"](policy_of[role]["model"], b)
                 # l_t = -min(rho A, clip(rho) A), summed / N_role (FSDP averages ranks' gradients)
                 n = n_role / world
                 loss, st = grpo.grpo_loss(
@@ -399,6 +395,8 @@ def rl_step(run, step):
 
 def main(argv):
     cfg, sources, ckpt, ts = configure(argv)
+    if cfg is None:  # --plan: printed, nothing loaded
+        return
     run = start(cfg, argv, sources, ckpt, ts)
     for step in range(run.start, cfg.steps):
         rl_step(run, step)
@@ -407,11 +405,11 @@ def main(argv):
 
 def configure(argv):
     """(the Config, the data sources, the checkpoint to resume from and its trainer state): each
-    checked before any model loads, a bad one a line and exit. `--plan`: the memory plan, then exit
-    (settings.plan_report)."""
+    checked before any model loads, a bad one a line and exit. `--plan`: the memory plan printed
+    (settings.plan_report), and a Config of None."""
     try:
         if "--plan" in argv:  # a GPU rank's memory per rank count; loads nothing
-            raise SystemExit(print(settings.plan_report(argv)))
+            return print(settings.plan_report(argv)), None, None, None
         cfg = settings.parse_config(argv)
         settings.validate(cfg, world=int(os.environ.get("WORLD_SIZE", "1")))
         sources = load_mix(cfg)  # a broken data file fails here, before any model loads
