@@ -33,11 +33,13 @@ resumed run (steps 2-4 kept, step 2 as a curve step), the curve at steps 0, 2 an
 the three evaluations (the header names each benchmark), the teacher stopped.
 """
 
+import contextlib
 import json
 import os
 import re
 import shlex
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -284,14 +286,21 @@ def test_the_page_runs_end_to_end_on_a_cpu(tmp_path):
         "HF_DATASETS_CACHE": str(tmp_path / "hf-cache"),
         "MPLBACKEND": "Agg",
     }
-    r = subprocess.run(
+    bash = subprocess.Popen(
         ["bash", "-o", "pipefail", str(tmp_path / "rehearsal.sh")],
         env=env,
-        capture_output=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
         text=True,
-        timeout=1500,
+        start_new_session=True,
     )
-    log = r.stdout + r.stderr
+    try:
+        out, err = bash.communicate(timeout=1500)
+    finally:  # whatever the script left running (a teacher it did not stop) goes with it
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(bash.pid, signal.SIGKILL)
+        bash.wait()
+    log = out + err
     (tmp_path / "rehearsal.log").write_text(log)
     last = t0
     for k, run, _ in expected:  # each command's seconds, for docs/NOTES.md (never asserted)
