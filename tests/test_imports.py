@@ -11,11 +11,13 @@ hidden import is still an edge.
 
 import ast
 import importlib
+import io
 import re
 import shutil
 import subprocess
 import sys
 import textwrap
+import tokenize
 from pathlib import Path
 
 import pytest
@@ -38,6 +40,39 @@ def test_the_layout_is_the_readme_s():
     for d in PACKAGES:  # each folder a package: its __init__.py says what the folder holds
         doc = ast.get_docstring(ast.parse((ROOT / d / "__init__.py").read_text())) or ""
         assert len(doc) > 80, f"{d}/__init__.py needs a docstring saying what the folder holds"
+
+
+def code_lines(path):
+    """The lines of `path` that hold code: a token other than a comment, and not a docstring."""
+    src = path.read_text()
+    docs = set()
+    for node in ast.walk(ast.parse(src)):
+        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
+            first = node.body[0] if node.body else None
+            if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant):
+                docs.update(range(first.lineno, first.end_lineno + 1))
+    lines = set()
+    skip = (tokenize.COMMENT, tokenize.NL, tokenize.NEWLINE, tokenize.INDENT, tokenize.DEDENT)
+    for tok in tokenize.generate_tokens(io.StringIO(src).readline):
+        if tok.type in skip or tok.type == tokenize.ENDMARKER:
+            continue
+        lines.update(range(tok.start[0], tok.end[0] + 1))
+    return len(lines - docs)
+
+
+def test_the_method_stays_small():
+    """The budgets of the minimal reference (issue #71): the top level at most 2,600 code lines,
+    train.py 300; settings.py 400 lines in all; no top-level function over 80 lines."""
+    top = [ROOT / f for f in FILES if len(f.parts) == 1]
+    sizes = {p.name: code_lines(p) for p in top}
+    assert sum(sizes.values()) <= 2600, sizes
+    assert sizes["train.py"] <= 300
+    assert len((ROOT / "settings.py").read_text().splitlines()) <= 400
+    for p in top:
+        for node in ast.parse(p.read_text()).body:
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                length = node.end_lineno - node.lineno + 1
+                assert length <= 80, f"{p.name}: {node.name} is {length} lines"
 
 
 @pytest.mark.parametrize("name", sorted(MODULES))
