@@ -144,6 +144,9 @@ def evaluate_method(
     chunk=32,
     progress=None,
     q_offset=0,
+    schedule="ticks",
+    limits=None,
+    grading=None,
 ):
     """Evaluate one method on one benchmark. Returns per-problem pass@1 and the design structures.
 
@@ -171,6 +174,9 @@ def evaluate_method(
             designer_sampling=designer_sampling,
             executor_sampling=executor_sampling,
             q_offset=q_offset + start,
+            schedule=schedule,
+            limits=limits,
+            grading=grading,
         )
         correct = batch.R  # [b, K, 1]: lam = 0, so R is correct: 0 or 1 (code: every hidden test)
         per_problem += correct.mean(dim=(1, 2)).tolist()
@@ -367,6 +373,15 @@ def settings_used(a, cfg=None):
         "protocol_label": label,
         "temperature": temperature if a.temperature is None else a.temperature,
         "top_p": top_p if a.top_p is None else a.top_p,
+        # how the scripts run and are graded: as the run (or preset) trained
+        "rollout": dict(
+            schedule=cfg.get("rollout_schedule", "ticks"),
+            limits=mas.Limits(**cfg.get("sandbox", {})),
+            grading=dict(
+                budget=cfg.get("grade_budget", settings.Config.grade_budget),
+                math_timeout=cfg.get("math_timeout", settings.Config.math_timeout),
+            ),
+        ),
     }
     flags = ("backend", "max_tokens", "designer_max_tokens", "short_prompt")
     used["flags"] = [f"--{k}" for k in flags if getattr(a, k)] + custom
@@ -483,6 +498,7 @@ def main(argv=None):
         short=used["short_prompt"],
         designer_sampling=dsamp,
         executor_sampling=esamp,
+        **used["rollout"],
     )
     if rank == 0:
         report.write_results(a, used, benchmarks, names, res, world)

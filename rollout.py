@@ -367,12 +367,18 @@ class ExecutorCalls:
     def __init__(self, eng, sampling, keys, seed_of, completions, stats):
         self.eng, self.sampling, self.keys, self.seed_of = eng, sampling, keys, seed_of
         self.completions, self.stats, self.calls = completions, stats, {}
+        self.tag = object()  # this rollout's requests: an earlier one's left in the engine differ
 
     def submit(self, calls):
-        for c in calls:
-            seed = self.seed_of(*self.keys[c.run], c.index)
-            self.calls[(c.run, c.index)] = c
-            self.eng.submit((c.run, c.index), c.messages, replace(self.sampling, seed=seed))
+        try:
+            for c in calls:
+                seed = self.seed_of(*self.keys[c.run], c.index)
+                self.calls[(c.run, c.index)] = c
+                key = (self.tag, c.run, c.index)
+                self.eng.submit(key, c.messages, replace(self.sampling, seed=seed))
+        except Exception as e:  # as poll's: raised by rollout once the sandbox is clean
+            self.stats.setdefault("engine_error", e)
+            raise
 
     def poll(self):
         """[(call, completion)] of the calls the engine finished since the last poll."""
@@ -387,9 +393,10 @@ class ExecutorCalls:
         self.stats["generate_calls"] += 1
         self.stats["generate_s"] += time.perf_counter() - t0
         out = []
-        for key, comps in done:
-            self.completions[key] = comps[0]
-            out.append((self.calls.pop(key), comps[0]))
+        for (tag, *key), comps in done:
+            if tag is self.tag:  # (else a request of a rollout that failed: dropped)
+                self.completions[tuple(key)] = comps[0]
+                out.append((self.calls.pop(tuple(key)), comps[0]))
         return out
 
 

@@ -39,8 +39,8 @@ its stdout past the cap closes the pipe. Nothing a script does raises in the tra
 (syntax, exception, limit, timeout, crash, protocol violation, engine failure) is its
 WorkflowRun.error, and the ones the trainer had to catch are counted in `failures` (programs.py's).
 
-Programs under test, outside workflows (run_code, run_tests, passed: reward.py grades with them),
-are machinery/programs.py's, named here too.
+Programs under test, outside workflows, are machinery/programs.py's (run_code, run_tests, passed:
+reward.py grades with them).
 
 The boundary. start() starts the fork-server (else the first job does), chooses its mode, prints
 one line saying which and what it stops, and returns that line for the log. What holds, by mode
@@ -55,7 +55,7 @@ one line saying which and what it stops, and returns that line for the log. What
     reach a socket of the host or     no: its own network    no: seccomp (AF_UNIX   no: seccomp
       of another job                  namespace; seccomp     pairs only); Landlock
     hold memory its limit cannot      no: seccomp refuses memfd and shared memory; the folder
-      count                           counts (tmpfs)         is watched (disk)      not watched
+      count                           counts (tmpfs)         is watched (disk)      is watched
     outrun its budget (programs,      no: the clock counts programs; max_programs; vote capped
       votes, output floods)           and stopped at the deadline; pipes closed past the cap
     open a device (kvm, fuse, loop)   no: not there          no: Landlock           only as the
@@ -225,6 +225,7 @@ class Workflows:
         self.scripts, self.engine, self.equal = scripts, engine, equal
         self.lim, self.width, self.short = limits, width or len(scripts), short
         self.schedule, self.pending = schedule, 0  # agent calls submitted and not yet answered
+        self.broken = None  # why the engine failed, once it has: no call is asked of it after
         self.by_run = {}  # k -> its LiveScript
         self.runs = [WorkflowRun(None, None) for _ in scripts]
         self.parts = [_task_parts(t, short) for t in tasks]
@@ -238,6 +239,8 @@ class Workflows:
     def run(self):
         self.launch()
         iso.drive(self.jobs, idle=self.turn, busy=self.busy)
+        while self.pending:  # the calls of scripts that ended while they decoded: none is left in
+            self.poll([])  # the engine for the next call of run_workflows
         return self.runs
 
     def turn(self):
@@ -299,12 +302,15 @@ class Workflows:
         return [s for s in self.live.values() if isinstance(s.waiting, list)]
 
     def submit(self, s):
-        """A script's calls to the engine. A failed submit fails it; the trainer goes on."""
+        """A script's calls to the engine. A failed submit fails every waiting run, as a failed
+        poll does (part of the calls may be in the engine: nothing more is asked of it)."""
+        if self.broken:
+            return s.job.kill(self.broken)
         try:
             self.engine.submit(s.waiting)
             self.pending += len(s.waiting)
-        except Exception as e:  # the engine failed: this run fails
-            s.job.kill(f"generate failed: {type(e).__name__}: {e}")
+        except Exception as e:  # the engine failed: the runs waiting on it fail
+            self.fail(self.waiting_scripts(), e)
 
     def poll(self, waiting):
         """The calls the engine has finished since the last poll, each to its script; a script
@@ -313,16 +319,20 @@ class Workflows:
         try:
             done = self.engine.poll()
         except Exception as e:  # the engine failed: those runs fail
-            for s in waiting:
-                s.job.kill(f"generate failed: {type(e).__name__}: {e}")
-            self.pending = 0
-            return
+            return self.fail(waiting, e)
         for call, comp in done:
             self.pending -= 1
             s = self.by_run[call.run]
             s.answers[call.index] = comp
             if isinstance(s.waiting, list) and len(s.answers) == len(s.waiting):
-                self.hand_back(s)
+                self.hand_back(s)  # (a script that ended meanwhile: its run keeps the calls)
+
+    def fail(self, waiting, e):
+        """The engine failed: the `waiting` runs fail, and every later call at once."""
+        self.broken = f"generate failed: {type(e).__name__}: {e}"
+        for s in waiting:
+            s.job.kill(self.broken)
+        self.pending = 0
 
     def hand_back(self, s):
         """A script's completions to its run, which keeps each full reply and what the engine

@@ -361,20 +361,20 @@ def model_dirs(cfg):
 
 
 def plan_report(argv):
-    """`train.py PRESET --plan [--ranks=1,2,8] [--params=8b] [--k=v ...]`: plans.plan_report of the
-    config, for each rank count. Loads no model, checks no data or model folder."""
-    world, given, rest = [1, 2, 8], None, []
-    for a in argv:
-        key, _, value = a.partition("=")
-        if key == "--ranks":
+    """`train.py PRESET --plan [--ranks=1,2,8] [--params=8b] [--k=v ...]` (or `--ranks 1,2,8`):
+    plans.plan_report of the config, for each rank count. Loads no model, checks no folder."""
+    files, flags = split_argv([a for a in argv if a != "--plan"])
+    world, given, rest = [1, 2, 8], None, files
+    for key, value in flags:
+        if key == "ranks":
             try:
                 world = [int(w) for w in value.split(",")]
             except ValueError:
                 raise ConfigError(f"--ranks={value}: rank counts, as --ranks=1,2,8") from None
-        elif key == "--params":
+        elif key == "params":
             given = value
-        elif key != "--plan":
-            rest.append(a)
+        else:
+            rest.append(f"--{key}={value}")
     if not world or min(world) < 1:
         raise ConfigError(f"--ranks: rank counts >= 1, got {world}")
     try:

@@ -49,8 +49,8 @@ comes from a teacher (distill.py); in the tiny world from tiny.sft_traces.
 
 From Python:
     stats = train_sft(model, tokenizer, samples, steps=300, lr=2e-3, batch_size=64, out_dir="out/x")
-    figures = evaluate_sft("out/x", heldout_tasks)     # the quality bar: parse rate, template
-                                                       # accuracies
+    figures = final_table.evaluate_sft("out/x", heldout_tasks)  # (world/final_table.py) the
+                                              # quality bar: parse rate, template accuracies
 
 Needs: evaluate.py, machinery/chunked.py, machinery/data.py, machinery/engine.py,
 machinery/muon.py, machinery/ranks.py, machinery/rundir.py, machinery/speed.py,

@@ -310,7 +310,7 @@ def optimizer_step(cfg, step, pol, mine, stats):
     One process on a CPU frees them at the next update's start, as before: freeing them earlier
     moves the heap, and the tiny run's numbers with it, in their last bits (docs/NOTES.md, #46)."""
     opt = pol["opt"][opt_state(cfg, mine[0])]
-    params = [p for group in opt.param_groups for p in group["params"]]  # what opt.step updates
+    params = sum((group["params"] for group in opt.param_groups), [])  # what opt.step updates
     if not any(p.grad is not None for p in params):
         return
     gn = torch.nn.utils.clip_grad_norm_(params, cfg.grad_clip)

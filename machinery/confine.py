@@ -2,10 +2,12 @@
 sets one lock and says what it stops; isolation.py calls them in order, in its fork-server and in
 each job it forks.
 
-    empty_root(new, readable)   (a fresh user+mount namespace) the process's root becomes a tmpfs
+    empty_root(new, readable, job_dir)
+                                (a fresh user+mount namespace) the process's root becomes a tmpfs
                                 that holds only `readable` (the Python install and the shared
                                 libraries, bound read-only), /dev/null, /dev/zero, /dev/urandom, a
-                                /proc of its PID namespace and the mount point of a job's folder
+                                /proc of its PID namespace and `job_dir`, the mount point of a
+                                job's folder
     python_roots()              what `readable` is: the interpreter's prefixes, the folders of
                                 every shared library it has loaded, the system's library folders
     landlock_abi() -> int       the kernel's Landlock ABI (0: none)
@@ -14,8 +16,9 @@ each job it forks.
                                 no TCP bind or connect (ABI 4); signals and abstract unix sockets
                                 only within the process's own domain (ABI 6)
     drop_capabilities()         no capabilities now or after any exec
-    seccomp(own_pid)            the syscall filter below
-    limit(memory, cpu_seconds)  rlimits: address space, CPU, file size, open files
+    seccomp(rules)              the syscall filter below: job_rules(own_pid) its rules
+    limit(address_space, cpu_seconds, file_size, open_files)
+                                rlimits
 
 The seccomp filter, what it stops (EPERM unless said), by class:
 
@@ -337,7 +340,9 @@ def job_rules(own_pid):
     values): allowed when the argument's low 32 bits are one of `values`, ("never", arg, values):
     denied when they are, ("null", arg): allowed when the whole argument is 0, ("flag", arg, bit):
     allowed when the bit is set."""
-    rules = {name: ("deny",) for group in DENIED for name in group.split()}
+    rules = {}
+    for group in DENIED:
+        rules.update(dict.fromkeys(group.split(), ("deny",)))
     rules["clone3"] = ("enosys",)
     rules["clone"] = ("flag", 0, CLONE_THREAD)
     rules["socket"] = ("only", 0, [AF_UNIX])

@@ -848,6 +848,13 @@ class Unreachable(OSError):
     """The published files could not be read: no network, or a host that does not answer."""
 
 
+def _network_error(e):
+    """Whether e is the network's or a hub client's (OSError, or raised by httpx, aiohttp,
+    requests, urllib3, fsspec or huggingface_hub), not a bug of ours."""
+    clients = ("httpx", "aiohttp", "requests", "urllib3", "fsspec", "huggingface_hub")
+    return isinstance(e, OSError) or type(e).__module__.split(".")[0].startswith(clients)
+
+
 def _unreachable(name, recipe, error):
     """The one line for published files that could not be read, naming the offline way."""
     why = (str(error).strip().splitlines() or [""])[0][:160]
@@ -921,8 +928,8 @@ def prepare(name, out_dir="data", from_files=None, revision=None, cache_dir=None
             raise Unreachable(_unreachable(name, recipe, e)) from None
         raise ValueError(f"{name}: the files do not read as {builder}: {e}") from None
     except Exception as e:  # reading the published files over the network failed
-        if from_files:
-            raise
+        if from_files or not _network_error(e):
+            raise  # a converter's bug is one, not "offline"
         raise Unreachable(_unreachable(name, recipe, e)) from None
     manifest = {
         "name": name,

@@ -55,8 +55,10 @@ The trainer's side, thread-safe (one fork-server; each drive() call its own loop
                                  the fork-server, started on first use
     Job(kind, payload, timeout, max_output, memory, on_message, on_end)
                                  one job, submitted at once
-    drive(jobs, idle, until)     send, read, kill at deadlines; on_message, on_end and idle() are
-                                 called here (a message whose handler raises fails its job only)
+    drive(jobs, idle, until, busy)
+                                 send, read, kill at deadlines; on_message, on_end and idle() are
+                                 called here (a message whose handler raises fails its job only);
+                                 what came while idle() worked is read before a deadline is checked
     outcome(job) -> (stdout, stderr, status, seconds, returncode)
                                  status: ok | error | timeout | memory | killed
 
@@ -433,16 +435,19 @@ def _job(spec, fds, setup):
 def _write_maps(pid, uid, gid):
     """(a helper in the trainer's user namespace) map the new namespace of `pid`: its root is the
     trainer's user, and, when that is root, NOBODY is itself (what a job becomes). Returns the
-    user a job becomes in that namespace: NOBODY or 0."""
+    user a job becomes in that namespace: NOBODY or 0 (the trainer's own user). A root trainer
+    whose namespace lacks NOBODY gets an error, never jobs that are the host's root."""
     if uid == 0:
-        with contextlib.suppress(OSError):  # (a container's namespace may lack NOBODY)
+        try:
             for name in ("uid_map", "gid_map"):
                 with open(f"/proc/{pid}/{name}", "w") as f:
                     f.write(f"0 0 1\n{NOBODY} {NOBODY} 1\n")
-            return NOBODY
-    if uid != 0:
-        with open(f"/proc/{pid}/setgroups", "w") as f:
-            f.write("deny")
+        except OSError as e:
+            why = f"cannot map user {NOBODY} (nobody) for the jobs of a root trainer: {e}"
+            raise OSError(why) from None
+        return NOBODY
+    with open(f"/proc/{pid}/setgroups", "w") as f:
+        f.write("deny")
     for name, own in (("uid_map", uid), ("gid_map", gid)):
         with open(f"/proc/{pid}/{name}", "w") as f:
             f.write(f"0 {own} 1\n")
@@ -670,6 +675,11 @@ class Server:
         try:  # one message each, whole: threads may submit at once
             fds = [chan_job.fileno(), out_w, err_w, st_w]
             socket.send_fds(self.sock, [json.dumps(spec).encode()], fds)
+        except OSError:  # not sent: the trainer's ends too
+            chan.close()
+            for fd in (out, err, st):
+                os.close(fd)
+            raise
         finally:  # the fork-server has its own copies now
             for fd in (chan_job.detach(), out_w, err_w, st_w):
                 os.close(fd)
@@ -955,11 +965,14 @@ def drive(jobs, idle=_nothing, until=_nothing, busy=_nothing):
             idle()
             if not live and seen == len(jobs) or until():
                 return
+            # what came while idle() worked (an engine's poll can take seconds) is read before a
+            # deadline is checked: a job that ended in time is not timed out
+            _read_ready(sel, 0)
             now = time.monotonic()
             waits = [0.5]
             for j in live:
                 j.flush_send()
-                running = j.kill_reason is None and j.paused_at is None
+                running = j.kill_reason is None and j.paused_at is None and not j.finished
                 if running and now >= j.deadline:
                     j.kill(f"timeout after {j.timeout:g}s")
                 elif running:
@@ -970,16 +983,21 @@ def drive(jobs, idle=_nothing, until=_nothing, busy=_nothing):
                 wait = 0.001
             if seen < len(jobs) or busy():
                 wait = 0.0
-            for key, _ in sel.select(wait):
-                if not key.data.on_readable(key.fd):
-                    sel.unregister(key.fd)
-                    key.data.cut_off(key.fd)
+            _read_ready(sel, wait)
     finally:
         for j in jobs:
             if not j.finished:
                 j.kill("aborted")
             j.close()
         sel.close()
+
+
+def _read_ready(sel, wait):
+    """Read what every job's ready descriptor holds, waiting at most `wait` seconds for one."""
+    for key, _ in sel.select(wait):
+        if not key.data.on_readable(key.fd):
+            sel.unregister(key.fd)
+            key.data.cut_off(key.fd)
 
 
 # the fork-server: `python -E -s machinery/isolation.py FD BASE MODE ABI`

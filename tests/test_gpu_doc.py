@@ -9,7 +9,7 @@ next), each command run as written after one substitution table (substitute):
                      Qwen/Qwen3-8B -> a tiny random student; `--plan` lines keep both names and
                      the real preset (they load nothing: the H200 plan is arithmetic)
     sizes            --nproc_per_node=8 -> 2 for SFT, 1 elsewhere; shuf -n 1300 / 700 -> 3 / 2;
-                     --step 200 -> 2, --samples 16 -> 2; distill.py's --wait 600 (not 1800);
+                     --step=200 -> 2, --samples=16 -> 2; distill.py's --wait 600 (not 1800);
                      config/qwen3_8b.py -> config/rehearsal.py
                      (REHEARSAL: the preset exec'd, then the tiny model's sizes and the CPU: steps
                      4, a checkpoint a step, the curve every 2 steps, M 2, N 1, 2 queries, short
@@ -104,12 +104,10 @@ def substitute(cmd, teacher, student, port, published):
         server += " --port 8000 --dtype float32 --enforce-eager --max-num-batched-tokens 32768"
         cmd = f"{server} > teacher.log 2>&1 &{m[2]}"
     if cmd.startswith("python machinery/data.py prepare "):
-        names = cmd.split("#")[0].split()[3:]
-        cmd = (
-            cmd.split("#")[0].rstrip()
-            + " --from "
-            + " ".join(f"{n}={f}" for n in names for f in published[n])
-        )
+        pairs = []
+        for n in cmd.split("#")[0].split()[3:]:
+            pairs += [f"{n}={f}" for f in published[n]]
+        cmd = cmd.split("#")[0].rstrip() + " --from " + " ".join(pairs)
     if not plan:
         cmd = cmd.replace("Qwen/Qwen3-32B", teacher).replace("Qwen/Qwen3-8B", student)
         cmd = cmd.replace("config/qwen3_8b.py", "config/rehearsal.py")
@@ -119,7 +117,7 @@ def substitute(cmd, teacher, student, port, published):
     nproc = "2" if " sft.py " in cmd else "1"
     cmd = cmd.replace("--nproc_per_node=8", f"--nproc_per_node={nproc}")
     cmd = cmd.replace("shuf -n 1300 ", "shuf -n 3 ").replace("shuf -n 700 ", "shuf -n 2 ")
-    cmd = cmd.replace("--step 200", "--step 2").replace("--samples 16", "--samples 2")
+    cmd = cmd.replace("--step=200", "--step=2").replace("--samples=16", "--samples=2")
     if cmd.startswith("python tools/distill.py "):
         cmd += " --wait 600"  # a tiny teacher loads in a minute: a broken one fails in 10, not 30
     if cmd.startswith(RL.replace("=8", "=1").replace("qwen3_8b", "rehearsal")) and not (

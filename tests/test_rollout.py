@@ -386,19 +386,35 @@ class Failing:
         return self.eng.poll()
 
 
-def test_engine_failure_is_raised_not_scored(hf):
-    # the sandbox turns a failed generate into failed runs; rollout must not hand those to the
-    # trainer
+class FailingSubmit(Failing):
+    """The real engine, whose submit fails (vLLM asleep, or its core gone) after `ok` requests."""
+
+    def submit(self, key, prompt, sampling):
+        if self.ok == 0:
+            raise RuntimeError("engine core died")
+        self.ok -= 1
+        self.eng.submit(key, prompt, sampling)
+
+    def poll(self):
+        return self.eng.poll()
+
+
+@pytest.mark.parametrize("schedule", ["ticks", "continuous"])
+@pytest.mark.parametrize("failing", [Failing, FailingSubmit])
+def test_engine_failure_is_raised_not_scored(hf, failing, schedule):
+    # the sandbox turns a failed submit or poll into failed runs; rollout must not hand those to
+    # the trainer
     with pytest.raises(RuntimeError, match="engine core died"):
         rollout(
             TASKS,
             None,
-            Failing(hf, ok=1),
+            failing(hf, ok=1),
             M=1,
             N=2,
             template="critic",
             executor_sampling=EXEC,
             lam=LAM,
+            schedule=schedule,
         )
 
 

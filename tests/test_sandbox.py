@@ -733,6 +733,56 @@ def test_continuous_runs_equal_ticks_runs(mode):
     assert repaired  # the tester's second call happened
 
 
+TWO_AT_ONCE = (
+    'import os\ndef workflow(task):\n    line = b\'{"op": "agent", "role": "s", '
+    '"instructions": "x", "message": "m", "n": 1}\\n\'\n    os.write(3, line + line)\n'
+    "    return 'x'"
+)
+
+
+def test_a_script_that_ends_while_its_call_decodes_leaves_nothing_in_the_engine(mode):
+    """(continuous) A script killed while its agent call is in the engine (here: a second request
+    before the first's reply): run_workflows polls its call out, so the next call of run_workflows
+    on the same engine starts clean and gets only its own replies."""
+    engine = Polled()
+    scripts = [TWO_AT_ONCE, CHAIN]
+    runs = sandbox.run_workflows(scripts, ["q", "q"], engine, schedule="continuous")
+    assert "protocol violation" in runs[0].error
+    assert runs[1].error is None and runs[1].answer.startswith("step:4:")
+    assert engine.running == []
+    again = sandbox.run_workflows([CHAIN], ["t"], engine, schedule="continuous")
+    assert again[0].error is None and [c.index for c in again[0].calls] == [0, 1, 2, 3, 4]
+
+
+class FailsAfter(Polled):
+    """Polled, whose submit fails once it has taken `ok` calls (an engine that died)."""
+
+    def __init__(self, ok):
+        super().__init__()
+        self.ok, self.failed = ok, 0
+
+    def submit(self, calls):
+        for c in calls:
+            if self.ok == 0:
+                self.failed += 1
+                raise RuntimeError("engine on fire")
+            self.ok -= 1
+            super().submit([c])
+
+
+@pytest.mark.parametrize("schedule", ["ticks", "continuous"])
+def test_a_failed_submit_fails_the_waiting_runs_and_asks_nothing_more(mode, schedule):
+    """A submit that fails part way (some calls in the engine, some not): the runs still going
+    fail with the engine's error (continuous: a run done before it keeps its answer), none hangs,
+    and nothing is submitted after."""
+    engine = FailsAfter(ok=5)
+    runs = sandbox.run_workflows([CHAIN] * 4, ["q"] * 4, engine, schedule=schedule)
+    failed = [r for r in runs if r.answer is None]
+    assert all("engine on fire" in r.error for r in failed) and len(failed) >= 3, runs
+    assert all(r.answer == "step:4:2" for r in runs if r.answer is not None)
+    assert engine.failed == 1  # one failed submit, then nothing more asked
+
+
 def test_templates_run_with_visible_tests_only(mode):
     task = {
         "id": "c1",
@@ -1396,7 +1446,7 @@ def test_trainer_exit_takes_the_server_down():
     """The fork-server and its jobs die with the trainer (no orphans when the trainer crashes)."""
     code = (
         f"import sys, time; sys.path.insert(0, {REPO!r}); import sandbox; "
-        "from machinery import isolation; sandbox.start(); import threading; "
+        "from machinery import isolation, programs; sandbox.start(); import threading; "
         "threading.Thread(target=programs.run_code, args=('import time; time.sleep(100)',),"
         " kwargs={'timeout': 100}, daemon=True).start(); time.sleep(1.5); "
         "print(isolation._server.proc.pid, flush=True); "

@@ -13,6 +13,7 @@ import pytest
 import torch
 
 import evaluate
+import settings
 import sft
 from machinery import data, engine, muon
 from world import final_table, tiny
@@ -78,7 +79,7 @@ def test_length_batches_and_schedule():
         batches
     )
     assert spread < 80  # bucketed: similar lengths together (random batches would spread ~400)
-    lrs = [sft.cosine_lr(s, 100, 10) for s in range(100)]
+    lrs = [settings.warmup_cosine(s, warmup=10, end=100, floor=0.1) for s in range(100)]
     assert lrs[0] == pytest.approx(0.1) and lrs[9] == pytest.approx(1.0)
     assert all(a >= b for a, b in zip(lrs[9:], lrs[10:])) and lrs[-1] == pytest.approx(
         0.1, abs=0.01

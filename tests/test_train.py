@@ -32,10 +32,11 @@ import numpy as np
 import pytest
 import torch
 
+import rollout as rollout_lib
 import settings
 import stagewise
 import train
-from machinery import data, loggers, recorder, rundir
+from machinery import chunked, data, loggers, recorder, rundir
 from world import final_table
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -903,8 +904,8 @@ def group(tmp_path, request):
 
 def test_load_model_applies_the_speed_options(model_dir, group):
     """The Config's speed options reach the model (speed.prepare) and the update's log-probs
-    (train.logprobs), and change no number: full checkpointing and chunked log-probs give the
-    reference's log-probs and gradients."""
+    (train.batches' forward), and change no number: full checkpointing and chunked log-probs give
+    the reference's log-probs and gradients."""
     if group is None:
         return
     from machinery import speed
@@ -921,9 +922,15 @@ def test_load_model_applies_the_speed_options(model_dir, group):
     assert "forward" not in vars(plain.model.layers[0])
     ids = torch.randint(
         0, plain.config.vocab_size, (2, 12), generator=torch.Generator().manual_seed(0)
-    )
-    b = {"input_ids": ids, "attention_mask": torch.ones_like(ids)}
-    got, want = train.logprobs(fast, b, cfg), train.logprobs(plain, b, plain_cfg)
+    ).tolist()
+    samples = [
+        rollout_lib.Sample(row[:4], row[4:], [0.0] * 8, (0, 0, k)) for k, row in enumerate(ids)
+    ]
+    cpu = torch.device("cpu")
+    (b,) = train.batches(cfg, samples, [0, 1], {}, 0, cpu)
+    (b_plain,) = train.batches(plain_cfg, samples, [0, 1], {}, 0, cpu)
+    assert b["forward"].args == (chunked.token_logprobs,)  # the chunked path, dispatched
+    got, want = b["forward"](fast, b), b_plain["forward"](plain, b_plain)
     got.sum().backward()
     want.sum().backward()
     # two fp32 computations of a log-prob (another kernel and order): within 16 eps of the logits'

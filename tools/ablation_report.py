@@ -545,14 +545,23 @@ def provenance(the_set, root, names, repo=REPO):
 
 def sft_args(cmd):
     """An sft.py command's arguments less the interpreter and the --out folder (a published cold
-    start's record names the folder it was built in); None for no command."""
+    start's record names the folder it was built in), each flag's name in snake case (records made
+    before issue #71 wrote `--no-eval`: the same flag); None for no command."""
     if not cmd:
         return None
-    args = list(cmd[1:])
+    args = [snake_flag(a) for a in cmd[1:]]
     if "--out" in args:
         k = args.index("--out")
         del args[k : k + 2]
     return args
+
+
+def snake_flag(arg):
+    """`--a-b=v` as `--a_b=v`; any other argument as it is."""
+    if not arg.startswith("--"):
+        return arg
+    name, eq, value = arg.partition("=")
+    return "--" + name[2:].replace("-", "_") + eq + value
 
 
 def cold_start_problems(the_set, root, results, repo=REPO):
@@ -631,8 +640,10 @@ def same_frozen_programs(results, arms, separate=None):
                 start = bool(separate and separate(a))
                 own = results[a][seed].get("sft_rows", {}).get("repair_own")
                 rows.setdefault(start, []).append(own)
-        if any(row != same[0] for same in rows.values() for row in same):
-            bad.append(seed)
+        for same in rows.values():
+            if any(row != same[0] for row in same):
+                bad.append(seed)
+                break
     return bad
 
 
@@ -1029,7 +1040,9 @@ def report(the_set, root, split="eval", repo=REPO, fixed=None):
     seeds = sorted(seeds)
     read = []
     if fixed:
-        n = sum(s["fixed"] for per in results.values() for s in per.values())
+        n = 0
+        for per in results.values():
+            n += sum(s["fixed"] for s in per.values())
         read = [
             f"Read from the tables made again in {shown(fixed)} where a run has "
             f"one ({n} of {sum(map(len, results.values()))} runs), else from the run's registered "

@@ -915,7 +915,8 @@ def main(argv=None):
     elif cmd == "power":
         print("\n".join(power_text(a.root, a.split)))
     elif cmd == "table":
-        print("\n".join(ln for r in a.root for ln in table_lines(r)))
+        for r in a.root:
+            print("\n".join(table_lines(r)))
     else:
         publish(a.root, a.dest, fixed=a.fixed)
     return 0

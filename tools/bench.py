@@ -525,7 +525,9 @@ def bench_sandbox(reps=20):
         }
         bwrap = shutil.which("bwrap")
         if bwrap and mode == "isolated":
-            binds = [a for r in sandbox.iso.server().roots for a in ("--ro-bind", r, r)]
+            binds = []
+            for r in sandbox.iso.server().roots:
+                binds += ["--ro-bind", r, r]
             cmd = [bwrap, "--unshare-all", "--die-with-parent", *binds, "--dev", "/dev"]
             cmd += ["--proc", "/proc", "--tmpfs", "/tmp", "--symlink", "usr/lib", "/lib"]
             cmd += ["--symlink", "usr/lib64", "/lib64", *plain]

@@ -709,7 +709,10 @@ def check(out):
 
 def main(argv):
     flags = [a for a in argv if a.startswith("--")]
-    preset = next((a for a in argv if not a.startswith("--")), "config/qwen3_4b.py")
+    presets = [a for a in argv if not a.startswith("--")]
+    if len(presets) > 1:  # `--stand_in 4b` or `--steps 5`: a value this tool would read as a preset
+        sys.exit(f"first_gpu_run.py: one preset, its flags as --name=value (got {presets})")
+    preset = presets[0] if presets else "config/qwen3_4b.py"
     ours = [a for a in flags if a.split("=")[0] in ("--check", "--stand_in", "--part")]
     extra = [a for a in flags if a not in ours]
     out = next((a.split("=", 1)[1] for a in extra if a.startswith("--out_dir=")), OUT)
