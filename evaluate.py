@@ -374,14 +374,10 @@ def settings_used(a, cfg=None):
         "temperature": temperature if a.temperature is None else a.temperature,
         "top_p": top_p if a.top_p is None else a.top_p,
         # how the scripts run and are graded: as the run (or preset) trained
-        "rollout": dict(
-            schedule=cfg.get("rollout_schedule", "ticks"),
-            limits=mas.Limits(**cfg.get("sandbox", {})),
-            grading=dict(
-                budget=cfg.get("grade_budget", settings.Config.grade_budget),
-                math_timeout=cfg.get("math_timeout", settings.Config.math_timeout),
-            ),
-        ),
+        "rollout_schedule": cfg.get("rollout_schedule", "ticks"),
+        "sandbox": cfg.get("sandbox", {}),
+        "grade_budget": cfg.get("grade_budget", settings.Config.grade_budget),
+        "math_timeout": cfg.get("math_timeout", settings.Config.math_timeout),
     }
     flags = ("backend", "max_tokens", "designer_max_tokens", "short_prompt")
     used["flags"] = [f"--{k}" for k in flags if getattr(a, k)] + custom
@@ -498,7 +494,9 @@ def main(argv=None):
         short=used["short_prompt"],
         designer_sampling=dsamp,
         executor_sampling=esamp,
-        **used["rollout"],
+        schedule=used["rollout_schedule"],
+        limits=mas.Limits(**used["sandbox"]),
+        grading=dict(budget=used["grade_budget"], math_timeout=used["math_timeout"]),
     )
     if rank == 0:
         report.write_results(a, used, benchmarks, names, res, world)
