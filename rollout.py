@@ -252,6 +252,13 @@ def rollout(
     return assemble(len(queries), M, N, designs, ran, graded, stats)
 
 
+def config_kwargs(cfg):
+    """rollout()'s schedule, limits and grading as a Config sets them (train.py and the held-out
+    curves pass them on)."""
+    grading = dict(budget=cfg.grade_budget, math_timeout=cfg.math_timeout)
+    return dict(schedule=cfg.rollout_schedule, limits=mas.Limits(**cfg.sandbox), grading=grading)
+
+
 def _seed(seed, step, q_offset, q, *rest):
     """The seed of a completion for query q of this call, (q, i) or (q, i, j, call): derived from
     (seed, step, q's global index, *rest)."""
@@ -393,10 +400,10 @@ class ExecutorCalls:
         self.stats["generate_calls"] += 1
         self.stats["generate_s"] += time.perf_counter() - t0
         out = []
-        for (tag, *key), comps in done:
+        for (tag, run, index), comps in done:
             if tag is self.tag:  # (else a request of a rollout that failed: dropped)
-                self.completions[tuple(key)] = comps[0]
-                out.append((self.calls.pop(tuple(key)), comps[0]))
+                self.completions[(run, index)] = comps[0]
+                out.append((self.calls.pop((run, index)), comps[0]))
         return out
 
 

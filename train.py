@@ -76,7 +76,6 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 
 import advantage
 import grpo
-import mas
 import rollout as rollout_lib
 import settings
 import stagewise
@@ -492,9 +491,7 @@ def rollout_settings(cfg, tiny_data):
         ),
         short=tiny_data,
         lam=cfg.lam,
-        schedule=cfg.rollout_schedule,
-        limits=mas.Limits(**cfg.sandbox),
-        grading=dict(budget=cfg.grade_budget, math_timeout=cfg.math_timeout),
+        **rollout_lib.config_kwargs(cfg),
     )
 
 

@@ -104,9 +104,7 @@ def sampled(
         short=True,
         lam=0.0,
         q_offset=q_offset,
-        schedule=cfg.rollout_schedule,
-        limits=mas.Limits(**cfg.sandbox),
-        grading=dict(budget=cfg.grade_budget, math_timeout=cfg.math_timeout),
+        **rollout_lib.config_kwargs(cfg),
     )
     structures = Counter(r.structure or "unparsed" for r in b.runs)
     return b.R.mean(dim=(1, 2)).tolist(), structures
@@ -311,9 +309,7 @@ class Benchmark:
             short=settings.is_tiny(cfg),
             lam=0.0,
             q_offset=int(part[0]) if len(part) else 0,
-            schedule=cfg.rollout_schedule,
-            limits=mas.Limits(**cfg.sandbox),
-            grading=dict(budget=cfg.grade_budget, math_timeout=cfg.math_timeout),
+            **rollout_lib.config_kwargs(cfg),
         )
         acc = gather_list(b.R.mean(dim=(1, 2)).tolist(), self.world)
         parsed = gather_list([r.structure is not None for r in b.runs], self.world)
