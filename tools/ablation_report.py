@@ -258,6 +258,10 @@ def summarize(run_dir, over, split="eval", table=None):
         # the same on the code tasks alone (None on the others)
         code = [k == "code" for k in table.get("kinds", [])]
         gain["accuracy_code"] = [g if c else None for g, c in zip(gain["accuracy"], code)]
+        # suited on each kind's tasks alone: suited_code, P(tester); suited_math, P(ensemble)
+        for kind in SUITED:
+            mine = [k == kind for k in table.get("kinds", [])]
+            gain[f"suited_{kind}"] = [g if m else None for g, m in zip(gain["suited"], mine)]
         out["ids"] = table["ids"]
         out["prior"] = prior(sft.get("choice"), table.get("kinds"))
         # the cold start's own rows, to check that two arms of a seed scored the same programs
@@ -890,6 +894,20 @@ def unregistered(the_set, results, fixed=False, count=True, first=None):
     return out
 
 
+def by_kind(the_set, results):
+    """SET's "by_kind" (measure, arms), as one line: each arm's RL − SFT gain on the measure over
+    each kind's tasks alone (summarize()'s "suited_code", "suited_math"), with its 95% t interval
+    over the seeds; None without the key. Not part of the pre-registration: no verdict."""
+    if "by_kind" not in the_set.SET:
+        return None
+    key, arms = the_set.SET["by_kind"]
+    parts = []
+    for kind in sorted(SUITED):
+        cells = [f"{a} {diff_text(measure(results, a, None, f'{key}_{kind}'), key)}" for a in arms]
+        parts.append(f"{kind} (P({SUITED[kind]})): {', '.join(cells)}")
+    return f"`{key}` by kind, each arm's gain: {'; '.join(parts)}"
+
+
 def section(the_set, results, prov, seeds, split, fixed=False):
     """The set's section: its primary comparisons, the secondary ones, the unregistered ones, the
     cold start's prior and the provenance, in the words of the_set's SET (fixed: a reading whose
@@ -932,6 +950,7 @@ def section(the_set, results, prov, seeds, split, fixed=False):
             "seed and task, 95% t intervals):",
             "",
             *(f"- {line}." for line in unregistered(the_set, results, fixed)),
+            *[f"- {by_kind(the_set, results)}."] * ("by_kind" in words),
             "",
         ]
     return [
