@@ -1279,8 +1279,16 @@ def test_fixed_tables_the_unregistered_comparisons_and_the_main_table(tmp_path, 
         },
         "per_task": {
             "exact": {
-                "SFT": {"suited": [0.3, 0.2], "copy_own": [None, 0.5]},
-                "RL": {"suited": [0.1, 0.5], "copy_own": [None, 0.25]},
+                "SFT": {
+                    "suited": [0.3, 0.2],
+                    "copy_own": [None, 0.5],
+                    "choice": {"tester": [0.2, 0.2]},
+                },
+                "RL": {
+                    "suited": [0.1, 0.5],
+                    "copy_own": [None, 0.25],
+                    "choice": {"tester": [0.6, 0.5]},
+                },
             }
         },
         "train_change": 0.176,
@@ -1291,6 +1299,7 @@ def test_fixed_tables_the_unregistered_comparisons_and_the_main_table(tmp_path, 
         f"{run}: eval, 2 tasks x 4 draws; CPU: no run.json",
         "  learned designs: 55.9 -> 62.7%, RL - SFT +6.8 (1.4) (code +16.2, math -2.5)",
         "  suited: P(tester | code) 20.0 -> 50.0%, RL - SFT +11.9 (1.2) (code +30.0, math -20.0)",
+        "  P(tester) by kind: code 20.0 -> 50.0%, math 20.0 -> 60.0%",
         "  copy_own: 50.0 -> 25.0%, RL - SFT -22.7 (1.1)",
         "  training accuracy, last 10% - first 10%: +0.176",
     ]
