@@ -765,8 +765,9 @@ def table_lines(run_dir):
     """What a run's final_table.json (train.py's, on eval) says of the primary rows, as lines: the
     learned designs' sampled accuracy SFT -> RL and RL − SFT (paired SE), per kind; the exact
     rows `suited` (on code: P(tester | code); its gain per kind, P(tester | code) and
-    P(ensemble | math)) and `copy_own`, levels and gain; the training change; and the CPU and the
-    day of each start in the run's run.json, where there is one."""
+    P(ensemble | math)) and `copy_own`, levels and gain; the Designer's P(tester) per kind, SFT
+    -> RL, where the table has it (whether it routes by kind); the training change; and the CPU
+    and the day of each start in the run's run.json, where there is one."""
     t = read_json(os.path.join(run_dir, "final_table.json"))
     if t is None:
         raise SystemExit(
@@ -783,6 +784,10 @@ def table_lines(run_dir):
         vals = [v for v, k in zip(per[who][key], t["kinds"]) if v is not None and kind in (None, k)]
         return 100 * sum(vals) / len(vals)
 
+    def tester(who, kind):  # the Designer's exact P(tester), mean over a kind's tasks
+        vals = [v for v, k in zip(per[who]["choice"]["tester"], t["kinds"]) if k == kind]
+        return 100 * sum(vals) / len(vals)
+
     where = ", ".join(ablation_report.cpus(run_dir)) or "no run.json"
     starts = (read_json(os.path.join(run_dir, "run.json")) or {}).get("starts") or []
     days = sorted({st["start"][:10] for st in starts if st.get("start")})
@@ -791,6 +796,13 @@ def table_lines(run_dir):
     kinds = ", ".join(
         f"{k} {gains[f'accuracy/{k}']['points']:+.1f}" for k in sorted(set(t["kinds"]))
     )
+    # the Designer's routing: P(tester) on each kind's tasks, SFT -> RL (exact, its "choice")
+    routing = []
+    if all("choice" in per[who] for who in ("SFT", "RL")):
+        cells = []
+        for k in sorted(set(t["kinds"])):
+            cells.append(f"{k} {tester('SFT', k):.1f} -> {tester('RL', k):.1f}%")
+        routing = [f"  P(tester) by kind: {', '.join(cells)}"]
     # suited per kind: P(tester | code), P(ensemble | math), RL − SFT
     suited = ", ".join(
         f"{k} {level('RL', 'suited', k) - level('SFT', 'suited', k):+.1f}"
@@ -802,6 +814,7 @@ def table_lines(run_dir):
         f" ({kinds})",
         f"  suited: P(tester | code) {level('SFT', 'suited', 'code'):.1f} -> "
         f"{level('RL', 'suited', 'code'):.1f}%, RL - SFT {gain('suited')} ({suited})",
+        *routing,
         f"  copy_own: {level('SFT', 'copy_own'):.1f} -> {level('RL', 'copy_own'):.1f}%, "
         f"RL - SFT {gain('copy_own')}",
         f"  training accuracy, last 10% - first 10%: {t['train_change']:+.3f}",
