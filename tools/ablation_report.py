@@ -871,25 +871,24 @@ def provenance_lines(prov):
 LEVELS = {"accuracy": "gain", "rl_accuracy": "after RL", "sft_accuracy": "cold start"}
 
 
-def unregistered(the_set, results, fixed=False, count=True, first=None):
+def unregistered(the_set, results, fixed=False):
     """SET's unregistered comparisons (none without the key): per comparison (label, a, b, keys),
     one string per key, A − B paired by seed and task (measure(): "accuracy" the gains'
     difference, "rl_accuracy" and "sft_accuracy" the levels' after RL and at the cold start),
     and what else differs between the two arms: the seeds their runs ran on other CPUs at, and
-    (fixed) the seeds read from registered tables; with `count`, the seeds behind it first;
-    `first`: only the first so many keys (the README's line). Not part of the pre-registration: no
-    verdict."""
+    (fixed) the seeds read from registered tables, after the count of seeds behind it. Not part of
+    the pre-registration: no verdict."""
     out = []
     for label, a, b, keys in the_set.SET.get("unregistered", []):
         rs = {k: measure(results, a, b, k) for k in keys}
         r = rs[keys[0]]
-        parts = [f"{LEVELS.get(k, k)} {diff_text(rs[k], k)}" for k in keys[:first]]
+        parts = [f"{LEVELS.get(k, k)} {diff_text(rs[k], k)}" for k in keys]
         also = []
         if seeds := other_cpus(results, a, b, r):
             also.append(f"CPUs differ at s{seeds_text(seeds)}")
         if fixed and (t := tables_text(results, [a, b], r, keys[0])) != "fixed":
             also.append(t.replace("registered at", "registered tables at"))
-        also = [f"{r['S'] if r else 0} seeds"] * count + also
+        also = [f"{r['S'] if r else 0} seeds", *also]
         out.append(f"{label}: {', '.join(parts)}" + (f" ({'; '.join(also)})" if also else ""))
     return out
 
