@@ -1192,15 +1192,32 @@ def test_fixed_tables_the_unregistered_comparisons_and_the_main_table(tmp_path, 
     # the unregistered comparisons: the gains' difference, the levels after RL and at the cold
     # start (metaagent 1 on every task against single's 1 in 4, both from 0), the other CPUs
     single, separate = ablation_report.unregistered(ablations, results, fixed=True)
+    # each paper figure beside its own baseline: single-agent GRPO's end point (+9.23 at 8B), not
+    # the untrained single agent's (+11.17 / +12.80); the end points first, as the paper compares
     assert single == (
-        "MetaAgent-X − single-agent GRPO (paper: +11.17 / +12.80): gain +75.00 [+75.00, +75.00], "
-        "after RL +75.00 [+75.00, +75.00], cold start +0.00 [+0.00, +0.00] (3 seeds; registered "
-        "tables at single s0-2)"
+        "MetaAgent-X − single-agent GRPO (paper at 8B: +9.23, 38.33 against 29.10; at 4B not in "
+        "this project's material): after RL +75.00 [+75.00, +75.00], gain +75.00 [+75.00, "
+        "+75.00], cold start +0.00 [+0.00, +0.00] (3 seeds; registered tables at single s0-2)"
     )
+    assert "+11.17" not in single and "+12.80" not in single
     assert separate.endswith(
-        ": gain -58.33 [-94.19, -22.48], cold start +0.00 [+0.00, +0.00], after RL -58.33 "
+        ": after RL -58.33 [-94.19, -22.48], cold start +0.00 [+0.00, +0.00], gain -58.33 "
         "[-94.19, -22.48] "
         "(3 seeds; registered tables at metaagent_separate s0-2)"
+    )
+    # `suited` by kind (P(tester | code), P(ensemble | math)): metaagent's remade tables move
+    # math's tasks off the ensemble (0.4 -> 0.2) and code's onto the tester (0.4 -> 0.9); the
+    # other arms gain 10 points on every task
+    for seed in range(3):
+        t = json.loads((fixed / f"metaagent-s{seed}-abc1234.json").read_text())
+        t["per_task"]["exact"]["RL"]["suited"] = [0.2, 0.9, 0.2, 0.9]
+        (fixed / f"metaagent-s{seed}-abc1234.json").write_text(json.dumps(t))
+    results = ablation_report.collect(ablations, str(tmp_path), fixed=str(fixed))
+    assert ablation_report.by_kind(ablations, results) == (
+        "`suited` by kind, each arm's gain: code (P(tester)): metaagent +50.00 [+50.00, +50.00], "
+        "designer_frozen +10.00 [+10.00, +10.00], metaagent_separate +10.00 [+10.00, +10.00]; "
+        "math (P(ensemble)): metaagent -20.00 [-20.00, -20.00], designer_frozen +10.00 [+10.00, "
+        "+10.00], metaagent_separate +10.00 [+10.00, +10.00]"
     )
     run_json = tmp_path / "metaagent_separate-s1" / "run.json"
     rec = json.loads(run_json.read_text())
@@ -1233,7 +1250,11 @@ def test_fixed_tables_the_unregistered_comparisons_and_the_main_table(tmp_path, 
         f"a run's table remade in {fixed} where it has one ([every row](results/ablations/" in block
     )
     assert "held, predicted held (registered tables at single s0-2).\n" in block
-    assert "- Unregistered: MetaAgent-X − single-agent GRPO" in block
+    # the unregistered comparisons and `suited` by kind: the reports (the README's claims table
+    # quotes them)
+    assert "Unregistered" not in block and "by kind" not in block
+    assert "after RL -58.33 [-94.19, -22.48], cold start +0.00 [+0.00, +0.00], gain" in md
+    assert "- `suited` by kind, each arm's gain: code (P(tester)): metaagent +50.00" in md
     # two tables of one run in the folder: which to read is not guessed
     (fixed / "metaagent-s0-def5678.json").write_text("{}")
     with pytest.raises(SystemExit, match="2 tables of metaagent-s0"):
@@ -1257,20 +1278,34 @@ def test_fixed_tables_the_unregistered_comparisons_and_the_main_table(tmp_path, 
         },
         "per_task": {
             "exact": {
-                "SFT": {"suited": [0.3, 0.2], "copy_own": [None, 0.5]},
-                "RL": {"suited": [0.1, 0.5], "copy_own": [None, 0.25]},
+                "SFT": {
+                    "suited": [0.3, 0.2],
+                    "copy_own": [None, 0.5],
+                    "choice": {"tester": [0.2, 0.2]},
+                },
+                "RL": {
+                    "suited": [0.1, 0.5],
+                    "copy_own": [None, 0.25],
+                    "choice": {"tester": [0.6, 0.5]},
+                },
             }
         },
         "train_change": 0.176,
     }
     (run / "final_table.json").write_text(json.dumps(table))
+    # `suited` by kind: math's one task 0.3 -> 0.1 (P(ensemble)), code's 0.2 -> 0.5 (P(tester))
     assert ablations.table_lines(str(run)) == [
         f"{run}: eval, 2 tasks x 4 draws; CPU: no run.json",
         "  learned designs: 55.9 -> 62.7%, RL - SFT +6.8 (1.4) (code +16.2, math -2.5)",
-        "  suited: P(tester | code) 20.0 -> 50.0%, RL - SFT +11.9 (1.2)",
+        "  suited: P(tester | code) 20.0 -> 50.0%, RL - SFT +11.9 (1.2) (code +30.0, math -20.0)",
+        "  P(tester) by kind: code 20.0 -> 50.0%, math 20.0 -> 60.0%",
         "  copy_own: 50.0 -> 25.0%, RL - SFT -22.7 (1.1)",
         "  training accuracy, last 10% - first 10%: +0.176",
     ]
+    # the run's CPU and the date it ran (run.json's starts)
+    start = {"start": "2026-12-05T21:45:58+0000", "machine": {"cpu": "Some CPU"}}
+    (run / "run.json").write_text(json.dumps({"starts": [start]}))
+    assert ablations.table_lines(str(run))[0].endswith("; CPU: Some CPU, 2026-12-05")
     assert ablations.main(["table", str(run)]) == 0
     with pytest.raises(SystemExit, match="no folder"):
         ablations.main(["table", str(tmp_path / "none")])

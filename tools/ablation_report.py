@@ -258,6 +258,10 @@ def summarize(run_dir, over, split="eval", table=None):
         # the same on the code tasks alone (None on the others)
         code = [k == "code" for k in table.get("kinds", [])]
         gain["accuracy_code"] = [g if c else None for g, c in zip(gain["accuracy"], code)]
+        # suited on each kind's tasks alone: suited_code, P(tester); suited_math, P(ensemble)
+        for kind in SUITED:
+            mine = [k == kind for k in table.get("kinds", [])]
+            gain[f"suited_{kind}"] = [g if m else None for g, m in zip(gain["suited"], mine)]
         out["ids"] = table["ids"]
         out["prior"] = prior(sft.get("choice"), table.get("kinds"))
         # the cold start's own rows, to check that two arms of a seed scored the same programs
@@ -867,27 +871,40 @@ def provenance_lines(prov):
 LEVELS = {"accuracy": "gain", "rl_accuracy": "after RL", "sft_accuracy": "cold start"}
 
 
-def unregistered(the_set, results, fixed=False, count=True, first=None):
+def unregistered(the_set, results, fixed=False):
     """SET's unregistered comparisons (none without the key): per comparison (label, a, b, keys),
     one string per key, A − B paired by seed and task (measure(): "accuracy" the gains'
     difference, "rl_accuracy" and "sft_accuracy" the levels' after RL and at the cold start),
     and what else differs between the two arms: the seeds their runs ran on other CPUs at, and
-    (fixed) the seeds read from registered tables; with `count`, the seeds behind it first;
-    `first`: only the first so many keys (the README's line). Not part of the pre-registration: no
-    verdict."""
+    (fixed) the seeds read from registered tables, after the count of seeds behind it. Not part of
+    the pre-registration: no verdict."""
     out = []
     for label, a, b, keys in the_set.SET.get("unregistered", []):
         rs = {k: measure(results, a, b, k) for k in keys}
         r = rs[keys[0]]
-        parts = [f"{LEVELS.get(k, k)} {diff_text(rs[k], k)}" for k in keys[:first]]
+        parts = [f"{LEVELS.get(k, k)} {diff_text(rs[k], k)}" for k in keys]
         also = []
         if seeds := other_cpus(results, a, b, r):
             also.append(f"CPUs differ at s{seeds_text(seeds)}")
         if fixed and (t := tables_text(results, [a, b], r, keys[0])) != "fixed":
             also.append(t.replace("registered at", "registered tables at"))
-        also = [f"{r['S'] if r else 0} seeds"] * count + also
+        also = [f"{r['S'] if r else 0} seeds", *also]
         out.append(f"{label}: {', '.join(parts)}" + (f" ({'; '.join(also)})" if also else ""))
     return out
+
+
+def by_kind(the_set, results):
+    """SET's "by_kind" (measure, arms), as one line: each arm's RL − SFT gain on the measure over
+    each kind's tasks alone (summarize()'s "suited_code", "suited_math"), with its 95% t interval
+    over the seeds; None without the key. Not part of the pre-registration: no verdict."""
+    if "by_kind" not in the_set.SET:
+        return None
+    key, arms = the_set.SET["by_kind"]
+    parts = []
+    for kind in sorted(SUITED):
+        cells = [f"{a} {diff_text(measure(results, a, None, f'{key}_{kind}'), key)}" for a in arms]
+        parts.append(f"{kind} (P({SUITED[kind]})): {', '.join(cells)}")
+    return f"`{key}` by kind, each arm's gain: {'; '.join(parts)}"
 
 
 def section(the_set, results, prov, seeds, split, fixed=False):
@@ -932,6 +949,7 @@ def section(the_set, results, prov, seeds, split, fixed=False):
             "seed and task, 95% t intervals):",
             "",
             *(f"- {line}." for line in unregistered(the_set, results, fixed)),
+            *[f"- {by_kind(the_set, results)}."] * ("by_kind" in words),
             "",
         ]
     return [
