@@ -494,6 +494,7 @@ def test_an_integer_is_matched_only_by_an_equal_value():
         math_equal("x = 1000000.5", "1000000"),
         math_equal("\\frac{2000001}{2}", "1000000"),
         math_equal("2.0000001", "2.0"),
+        math_equal("x = 2.0000001", "2.0"),
     ]
     assert wrong == [False] * len(wrong)
     right = [
