@@ -2,6 +2,8 @@
 sandbox."""
 
 import json
+import random
+import re
 import subprocess
 import sys
 import time
@@ -10,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+import mas
 import reward
 from machinery import programs
 from reward import code_score, extract_answer, extract_code, format_score, math_equal
@@ -586,3 +589,38 @@ def test_parsing_a_reply_is_linear_in_it(name):
         subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
     except subprocess.TimeoutExpired:
         pytest.fail(f"{fn} on {name}: still parsing after 60 s (quadratic in the reply)")
+
+
+def _last_boxed_by_scanning(text):
+    """The reference: each box scanned to where its braces close (quadratic), the last that
+    closes."""
+    best = None
+    for m in re.finditer(r"\\(?:boxed|fbox)\s*\{", text):
+        depth, i = 1, m.end()
+        while i < len(text) and depth:
+            depth += {"{": 1, "}": -1}.get(text[i], 0)
+            i += 1
+        if depth == 0:
+            best = text[m.end() : i - 1]
+    if best is None:
+        m = list(re.finditer(r"\\boxed ([^\s$]+)", text))
+        best = m[-1].group(1) if m else None
+    return best
+
+
+def test_the_linear_parsers_read_what_the_regexes_read():
+    """On 20,000 random replies made of the pieces that matter (fences, newlines, braces, boxes,
+    answer tags): the linear parsers give what the regexes and the scan gave, so no honest reply
+    is read differently."""
+    pieces = ["`", "```", "\n", "a", "py", " ", "{", "}", "\\boxed{", "\\fbox {", "\\boxed 7"]
+    pieces += ["<answer>", "</answer>", "x"]
+    rng = random.Random(0)
+    fence = re.compile(r"```([\w+-]*)[^\n]*\n(.*?)```", re.S)
+    for _ in range(20_000):
+        text = "".join(rng.choice(pieces) for _ in range(rng.randrange(30)))
+        blocks, unclosed = programs.fenced(text)
+        assert blocks == fence.findall(text), text
+        m = re.search(r"```[\w+-]*[^\n]*\n(.*)$", text, re.S)
+        assert unclosed == (m.group(1) if m else None), text
+        assert reward._last_boxed(text) == _last_boxed_by_scanning(text), text
+        assert mas.answers_in(text) == mas.ANSWER_RE.findall(text), text
