@@ -162,3 +162,15 @@ def test_fsdp2_root_call(tmp_path):
             torch.testing.assert_close(got_grads[name], g, **grad_tol(g), msg=name)
     finally:
         dist.destroy_process_group()
+
+
+def test_bench_train_runs_on_a_tiny_shape(monkeypatch, capsys):
+    """`python tools/bench.py train`'s update (chunked and plain log-probs, grpo_loss, backward)
+    runs, on a tiny Qwen3."""
+    from tools import bench
+
+    tiny = {**bench.SMALL, "hidden_size": 32, "intermediate_size": 64, "vocab_size": 512}
+    monkeypatch.setattr(bench, "SMALL", tiny)
+    for variant in ("plain", "chunked"):
+        bench.bench_train(variant)
+        assert '"peak_mb"' in capsys.readouterr().out
