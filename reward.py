@@ -14,13 +14,13 @@ correct is strictly binary, as the paper's is: a program that passes 9 of 10 hid
 Math equivalence is math-verify (SymPy underneath) behind a pre-normalisation of our own for what it
 misses (text answers, degrees vs radians, multiple answers as sets, plain numbers); an integer gold
 is matched by its value only (1000000.5 is not 1000000, though within the tolerance that other
-numbers get: FLOAT_TOL relative). math-verify's
-own timeouts use SIGALRM, which only works on the main thread; so we call it with its timeouts
-disabled and enforce a hard deadline ourselves: each comparison that needs SymPy runs in a
-long-lived grader process (SymPy imported once), and a comparison that outlives its deadline gets
-that process killed (answer: not equal). Plain numbers never leave the caller. Grading happens in
-the trainer, never inside a sandbox job (whose seccomp filter forbids starting a grader): a script's
-vote() is counted there too, by sandbox.run_workflows(..., equal=math_equal).
+numbers get: FLOAT_TOL relative). math-verify's own timeouts use SIGALRM, which only works on the
+main thread; so we call it with its timeouts disabled and enforce a hard deadline ourselves: each
+comparison that needs SymPy runs in a long-lived grader process (SymPy imported once), and a
+comparison that outlives its deadline gets that process killed (answer: not equal). Plain numbers
+never leave the caller. Grading happens in the trainer, never inside a sandbox job (whose seccomp
+filter forbids starting a grader): a script's vote() is counted there too, by
+sandbox.run_workflows(..., equal=math_equal).
 
 Programs run in the sandbox (all tests of one program in one sandbox child); their raw outputs are
 compared in the trainer as LiveCodeBench does (programs.outputs_match: whitespace-stripped lines,
@@ -173,8 +173,8 @@ def _words(s):
 def _fast_equal(pred, gold):
     """Decide without SymPy where that is safe: True/False, or None (needs math-verify).
 
-    Integers compare exactly, other numbers within FLOAT_TOL; a text answer equals only the same
-    text."""
+    An integer gold is matched by its value only, other numbers within FLOAT_TOL; a text answer
+    equals only the same text."""
     p, g = _clean(pred), _clean(gold)
     if not p or not g:
         return False
@@ -242,8 +242,9 @@ def _equal_one(p, g):
     if fast is not None:
         return fast
     n = _number(g)
-    if n is not None and n.denominator == 1:  # an integer gold ("2.0" too): math-verify's Integer,
-        g = str(n.numerator)  # which only an equal value matches (a Float, within 6 decimals)
+    # an integer gold ("2.0" too) written as one: math-verify matches an Integer by its value only
+    if n is not None and n.denominator == 1:  # (a Float gold, by rounding both to 6 decimals)
+        g = str(n.numerator)
     if ("=" in p) != ("=" in g):  # "x = 3" vs "3"
         p, g = (_ASSIGN_RE.sub(r"\g<rhs>", s).strip() for s in (p, g))
     if "\\pi" in p + g:  # "90^\circ" vs "\frac{\pi}{2}"

@@ -164,7 +164,7 @@ def passed(outcome, expected, call):
 # --------------------------------------------------------------------------------------------------
 # Comparing outputs with expected ones, as LiveCodeBench does
 
-FLOAT_TOL = 1e-6  # relative/absolute tolerance for non-integer numbers in outputs
+FLOAT_TOL = 1e-6  # relative/absolute tolerance for non-integer expected numbers in outputs
 # What LeetCode-style solutions take for granted (their starter code says `List[int]`), as
 # LiveCodeBench's harness provides it; prepended to programs under call-based tests.
 CALL_HEADER = (
@@ -204,8 +204,8 @@ def outputs_match(got, expected):
 
 
 def _values_equal(got, expected):
-    """Return values compared as JSON values: floats within FLOAT_TOL, tuples as lists, bools as
-    bools."""
+    """Return values compared as JSON values: an expected integer by its value only, other numbers
+    within FLOAT_TOL, tuples as lists, bools as bools."""
     if isinstance(expected, bool) or isinstance(got, bool):
         return got is expected
     if isinstance(expected, int) and isinstance(got, int | float):
