@@ -32,13 +32,19 @@ from dataclasses import dataclass
 ANSWER_TAG = "answer"
 # the answer tag's contents, every one in a reply (reward.py reads the same tag with it)
 ANSWER_RE = re.compile(rf"<{ANSWER_TAG}>(.*?)</{ANSWER_TAG}>", re.S)
+ANSWER_END = f"</{ANSWER_TAG}>"
+
+
+def answers_in(reply):
+    """The content of every <answer>...</answer> in a reply, in order: ANSWER_RE.findall(reply), in
+    time linear in the reply. What follows the last closing tag is cut off first: it holds no
+    answer, and the regex would scan from each opening tag there to the end (quadratic)."""
+    return ANSWER_RE.findall(reply[: reply.rfind(ANSWER_END) + len(ANSWER_END)])
 
 
 def answer_of(reply):
     """Content of the last <answer>...</answer> in a reply (stripped); None if there is none."""
-    if not isinstance(reply, str):
-        return None
-    found = ANSWER_RE.findall(reply)
+    found = answers_in(reply) if isinstance(reply, str) else []
     return found[-1].strip() if found else None
 
 

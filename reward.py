@@ -12,25 +12,29 @@ correct is strictly binary, as the paper's is: a program that passes 9 of 10 hid
 (code_score, the fraction passed, stays a diagnostic).
 
 Math equivalence is math-verify (SymPy underneath) behind a pre-normalisation of our own for what it
-misses (text answers, degrees vs radians, multiple answers as sets, plain numbers). math-verify's
-own timeouts use SIGALRM, which only works on the main thread; so we call it with its timeouts
-disabled and enforce a hard deadline ourselves: each comparison that needs SymPy runs in a
-long-lived grader process (SymPy imported once), and a comparison that outlives its deadline gets
-that process killed (answer: not equal). Plain numbers never leave the caller. Grading happens in
-the trainer, never inside a sandbox job (whose seccomp filter forbids starting a grader): a script's
-vote() is counted there too, by sandbox.run_workflows(..., equal=math_equal).
+misses (text answers, degrees vs radians, multiple answers as sets, plain numbers); an integer gold
+is matched by its value only (1000000.5 is not 1000000, though within the tolerance that other
+numbers get: FLOAT_TOL relative). math-verify's own timeouts use SIGALRM, which only works on the
+main thread; so we call it with its timeouts disabled and enforce a hard deadline ourselves: each
+comparison that needs SymPy runs in a long-lived grader process (SymPy imported once), and a
+comparison that outlives its deadline gets that process killed (answer: not equal). Plain numbers
+never leave the caller. Grading happens in the trainer, never inside a sandbox job (whose seccomp
+filter forbids starting a grader): a script's vote() is counted there too, by
+sandbox.run_workflows(..., equal=math_equal).
 
 Programs run in the sandbox (all tests of one program in one sandbox child); their raw outputs are
 compared in the trainer as LiveCodeBench does (programs.outputs_match: whitespace-stripped lines,
-numbers with a tolerance), each as it arrives: the reward's grader (passes_all) ends the child at
-the first failing test, and no program gets more than GRADE_BUDGET wall seconds for a task's tests.
+integers by value, other numbers with a tolerance), each as it arrives. Every test runs whatever
+the outputs before it (what ran never tells a program what passed): the reward's grader
+(passes_all) ends the child early only at a test that did not finish, and no program gets more than
+GRADE_BUDGET wall seconds for a task's tests. Replies are parsed in time linear in their length.
 
     from reward import math_equal, code_score, reward
     math_equal("\\boxed{025}", "25")                        # True
     math_equal("x = \\frac12", "0.5")                       # True, in a grader process (safe from
                                                             # threads)
-    passes_all(code, tests)                                 # every hidden test passes (stops at
-                                                            # the first failure)
+    passes_all(code, tests)                                 # every hidden test passes (each runs,
+                                                            # unless one did not finish)
     reward(task, run, lam=0.4)                              # R for one WorkflowRun of
                                                             # sandbox.run_workflows
     correct = grade_runs(pairs)                             # a step's runs, each distinct answer
@@ -48,7 +52,7 @@ from fractions import Fraction
 
 import mas
 from machinery import grader, programs
-from mas import ANSWER_RE, ANSWER_TAG
+from mas import ANSWER_TAG
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 # relative/absolute tolerance for non-integer numbers (as in program output)
@@ -64,21 +68,25 @@ GRADE_BUDGET = 120.0
 # Answer extraction
 
 
+_BOX_RE = re.compile(r"\\(?:boxed|fbox)\s*\{")
+
+
 def _last_boxed(text):
-    """Content of the last \\boxed{...} (or \\fbox{...}) with nested braces; None if there is
-    none."""
-    best = None
-    for m in re.finditer(r"\\(?:boxed|fbox)\s*\{", text):
-        depth, i = 1, m.end()
-        while i < len(text) and depth:
-            depth += {"{": 1, "}": -1}.get(text[i], 0)
-            i += 1
-        if depth == 0:
-            best = text[m.end() : i - 1]
-    if best is None:  # "\boxed 5" (no braces), as some models write it
-        m = list(re.finditer(r"\\boxed ([^\s$]+)", text))
-        best = m[-1].group(1) if m else None
-    return best
+    """Content of the last \\boxed{...} (or \\fbox{...}) whose braces close, nested braces counted;
+    None if there is none. Linear in the text: one pass pairs every brace with a stack, so no box
+    that never closes is scanned to the end."""
+    boxes = {m.end() - 1 for m in _BOX_RE.finditer(text)}  # each box's own opening brace
+    last, opened = None, []
+    for m in re.finditer(r"[{}]", text):
+        if m.group() == "{":
+            opened.append(m.start())
+        elif opened and (k := opened.pop()) in boxes and (last is None or k > last[0]):
+            last = (k, m.start())
+    if last is not None:
+        return text[last[0] + 1 : last[1]]
+    # "\boxed 5" (no braces), as some models write it
+    m = list(re.finditer(r"\\boxed ([^\s$]+)", text))
+    return m[-1].group(1) if m else None
 
 
 def extract_answer(text):
@@ -136,6 +144,7 @@ def _clean(s):
     s = re.sub(r"\\(?:left|right|big|Big|bigl|bigr|Bigl|Bigr)(?![A-Za-z])", "", s)
     s = re.sub(r"\\[,;:! ]|~|\\quad|\\qquad", " ", s)
     s = re.sub(r"(?<!\\)%", r"\\%", s)
+    s = re.sub(r"\s+", " ", s)  # first: \s+(?:and|or) would scan a long run from each space
     s = re.sub(r"\s+(?:and|or)\s+|\\text\{\s*(?:and|or)\s*\}", ", ", s)
     s = re.sub(r"\s+", " ", s).strip().rstrip(".").strip()
     if re.fullmatch(r"-?\d{1,3}(?:,\d{3})+(?:\.\d+)?", s):  # 1,000 is a thousand, not a set
@@ -164,20 +173,16 @@ def _words(s):
 def _fast_equal(pred, gold):
     """Decide without SymPy where that is safe: True/False, or None (needs math-verify).
 
-    Integers compare exactly, other numbers within FLOAT_TOL; a text answer equals only the same
-    text."""
+    An integer gold is matched by its value only, other numbers within FLOAT_TOL; a text answer
+    equals only the same text."""
     p, g = _clean(pred), _clean(gold)
     if not p or not g:
         return False
     if p.replace(" ", "") == g.replace(" ", ""):
         return True
     a, b = _number(p), _number(g)
-    if a is not None and b is not None:
-        return (
-            a == b
-            if a.denominator == b.denominator == 1
-            else abs(a - b) <= FLOAT_TOL * max(1, abs(b))
-        )
+    if a is not None and b is not None:  # an integer gold: its value only
+        return a == b if b.denominator == 1 else abs(a - b) <= FLOAT_TOL * max(1, abs(b))
     # two programs (a vote over code) are the same answer
     if p.startswith("def ") and g.startswith("def "):
         return False  # only as text (above): math-verify would call
@@ -236,6 +241,10 @@ def _equal_one(p, g):
     fast = _fast_equal(p, g)
     if fast is not None:
         return fast
+    n = _number(g)
+    # an integer gold ("2.0" too) written as one: math-verify matches an Integer by its value only
+    if n is not None and n.denominator == 1:  # (a Float gold, by rounding both to 6 decimals)
+        g = str(n.numerator)
     if ("=" in p) != ("=" in g):  # "x = 3" vs "3"
         p, g = (_ASSIGN_RE.sub(r"\g<rhs>", s).strip() for s in (p, g))
     if "\\pi" in p + g:  # "90^\circ" vs "\frac{\pi}{2}"
@@ -301,16 +310,15 @@ def extract_code(text):
     the last fenced block, or an unclosed one cut off by the length limit), else the text itself."""
     if not isinstance(text, str):
         return ""
-    inner = ANSWER_RE.findall(text)
+    inner = mas.answers_in(text)
     if inner:
         text = inner[-1]
-    blocks = re.findall(r"```([\w+-]*)[^\n]*\n(.*?)```", text, re.S)
+    blocks, unclosed = programs.fenced(text)
     if blocks:
         py = [code for lang, code in blocks if lang.lower() in ("python", "py", "python3")]
         return (py or [blocks[-1][1]])[-1].strip("\n")
     # an unclosed block: cut off by the length limit
-    m = re.search(r"```[\w+-]*[^\n]*\n(.*)$", text, re.S)
-    return (m.group(1) if m else text).strip("\n")
+    return (text if unclosed is None else unclosed).strip("\n")
 
 
 def code_score(code, tests, timeout=4.0):
@@ -328,23 +336,26 @@ def code_score(code, tests, timeout=4.0):
 
 def passes_all(code, tests, timeout=4.0, budget=GRADE_BUDGET, early_exit=True):
     """Does the program pass every test (code_score == 1)? The tests run in one sandbox child,
-    `timeout` seconds each and `budget` wall seconds in all (None: every test's timeout); each
-    output is compared here as it arrives, and the child is killed at the first failing test
-    (early_exit), since one failure settles the answer. early_exit=False runs every test first, as
-    code_score does (tools/bench.py grade times both)."""
+    `timeout` seconds each and `budget` wall seconds in all (None: every test's timeout). Every
+    test runs, whatever the outputs before it: a grading that stopped at a wrong answer would tell
+    the program on the next test that the one before passed (an oracle a sequence of programs can
+    learn hidden outputs from). The early exit (early_exit) ends the child at the first test that
+    did not finish (a timeout, a crash, a limit): that says nothing of the expected outputs, and
+    one never-ending program costs one test's seconds, not the task's. early_exit=False runs every
+    test, as code_score does (tools/bench.py grade times both)."""
     if not tests["inputs"] or not code.strip():
         return False
     call, expected = bool(tests.get("fn_name")), tests["outputs"]
 
-    def failed(k, outcome):
-        return not programs.passed(outcome, expected[k], call)
+    def unfinished(k, outcome):  # the program's own doing, never a comparison with `expected`
+        return outcome.status != "ok"
 
     outcomes = programs.run_tests(
         programs.program(code, tests),
         tests,
         timeout_per_test=timeout,
         budget=budget,
-        stop=failed if early_exit else None,
+        stop=unfinished if early_exit else None,
     )
     n = len(tests["inputs"])
     return len(outcomes) == n and all(map(programs.passed, outcomes, expected, [call] * n))
@@ -379,7 +390,7 @@ def graded_part(kind, answer):
     if answer is None:
         return None
     answer = str(answer)
-    if kind == "math" and (ANSWER_RE.search(answer) or "\\boxed" in answer):
+    if kind == "math" and (mas.answers_in(answer) or "\\boxed" in answer):
         return extract_answer(answer) or ""
     if kind == "code":
         return extract_code(answer)

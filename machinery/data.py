@@ -905,6 +905,8 @@ def prepare(name, out_dir="data", from_files=None, revision=None, cache_dir=None
         try:
             read, files = _published_files(recipe, revision)
         except Exception as e:  # no network, a hub that does not answer: one line, not a traceback
+            if not _network_error(e):
+                raise  # a bug of ours is one, not "offline"
             raise Unreachable(_unreachable(name, recipe, e)) from None
     kinds = {f.endswith(".parquet") for f in files}
     if len(kinds) > 1:

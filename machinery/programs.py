@@ -11,21 +11,43 @@ run_python and run_tests.
                                        for call-based tests)
     passed(outcome, expected, call)    one test's verdict, as reward.py grades it
     tests_report(outcomes, tests)      "PASS k/k", or "FAIL j/k" and the first failing case
+    fenced(reply)                      a reply's fenced code blocks, in time linear in the reply
 
 A stdin test runs in a fresh interpreter; call-based tests ({"fn_name": f}) share one, in turn, as
 LeetCode's and LiveCodeBench's harnesses run them (module state persists from call to call), and a
 fresh one after any test that does not return, so that no test can sink another. outputs_match
-(stdout: the same lines, each equal as text or token by token as numbers, integers exactly, others
-within FLOAT_TOL) and call_output_match (return values as JSON values) compare outputs. Nothing a
-program prints or returns raises here: what does not parse or compare is a mismatch, counted in
+(stdout: the same lines, each equal as text or token by token as numbers) and call_output_match
+(return values as JSON values) compare outputs: an expected integer is matched by its value only
+(500000000.0 and 5e8 match 500000000; 500000250.0 does not), other numbers within FLOAT_TOL. Nothing
+a program prints or returns raises here: what does not parse or compare is a mismatch, counted in
 `failures` ({reason: count} since start, with the kills sandbox.py counts; rollout puts each step's
 in its metrics).
+
+Where ours differs from LiveCodeBench's own checker (lcb_runner/evaluation/testing_util.py,
+grade_stdio and grade_call_based, run by compute_code_generation_metrics.check_correctness):
+- stdout: the same stripped lines, each equal as text or as a list of Decimals; LiveCodeBench
+  compares those Decimals exactly (no tolerance: 0.1000001 is not 0.1), we give a non-integer
+  expected number FLOAT_TOL (CodeContests' checker gives every number 1e-5 absolute, integers
+  included; APPS' np.allclose 1e-5 relative). Integers: by value in both.
+- return values: LiveCodeBench tests `prediction == expected` (a top-level tuple made a list): a
+  float must be exact and True equals 1; ours are JSON values, floats within FLOAT_TOL, bools only
+  as bools, tuples as lists at any depth, sets as sorted lists.
+- processes: LiveCodeBench runs every test of a program in one process (a stdin program made a
+  function called once a test, its imports shared); ours gives each stdin test a fresh
+  interpreter, and call tests one shared until one does not return.
+- early exit: LiveCodeBench stops at the first test that fails in any way; we run every test
+  whatever the outputs before it and stop only at one that did not finish (a timeout, a crash, a
+  limit), so that what ran tells a program nothing of what passed. The verdict (all pass) is the
+  same.
+- limits: LiveCodeBench's 6 s a test (SIGALRM) and (6 + 1) * tests + 5 s in all; ours the caller's
+  seconds a test (CPU and wall) and a wall budget for all (reward.GRADE_BUDGET).
 
 Needs: machinery/isolation.py, machinery/confine.py, mas.py (the fork-server's)
 """
 
 import json
 import math
+import re
 import threading
 from collections import Counter
 from dataclasses import dataclass
@@ -111,8 +133,8 @@ def run_tests(code, tests, timeout_per_test=4.0, *, max_output=1 << 20, budget=N
     budget: wall seconds for the whole job (default: every test's timeout and a margin); the tests
     it leaves unrun come back as timeouts. stop(k, outcome) -> bool: asked here, in the trainer, as
     each outcome arrives; when it holds the job is killed at once and the outcomes up to test k are
-    returned (a grader stops at the first failing test; the expected outputs never enter the
-    job)."""
+    returned (reward.passes_all stops at a test that did not finish, never at a wrong answer: what
+    ran must not depend on the expected outputs, which never enter the job)."""
     n = len((tests or {}).get("inputs") or [])
     if not n:
         return []
@@ -142,7 +164,7 @@ def passed(outcome, expected, call):
 # --------------------------------------------------------------------------------------------------
 # Comparing outputs with expected ones, as LiveCodeBench does
 
-FLOAT_TOL = 1e-6  # relative/absolute tolerance for non-integer numbers in outputs
+FLOAT_TOL = 1e-6  # relative/absolute tolerance for non-integer expected numbers in outputs
 # What LeetCode-style solutions take for granted (their starter code says `List[int]`), as
 # LiveCodeBench's harness provides it; prepended to programs under call-based tests.
 CALL_HEADER = (
@@ -152,17 +174,15 @@ CALL_HEADER = (
 )
 
 
-def _tokens_equal(a, b):
+def _tokens_equal(got, expected):
     try:
-        x, y = Decimal(a), Decimal(b)
+        x, y = Decimal(got), Decimal(expected)
     except InvalidOperation:
         return False
-    integers = "." not in a + b and "e" not in (a + b).lower()  # integers compare exactly
-    return (
-        x.is_finite()
-        and y.is_finite()
-        and (x == y or not integers and abs(x - y) <= Decimal(FLOAT_TOL) * max(Decimal(1), abs(y)))
-    )
+    if not (x.is_finite() and y.is_finite()):
+        return False
+    integer = "." not in expected and "e" not in expected.lower()  # matched by its value only
+    return x == y or not integer and abs(x - y) <= Decimal(FLOAT_TOL) * max(Decimal(1), abs(y))
 
 
 def _line_equal(a, b):
@@ -184,16 +204,14 @@ def outputs_match(got, expected):
 
 
 def _values_equal(got, expected):
-    """Return values compared as JSON values: floats within FLOAT_TOL, tuples as lists, bools as
-    bools."""
+    """Return values compared as JSON values: an expected integer by its value only, other numbers
+    within FLOAT_TOL, tuples as lists, bools as bools."""
     if isinstance(expected, bool) or isinstance(got, bool):
         return got is expected
-    if isinstance(expected, int | float) and isinstance(got, int | float):
-        return (
-            got == expected
-            if isinstance(expected, int) and isinstance(got, int)
-            else math.isclose(got, expected, rel_tol=FLOAT_TOL, abs_tol=FLOAT_TOL)
-        )
+    if isinstance(expected, int) and isinstance(got, int | float):
+        return got == expected  # an integer: its value only (Python compares int and float exactly)
+    if isinstance(expected, float) and isinstance(got, int | float):
+        return math.isclose(got, expected, rel_tol=FLOAT_TOL, abs_tol=FLOAT_TOL)
     if isinstance(expected, list | tuple) and isinstance(got, list | tuple):
         return len(got) == len(expected) and all(map(_values_equal, got, expected))
     if isinstance(expected, dict) and isinstance(got, dict):
@@ -212,6 +230,27 @@ def call_output_match(output, expected):
     except Exception:  # noqa: BLE001 - RecursionError, ValueError, TypeError, MemoryError: its own
         count_failure("unreadable result")
         return False
+
+
+def fenced(text):
+    """The fenced blocks of a reply and what follows its first fence's line: ([(info word, body)],
+    the body of a block left open (None without a fence)). The blocks are those
+    re.findall(r"```([\\w+-]*)[^\\n]*\\n(.*?)```", text, re.S) finds, in time linear in the text:
+    each search goes on from where the one before ended, and stops where the regex would fail from
+    every later ``` as well (it would scan to the end from each, and over each backtick run)."""
+    blocks, pos, unclosed = [], 0, None
+    while (start := text.find("```", pos)) >= 0:
+        line_end = text.find("\n", start + 3)
+        if line_end < 0:  # no newline after this fence: none after a later one
+            break
+        unclosed = text[line_end + 1 :] if unclosed is None else unclosed
+        end = text.find("```", line_end + 1)
+        if end < 0:  # nothing closes this block: nothing closes a later one
+            break
+        word = re.match(r"[\w+-]*", text[start + 3 : line_end]).group()
+        blocks.append((word, text[line_end + 1 : end]))
+        pos = end + 3
+    return blocks, unclosed
 
 
 def program(code, tests):

@@ -162,3 +162,16 @@ def test_fsdp2_root_call(tmp_path):
             torch.testing.assert_close(got_grads[name], g, **grad_tol(g), msg=name)
     finally:
         dist.destroy_process_group()
+
+
+def test_bench_train_runs_on_a_tiny_shape(capsys):
+    """`python tools/bench.py train` on a tiny Qwen3: each variant's update (its log-probs as
+    train.batches picks them, grpo_loss, backward) in a process of its own for its peak memory,
+    then both in turn for their speed; a row each."""
+    from tools import bench
+
+    bench.bench_train(reps=1, quick=True)
+    out = capsys.readouterr().out
+    assert "vocabulary 512, 126 tokens an update" in out and "skipped" not in out
+    for variant in ("plain", "chunked"):
+        assert f"  {variant} " in out and "tokens/s" in out

@@ -71,6 +71,7 @@ class StandIn(BaseHTTPRequestHandler):
     tasks, wrong, model = [], False, "oracle"
     pieces, gap, silence, think, reasoning, context = 1, 0.0, 0.0, "", "", None
     ending = "stop"  # the finish_reason (not `finish`: the handler's own method of that name)
+    nested = 0  # > 0: a chunk of JSON nested this deep instead of the reply (a RecursionError)
     bodies, streamed = [], []  # set anew by serve()
 
     def do_GET(self):  # /v1/models: the readiness probe
@@ -101,6 +102,9 @@ class StandIn(BaseHTTPRequestHandler):
         self.send_response(200)
         self.send_header("Content-Type", "text/event-stream")
         self.end_headers()
+        if self.nested:
+            self.wfile.write(b"data: " + b"[" * self.nested + b"]" * self.nested + b"\n\n")
+            return
         t0 = time.monotonic()
         try:
             for k, delta in enumerate(deltas):
@@ -258,7 +262,8 @@ def test_a_reply_longer_than_the_silence_budget_is_kept_a_silence_is_not(tmp_pat
         c = distill.distill(url, "oracle", tasks, out, **kw)
     assert c["requests"] == distill.RETRIES and c["teacher_errors"] == 1
     assert c["units_failed"] == 1 and c["units"] == 0 and c["dropped"] == {}
-    assert "ReadTimeout" in next(iter(c["failed_because"])) or c["failed_because"]
+    (why,) = c["failed_because"]  # the one failed unit's error: its requests timed out
+    assert why.startswith("APITimeoutError") and c["failed_because"][why] == 1
     assert c["executor_samples"] == 0 and not os.path.exists(os.path.join(out, "done.jsonl"))
     # --resume against a teacher that answers asks it again: every unit done, no error left
     with serve(tasks=tasks, pieces=4) as (url, teacher):
@@ -267,6 +272,23 @@ def test_a_reply_longer_than_the_silence_budget_is_kept_a_silence_is_not(tmp_pat
     assert c["executor_samples"] == 1 and c["requests"] == 1
     stats = json.load(open(os.path.join(out, "distill_stats.json")))
     assert stats["teacher_errors"] == stats["units_failed"] == 0
+
+
+def test_a_teacher_call_that_raised_leaves_its_unit_not_done(tmp_path):
+    """A call that raised something other than a network error (here the client's RecursionError on
+    a chunk nested too deep) is that call's failure: its unit is not done (no done line), and
+    --resume asks it again."""
+    tasks = tiny.make_tasks(1, seed=3)
+    out, kw = str(tmp_path / "out"), dict(templates=["single"], short=True, log=None)
+    with serve(tasks=tasks, nested=100_000) as (url, teacher):
+        c = distill.distill(url, "oracle", tasks, out, **kw)
+    assert c["units_failed"] == 1 and c["units"] == 0 and c["teacher_errors"] == 1
+    assert "RecursionError" in next(iter(c["failed_because"]))
+    assert not os.path.exists(os.path.join(out, "done.jsonl"))
+    with serve(tasks=tasks) as (url, teacher):
+        c = distill.distill(url, "oracle", tasks, out, resume=True, **kw)
+    assert c["units_asked"] == 1 and c["units"] == 1 and c["units_failed"] == 0
+    assert c["executor_samples"] == 1
 
 
 def test_thinking_never_reaches_a_target(tmp_path):

@@ -2,16 +2,22 @@
 sandbox."""
 
 import json
+import random
+import re
+import subprocess
+import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
 
+import mas
 import reward
 from machinery import programs
 from reward import code_score, extract_answer, extract_code, format_score, math_equal
 
+REPO = str(Path(__file__).resolve().parents[1])
 DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
 needs_data = pytest.mark.skipif(not DATA.is_dir(), reason=f"benchmark data folder {DATA} is absent")
 
@@ -456,3 +462,165 @@ def test_reward_from_a_grade_given_is_the_reward_graded_here(sb):
     assert alone == [1.5, 1.0, 1.0]
     with pytest.raises(TypeError):
         reward.reward(task, runs[0])  # λ has no default here: settings.Config.lam is its one
+
+
+# --------------------------------------------------------------------------------------------------
+# Grading as the benchmarks grade: an integer is matched only by an equal value
+
+
+@pytest.fixture(scope="module", params=["isolated", "fallback"])
+def mode(request):
+    """A test that takes it runs in both sandbox modes (skipped where one is missing)."""
+    import sandbox
+
+    try:
+        sandbox.start(request.param)
+    except sandbox.SandboxUnavailable as e:
+        pytest.skip(f"no {request.param} sandbox here: {str(e).splitlines()[0]}")
+    yield request.param
+
+
+def test_an_integer_is_matched_only_by_an_equal_value():
+    """An expected integer (a token of stdout, a returned value, a math gold) is matched by the
+    same value only, however it is written: 500000250.0 is not 500000000, though it is within
+    FLOAT_TOL of it; 500000000.0 and 5e8 are. Non-integers keep their tolerance."""
+    wrong = [
+        programs.outputs_match("500000250.0\n", "500000000"),
+        programs.outputs_match("1 500000250.0", "1 500000000"),
+        programs.outputs_match("2.0000001", "2"),
+        programs.call_output_match("500000250.0", 500000000),
+        programs.call_output_match("[1, 2.0000001]", [1, 2]),
+        programs.call_output_match('{"a": 1000000.5}', {"a": 1000000}),
+        math_equal("1000000.5", "1000000"),
+        math_equal("1000000.5, 3", "1000000, 3"),
+        math_equal("\\boxed{1000000.5}", "1000000"),
+        math_equal("x = 1000000.5", "1000000"),
+        math_equal("\\frac{2000001}{2}", "1000000"),
+        math_equal("2.0000001", "2.0"),
+        math_equal("x = 2.0000001", "2.0"),
+    ]
+    assert wrong == [False] * len(wrong)
+    right = [
+        programs.outputs_match("500000000.0\n", "500000000"),
+        programs.outputs_match("5e8", "500000000"),
+        programs.outputs_match("0.3333333", "0.333333333"),
+        programs.call_output_match("500000000.0", 500000000),
+        programs.call_output_match("0.30000000000000004", 0.3),
+        programs.call_output_match("[1, 2.0]", [1, 2]),
+        math_equal("1000000.0", "1000000"),
+        math_equal("1e6", "1000000"),
+        math_equal("0.3333333", "\\frac{1}{3}"),
+    ]
+    assert right == [True] * len(right)
+
+
+def test_a_wrong_number_printed_as_a_float_fails_its_task(mode):
+    """Through the sandbox (both modes): a program off by 250 at 5e8 that prints a float is wrong,
+    stdin and call-based alike; the right number printed as a float is right."""
+    stdin = {"kind": "code", "tests": {"inputs": ["5\n"], "outputs": ["500000000\n"]}}
+    call = {"kind": "code", "tests": {"inputs": [[5]], "outputs": [500000000], "fn_name": "f"}}
+    for task, off, exact in (
+        (stdin, "print(float(int(input()) * 10**8 + 250))", "print(float(int(input()) * 10**8))"),
+        (call, "def f(x):\n    return x * 1e8 + 250", "def f(x):\n    return x * 1e8"),
+    ):
+        assert reward.correctness(task, f"```python\n{off}\n```") == 0.0
+        assert reward.correctness(task, f"```python\n{exact}\n```") == 1.0
+
+
+# --------------------------------------------------------------------------------------------------
+# Grading reveals nothing: which tests ran never depends on the expected outputs
+
+
+def test_which_tests_ran_says_nothing_of_the_hidden_outputs(mode, monkeypatch):
+    """The oracle of an early exit at the first wrong answer: a sequence of programs, each right on
+    what it learned and guessing YES on the next test, learns every hidden YES/NO output from how
+    many tests ran, and its last program is graded 1.0 without ever knowing them. Every test of a
+    task runs (an early exit only at a test that did not finish): every program's grading runs
+    all 8, whatever it answered, and the attack learns nothing."""
+    hidden = ["YES", "NO", "NO", "YES", "NO", "YES", "YES", "NO"]
+    task = {"kind": "code", "tests": {"inputs": [f"{k}\n" for k in range(8)], "outputs": hidden}}
+    ran = []  # tests that ran in each grading, as an observer of the grading would count them
+    run_tests = programs.run_tests
+
+    def observed(*args, **kwargs):
+        outcomes = run_tests(*args, **kwargs)
+        ran.append(len(outcomes))
+        return outcomes
+
+    monkeypatch.setattr(programs, "run_tests", observed)
+
+    def program(answers):
+        return f"```python\nprint({answers!r}[int(input())])\n```"
+
+    learned = []
+    for k in range(8):
+        guess = learned + ["YES"] * (8 - k)
+        passed = reward.correctness(task, program(guess))
+        learned.append("YES" if ran[-1] > k + 1 or passed else "NO")
+    graded = reward.correctness(task, program(learned))
+    assert ran == [8] * 9, f"the tests that ran depend on the answers: {ran}"
+    assert graded == 0.0
+
+
+# --------------------------------------------------------------------------------------------------
+# Parsing a reply costs time linear in the reply
+
+# replies of about 1 MB that a quadratic parser takes hours on (each opening scanned to the end:
+# ~1e11 steps) and a linear one well under a second
+HOSTILE_REPLIES = {
+    "boxed": ("reward.extract_answer", "'\\\\boxed{' * 150_000"),
+    "fbox": ("reward.extract_answer", "'\\\\fbox {' * 150_000"),
+    "answer tags": ("mas.answer_of", "'<answer>' * 130_000"),
+    "backticks": ("reward.extract_code", "'`' * 1_000_000"),
+    "a fence's info string": ("reward.extract_code", "'```' + 'a' * 1_000_000"),
+    "fences": ("reward.extract_code", "'```a' * 250_000"),
+    "spaces in an answer": ("reward._clean", "'1' + ' ' * 1_000_000 + '2'"),
+}
+
+
+@pytest.mark.parametrize("name", list(HOSTILE_REPLIES))
+def test_parsing_a_reply_is_linear_in_it(name):
+    """Each parser of model replies on a hostile reply of ~1 MB, in a process of its own under a
+    deadline (60 s) that a linear parser meets ~100 times over and a quadratic one misses by hours
+    (it is killed)."""
+    fn, text = HOSTILE_REPLIES[name]
+    code = f"import sys; sys.path.insert(0, {REPO!r}); import mas, reward; {fn}({text})"
+    try:
+        subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
+    except subprocess.TimeoutExpired:
+        pytest.fail(f"{fn} on {name}: still parsing after 60 s (quadratic in the reply)")
+
+
+def _last_boxed_by_scanning(text):
+    """The reference: each box scanned to where its braces close (quadratic), the last that
+    closes."""
+    best = None
+    for m in re.finditer(r"\\(?:boxed|fbox)\s*\{", text):
+        depth, i = 1, m.end()
+        while i < len(text) and depth:
+            depth += {"{": 1, "}": -1}.get(text[i], 0)
+            i += 1
+        if depth == 0:
+            best = text[m.end() : i - 1]
+    if best is None:
+        m = list(re.finditer(r"\\boxed ([^\s$]+)", text))
+        best = m[-1].group(1) if m else None
+    return best
+
+
+def test_the_linear_parsers_read_what_the_regexes_read():
+    """On 20,000 random replies made of the pieces that matter (fences, newlines, braces, boxes,
+    answer tags): the linear parsers give what the regexes and the scan gave, so no honest reply
+    is read differently."""
+    pieces = ["`", "```", "\n", "a", "py", " ", "{", "}", "\\boxed{", "\\fbox {", "\\boxed 7"]
+    pieces += ["<answer>", "</answer>", "x"]
+    rng = random.Random(0)
+    fence = re.compile(r"```([\w+-]*)[^\n]*\n(.*?)```", re.S)
+    for _ in range(20_000):
+        text = "".join(rng.choice(pieces) for _ in range(rng.randrange(30)))
+        blocks, unclosed = programs.fenced(text)
+        assert blocks == fence.findall(text), text
+        m = re.search(r"```[\w+-]*[^\n]*\n(.*)$", text, re.S)
+        assert unclosed == (m.group(1) if m else None), text
+        assert reward._last_boxed(text) == _last_boxed_by_scanning(text), text
+        assert mas.answers_in(text) == mas.ANSWER_RE.findall(text), text

@@ -65,8 +65,8 @@ import grpo
 import rollout as rollout_lib
 import settings
 import train
+from machinery import chunked, plans, programs, ranks, speed
 from machinery import engine as engine_lib
-from machinery import plans, programs, ranks, speed
 from world import tiny
 
 HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the project root
@@ -244,6 +244,9 @@ SMALL = {
     "head_dim": 16,
     "vocab_size": 32768,
 }
+QUICK = {**SMALL, "hidden_size": 32, "intermediate_size": 64, "vocab_size": 512}  # in seconds
+# Config.logprobs' row functions, as train.batches picks them
+ROWS = {"plain": grpo.token_logprobs, "chunked": chunked.token_logprobs}
 PEAK_FLOPS = 989e12  # H200 (and H100 SXM) dense bf16
 
 
@@ -269,26 +272,26 @@ def in_subprocess(call, timeout=None):
     }
 
 
-def bench_train(variant=None, reps=3):
+def bench_train(variant=None, reps=3, quick=False):
     """One GRPO update (forward + backward) of a Qwen3 with a large vocabulary, where the logits
     dominate (CUDA: Qwen3-4B's hidden size and vocabulary, two layers, bf16; CPU: a small one): each
     Config.logprobs="chunked" (chunked.token_logprobs) vs plain (grpo.token_logprobs: the full
-    logits, log_softmax, gather), through train.logprobs as the loop calls it. Peak memory: each
-    variant's update in its own process, above what was allocated before it (CUDA
+    logits, log_softmax, gather), through train.row_logprobs as the loop calls it. Peak memory:
+    each variant's update in its own process, above what was allocated before it (CUDA
     max_memory_allocated; CPU the growth of ru_maxrss); speed: in this process, taking turns,
-    medians of `reps`."""
-    cuda = torch.cuda.is_available()
+    medians of `reps`. quick: a tiny shape on the CPU, in seconds (tests/test_chunked.py's)."""
+    cuda = torch.cuda.is_available() and not quick
     model = qwen3(
-        {**QWEN3_4B, "num_hidden_layers": 2} if cuda else SMALL,
+        {**QWEN3_4B, "num_hidden_layers": 2} if cuda else QUICK if quick else SMALL,
         "cuda" if cuda else "cpu",
         torch.bfloat16 if cuda else torch.float32,
     )
-    B, T = (4, 4096) if cuda else (8, 512)
+    B, T = (4, 4096) if cuda else (2, 64) if quick else (8, 512)
     b = {"input_ids": torch.randint(0, model.config.vocab_size, (B, T), device=model.device)}
     b["attention_mask"] = torch.ones_like(b["input_ids"])
 
     def update(v, rep=0):
-        logp = train.logprobs(model, b, settings.Config(logprobs=v))
+        logp = train.row_logprobs(ROWS[v], model, b)
         ones = torch.ones(B, device=logp.device)
         mask = b["attention_mask"][:, 1:]
         loss, _ = grpo.grpo_loss(logp, None, ones, mask, clip_eps=settings.Config.clip_eps)
@@ -312,7 +315,7 @@ def bench_train(variant=None, reps=3):
         base = torch.cuda.memory_allocated() / 2**20 if cuda else mb()
         update(variant)
         return print(json.dumps({"peak_mb": mb() - base}))
-    peak = {v: in_subprocess(f"bench_train({v!r})") for v in settings.LOGPROBS if v != "shared"}
+    peak = {v: in_subprocess(f"bench_train({v!r}, quick={quick})") for v in ROWS}
     for v in [v for v in peak if "error" in peak[v]]:
         print(f"{v}: skipped, {peak.pop(v)['error']}")
     med, _ = alternate({v: functools.partial(update, v) for v in peak}, reps)

@@ -34,13 +34,13 @@ run_error, wrong. Replies dropped inside kept runs are counted too (wrong_replie
 duplicate_replies_dropped). Those are drops: the unit is done.
 
 Nothing is lost to a failing teacher. A unit one of whose calls got no usable reply after RETRIES
-tries (a refused connection, a silence, a stream cut off, a 5xx or 429, any other 4xx) is not done:
-it writes nothing, `--resume` asks it again, and the run exits non-zero naming how many units
-failed and why. distill_stats.json's units_failed and teacher_errors (the failed calls of those
-units) count them, so once a resumed run has finished every unit both are 0. The run starts once
-the teacher answers (GET /v1/models): it waits up to --wait seconds (WAIT: a 32B model loads in
-minutes, its first download takes longer), then stops with one line; so `vllm serve ... &` then
-distill.py, at once, loses nothing.
+tries (a refused connection, a silence, a stream cut off, a 5xx or 429, any other 4xx, anything else
+the call raised) is not done: it writes nothing, `--resume` asks it again, and the run exits
+non-zero naming how many units failed and why. distill_stats.json's units_failed and teacher_errors
+(the failed calls of those units) count them, so once a resumed run has finished every unit both are
+0. The run starts once the teacher answers (GET /v1/models): it waits up to --wait seconds (WAIT: a
+32B model loads in minutes, its first download takes longer), then stops with one line; so `vllm
+serve ... &` then distill.py, at once, loses nothing.
 
 The client keeps the teacher busy. The `openai` package's AsyncOpenAI (vLLM's own dependency)
 streams every request on one event loop in a thread of its own; up to --concurrency requests are in
@@ -270,8 +270,10 @@ class Teacher:
                     return Reply("", error, "context_length")
                 if e.status_code < 500 and e.status_code != 429:
                     break  # a 4xx other than rate limiting will not get better by retrying
-            # a refused connection, a silence past the budget, a stream cut off or malformed
-            except (openai.OpenAIError, ValueError, TypeError, AttributeError, KeyError) as e:
+            # a refused connection, a silence past the budget, a stream cut off or malformed, or
+            # anything else this call raised (a RecursionError on JSON nested too deep, a bug):
+            # the call's failure, never the run's error (that unit would be done, not asked again)
+            except Exception as e:  # noqa: BLE001
                 error = f"{type(e).__name__}: {e}"[:500]
                 if CONTEXT_RE.search(error):  # said inside the stream
                     return Reply("", error, "context_length")
