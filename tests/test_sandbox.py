@@ -1376,16 +1376,17 @@ def test_a_program_holds_only_the_input_of_its_test(mode):
             pass
         return " ".join(sorted({x if isinstance(x, str) else x.decode() for x in found}))
     """
-    stdin = textwrap.dedent(look) + "input()\nprint(seen())"
+    stdin = textwrap.dedent(look) + "x = input()\nprint(seen())"
     inputs = [f"hidden-{k}-" for k in range(5)]
     out = programs.run_tests(stdin, {"inputs": inputs, "outputs": [""] * 5})
     assert [o.output for o in out] == [f"{k}\n" for k in range(5)], out
     call = textwrap.dedent(look) + "def f(x):\n    return seen()"
     tests = {"inputs": [[x] for x in inputs], "outputs": [""] * 5, "fn_name": "f"}
     out = programs.run_tests(call, tests)
-    # a call test's process has seen the tests before its own (they were its own) and no later one
-    want = [" ".join(str(j) for j in range(k + 1)) for k in range(5)]
-    assert [json.loads(o.output) for o in out] == want, out
+    # a call test's process may have kept the tests before its own (they were its own), no later
+    for k, o in enumerate(out):
+        seen = set(json.loads(o.output).split())
+        assert str(k) in seen and seen <= {str(j) for j in range(k + 1)}, out
 
 
 def test_jobs_share_no_watch_lock_or_mount_list(mode):
