@@ -215,15 +215,21 @@ def _jsonable(obj):
     return sorted(obj) if isinstance(obj, set | frozenset) else repr(obj)
 
 
-def _calls(payload, inputs, cpu, memory):
-    """Grandchild: the program once, then each call test in turn: MARK on stderr and the returned
-    value as a line of JSON on fd 4, so that what the program printed on stderr after the last MARK
-    is the failing test's. The first test that does not return ends the process, as it would end a
-    process of its own."""
+def _input():
+    """(a grandchild) Its next test's input: a line of JSON on fd 3, from the keeper, which writes
+    it there only as that test starts."""
+    with open(3, "rb", closefd=False) as f:
+        return json.loads(f.readline())
+
+
+def _calls(payload, count, cpu, memory):
+    """Grandchild: the program once, then `count` call tests in turn, each one's input read as it
+    starts: MARK on stderr and the returned value as a line of JSON on fd 4, so that what the
+    program printed on stderr after the last MARK is the failing test's. The first test that does
+    not return ends the process, as it would end a process of its own."""
     import resource
 
-    os.close(3)
-    _enter("", cpu * len(inputs), memory)
+    _enter("", cpu * count, memory)
 
     # the soft RLIMIT_CPU: each test its own seconds, as in a process of its own
     def own_cpu_seconds():
@@ -235,8 +241,9 @@ def _calls(payload, inputs, cpu, memory):
 
     own_cpu_seconds()  # the first test's seconds include running the program
     rc, g = _run_program(payload["code"], "solution")
-    for inp in inputs if rc == 0 else []:
+    for _ in range(count if rc == 0 else 0):
         try:
+            inp = _input()  # (a program that closed or read fd 3: its own failure)
             # a method of a fresh Solution() if there is one, as LeetCode calls it
             name = payload["fn_name"]
             fn = getattr(g["Solution"](), name) if hasattr(g.get("Solution"), name) else g[name]
@@ -255,51 +262,96 @@ def _calls(payload, inputs, cpu, memory):
 def _tests_job(payload, chan, cpu, memory):
     """PID 1 of a tests job, the harness: runs the tests in grandchildren, sends each outcome as it
     completes. A stdin test gets a grandchild of its own; call tests share one until one does not
-    return, and the tests after it get a fresh one, so that no test can sink another. Expected
+    return, and the tests after it get a fresh one, so that no test can sink another. The inputs
+    never enter the harness (`payload` is None: the keeper, a child forked before the channel is
+    read, reads it), so no grandchild, a fork of the harness, holds another test's input. Expected
     outputs never enter the job."""
-    inputs, k = payload["inputs"], 0
-    while k < len(inputs):
-        batch = inputs[k:] if payload["fn_name"] else inputs[k : k + 1]
-        for outcome in _grandchild(payload, batch, memory):
+    head_r, head_w = os.pipe()
+    ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    keeper = os.fork()
+    if keeper == 0:
+        ours.close()
+        _keeper(chan, head_w, theirs)
+    os.close(head_w)
+    theirs.close()
+    with open(head_r, "rb") as f:
+        payload = json.loads(f.readline())
+    k = 0
+    while k < payload["count"]:
+        tests = range(k, payload["count"] if payload["fn_name"] else k + 1)
+        for outcome in _grandchild(payload, ours, tests, memory):
             chan.send(outcome)
             k += 1
+    ours.close()  # the keeper ends
+    os.waitpid(keeper, 0)
 
 
-def _grandchild(payload, inputs, memory):
-    """Run `inputs` (one stdin test, or call tests in turn) in one grandchild; yield each test's
-    outcome as it completes, up to and including the first that does not return (at least one).
-    A stdin test's stdout past the cap closes the pipe (the program's next write fails); a call
-    test's stdout is not its answer: read, and kept up to the cap."""
+def _keeper(chan, head, sock):
+    """(a child of the harness) Read the payload, hand the harness all of it but the inputs (their
+    count instead), then, asked for test k with the write end of a pipe, write test k's input
+    there as a line of JSON. Never returns."""
+    try:
+        _libc.prctl(1, signal.SIGKILL, 0, 0, 0)  # PR_SET_PDEATHSIG: it dies with the harness
+        payload = chan.receive()
+        inputs = payload.pop("inputs")
+        with open(head, "wb") as f:
+            f.write(_line(dict(payload, count=len(inputs))))
+        while True:
+            msg, fds, _, _ = socket.recv_fds(sock, 64, 1)
+            if not msg:
+                break
+            # (a grandchild killed before it read its input: EPIPE)
+            with contextlib.suppress(OSError), open(fds[0], "wb") as f:
+                f.write(_line(inputs[int(msg)]))
+    finally:
+        os._exit(0)
+
+
+def _grandchild(payload, keeper, tests, memory):
+    """Run `tests` (one stdin test, or call tests in turn: their indices) in one grandchild, in a
+    session of its own (a signal it sends its group reaches no one else); yield each test's outcome
+    as it completes, up to and including the first that does not return (at least one). Each test
+    has its seconds, whatever the program does with its pipes or signals: at its deadline the
+    grandchild is killed, and its end is seen on a pidfd. A stdin test's stdout past the cap closes
+    the pipe (the program's next write fails); a call test's stdout is not its answer: read, and
+    kept up to the cap."""
     per, cap, fn = payload["timeout_per_test"], payload["max_output"], payload["fn_name"]
     (out_r, out_w), (err_r, err_w), (res_r, res_w) = os.pipe(), os.pipe(), os.pipe()
+    in_r, in_w = os.pipe()
     pid = os.fork()
     if pid == 0:
         code = 120
         try:
             _libc.prctl(1, signal.SIGKILL, 0, 0, 0)  # PR_SET_PDEATHSIG: it dies with the harness
-            for fd, to in ((out_w, 1), (err_w, 2), (res_w, 4)):
+            os.setsid()
+            for fd, to in ((in_r, 3), (out_w, 1), (err_w, 2), (res_w, 4)):
                 os.dup2(fd, to)
             os.closerange(5, 1 << 16)
             cpu = math.ceil(per) + 1
             if fn:
-                code = _calls(payload, inputs, cpu, memory)
+                code = _calls(payload, len(tests), cpu, memory)
             else:
-                program = {"code": payload["code"], "stdin": str(inputs[0])}
+                program = {"code": payload["code"], "stdin": str(_input())}
                 code = _program_job(program, None, cpu, memory)
         finally:  # whatever happened: it never returns into the harness's loop
             _flush()
             os._exit(code)
-    for fd in (out_w, err_w, res_w):
+    for fd in (out_w, err_w, res_w, in_r):
         os.close(fd)
+    pidfd = os.pidfd_open(pid)
+    _ask(keeper, tests[0], in_w)
     out, err, res = b"", b"", b""  # stdout, the current test's stderr, the current line of results
-    done, killed, deadline, fds = 0, False, time.monotonic() + per, [out_r, err_r, res_r]
-    while fds:
+    done, killed, rc, deadline = 0, False, None, time.monotonic() + per
+    fds = [out_r, err_r, res_r, pidfd]
+    while fds:  # (once it has ended, its pipes end too: no process of its own holds them)
         if not killed and time.monotonic() >= deadline:
             os.kill(pid, signal.SIGKILL)
             killed = True
         wait = None if killed else max(0.0, deadline - time.monotonic())
         for fd in select.select(fds, [], [], wait)[0]:
-            data = os.read(fd, 65536)
+            data = b"" if fd == pidfd else os.read(fd, 65536)
+            if fd == pidfd:
+                rc = os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
             if fd == out_r:
                 out += data[: cap - len(out)]
             if not data or fd == out_r and len(out) >= cap and not fn:  # (a call's: not graded)
@@ -309,14 +361,16 @@ def _grandchild(payload, inputs, memory):
                 err = (err + data).rsplit(MARK, 1)[-1][-STDERR_CAP:]
             elif fd == res_r and fn and not killed:  # each full line: a test that returned
                 *lines, res = (res + data).split(b"\n")
-                for line in lines[: len(inputs) - done]:
+                for line in lines[: len(tests) - done]:
                     text = line[:cap].decode("utf-8", "replace")
                     yield {"status": "ok", "output": text, "error": None}
                     done += 1
                     deadline = time.monotonic() + per
+                    if done < len(tests):
+                        _ask(keeper, tests[done], in_w)
                 res = res[:cap]
-    rc = os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
-    if done < len(inputs):
+    os.close(in_w)
+    if done < len(tests):
         text = err.decode("utf-8", "replace")
         status = _status(rc, text, killed)
         yield {
@@ -324,6 +378,12 @@ def _grandchild(payload, inputs, memory):
             "output": (res if fn else out).decode("utf-8", "replace"),
             "error": None if status == "ok" else last_line(text) or f"{status} (exit code {rc})",
         }
+
+
+def _ask(keeper, test, pipe):
+    """Have the keeper write test `test`'s input into `pipe` (a grandchild's fd 3)."""
+    with contextlib.suppress(OSError):  # (a keeper that is gone: the grandchild's read fails)
+        socket.send_fds(keeper, [str(test).encode()], [pipe])
 
 
 def _workflow_job(payload, chan, cpu, memory):
@@ -420,7 +480,9 @@ def _job(spec, fds, setup):
         run = {"code": _program_job, "tests": _tests_job, "workflow": _workflow_job}[spec["kind"]]
         # its exit code: a program's; 0 for a harness or a script that ran to its end (they return
         # None)
-        code = run(chan.receive(), chan, math.ceil(spec["timeout"]) + 1, memory) or 0
+        # (a tests job's harness leaves its payload, the hidden inputs, to its keeper)
+        payload = None if spec["kind"] == "tests" else chan.receive()
+        code = run(payload, chan, math.ceil(spec["timeout"]) + 1, memory) or 0
     except BaseException:  # noqa: BLE001 - our own set-up failed: say so on stderr
         traceback.print_exc()
     finally:  # whatever happened: this process never returns into the fork-server's loop
