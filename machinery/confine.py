@@ -17,7 +17,7 @@ each job it forks.
                                 only within the process's own domain (ABI 6)
     drop_capabilities()         no capabilities now or after any exec
     seccomp(rules)              the syscall filter below: job_rules(own_pid) its rules
-    limit(address_space, cpu_seconds, file_size, open_files)
+    limit(address_space, cpu_seconds, file_size, open_files, tasks)
                                 rlimits
 
 The seccomp filter, what it stops (EPERM unless said), by class:
@@ -250,13 +250,15 @@ def drop_capabilities():
     check(_libc.capset(header, bytes(24)), "capset")
 
 
-def limit(address_space, cpu_seconds, file_size, open_files):
+def limit(address_space, cpu_seconds, file_size, open_files, tasks=None):
     """rlimits: bytes of address space, CPU seconds (SIGXCPU, then SIGKILL a second later), bytes
-    of any one file written, open descriptors; no core files, no locked memory, no message queue
-    bytes. A limit above the hard one keeps the hard one."""
+    of any one file written, open descriptors, and, unless None, the tasks (processes and threads)
+    of this user (it binds no uid 0; since Linux 5.14 counted in each user namespace apart); no
+    core files, no locked memory, no message queue bytes. A limit above the hard one keeps the
+    hard one."""
     import resource
 
-    for res, val in (
+    limits = [
         (resource.RLIMIT_AS, address_space),
         (resource.RLIMIT_CPU, cpu_seconds),
         (resource.RLIMIT_FSIZE, file_size),
@@ -264,7 +266,8 @@ def limit(address_space, cpu_seconds, file_size, open_files):
         (resource.RLIMIT_CORE, 0),
         (resource.RLIMIT_MEMLOCK, 0),
         (resource.RLIMIT_MSGQUEUE, 0),
-    ):
+    ]
+    for res, val in limits + ([] if tasks is None else [(resource.RLIMIT_NPROC, tasks)]):
         hard = resource.getrlimit(res)[1]
         val = val if hard == resource.RLIM_INFINITY else min(val, hard)
         resource.setrlimit(res, (val, val))

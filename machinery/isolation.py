@@ -43,12 +43,23 @@ What a job runs once it has no way out (its kind):
                 call-based tests in one, in turn (module state persists from call to call), and in
                 a fresh one after any test that does not return. After each returned call the
                 grandchild writes MARK on stderr, then the value as a line of JSON on fd 4: what
-                stderr holds after the last MARK is the failing test's own.
+                stderr holds after the last MARK is the failing test's own. The inputs stay with
+                a keeper (a child that reads the payload, so the harness never holds them): it
+                writes each test's input on its grandchild's fd 3 as that test starts, so no
+                program holds a later test's input. A grandchild is a session of its own and is
+                killed at its test's deadline, whatever it does to its pipes or with signals.
     "workflow"  a workflow script; mas.py's helpers send its requests over the channel and wait for
                 replies
 
-A job's memory: `memory` bytes in all, its folder's SCRATCH bytes (tmpfs: memory too) counted in
-them; what an address-space limit cannot count (memfd, shared memory) is refused by seccomp.
+A job's memory: `memory` bytes in all, its folder's SCRATCH bytes (tmpfs: memory too; a fallback
+folder on disk: the files it lists and those its processes hold open unlinked) counted in them;
+what an address-space limit cannot count (memfd, shared memory) is refused by seccomp.
+
+A job's tasks (processes and threads): at most TASKS at once, in a pids cgroup of its own (v1 or v2,
+whichever this process can write), inside one cgroup for all of a fork-server's jobs (half the
+host's PIDs) beside the trainer's: the trainer's pools never share their budget. Where no cgroup
+can be written, an isolated job's RLIMIT_NPROC (its user is its own namespace's); a fallback job is
+the trainer's user, which RLIMIT_NPROC would count with the trainer: start()'s line says NO cap.
 
 The trainer's side, thread-safe (one fork-server; each drive() call its own loop):
     start(mode=None) -> str; stop(); isolation() -> str; server()
@@ -101,6 +112,7 @@ MEMORY = 1 << 30  # bytes a job may add to the fork-server's, its folder include
 SCRATCH = 64 << 20  # bytes of a job's folder (at most a quarter of its memory)
 FOLDER_FILES = 256  # files a fallback job's folder may hold
 FILE_SIZE = 16 << 20  # largest file a job may write
+TASKS = 256  # processes and threads a job may have at once (a pids cgroup of its own, or nproc)
 JOB_DIR = "/job"  # an isolated job's folder (its tmpfs), its working directory and HOME
 JOB_UID = 1000  # an isolated job's user inside its own user namespace
 NOBODY = 65534  # the host user an isolated job is when the trainer is root
@@ -109,6 +121,7 @@ STDERR_READ = 1 << 20  # bytes of stderr read at most; then the pipe is closed
 MAX_LINE = 4 << 20  # longest message the trainer accepts from a job
 MARK = b"\n\0--- end of a test ---\0\n"  # on stderr after each call test that returned
 _VM = [0]  # (in a job) bytes of its address space at its start, its rlimit's base
+_NPROC = [None]  # (in a job) its RLIMIT_NPROC: TASKS where it has a user of its own (isolated)
 
 
 class SandboxUnavailable(RuntimeError):
@@ -164,7 +177,7 @@ def _enter(stdin, cpu_seconds, memory):
     with tempfile.TemporaryFile(dir=".") as f:
         os.pwrite(f.fileno(), stdin.encode(), 0)  # (the offset stays at 0)
         os.dup2(f.fileno(), 0)
-    confine.limit(_VM[0] + memory - _scratch(memory), cpu_seconds, FILE_SIZE, 64)
+    confine.limit(_VM[0] + memory - _scratch(memory), cpu_seconds, FILE_SIZE, 64, _NPROC[0])
     confine.seccomp(confine.job_rules(os.getpid()))
 
 
@@ -445,6 +458,10 @@ def _job(spec, fds, setup):
     """In the forked child: confine, read the payload, run it, exit. Never returns."""
     code = 121
     try:
+        if setup["cgroup"] is not None:  # first: into its own pids cgroup, capped at TASKS
+            procs = os.open(f"{spec['id']}/cgroup.procs", os.O_WRONLY, dir_fd=setup["cgroup"])
+            os.write(procs, b"0")  # (0: the writer)
+            os.close(procs)
         for fd, to in zip([fcntl.fcntl(fd, fcntl.F_DUPFD, 100) for fd in fds[:3]], (3, 1, 2)):
             os.dup2(fd, to)  # channel, stdout, stderr; then nothing else of the fork-server's
         os.closerange(4, 1 << 16)
@@ -455,6 +472,8 @@ def _job(spec, fds, setup):
         statm = open("/proc/self/statm").read()  # read now: Landlock shuts /proc below
         _VM[0] = int(statm.split()[0]) * os.sysconf("SC_PAGE_SIZE")
         if setup["mode"] == "isolated":
+            # where it has no pids cgroup: counted for its user in its own user namespace
+            _NPROC[0] = TASKS if setup["cgroup"] is None else None
             folder, read = JOB_DIR, read + ["/proc"]  # its own /proc, below
             confine.check(_libc.unshare(confine.CLONE_NEWNS), "unshare(mount)")
             opts = f"size={_scratch(memory)},mode=0700,uid={setup['owner']},gid={setup['owner']}"
@@ -552,12 +571,14 @@ def _namespaces(sock):
     return int(answer)
 
 
-def _folder_over(folder, bound):
+def _folder_over(folder, bound, pid):
     """(fallback) Why a job's folder is over its bounds (`bound` bytes, FOLDER_FILES files), or
-    None. Landlock lets it hold files only, no folders: one scan sees them all."""
+    None. Landlock lets it hold files only, no folders: one scan sees them all; the files it holds
+    open unlinked are counted from its processes' descriptors (job `pid` and its children)."""
     try:
         entries = list(os.scandir(folder))
         size = sum(e.stat(follow_symlinks=False).st_blocks * 512 for e in entries)
+        size += _unlinked(pid, os.stat(folder).st_dev)
     except OSError:
         return None
     if len(entries) > FOLDER_FILES or size > bound:
@@ -565,9 +586,61 @@ def _folder_over(folder, bound):
     return None
 
 
-def _serve(sock_fd, base, mode, abi):
+def _unlinked(pid, dev):
+    """(fallback) Bytes of the unlinked files on `dev` that process `pid` and its descendants hold
+    open. (/proc/PID/fd of a job, which is not dumpable, opens to a fork-server with CAP_SYS_PTRACE,
+    as when the trainer is root; otherwise it counts nothing.)"""
+    todo, files = [pid], {}
+    while todo:
+        p = todo.pop()
+        with contextlib.suppress(OSError):
+            for tid in os.listdir(f"/proc/{p}/task"):
+                todo += [int(c) for c in open(f"/proc/{p}/task/{tid}/children").read().split()]
+            for fd in os.listdir(f"/proc/{p}/fd"):
+                with contextlib.suppress(OSError):
+                    st = os.stat(f"/proc/{p}/fd/{fd}")
+                    if st.st_nlink == 0 and st.st_dev == dev:
+                        files[st.st_ino] = st.st_blocks * 512
+    return sum(files.values())
+
+
+def _job_cgroup(cgroup, jid):
+    """(the fork-server) A pids cgroup for job `jid` inside `cgroup` (an open folder), capped at
+    TASKS; the job moves itself into it before anything else (_job)."""
+    os.mkdir(str(jid), dir_fd=cgroup)
+    fd = os.open(f"{jid}/pids.max", os.O_WRONLY, dir_fd=cgroup)
+    try:
+        os.write(fd, str(TASKS).encode())
+    finally:
+        os.close(fd)
+
+
+def _end_cgroup(cgroup, jid):
+    """(the fork-server) Remove job `jid`'s cgroup once its tasks are gone: whether the job hit its
+    cap ("max N" in pids.events) is returned, or None while a task remains (retried later)."""
+    with contextlib.suppress(OSError), open(f"{jid}/pids.events", opener=_at(cgroup)) as f:
+        hit = f.read().split()[-1] != "0"
+    try:
+        os.rmdir(str(jid), dir_fd=cgroup)
+    except FileNotFoundError:
+        return False
+    except OSError:  # EBUSY: a grandchild killed with the job has not yet gone
+        return None
+    return hit
+
+
+def _at(dirfd):
+    def opener(path, flags):
+        return os.open(path, flags, dir_fd=dirfd)
+
+    return opener
+
+
+def _serve(sock_fd, base, mode, abi, cgroup):
     sock = socket.socket(fileno=sock_fd)
-    setup = {"mode": mode, "base": base, "abi": abi, "owner": 0}
+    setup = {"mode": mode, "base": base, "abi": abi, "owner": 0, "cgroup": None}
+    if cgroup:  # opened here: the empty root has no /sys
+        setup["cgroup"] = os.open(cgroup, os.O_RDONLY | os.O_DIRECTORY)
     try:  # (a failure is said to the trainer, which raises SandboxUnavailable with it)
         if mode == "isolated":
             setup["owner"] = _namespaces(sock)
@@ -584,10 +657,14 @@ def _serve(sock_fd, base, mode, abi):
     gc.freeze()  # the forked jobs share these pages; the collector must not dirty them
     jobs = {}  # job id -> (pid, pidfd, status fd, why it was killed)
     bounds = {}  # job id -> bytes its folder may hold (fallback)
+    ended = []  # the ended jobs whose cgroups are still there
     sel = selectors.DefaultSelector()
     sel.register(sock, selectors.EVENT_READ)
     while True:
-        watch = mode != "isolated" and jobs  # a fallback folder is on disk: watched
+        watch = mode != "isolated" and jobs or ended  # a fallback folder is on disk: watched
+        for jid in list(ended):
+            if _end_cgroup(setup["cgroup"], jid) is not None:
+                ended.remove(jid)
         for key, _ in sel.select(0.2 if watch else None):
             if key.fileobj is not sock:  # a job ended: say how on its status pipe
                 pid, pidfd, sfd, why = jobs.pop(key.data)
@@ -595,6 +672,11 @@ def _serve(sock_fd, base, mode, abi):
                 sel.unregister(pidfd)
                 os.close(pidfd)
                 rc = os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
+                hit = setup["cgroup"] is not None and _end_cgroup(setup["cgroup"], key.data)
+                if hit is None:
+                    ended.append(key.data)
+                if hit and why is None:
+                    why = f"its processes and threads reached their cap ({TASKS})"
                 with contextlib.suppress(OSError):
                     os.write(sfd, _line({"rc": rc, "why": why}))
                 os.close(sfd)
@@ -614,6 +696,8 @@ def _serve(sock_fd, base, mode, abi):
                     confine.check(_libc.unshare(confine.CLONE_NEWPID), "unshare(pid)")
                 else:
                     os.mkdir(os.path.join(base, str(spec["id"])), 0o700)
+                if setup["cgroup"] is not None:
+                    _job_cgroup(setup["cgroup"], spec["id"])
                 pid = os.fork()
                 if pid == 0:
                     _job(spec, fds, setup)
@@ -630,7 +714,7 @@ def _serve(sock_fd, base, mode, abi):
             bounds[spec["id"]] = _scratch(spec["memory"])
             sel.register(jobs[spec["id"]][1], selectors.EVENT_READ, spec["id"])
         for jid, (pid, pidfd, sfd, why) in list(jobs.items()) if watch else []:
-            over = why is None and _folder_over(os.path.join(base, str(jid)), bounds[jid])
+            over = why is None and _folder_over(os.path.join(base, str(jid)), bounds[jid], pid)
             if over:
                 os.kill(pid, signal.SIGKILL)
                 jobs[jid] = (pid, pidfd, sfd, over)
@@ -646,36 +730,110 @@ def remove_stale_bases(tmp=None):
     SIGKILLed trainer cannot clean up; the folder's name holds its pid). Called whenever a
     fork-server starts."""
     tmp = tmp or tempfile.gettempdir()
-    stale = []  # (this process's own is alive)
-    for d in os.listdir(tmp):
-        m = re.fullmatch(r"metaagent-sandbox-(\d+)-\w+", d)
-        if m and not os.path.exists(f"/proc/{m[1]}"):
-            stale.append(d)
+    stale = _stale(tmp)
     for d in stale:
         shutil.rmtree(os.path.join(tmp, d), ignore_errors=True)
     return stale
 
 
-def _describe_mode(mode, abi):
+def _pids_cgroups():
+    """[(this process's cgroup in a hierarchy with the pids controller, v2?)]: v1's pids
+    hierarchy, v2's unified one, whichever the kernel mounts (v2's: pids if it delegates it)."""
+    own = {}
+    with open("/proc/self/cgroup") as f:
+        for line in f:
+            _, names, path = line.rstrip("\n").split(":", 2)
+            own[names] = path
+    v1 = [path for names, path in own.items() if "pids" in names.split(",")]
+    found = []
+    with open("/proc/self/mountinfo") as f:
+        for line in f:
+            fields = line.split()
+            point, fstype, opts = fields[4], fields[-3], fields[-1].split(",")
+            if fstype == "cgroup" and "pids" in opts and v1:
+                found.append((point + v1[0], False))
+            elif fstype == "cgroup2" and "" in own:
+                found.append((point + own[""], True))
+    return found
+
+
+def _write(path, text):
+    with open(path, "w") as f:
+        f.write(text)
+
+
+def task_cgroup(name):
+    """(the trainer) A pids cgroup `name` beside the trainer's own, for every job of one
+    fork-server: each job's cgroup (TASKS) is made in it, and it holds them all to half the host's
+    PIDs; the trainer, its pools and the fork-server stay outside: the jobs' budget is never
+    theirs. Its path, or "" where no pids controller can be written here. Those of dead trainers
+    are removed."""
+    total = int(open("/proc/sys/kernel/pid_max").read()) // 2
+    for own, v2 in _pids_cgroups():
+        for stale in _stale(own):
+            remove_cgroup(os.path.join(own, stale))
+        path = os.path.join(own, name)
+        try:
+            if v2:  # (where the trainer's own cgroup holds processes this fails: EBUSY)
+                _write(os.path.join(own, "cgroup.subtree_control"), "+pids")
+            os.mkdir(path)
+            if v2:
+                _write(os.path.join(path, "cgroup.subtree_control"), "+pids")
+            _write(os.path.join(path, "pids.max"), str(total))
+            return path
+        except OSError:
+            remove_cgroup(path)
+    return ""
+
+
+def remove_cgroup(path):
+    """Remove a cgroup of task_cgroup's and its jobs' (those without tasks)."""
+    with contextlib.suppress(OSError):
+        for d in os.scandir(path):
+            if d.is_dir():
+                with contextlib.suppress(OSError):
+                    os.rmdir(d.path)
+        os.rmdir(path)
+
+
+def _stale(folder):
+    """The names in `folder` that a dead process's fork-server left (the name holds its pid)."""
+    stale = []  # (this process's own is alive)
+    with contextlib.suppress(OSError):
+        for d in os.listdir(folder):
+            m = re.fullmatch(r"metaagent-sandbox-(\d+)-\w+", d)
+            if m and not os.path.exists(f"/proc/{m[1]}"):
+                stale.append(d)
+    return stale
+
+
+def _describe_mode(mode, abi, cgroup):
     """The line start() prints: the mode and what it stops."""
     lock = f"Landlock ABI {abi}" if abi else "no Landlock"
+    tasks = f"a job's tasks capped at {TASKS}"
+    if cgroup:
+        tasks += " (a pids cgroup of its own)"
+    elif mode == "isolated":
+        tasks += " (RLIMIT_NPROC of its own user)"
+    else:
+        tasks = "NO cap on a job's tasks (no pids cgroup this process can write)"
     if mode == "isolated":
         return (
             f"isolated: user, mount, PID, network and IPC namespaces, an empty root, {lock}, "
-            "seccomp, rlimits: a job sees the Python install read-only and a folder of its own; "
-            "no host file, socket, device or process"
+            f"seccomp, rlimits, {tasks}: a job sees the Python install read-only and a folder of "
+            "its own; no host file, socket, device or process"
         )
     if mode == "fallback":
         scoped = "scoped" if abi >= 6 else "denied by seccomp"
         return (
             f"fallback (no user namespaces): {lock} (reads: the Python install and its folder; "
-            f"writes: its folder), seccomp (no network, no other process), rlimits; signals and "
-            f"abstract sockets {scoped}; the trainer non-dumpable. Not hidden: the host's file "
-            "names and sizes (stat), its process list"
+            f"writes: its folder), seccomp (no network, no other process), rlimits, {tasks}; "
+            f"signals and abstract sockets {scoped}; the trainer non-dumpable. Not hidden: the "
+            "host's file names and sizes (stat), its process list"
         )
     return (
-        "UNSAFE: seccomp and rlimits only: no namespaces, no Landlock; model code reads and writes "
-        "what the trainer can"
+        f"UNSAFE: seccomp and rlimits only, {tasks}: no namespaces, no Landlock; model code reads "
+        "and writes what the trainer can"
     )
 
 
@@ -688,12 +846,14 @@ class Server:
         self.ids = itertools.count(1)  # (next() on a count is atomic: no lock)
         remove_stale_bases()
         self.base = tempfile.mkdtemp(prefix=f"metaagent-sandbox-{os.getpid()}-")
+        self.cgroup = task_cgroup(os.path.basename(self.base))
         self.sock, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         self.log = tempfile.TemporaryFile()
         # -E -s: no environment variables, no user site; run by path (its __main__ block finds
         # mas.py)
         script = os.path.abspath(__file__)
         cmd = [sys.executable, "-E", "-s", script, str(child.fileno()), self.base, mode, str(abi)]
+        cmd.append(self.cgroup)
         self.sock.settimeout(120)  # for every exchange: a fork-server that hangs is an error
         env = {"PATH": "/usr/local/bin:/usr/bin:/bin", "LANG": "C.UTF-8", "HOME": self.base}
         try:
@@ -721,7 +881,7 @@ class Server:
                 f"the {mode} sandbox cannot start here: {hello['error']}\n{log}"
             )
         self.roots = hello["roots"]
-        self.isolation = _describe_mode(mode, abi)
+        self.isolation = _describe_mode(mode, abi, self.cgroup)
         print(f"sandbox: {self.isolation}", file=sys.stderr, flush=True)
         if mode == "fallback":
             _libc.prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE 0: no job reads the trainer's memory
@@ -759,6 +919,7 @@ class Server:
                 self.proc.kill()
                 self.proc.wait()
         shutil.rmtree(self.base, ignore_errors=True)
+        remove_cgroup(self.cgroup)
 
 
 def _wanted():
@@ -1070,4 +1231,4 @@ if __name__ == "__main__":
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     import mas
 
-    _serve(int(sys.argv[1]), sys.argv[2], sys.argv[3], int(sys.argv[4]))
+    _serve(int(sys.argv[1]), sys.argv[2], sys.argv[3], int(sys.argv[4]), sys.argv[5])

@@ -1352,6 +1352,29 @@ def test_a_job_cannot_exhaust_the_hosts_tasks(mode):
     assert _no_leftovers()
 
 
+def test_without_a_pids_cgroup_the_cap_is_nproc_or_said_missing(mode, monkeypatch):
+    """Where no pids cgroup can be written: an isolated job, a user of its own namespace, is held
+    by RLIMIT_NPROC; the fallback's jobs are the trainer's user (RLIMIT_NPROC would count the
+    trainer's threads, and binds no root): its start-up line says the cap is missing."""
+    monkeypatch.setattr(isolation, "task_cgroup", _no_cgroup)
+    try:
+        line = sandbox.start(mode)
+        attack = "import _thread, threading, time\nthreading.stack_size(1 << 15)\nn = 0\n"
+        attack += "try:\n    for _ in range(600):\n        _thread.start_new_thread(time.sleep, "
+        r = programs.run_code(attack + "(2,))\n        n += 1\nfinally:\n    print(n)", timeout=20)
+        if mode == "isolated":
+            assert "RLIMIT_NPROC" in line and int(r.stdout) < isolation.TASKS, (line, r)
+        else:
+            assert "NO cap on a job's tasks" in line, line
+    finally:
+        monkeypatch.undo()
+        sandbox.start(mode)
+
+
+def _no_cgroup(name):
+    return ""
+
+
 def test_a_program_holds_only_the_input_of_its_test(mode):
     """Each test's program holds its own input and no other test's: not among its objects, not in
     its memory (read where it can read /proc/self/mem), stdin and call tests."""
