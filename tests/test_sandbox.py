@@ -1444,6 +1444,14 @@ def test_jobs_share_no_watch_lock_or_mount_list(mode):
     ok("fchown", libc.fchown(fd, st.st_uid, st.st_gid))
     ok("fsetxattr", libc.fsetxattr(fd, b"user.x", b"1", 1, 0))
     ok("fremovexattr", libc.fremovexattr(fd, b"user.x"))  # (what it set, if it could)
+    # the page cache: drop another's pages, or ask which are there (not by timing)
+    ok("fadvise_dontneed", libc.posix_fadvise(fd, 0, 4096, 4) and -1)  # (it returns the errno)
+    libc.mmap.restype = ctypes.c_void_p
+    page = ctypes.c_void_p(libc.mmap(None, 4096, 1, 1, fd, ctypes.c_long(0)))  # read, shared
+    ok("mincore", libc.mincore(page, 4096, ctypes.create_string_buffer(1)))
+    ok("madvise_pageout", libc.madvise(page, 4096, 21))
+    cstat = ctypes.create_string_buffer(64)
+    ok("cachestat", libc.syscall(451, fd, struct.pack("QQ", 0, 4096), cstat, 0))
     print(json.dumps(out))
     """
     out = _run(probe)
