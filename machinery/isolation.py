@@ -615,18 +615,24 @@ def _job_cgroup(cgroup, jid):
         os.close(fd)
 
 
+def _capped(cgroup, jid):
+    """(the fork-server) Did job `jid` reach its cap of tasks ("max N" in its pids.events)?"""
+    try:
+        with open(f"{jid}/pids.events", opener=_at(cgroup)) as f:
+            return f.read().split()[-1] != "0"
+    except OSError:
+        return False
+
+
 def _end_cgroup(cgroup, jid):
-    """(the fork-server) Remove job `jid`'s cgroup once its tasks are gone: whether the job hit its
-    cap ("max N" in pids.events) is returned, or None while a task remains (retried later)."""
-    with contextlib.suppress(OSError), open(f"{jid}/pids.events", opener=_at(cgroup)) as f:
-        hit = f.read().split()[-1] != "0"
+    """(the fork-server) Remove job `jid`'s cgroup: False while a task remains (retried later)."""
     try:
         os.rmdir(str(jid), dir_fd=cgroup)
     except FileNotFoundError:
-        return False
+        return True
     except OSError:  # EBUSY: a grandchild killed with the job has not yet gone
-        return None
-    return hit
+        return False
+    return True
 
 
 def _at(dirfd):
@@ -663,7 +669,7 @@ def _serve(sock_fd, base, mode, abi, cgroup):
     while True:
         watch = mode != "isolated" and jobs or ended  # a fallback folder is on disk: watched
         for jid in list(ended):
-            if _end_cgroup(setup["cgroup"], jid) is not None:
+            if _end_cgroup(setup["cgroup"], jid):
                 ended.remove(jid)
         for key, _ in sel.select(0.2 if watch else None):
             if key.fileobj is not sock:  # a job ended: say how on its status pipe
@@ -672,15 +678,15 @@ def _serve(sock_fd, base, mode, abi, cgroup):
                 sel.unregister(pidfd)
                 os.close(pidfd)
                 rc = os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
-                hit = setup["cgroup"] is not None and _end_cgroup(setup["cgroup"], key.data)
-                if hit is None:
-                    ended.append(key.data)
-                if hit and why is None:
+                capped = setup["cgroup"] is not None and _capped(setup["cgroup"], key.data)
+                if capped and why is None:
                     why = f"its processes and threads reached their cap ({TASKS})"
                 with contextlib.suppress(OSError):
                     os.write(sfd, _line({"rc": rc, "why": why}))
                 os.close(sfd)
                 shutil.rmtree(os.path.join(base, str(key.data)), ignore_errors=True)
+                if setup["cgroup"] is not None and not _end_cgroup(setup["cgroup"], key.data):
+                    ended.append(key.data)
                 continue
             data, fds, _, _ = socket.recv_fds(sock, 65536, 8)
             # the trainer is gone: so are its jobs (with this process, their PID 1 or parent)
