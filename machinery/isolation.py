@@ -55,11 +55,14 @@ A job's memory: `memory` bytes in all, its folder's SCRATCH bytes (tmpfs: memory
 folder on disk: the files it lists and those its processes hold open unlinked) counted in them;
 what an address-space limit cannot count (memfd, shared memory) is refused by seccomp.
 
-A job's tasks (processes and threads): at most TASKS at once, in a pids cgroup of its own (v1 or v2,
-whichever this process can write), inside one cgroup for all of a fork-server's jobs (half the
-host's PIDs) beside the trainer's: the trainer's pools never share their budget. Where no cgroup
-can be written, an isolated job's RLIMIT_NPROC (its user is its own namespace's); a fallback job is
-the trainer's user, which RLIMIT_NPROC would count with the trainer: start()'s line says NO cap.
+A job's tasks (processes and threads): at most TASKS at once. The fork-server and all its jobs are
+in one pids cgroup (v1 or v2, whichever this process can write), beside the trainer's, capped at
+half the host's PIDs: the trainer's pools never share the jobs' budget. An isolated job's own cap
+is its RLIMIT_NPROC (its user is its own namespace's: the count is the job's alone); a fallback job
+is the trainer's user (RLIMIT_NPROC would count the trainer's tasks, and binds no root), so it gets
+a pids cgroup of its own: moving a process into a cgroup waits for an RCU grace period (~13 ms
+here), which the isolated jobs' start-up does not pay. No cgroup in the fallback: start()'s line
+says NO cap.
 
 The trainer's side, thread-safe (one fork-server; each drive() call its own loop):
     start(mode=None) -> str; stop(); isolation() -> str; server()
@@ -472,8 +475,7 @@ def _job(spec, fds, setup):
         statm = open("/proc/self/statm").read()  # read now: Landlock shuts /proc below
         _VM[0] = int(statm.split()[0]) * os.sysconf("SC_PAGE_SIZE")
         if setup["mode"] == "isolated":
-            # where it has no pids cgroup: counted for its user in its own user namespace
-            _NPROC[0] = TASKS if setup["cgroup"] is None else None
+            _NPROC[0] = TASKS  # (counted for its user in its own user namespace: this job's)
             folder, read = JOB_DIR, read + ["/proc"]  # its own /proc, below
             confine.check(_libc.unshare(confine.CLONE_NEWNS), "unshare(mount)")
             opts = f"size={_scratch(memory)},mode=0700,uid={setup['owner']},gid={setup['owner']}"
@@ -645,7 +647,9 @@ def _at(dirfd):
 def _serve(sock_fd, base, mode, abi, cgroup):
     sock = socket.socket(fileno=sock_fd)
     setup = {"mode": mode, "base": base, "abi": abi, "owner": 0, "cgroup": None}
-    if cgroup:  # opened here: the empty root has no /sys
+    if cgroup:  # this process and what it forks: in the jobs' cgroup, below the trainer's
+        _write(os.path.join(cgroup, "server", "cgroup.procs"), "0")
+    if cgroup and mode != "isolated":  # opened here (the empty root has no /sys)
         setup["cgroup"] = os.open(cgroup, os.O_RDONLY | os.O_DIRECTORY)
     try:  # (a failure is said to the trainer, which raises SandboxUnavailable with it)
         if mode == "isolated":
@@ -769,11 +773,11 @@ def _write(path, text):
 
 
 def task_cgroup(name):
-    """(the trainer) A pids cgroup `name` beside the trainer's own, for every job of one
-    fork-server: each job's cgroup (TASKS) is made in it, and it holds them all to half the host's
-    PIDs; the trainer, its pools and the fork-server stay outside: the jobs' budget is never
-    theirs. Its path, or "" where no pids controller can be written here. Those of dead trainers
-    are removed."""
+    """(the trainer) A pids cgroup `name` beside the trainer's own that holds a fork-server and all
+    its jobs to half the host's PIDs: the trainer and its pools stay outside, the jobs' budget is
+    never theirs. In it: "server", the fork-server's (and an isolated job's: its own cap is its
+    RLIMIT_NPROC), and a fallback job's own, capped at TASKS. Its path, or "" where no pids
+    controller can be written here. Those of dead trainers are removed."""
     total = int(open("/proc/sys/kernel/pid_max").read()) // 2
     for own, v2 in _pids_cgroups():
         for stale in _stale(own):
@@ -786,6 +790,7 @@ def task_cgroup(name):
             if v2:
                 _write(os.path.join(path, "cgroup.subtree_control"), "+pids")
             _write(os.path.join(path, "pids.max"), str(total))
+            os.mkdir(os.path.join(path, "server"))
             return path
         except OSError:
             remove_cgroup(path)
@@ -817,12 +822,14 @@ def _describe_mode(mode, abi, cgroup):
     """The line start() prints: the mode and what it stops."""
     lock = f"Landlock ABI {abi}" if abi else "no Landlock"
     tasks = f"a job's tasks capped at {TASKS}"
-    if cgroup:
-        tasks += " (a pids cgroup of its own)"
-    elif mode == "isolated":
+    if mode == "isolated":
         tasks += " (RLIMIT_NPROC of its own user)"
+    elif cgroup:
+        tasks += " (a pids cgroup of its own)"
     else:
         tasks = "NO cap on a job's tasks (no pids cgroup this process can write)"
+    if cgroup:
+        tasks += ", all jobs' at half the host's PIDs (a pids cgroup)"
     if mode == "isolated":
         return (
             f"isolated: user, mount, PID, network and IPC namespaces, an empty root, {lock}, "
