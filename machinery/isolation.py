@@ -647,8 +647,9 @@ def _at(dirfd):
 def _serve(sock_fd, base, mode, abi, cgroup):
     sock = socket.socket(fileno=sock_fd)
     setup = {"mode": mode, "base": base, "abi": abi, "owner": 0, "cgroup": None}
-    if cgroup:  # this process and what it forks: in the jobs' cgroup, below the trainer's
-        _write(os.path.join(cgroup, "server", "cgroup.procs"), "0")
+    if cgroup:  # this process and what it forks: in the jobs' cgroup, beside the trainer's
+        with contextlib.suppress(OSError):  # (the trainer made it: this write does not fail)
+            _write(os.path.join(cgroup, "server", "cgroup.procs"), "0")
     if cgroup and mode != "isolated":  # opened here (the empty root has no /sys)
         setup["cgroup"] = os.open(cgroup, os.O_RDONLY | os.O_DIRECTORY)
     try:  # (a failure is said to the trainer, which raises SandboxUnavailable with it)
