@@ -334,6 +334,7 @@ def _grandchild(payload, keeper, tests, memory):
     per, cap, fn = payload["timeout_per_test"], payload["max_output"], payload["fn_name"]
     (out_r, out_w), (err_r, err_w), (res_r, res_w) = os.pipe(), os.pipe(), os.pipe()
     in_r, in_w = os.pipe()
+    _ask(keeper, tests[0], in_w)  # (the keeper writes it while the grandchild starts)
     pid = os.fork()
     if pid == 0:
         code = 120
@@ -355,7 +356,6 @@ def _grandchild(payload, keeper, tests, memory):
     for fd in (out_w, err_w, res_w, in_r):
         os.close(fd)
     pidfd = os.pidfd_open(pid)
-    _ask(keeper, tests[0], in_w)
     out, err, res = b"", b"", b""  # stdout, the current test's stderr, the current line of results
     done, killed, rc, deadline = 0, False, None, time.monotonic() + per
     fds = [out_r, err_r, res_r, pidfd]
