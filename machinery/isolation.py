@@ -798,14 +798,19 @@ def task_cgroup(name):
     return ""
 
 
-def remove_cgroup(path):
-    """Remove a cgroup of task_cgroup's and its jobs' (those without tasks)."""
-    with contextlib.suppress(OSError):
-        for d in os.scandir(path):
-            if d.is_dir():
-                with contextlib.suppress(OSError):
-                    os.rmdir(d.path)
-        os.rmdir(path)
+def remove_cgroup(path, tries=20):
+    """Remove a cgroup of task_cgroup's and its jobs', waiting up to a second for the tasks that
+    are dying (a job killed with its fork-server) to be gone."""
+    for _ in range(tries):
+        with contextlib.suppress(OSError):
+            for d in os.scandir(path):
+                if d.is_dir():
+                    with contextlib.suppress(OSError):
+                        os.rmdir(d.path)
+            os.rmdir(path)
+        if not path or not os.path.exists(path):
+            return
+        time.sleep(0.05)
 
 
 def _stale(folder):
