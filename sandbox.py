@@ -55,7 +55,16 @@ one line saying which and what it stops, and returns that line for the log. What
     reach a socket of the host or     no: its own network    no: seccomp (AF_UNIX   no: seccomp
       of another job                  namespace; seccomp     pairs only); Landlock
     hold memory its limit cannot      no: seccomp refuses memfd and shared memory; the folder
-      count                           counts (tmpfs)         is watched (disk)      is watched
+      count                           counts (tmpfs)         is watched (disk), its is watched
+                                                             unlinked files too
+    exhaust the host's tasks          no: a pids cgroup of   no: a pids cgroup of   as fallback
+      (threads, processes)            its own (else          its own (else NOT
+                                      RLIMIT_NPROC)          capped: start() says)
+    learn another test's input or     no: each test's input handed to its process as the test
+      watch other jobs (inotify,      starts; seccomp: no inotify, fanotify, flock, fcntl locks,
+      locks, mounts, page cache)      listmount, mincore, cachestat, dropping pages
+    outwait a test's limit (closed    no: each test killed at its deadline, its end seen on a
+      pipes, SIGSTOP its group)       pidfd; a test's process is a session of its own
     outrun its budget (programs,      no: the clock counts programs; max_programs; vote capped
       votes, output floods)           and stopped at the deadline; pipes closed past the cap
     open a device (kvm, fuse, loop)   no: not there          no: Landlock           only as the
@@ -65,6 +74,15 @@ one line saying which and what it stops, and returns that line for the log. What
     be root on the host               no: nobody (root       the trainer's user,    as fallback
                                       trainer) or the        no capabilities
                                       trainer's user
+
+Shared, in every mode: the page cache of the files jobs may read (the Python install). Reading a
+page no process has read since it left the cache takes ~30 µs, a cached one ~1.5 µs, so a job that
+reads a page tells a later or concurrent job one bit. Measured (both modes, a 2-core VM, ext4 on
+virtio, readahead off by madvise(MADV_RANDOM)): 600 of 600 bits right at 16-22 kbit/s. A page
+tells it once: a job can neither drop a page (fadvise, madvise MADV_PAGEOUT are denied) nor ask
+which are cached (mincore, cachestat), so what it can say is bounded by the install's pages not
+in the cache. What it cannot say is what a program does not hold: no expected output enters its
+job, and no later test's input its process.
 
 isolated needs unprivileged user namespaces; fallback (forced by METAAGENT_SANDBOX=fallback)
 Landlock; without either start() raises SandboxUnavailable, saying what to enable, unless

@@ -17,14 +17,15 @@ each job it forks.
                                 only within the process's own domain (ABI 6)
     drop_capabilities()         no capabilities now or after any exec
     seccomp(rules)              the syscall filter below: job_rules(own_pid) its rules
-    limit(address_space, cpu_seconds, file_size, open_files)
+    limit(address_space, cpu_seconds, file_size, open_files, tasks)
                                 rlimits
 
 The seccomp filter, what it stops (EPERM unless said), by class:
 
     processes   fork, vfork, exec; clone but for threads (clone3: ENOSYS, so libc uses clone)
-    the kernel  namespaces and mounts, ptrace and process_vm_*, pidfd_*, kcmp, bpf, io_uring,
-                perf_event_open, userfaultfd, keyrings, handles, syslog
+    the kernel  namespaces and mounts (listmount, statmount too), ptrace and process_vm_*,
+                pidfd_*, kcmp, bpf, io_uring, perf_event_open, userfaultfd, keyrings, handles,
+                syslog
     memory      memfd_create, memfd_secret, SysV shared memory, semaphores and message queues,
                 POSIX message queues: what an address-space limit cannot count, refused
     sockets     socket() but AF_UNIX; connect, bind, listen, accept, sendmsg, sendmmsg, sendto to an
@@ -33,7 +34,12 @@ The seccomp filter, what it stops (EPERM unless said), by class:
                 fcntl F_SETOWN / F_SETSIG / F_SETOWN_EX and ioctl FIOSETOWN / SIOCSPGRP (a signal
                 on I/O to any pid), TIOCSTI; prlimit64 but its own; setpriority, ioprio_set,
                 sched_set*, migrate_pages, move_pages
-    files       chmod, chown, utime*, *xattr and truncate by path: what Landlock does not cover
+    files       chmod, chown, utime*, *xattr and truncate, by path and by descriptor: what
+                Landlock does not cover
+    watches     inotify, fanotify, flock; fcntl's locks, leases and F_NOTIFY: what would show a
+                job another's (or the trainer's) use of a file they both can open; the page
+                cache's state: mincore, cachestat, and dropping pages (fadvise, madvise
+                MADV_COLD / MADV_PAGEOUT). Left: timing a read (a page read since boot or not)
 
 Landlock (from Linux 5.13) needs no namespace and no privilege, which makes it the boundary where
 user namespaces are off (isolation.py's fallback); seccomp needs neither either.
@@ -246,13 +252,15 @@ def drop_capabilities():
     check(_libc.capset(header, bytes(24)), "capset")
 
 
-def limit(address_space, cpu_seconds, file_size, open_files):
+def limit(address_space, cpu_seconds, file_size, open_files, tasks=None):
     """rlimits: bytes of address space, CPU seconds (SIGXCPU, then SIGKILL a second later), bytes
-    of any one file written, open descriptors; no core files, no locked memory, no message queue
-    bytes. A limit above the hard one keeps the hard one."""
+    of any one file written, open descriptors, and, unless None, the tasks (processes and threads)
+    of this user (it binds no uid 0; since Linux 5.14 counted in each user namespace apart); no
+    core files, no locked memory, no message queue bytes. A limit above the hard one keeps the
+    hard one."""
     import resource
 
-    for res, val in (
+    limits = [
         (resource.RLIMIT_AS, address_space),
         (resource.RLIMIT_CPU, cpu_seconds),
         (resource.RLIMIT_FSIZE, file_size),
@@ -260,7 +268,8 @@ def limit(address_space, cpu_seconds, file_size, open_files):
         (resource.RLIMIT_CORE, 0),
         (resource.RLIMIT_MEMLOCK, 0),
         (resource.RLIMIT_MSGQUEUE, 0),
-    ):
+    ]
+    for res, val in limits + ([] if tasks is None else [(resource.RLIMIT_NPROC, tasks)]):
         hard = resource.getrlimit(res)[1]
         val = val if hard == resource.RLIM_INFINITY else min(val, hard)
         resource.setrlimit(res, (val, val))
@@ -271,27 +280,31 @@ def limit(address_space, cpu_seconds, file_size, open_files):
 
 # the numbers of the syscalls named here, "name number" pairs: the kernel's ABI
 X86_64 = """
-ioctl 16 shmget 29 shmat 30 shmctl 31 socket 41 connect 42 accept 43 sendto 44 sendmsg 46 bind 49
-listen 50 socketpair 53 clone 56 fork 57 vfork 58 execve 59 kill 62 semget 64 shmdt 67 msgget 68
-fcntl 72 truncate 76 chmod 90 chown 92 lchown 94 ptrace 101 syslog 103 rt_sigqueueinfo 129
-utime 132 setpriority 141 sched_setparam 142 sched_setscheduler 144 pivot_root 155 chroot 161
-mount 165 umount2 166 setxattr 188 lsetxattr 189 removexattr 197 lremovexattr 198 tkill 200
-sched_setaffinity 203 tgkill 234 utimes 235 mq_open 240 add_key 248 request_key 249 keyctl 250
-ioprio_set 251 migrate_pages 256 fchownat 260 futimesat 261 fchmodat 268 unshare 272
-move_pages 279 utimensat 280 accept4 288 rt_tgsigqueueinfo 297 perf_event_open 298 prlimit64 302
+ioctl 16 mincore 27 madvise 28 shmget 29 shmat 30 shmctl 31 socket 41 connect 42 accept 43
+sendto 44 sendmsg 46 bind 49 listen 50 socketpair 53 clone 56 fork 57 vfork 58 execve 59 kill 62
+semget 64 shmdt 67 msgget 68 fcntl 72 flock 73 truncate 76 chmod 90 fchmod 91 chown 92 fchown 93
+lchown 94 ptrace 101 syslog 103 rt_sigqueueinfo 129 utime 132 setpriority 141 sched_setparam 142
+sched_setscheduler 144 pivot_root 155 chroot 161 mount 165 umount2 166 setxattr 188 lsetxattr 189
+fsetxattr 190 removexattr 197 lremovexattr 198 fremovexattr 199 tkill 200 sched_setaffinity 203
+fadvise64 221 tgkill 234 utimes 235 mq_open 240 add_key 248 request_key 249 keyctl 250
+ioprio_set 251 inotify_init 253 inotify_add_watch 254 migrate_pages 256 fchownat 260 futimesat 261
+fchmodat 268 unshare 272 move_pages 279 utimensat 280 accept4 288 inotify_init1 294
+rt_tgsigqueueinfo 297 perf_event_open 298 fanotify_init 300 fanotify_mark 301 prlimit64 302
 name_to_handle_at 303 open_by_handle_at 304 sendmmsg 307 setns 308 process_vm_readv 310
 process_vm_writev 311 kcmp 312 sched_setattr 314 memfd_create 319 bpf 321 execveat 322
 userfaultfd 323
 """
 AARCH64 = """
-setxattr 5 lsetxattr 6 removexattr 14 lremovexattr 15 fcntl 25 ioctl 29 ioprio_set 30 umount2 39
-mount 40 pivot_root 41 truncate 45 chroot 51 fchmodat 53 fchownat 54 utimensat 88 unshare 97
-syslog 116 ptrace 117 sched_setparam 118 sched_setscheduler 119 sched_setaffinity 122 kill 129
-tkill 130 tgkill 131 rt_sigqueueinfo 138 setpriority 140 mq_open 180 msgget 186 semget 190
-shmget 194 shmctl 195 shmat 196 shmdt 197 socket 198 socketpair 199 bind 200 listen 201
-accept 202 connect 203 sendto 206 sendmsg 211 add_key 217 request_key 218 keyctl 219 clone 220
-execve 221 migrate_pages 238 move_pages 239 rt_tgsigqueueinfo 240 perf_event_open 241
-accept4 242 prlimit64 261 name_to_handle_at 264 open_by_handle_at 265 setns 268 sendmmsg 269
+setxattr 5 lsetxattr 6 fsetxattr 7 removexattr 14 lremovexattr 15 fremovexattr 16 fcntl 25
+inotify_init1 26 inotify_add_watch 27 ioctl 29 ioprio_set 30 flock 32 umount2 39 mount 40
+pivot_root 41 truncate 45 chroot 51 fchmod 52 fchmodat 53 fchownat 54 fchown 55 utimensat 88
+unshare 97 fanotify_init 262 fanotify_mark 263 syslog 116 ptrace 117 sched_setparam 118
+sched_setscheduler 119 sched_setaffinity 122 kill 129 tkill 130 tgkill 131 rt_sigqueueinfo 138
+setpriority 140 mq_open 180 msgget 186 semget 190 shmget 194 shmctl 195 shmat 196 shmdt 197
+socket 198 socketpair 199 bind 200 listen 201 accept 202 connect 203 sendto 206 sendmsg 211
+add_key 217 request_key 218 keyctl 219 clone 220 execve 221 migrate_pages 238 move_pages 239
+rt_tgsigqueueinfo 240 perf_event_open 241 fadvise64 223 mincore 232 madvise 233 accept4 242
+prlimit64 261 name_to_handle_at 264 open_by_handle_at 265 setns 268 sendmmsg 269
 process_vm_readv 270 process_vm_writev 271 kcmp 272 sched_setattr 274 memfd_create 279 bpf 280
 execveat 281 userfaultfd 282
 """
@@ -299,8 +312,8 @@ UNIFIED = """
 pidfd_send_signal 424 io_uring_setup 425 io_uring_enter 426 io_uring_register 427 open_tree 428
 move_mount 429 fsopen 430 fsconfig 431 fsmount 432 fspick 433 pidfd_open 434 clone3 435
 pidfd_getfd 438 process_madvise 440 mount_setattr 442 landlock_create_ruleset 444
-landlock_add_rule 445 landlock_restrict_self 446 memfd_secret 447 fchmodat2 452 setxattrat 463
-removexattrat 466 open_tree_attr 467
+landlock_add_rule 445 landlock_restrict_self 446 memfd_secret 447 cachestat 451 fchmodat2 452
+statmount 457 listmount 458 setxattrat 463 removexattrat 466 open_tree_attr 467 file_setattr 469
 """  # the same number on every architecture (Linux 5.1 on)
 
 
@@ -317,21 +330,27 @@ _AUDIT_ARCH = {"x86_64": 0xC000003E, "aarch64": 0xC00000B7}
 
 AF_UNIX = 1
 F_SETOWN, F_SETSIG, F_SETOWN_EX = 8, 10, 15
+# fcntl's locks (POSIX and open-file), leases and dnotify: what one job could see another do
+F_WATCHES = [5, 6, 7, 36, 37, 38, 1024, 1025, 1026]
+MADV_COLD, MADV_PAGEOUT = 20, 21  # a file's pages out of the page cache: another's reads slow
 FIOSETOWN, SIOCSPGRP, TIOCSTI = 0x8901, 0x8902, 0x5412
 
 DENIED = (  # by class, as the docstring lists them; a name this machine lacks is skipped
     "fork vfork execve execveat",
-    "unshare setns mount umount2 pivot_root chroot open_tree move_mount fsopen fsconfig fsmount "
-    "fspick mount_setattr open_tree_attr ptrace process_vm_readv process_vm_writev pidfd_open "
-    "pidfd_getfd pidfd_send_signal process_madvise kcmp bpf io_uring_setup io_uring_enter "
-    "io_uring_register perf_event_open userfaultfd keyctl add_key request_key name_to_handle_at "
-    "open_by_handle_at syslog",
+    "unshare setns mount umount2 pivot_root chroot open_tree move_mount fsopen fsconfig "
+    "fsmount fspick mount_setattr open_tree_attr listmount statmount ptrace process_vm_readv "
+    "process_vm_writev pidfd_open pidfd_getfd pidfd_send_signal process_madvise kcmp bpf "
+    "io_uring_setup io_uring_enter io_uring_register perf_event_open userfaultfd keyctl "
+    "add_key request_key name_to_handle_at open_by_handle_at syslog",
     "memfd_create memfd_secret shmget shmat shmctl shmdt semget msgget mq_open",
     "connect bind listen accept accept4 sendmsg sendmmsg",
     "setpriority ioprio_set sched_setparam sched_setscheduler sched_setattr sched_setaffinity "
     "migrate_pages move_pages",
     "chmod fchmodat fchmodat2 chown lchown fchownat utime utimes futimesat utimensat setxattr "
-    "lsetxattr removexattr lremovexattr setxattrat removexattrat truncate",
+    "lsetxattr removexattr lremovexattr setxattrat removexattrat truncate fchmod fchown fsetxattr "
+    "fremovexattr file_setattr",
+    "inotify_init inotify_init1 inotify_add_watch fanotify_init fanotify_mark flock fadvise64 "
+    "mincore cachestat",
 )
 
 
@@ -353,8 +372,9 @@ def job_rules(own_pid):
     for name in ("tkill", "rt_sigqueueinfo", "rt_tgsigqueueinfo"):
         rules[name] = ("only", 0, [own_pid])
     rules["prlimit64"] = ("only", 0, [0, own_pid])  # setrlimit/getrlimit: prlimit64(0, ...)
-    rules["fcntl"] = ("never", 1, [F_SETOWN, F_SETSIG, F_SETOWN_EX])
+    rules["fcntl"] = ("never", 1, [F_SETOWN, F_SETSIG, F_SETOWN_EX, *F_WATCHES])
     rules["ioctl"] = ("never", 1, [FIOSETOWN, SIOCSPGRP, TIOCSTI])
+    rules["madvise"] = ("never", 2, [MADV_COLD, MADV_PAGEOUT])
     return rules
 
 

@@ -43,12 +43,26 @@ What a job runs once it has no way out (its kind):
                 call-based tests in one, in turn (module state persists from call to call), and in
                 a fresh one after any test that does not return. After each returned call the
                 grandchild writes MARK on stderr, then the value as a line of JSON on fd 4: what
-                stderr holds after the last MARK is the failing test's own.
+                stderr holds after the last MARK is the failing test's own. The inputs stay with
+                a keeper (a child that reads the payload, so the harness never holds them): it
+                writes each test's input on its grandchild's fd 3 as that test starts, so no
+                program holds a later test's input. A grandchild is a session of its own and is
+                killed at its test's deadline, whatever it does to its pipes or with signals.
     "workflow"  a workflow script; mas.py's helpers send its requests over the channel and wait for
                 replies
 
-A job's memory: `memory` bytes in all, its folder's SCRATCH bytes (tmpfs: memory too) counted in
-them; what an address-space limit cannot count (memfd, shared memory) is refused by seccomp.
+A job's memory: `memory` bytes in all, its folder's SCRATCH bytes (tmpfs: memory too; a fallback
+folder on disk: the files it lists and those its processes hold open unlinked) counted in them;
+what an address-space limit cannot count (memfd, shared memory) is refused by seccomp.
+
+A job's tasks (processes and threads): at most TASKS at once. The fork-server and all its jobs are
+in one pids cgroup (v1 or v2, whichever this process can write), beside the trainer's, capped at
+half the host's PIDs: the trainer's pools never share the jobs' budget. An isolated job's own cap
+is its RLIMIT_NPROC (its user is its own namespace's: the count is the job's alone); a fallback job
+is the trainer's user (RLIMIT_NPROC would count the trainer's tasks, and binds no root), so it gets
+a pids cgroup of its own: moving a process into a cgroup waits for an RCU grace period (~13 ms
+here), which the isolated jobs' start-up does not pay. No cgroup in the fallback: start()'s line
+says NO cap.
 
 The trainer's side, thread-safe (one fork-server; each drive() call its own loop):
     start(mode=None) -> str; stop(); isolation() -> str; server()
@@ -101,6 +115,7 @@ MEMORY = 1 << 30  # bytes a job may add to the fork-server's, its folder include
 SCRATCH = 64 << 20  # bytes of a job's folder (at most a quarter of its memory)
 FOLDER_FILES = 256  # files a fallback job's folder may hold
 FILE_SIZE = 16 << 20  # largest file a job may write
+TASKS = 256  # processes and threads a job may have at once (a pids cgroup of its own, or nproc)
 JOB_DIR = "/job"  # an isolated job's folder (its tmpfs), its working directory and HOME
 JOB_UID = 1000  # an isolated job's user inside its own user namespace
 NOBODY = 65534  # the host user an isolated job is when the trainer is root
@@ -109,6 +124,7 @@ STDERR_READ = 1 << 20  # bytes of stderr read at most; then the pipe is closed
 MAX_LINE = 4 << 20  # longest message the trainer accepts from a job
 MARK = b"\n\0--- end of a test ---\0\n"  # on stderr after each call test that returned
 _VM = [0]  # (in a job) bytes of its address space at its start, its rlimit's base
+_NPROC = [None]  # (in a job) its RLIMIT_NPROC: TASKS where it has a user of its own (isolated)
 
 
 class SandboxUnavailable(RuntimeError):
@@ -164,7 +180,7 @@ def _enter(stdin, cpu_seconds, memory):
     with tempfile.TemporaryFile(dir=".") as f:
         os.pwrite(f.fileno(), stdin.encode(), 0)  # (the offset stays at 0)
         os.dup2(f.fileno(), 0)
-    confine.limit(_VM[0] + memory - _scratch(memory), cpu_seconds, FILE_SIZE, 64)
+    confine.limit(_VM[0] + memory - _scratch(memory), cpu_seconds, FILE_SIZE, 64, _NPROC[0])
     confine.seccomp(confine.job_rules(os.getpid()))
 
 
@@ -215,15 +231,21 @@ def _jsonable(obj):
     return sorted(obj) if isinstance(obj, set | frozenset) else repr(obj)
 
 
-def _calls(payload, inputs, cpu, memory):
-    """Grandchild: the program once, then each call test in turn: MARK on stderr and the returned
-    value as a line of JSON on fd 4, so that what the program printed on stderr after the last MARK
-    is the failing test's. The first test that does not return ends the process, as it would end a
-    process of its own."""
+def _input():
+    """(a grandchild) Its next test's input: a line of JSON on fd 3, from the keeper, which writes
+    it there only as that test starts."""
+    with open(3, "rb", closefd=False) as f:
+        return json.loads(f.readline())
+
+
+def _calls(payload, count, cpu, memory):
+    """Grandchild: the program once, then `count` call tests in turn, each one's input read as it
+    starts: MARK on stderr and the returned value as a line of JSON on fd 4, so that what the
+    program printed on stderr after the last MARK is the failing test's. The first test that does
+    not return ends the process, as it would end a process of its own."""
     import resource
 
-    os.close(3)
-    _enter("", cpu * len(inputs), memory)
+    _enter("", cpu * count, memory)
 
     # the soft RLIMIT_CPU: each test its own seconds, as in a process of its own
     def own_cpu_seconds():
@@ -235,8 +257,9 @@ def _calls(payload, inputs, cpu, memory):
 
     own_cpu_seconds()  # the first test's seconds include running the program
     rc, g = _run_program(payload["code"], "solution")
-    for inp in inputs if rc == 0 else []:
+    for _ in range(count if rc == 0 else 0):
         try:
+            inp = _input()  # (a program that closed or read fd 3: its own failure)
             # a method of a fresh Solution() if there is one, as LeetCode calls it
             name = payload["fn_name"]
             fn = getattr(g["Solution"](), name) if hasattr(g.get("Solution"), name) else g[name]
@@ -255,51 +278,96 @@ def _calls(payload, inputs, cpu, memory):
 def _tests_job(payload, chan, cpu, memory):
     """PID 1 of a tests job, the harness: runs the tests in grandchildren, sends each outcome as it
     completes. A stdin test gets a grandchild of its own; call tests share one until one does not
-    return, and the tests after it get a fresh one, so that no test can sink another. Expected
+    return, and the tests after it get a fresh one, so that no test can sink another. The inputs
+    never enter the harness (`payload` is None: the keeper, a child forked before the channel is
+    read, reads it), so no grandchild, a fork of the harness, holds another test's input. Expected
     outputs never enter the job."""
-    inputs, k = payload["inputs"], 0
-    while k < len(inputs):
-        batch = inputs[k:] if payload["fn_name"] else inputs[k : k + 1]
-        for outcome in _grandchild(payload, batch, memory):
+    head_r, head_w = os.pipe()
+    ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    keeper = os.fork()
+    if keeper == 0:
+        ours.close()
+        _keeper(chan, head_w, theirs)
+    os.close(head_w)
+    theirs.close()
+    with open(head_r, "rb") as f:
+        payload = json.loads(f.readline())
+    k = 0
+    while k < payload["count"]:
+        tests = range(k, payload["count"] if payload["fn_name"] else k + 1)
+        for outcome in _grandchild(payload, ours, tests, memory):
             chan.send(outcome)
             k += 1
+    ours.close()  # the keeper ends
+    os.waitpid(keeper, 0)
 
 
-def _grandchild(payload, inputs, memory):
-    """Run `inputs` (one stdin test, or call tests in turn) in one grandchild; yield each test's
-    outcome as it completes, up to and including the first that does not return (at least one).
-    A stdin test's stdout past the cap closes the pipe (the program's next write fails); a call
-    test's stdout is not its answer: read, and kept up to the cap."""
+def _keeper(chan, head, sock):
+    """(a child of the harness) Read the payload, hand the harness all of it but the inputs (their
+    count instead), then, asked for test k with the write end of a pipe, write test k's input
+    there as a line of JSON. Never returns."""
+    try:
+        _libc.prctl(1, signal.SIGKILL, 0, 0, 0)  # PR_SET_PDEATHSIG: it dies with the harness
+        payload = chan.receive()
+        inputs = payload.pop("inputs")
+        with open(head, "wb") as f:
+            f.write(_line(dict(payload, count=len(inputs))))
+        while True:
+            msg, fds, _, _ = socket.recv_fds(sock, 64, 1)
+            if not msg:
+                break
+            # (a grandchild killed before it read its input: EPIPE)
+            with contextlib.suppress(OSError), open(fds[0], "wb") as f:
+                f.write(_line(inputs[int(msg)]))
+    finally:
+        os._exit(0)
+
+
+def _grandchild(payload, keeper, tests, memory):
+    """Run `tests` (one stdin test, or call tests in turn: their indices) in one grandchild, in a
+    session of its own (a signal it sends its group reaches no one else); yield each test's outcome
+    as it completes, up to and including the first that does not return (at least one). Each test
+    has its seconds, whatever the program does with its pipes or signals: at its deadline the
+    grandchild is killed, and its end is seen on a pidfd. A stdin test's stdout past the cap closes
+    the pipe (the program's next write fails); a call test's stdout is not its answer: read, and
+    kept up to the cap."""
     per, cap, fn = payload["timeout_per_test"], payload["max_output"], payload["fn_name"]
     (out_r, out_w), (err_r, err_w), (res_r, res_w) = os.pipe(), os.pipe(), os.pipe()
+    in_r, in_w = os.pipe()
+    _ask(keeper, tests[0], in_w)  # (the keeper writes it while the grandchild starts)
     pid = os.fork()
     if pid == 0:
         code = 120
         try:
             _libc.prctl(1, signal.SIGKILL, 0, 0, 0)  # PR_SET_PDEATHSIG: it dies with the harness
-            for fd, to in ((out_w, 1), (err_w, 2), (res_w, 4)):
+            os.setsid()
+            for fd, to in ((in_r, 3), (out_w, 1), (err_w, 2), (res_w, 4)):
                 os.dup2(fd, to)
             os.closerange(5, 1 << 16)
             cpu = math.ceil(per) + 1
             if fn:
-                code = _calls(payload, inputs, cpu, memory)
+                code = _calls(payload, len(tests), cpu, memory)
             else:
-                program = {"code": payload["code"], "stdin": str(inputs[0])}
+                program = {"code": payload["code"], "stdin": str(_input())}
                 code = _program_job(program, None, cpu, memory)
         finally:  # whatever happened: it never returns into the harness's loop
             _flush()
             os._exit(code)
-    for fd in (out_w, err_w, res_w):
+    for fd in (out_w, err_w, res_w, in_r):
         os.close(fd)
+    pidfd = os.pidfd_open(pid)
     out, err, res = b"", b"", b""  # stdout, the current test's stderr, the current line of results
-    done, killed, deadline, fds = 0, False, time.monotonic() + per, [out_r, err_r, res_r]
-    while fds:
+    done, killed, rc, deadline = 0, False, None, time.monotonic() + per
+    fds = [out_r, err_r, res_r, pidfd]
+    while fds:  # (once it has ended, its pipes end too: no process of its own holds them)
         if not killed and time.monotonic() >= deadline:
             os.kill(pid, signal.SIGKILL)
             killed = True
         wait = None if killed else max(0.0, deadline - time.monotonic())
         for fd in select.select(fds, [], [], wait)[0]:
-            data = os.read(fd, 65536)
+            data = b"" if fd == pidfd else os.read(fd, 65536)
+            if fd == pidfd:
+                rc = os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
             if fd == out_r:
                 out += data[: cap - len(out)]
             if not data or fd == out_r and len(out) >= cap and not fn:  # (a call's: not graded)
@@ -309,14 +377,16 @@ def _grandchild(payload, inputs, memory):
                 err = (err + data).rsplit(MARK, 1)[-1][-STDERR_CAP:]
             elif fd == res_r and fn and not killed:  # each full line: a test that returned
                 *lines, res = (res + data).split(b"\n")
-                for line in lines[: len(inputs) - done]:
+                for line in lines[: len(tests) - done]:
                     text = line[:cap].decode("utf-8", "replace")
                     yield {"status": "ok", "output": text, "error": None}
                     done += 1
                     deadline = time.monotonic() + per
+                    if done < len(tests):
+                        _ask(keeper, tests[done], in_w)
                 res = res[:cap]
-    rc = os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
-    if done < len(inputs):
+    os.close(in_w)
+    if done < len(tests):
         text = err.decode("utf-8", "replace")
         status = _status(rc, text, killed)
         yield {
@@ -324,6 +394,12 @@ def _grandchild(payload, inputs, memory):
             "output": (res if fn else out).decode("utf-8", "replace"),
             "error": None if status == "ok" else last_line(text) or f"{status} (exit code {rc})",
         }
+
+
+def _ask(keeper, test, pipe):
+    """Have the keeper write test `test`'s input into `pipe` (a grandchild's fd 3)."""
+    with contextlib.suppress(OSError):  # (a keeper that is gone: the grandchild's read fails)
+        socket.send_fds(keeper, [str(test).encode()], [pipe])
 
 
 def _workflow_job(payload, chan, cpu, memory):
@@ -385,6 +461,10 @@ def _job(spec, fds, setup):
     """In the forked child: confine, read the payload, run it, exit. Never returns."""
     code = 121
     try:
+        if setup["cgroup"] is not None:  # first: into its own pids cgroup, capped at TASKS
+            procs = os.open(f"{spec['id']}/cgroup.procs", os.O_WRONLY, dir_fd=setup["cgroup"])
+            os.write(procs, b"0")  # (0: the writer)
+            os.close(procs)
         for fd, to in zip([fcntl.fcntl(fd, fcntl.F_DUPFD, 100) for fd in fds[:3]], (3, 1, 2)):
             os.dup2(fd, to)  # channel, stdout, stderr; then nothing else of the fork-server's
         os.closerange(4, 1 << 16)
@@ -395,6 +475,7 @@ def _job(spec, fds, setup):
         statm = open("/proc/self/statm").read()  # read now: Landlock shuts /proc below
         _VM[0] = int(statm.split()[0]) * os.sysconf("SC_PAGE_SIZE")
         if setup["mode"] == "isolated":
+            _NPROC[0] = TASKS  # (counted for its user in its own user namespace: this job's)
             folder, read = JOB_DIR, read + ["/proc"]  # its own /proc, below
             confine.check(_libc.unshare(confine.CLONE_NEWNS), "unshare(mount)")
             opts = f"size={_scratch(memory)},mode=0700,uid={setup['owner']},gid={setup['owner']}"
@@ -420,7 +501,9 @@ def _job(spec, fds, setup):
         run = {"code": _program_job, "tests": _tests_job, "workflow": _workflow_job}[spec["kind"]]
         # its exit code: a program's; 0 for a harness or a script that ran to its end (they return
         # None)
-        code = run(chan.receive(), chan, math.ceil(spec["timeout"]) + 1, memory) or 0
+        # (a tests job's harness leaves its payload, the hidden inputs, to its keeper)
+        payload = None if spec["kind"] == "tests" else chan.receive()
+        code = run(payload, chan, math.ceil(spec["timeout"]) + 1, memory) or 0
     except BaseException:  # noqa: BLE001 - our own set-up failed: say so on stderr
         traceback.print_exc()
     finally:  # whatever happened: this process never returns into the fork-server's loop
@@ -490,12 +573,14 @@ def _namespaces(sock):
     return int(answer)
 
 
-def _folder_over(folder, bound):
+def _folder_over(folder, bound, pid):
     """(fallback) Why a job's folder is over its bounds (`bound` bytes, FOLDER_FILES files), or
-    None. Landlock lets it hold files only, no folders: one scan sees them all."""
+    None. Landlock lets it hold files only, no folders: one scan sees them all; the files it holds
+    open unlinked are counted from its processes' descriptors (job `pid` and its children)."""
     try:
         entries = list(os.scandir(folder))
         size = sum(e.stat(follow_symlinks=False).st_blocks * 512 for e in entries)
+        size += _unlinked(pid, os.stat(folder).st_dev)
     except OSError:
         return None
     if len(entries) > FOLDER_FILES or size > bound:
@@ -503,9 +588,70 @@ def _folder_over(folder, bound):
     return None
 
 
-def _serve(sock_fd, base, mode, abi):
+def _unlinked(pid, dev):
+    """(fallback) Bytes of the unlinked files on `dev` that process `pid` and its descendants hold
+    open. (/proc/PID/fd of a job, which is not dumpable, opens to a fork-server with CAP_SYS_PTRACE,
+    as when the trainer is root; otherwise it counts nothing.)"""
+    todo, files = [pid], {}
+    while todo:
+        p = todo.pop()
+        with contextlib.suppress(OSError):
+            for tid in os.listdir(f"/proc/{p}/task"):
+                todo += [int(c) for c in open(f"/proc/{p}/task/{tid}/children").read().split()]
+            for fd in os.listdir(f"/proc/{p}/fd"):
+                with contextlib.suppress(OSError):
+                    st = os.stat(f"/proc/{p}/fd/{fd}")
+                    if st.st_nlink == 0 and st.st_dev == dev:
+                        files[st.st_ino] = st.st_blocks * 512
+    return sum(files.values())
+
+
+def _job_cgroup(cgroup, jid):
+    """(the fork-server) A pids cgroup for job `jid` inside `cgroup` (an open folder), capped at
+    TASKS; the job moves itself into it before anything else (_job)."""
+    os.mkdir(str(jid), dir_fd=cgroup)
+    fd = os.open(f"{jid}/pids.max", os.O_WRONLY, dir_fd=cgroup)
+    try:
+        os.write(fd, str(TASKS).encode())
+    finally:
+        os.close(fd)
+
+
+def _capped(cgroup, jid):
+    """(the fork-server) Did job `jid` reach its cap of tasks ("max N" in its pids.events)?"""
+    try:
+        with open(f"{jid}/pids.events", opener=_at(cgroup)) as f:
+            return f.read().split()[-1] != "0"
+    except OSError:
+        return False
+
+
+def _end_cgroup(cgroup, jid):
+    """(the fork-server) Remove job `jid`'s cgroup: False while a task remains (retried later)."""
+    try:
+        os.rmdir(str(jid), dir_fd=cgroup)
+    except FileNotFoundError:
+        return True
+    except OSError:  # EBUSY: a grandchild killed with the job has not yet gone
+        return False
+    return True
+
+
+def _at(dirfd):
+    def opener(path, flags):
+        return os.open(path, flags, dir_fd=dirfd)
+
+    return opener
+
+
+def _serve(sock_fd, base, mode, abi, cgroup):
     sock = socket.socket(fileno=sock_fd)
-    setup = {"mode": mode, "base": base, "abi": abi, "owner": 0}
+    setup = {"mode": mode, "base": base, "abi": abi, "owner": 0, "cgroup": None}
+    if cgroup:  # this process and what it forks: in the jobs' cgroup, beside the trainer's
+        with contextlib.suppress(OSError):  # (the trainer made it: this write does not fail)
+            _write(os.path.join(cgroup, "server", "cgroup.procs"), "0")
+    if cgroup and mode != "isolated":  # opened here (the empty root has no /sys)
+        setup["cgroup"] = os.open(cgroup, os.O_RDONLY | os.O_DIRECTORY)
     try:  # (a failure is said to the trainer, which raises SandboxUnavailable with it)
         if mode == "isolated":
             setup["owner"] = _namespaces(sock)
@@ -522,10 +668,14 @@ def _serve(sock_fd, base, mode, abi):
     gc.freeze()  # the forked jobs share these pages; the collector must not dirty them
     jobs = {}  # job id -> (pid, pidfd, status fd, why it was killed)
     bounds = {}  # job id -> bytes its folder may hold (fallback)
+    ended = []  # the ended jobs whose cgroups are still there
     sel = selectors.DefaultSelector()
     sel.register(sock, selectors.EVENT_READ)
     while True:
-        watch = mode != "isolated" and jobs  # a fallback folder is on disk: watched
+        watch = mode != "isolated" and jobs or ended  # a fallback folder is on disk: watched
+        for jid in list(ended):
+            if _end_cgroup(setup["cgroup"], jid):
+                ended.remove(jid)
         for key, _ in sel.select(0.2 if watch else None):
             if key.fileobj is not sock:  # a job ended: say how on its status pipe
                 pid, pidfd, sfd, why = jobs.pop(key.data)
@@ -533,10 +683,15 @@ def _serve(sock_fd, base, mode, abi):
                 sel.unregister(pidfd)
                 os.close(pidfd)
                 rc = os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
+                capped = setup["cgroup"] is not None and _capped(setup["cgroup"], key.data)
+                if capped and why is None:
+                    why = f"its processes and threads reached their cap ({TASKS})"
                 with contextlib.suppress(OSError):
                     os.write(sfd, _line({"rc": rc, "why": why}))
                 os.close(sfd)
                 shutil.rmtree(os.path.join(base, str(key.data)), ignore_errors=True)
+                if setup["cgroup"] is not None and not _end_cgroup(setup["cgroup"], key.data):
+                    ended.append(key.data)
                 continue
             data, fds, _, _ = socket.recv_fds(sock, 65536, 8)
             # the trainer is gone: so are its jobs (with this process, their PID 1 or parent)
@@ -552,6 +707,8 @@ def _serve(sock_fd, base, mode, abi):
                     confine.check(_libc.unshare(confine.CLONE_NEWPID), "unshare(pid)")
                 else:
                     os.mkdir(os.path.join(base, str(spec["id"])), 0o700)
+                if setup["cgroup"] is not None:
+                    _job_cgroup(setup["cgroup"], spec["id"])
                 pid = os.fork()
                 if pid == 0:
                     _job(spec, fds, setup)
@@ -568,7 +725,7 @@ def _serve(sock_fd, base, mode, abi):
             bounds[spec["id"]] = _scratch(spec["memory"])
             sel.register(jobs[spec["id"]][1], selectors.EVENT_READ, spec["id"])
         for jid, (pid, pidfd, sfd, why) in list(jobs.items()) if watch else []:
-            over = why is None and _folder_over(os.path.join(base, str(jid)), bounds[jid])
+            over = why is None and _folder_over(os.path.join(base, str(jid)), bounds[jid], pid)
             if over:
                 os.kill(pid, signal.SIGKILL)
                 jobs[jid] = (pid, pidfd, sfd, over)
@@ -584,36 +741,118 @@ def remove_stale_bases(tmp=None):
     SIGKILLed trainer cannot clean up; the folder's name holds its pid). Called whenever a
     fork-server starts."""
     tmp = tmp or tempfile.gettempdir()
-    stale = []  # (this process's own is alive)
-    for d in os.listdir(tmp):
-        m = re.fullmatch(r"metaagent-sandbox-(\d+)-\w+", d)
-        if m and not os.path.exists(f"/proc/{m[1]}"):
-            stale.append(d)
+    stale = _stale(tmp)
     for d in stale:
         shutil.rmtree(os.path.join(tmp, d), ignore_errors=True)
     return stale
 
 
-def _describe_mode(mode, abi):
+def _pids_cgroups():
+    """[(this process's cgroup in a hierarchy with the pids controller, v2?)]: v1's pids
+    hierarchy, v2's unified one, whichever the kernel mounts (v2's: pids if it delegates it)."""
+    own = {}
+    with open("/proc/self/cgroup") as f:
+        for line in f:
+            _, names, path = line.rstrip("\n").split(":", 2)
+            own[names] = path
+    v1 = [path for names, path in own.items() if "pids" in names.split(",")]
+    found = []
+    with open("/proc/self/mountinfo") as f:
+        for line in f:
+            fields = line.split()
+            point, fstype, opts = fields[4], fields[-3], fields[-1].split(",")
+            if fstype == "cgroup" and "pids" in opts and v1:
+                found.append((point + v1[0], False))
+            elif fstype == "cgroup2" and "" in own:
+                found.append((point + own[""], True))
+    return found
+
+
+def _write(path, text):
+    with open(path, "w") as f:
+        f.write(text)
+
+
+def task_cgroup(name):
+    """(the trainer) A pids cgroup `name` beside the trainer's own that holds a fork-server and all
+    its jobs to half the host's PIDs: the trainer and its pools stay outside, the jobs' budget is
+    never theirs. In it: "server", the fork-server's (and an isolated job's: its own cap is its
+    RLIMIT_NPROC), and a fallback job's own, capped at TASKS. Its path, or "" where no pids
+    controller can be written here. Those of dead trainers are removed."""
+    total = int(open("/proc/sys/kernel/pid_max").read()) // 2
+    for own, v2 in _pids_cgroups():
+        for stale in _stale(own):
+            remove_cgroup(os.path.join(own, stale))
+        path = os.path.join(own, name)
+        try:
+            if v2:  # (where the trainer's own cgroup holds processes this fails: EBUSY)
+                _write(os.path.join(own, "cgroup.subtree_control"), "+pids")
+            os.mkdir(path)
+            if v2:
+                _write(os.path.join(path, "cgroup.subtree_control"), "+pids")
+            _write(os.path.join(path, "pids.max"), str(total))
+            os.mkdir(os.path.join(path, "server"))
+            return path
+        except OSError:
+            remove_cgroup(path)
+    return ""
+
+
+def remove_cgroup(path, tries=20):
+    """Remove a cgroup of task_cgroup's and its jobs', waiting up to a second for the tasks that
+    are dying (a job killed with its fork-server) to be gone."""
+    for _ in range(tries):
+        with contextlib.suppress(OSError):
+            for d in os.scandir(path):
+                if d.is_dir():
+                    with contextlib.suppress(OSError):
+                        os.rmdir(d.path)
+            os.rmdir(path)
+        if not path or not os.path.exists(path):
+            return
+        time.sleep(0.05)
+
+
+def _stale(folder):
+    """The names in `folder` that a dead process's fork-server left (the name holds its pid)."""
+    stale = []  # (this process's own is alive)
+    with contextlib.suppress(OSError):
+        for d in os.listdir(folder):
+            m = re.fullmatch(r"metaagent-sandbox-(\d+)-\w+", d)
+            if m and not os.path.exists(f"/proc/{m[1]}"):
+                stale.append(d)
+    return stale
+
+
+def _describe_mode(mode, abi, cgroup):
     """The line start() prints: the mode and what it stops."""
     lock = f"Landlock ABI {abi}" if abi else "no Landlock"
+    tasks = f"a job's tasks capped at {TASKS}"
+    if mode == "isolated":
+        tasks += " (RLIMIT_NPROC of its own user)"
+    elif cgroup:
+        tasks += " (a pids cgroup of its own)"
+    else:
+        tasks = "NO cap on a job's tasks (no pids cgroup this process can write)"
+    if cgroup:
+        tasks += ", all jobs' at half the host's PIDs (a pids cgroup)"
     if mode == "isolated":
         return (
             f"isolated: user, mount, PID, network and IPC namespaces, an empty root, {lock}, "
-            "seccomp, rlimits: a job sees the Python install read-only and a folder of its own; "
-            "no host file, socket, device or process"
+            f"seccomp, rlimits, {tasks}: a job sees the Python install read-only and a folder of "
+            "its own; no host file, socket, device or process"
         )
     if mode == "fallback":
         scoped = "scoped" if abi >= 6 else "denied by seccomp"
         return (
             f"fallback (no user namespaces): {lock} (reads: the Python install and its folder; "
-            f"writes: its folder), seccomp (no network, no other process), rlimits; signals and "
-            f"abstract sockets {scoped}; the trainer non-dumpable. Not hidden: the host's file "
-            "names and sizes (stat), its process list"
+            f"writes: its folder), seccomp (no network, no other process), rlimits, {tasks}; "
+            f"signals and abstract sockets {scoped}; the trainer non-dumpable. Not hidden: the "
+            "host's file names and sizes (stat), its process list"
         )
     return (
-        "UNSAFE: seccomp and rlimits only: no namespaces, no Landlock; model code reads and writes "
-        "what the trainer can"
+        f"UNSAFE: seccomp and rlimits only, {tasks}: no namespaces, no Landlock; model code reads "
+        "and writes what the trainer can"
     )
 
 
@@ -626,12 +865,14 @@ class Server:
         self.ids = itertools.count(1)  # (next() on a count is atomic: no lock)
         remove_stale_bases()
         self.base = tempfile.mkdtemp(prefix=f"metaagent-sandbox-{os.getpid()}-")
+        self.cgroup = task_cgroup(os.path.basename(self.base))
         self.sock, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         self.log = tempfile.TemporaryFile()
         # -E -s: no environment variables, no user site; run by path (its __main__ block finds
         # mas.py)
         script = os.path.abspath(__file__)
         cmd = [sys.executable, "-E", "-s", script, str(child.fileno()), self.base, mode, str(abi)]
+        cmd.append(self.cgroup)
         self.sock.settimeout(120)  # for every exchange: a fork-server that hangs is an error
         env = {"PATH": "/usr/local/bin:/usr/bin:/bin", "LANG": "C.UTF-8", "HOME": self.base}
         try:
@@ -659,7 +900,7 @@ class Server:
                 f"the {mode} sandbox cannot start here: {hello['error']}\n{log}"
             )
         self.roots = hello["roots"]
-        self.isolation = _describe_mode(mode, abi)
+        self.isolation = _describe_mode(mode, abi, self.cgroup)
         print(f"sandbox: {self.isolation}", file=sys.stderr, flush=True)
         if mode == "fallback":
             _libc.prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE 0: no job reads the trainer's memory
@@ -697,6 +938,7 @@ class Server:
                 self.proc.kill()
                 self.proc.wait()
         shutil.rmtree(self.base, ignore_errors=True)
+        remove_cgroup(self.cgroup)
 
 
 def _wanted():
@@ -1008,4 +1250,4 @@ if __name__ == "__main__":
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     import mas
 
-    _serve(int(sys.argv[1]), sys.argv[2], sys.argv[3], int(sys.argv[4]))
+    _serve(int(sys.argv[1]), sys.argv[2], sys.argv[3], int(sys.argv[4]), sys.argv[5])

@@ -1313,6 +1313,195 @@ def test_the_trainer_is_out_of_reach(mode, host):
     assert open(keep).read() == "s3cr3t-token-42"
 
 
+def _tasks_on_host():
+    return sum(len(os.listdir(f"/proc/{p}/task")) for p in os.listdir("/proc") if p.isdigit())
+
+
+def test_a_job_cannot_exhaust_the_hosts_tasks(mode):
+    """A program that starts threads until it cannot (small stacks: its memory limit does not stop
+    it) is held at its job's cap of tasks (a pids cgroup of its own, else RLIMIT_NPROC), and an
+    honest program that starts a thread meanwhile, here or in a job, runs. The attack stops itself
+    at 3,000 threads, and runs only where the host has room for it four times over."""
+    headroom = int(open("/proc/sys/kernel/pid_max").read()) - _tasks_on_host()
+    if headroom < 4 * 3000:
+        pytest.skip(f"only {headroom} free PIDs on this host")
+    attack = """
+    import _thread, threading, time
+    threading.stack_size(1 << 15)
+    n = 0
+    try:
+        for _ in range(3000):
+            _thread.start_new_thread(time.sleep, (2.5,))
+            n += 1
+    except RuntimeError:
+        pass
+    print(n, flush=True)
+    time.sleep(2.5)
+    """
+    honest = "import threading\nt = threading.Thread(target=print, args=(7,))\nt.start()\nt.join()"
+    with ThreadPoolExecutor(2) as ex:
+        held = ex.submit(programs.run_code, textwrap.dedent(attack), timeout=20)
+        time.sleep(1.0)
+        beside = programs.run_code(honest)
+        tests = {"inputs": ["1", "2"], "outputs": ["7", "7"]}
+        graded = programs.run_tests(honest, tests)
+        r = held.result()
+    assert r.stdout.strip().isdigit() and int(r.stdout) < 256, r
+    assert int(r.stdout) < isolation.TASKS and "tasks" in sandbox.isolation(), r
+    assert beside.stdout == "7\n" and [o.output for o in graded] == ["7\n", "7\n"]
+    assert _no_leftovers()
+
+
+def test_without_a_pids_cgroup_the_cap_is_nproc_or_said_missing(mode, monkeypatch):
+    """Where no pids cgroup can be written: an isolated job, a user of its own namespace, is held
+    by RLIMIT_NPROC; the fallback's jobs are the trainer's user (RLIMIT_NPROC would count the
+    trainer's threads, and binds no root): its start-up line says the cap is missing."""
+    monkeypatch.setattr(isolation, "task_cgroup", _no_cgroup)
+    try:
+        line = sandbox.start(mode)
+        attack = "import _thread, threading, time\nthreading.stack_size(1 << 15)\nn = 0\n"
+        attack += "try:\n    for _ in range(600):\n        _thread.start_new_thread(time.sleep, "
+        r = programs.run_code(attack + "(2,))\n        n += 1\nfinally:\n    print(n)", timeout=20)
+        if mode == "isolated":
+            assert "RLIMIT_NPROC" in line and int(r.stdout) < isolation.TASKS, (line, r)
+        else:
+            assert "NO cap on a job's tasks" in line, line
+    finally:
+        monkeypatch.undo()
+        sandbox.start(mode)
+
+
+def _no_cgroup(name):
+    return ""
+
+
+def test_a_program_holds_only_the_input_of_its_test(mode):
+    """Each test's program holds its own input and no other test's: not among its objects, not in
+    its memory (read where it can read /proc/self/mem), stdin and call tests."""
+    look = """
+    import gc, re, sys
+    def seen():
+        found = set()
+        for o in gc.get_objects():
+            found |= set(re.findall(r"hidden-(\\d+)-", repr(o)[:100000]))
+        try:
+            mem = open("/proc/self/mem", "rb", buffering=0)
+            for line in open("/proc/self/maps"):
+                span, perms = line.split()[:2]
+                lo, hi = (int(x, 16) for x in span.split("-"))
+                if perms.startswith("r") and hi - lo < (1 << 30):
+                    try:
+                        mem.seek(lo)
+                        found |= set(re.findall(rb"hidden-(\\d+)-", mem.read(hi - lo)))
+                    except (OSError, ValueError, OverflowError):
+                        pass
+        except OSError:
+            pass
+        return " ".join(sorted({x if isinstance(x, str) else x.decode() for x in found}))
+    """
+    stdin = textwrap.dedent(look) + "x = input()\nprint(seen())"
+    inputs = [f"hidden-{k}-" for k in range(5)]
+    out = programs.run_tests(stdin, {"inputs": inputs, "outputs": [""] * 5})
+    assert [o.output for o in out] == [f"{k}\n" for k in range(5)], out
+    call = textwrap.dedent(look) + "def f(x):\n    return seen()"
+    tests = {"inputs": [[x] for x in inputs], "outputs": [""] * 5, "fn_name": "f"}
+    out = programs.run_tests(call, tests)
+    # a call test's process may have kept the tests before its own (they were its own), no later
+    for k, o in enumerate(out):
+        seen = set(json.loads(o.output).split())
+        assert str(k) in seen and seen <= {str(j) for j in range(k + 1)}, out
+
+
+def test_jobs_share_no_watch_lock_or_mount_list(mode):
+    """inotify, fanotify, dnotify, flock and fcntl's locks and leases, listmount/statmount: each a
+    way for one job to see another's (or the trainer's) files being used; fchmod, fchown and
+    fsetxattr on a descriptor: a way around the path-based denials. All refused."""
+    probe = """
+    import ctypes, fcntl, json, os, struct, sys
+    libc = ctypes.CDLL(None, use_errno=True)
+    out = {}
+    lib = os.path.dirname(os.__file__) + "/os.py"
+    fd = os.open(lib, os.O_RDONLY)
+    def ok(name, ret):
+        out[name] = "allowed" if ret >= 0 else os.strerror(ctypes.get_errno())
+    ok("inotify_init1", libc.inotify_init1(0))
+    ok("fanotify_init", libc.fanotify_init(0, 0))
+    ok("flock", libc.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB))
+    lock = struct.pack("hhqqi", fcntl.F_RDLCK, 0, 0, 0, 0)
+    for name, cmd in (("F_SETLK", fcntl.F_SETLK), ("F_GETLK", fcntl.F_GETLK), ("F_OFD_SETLK", 37)):
+        try:
+            fcntl.fcntl(fd, cmd, lock)
+            out[name] = "allowed"
+        except OSError as e:
+            out[name] = e.strerror
+    ok("F_NOTIFY", libc.fcntl(os.open(".", os.O_RDONLY), 1026, 0x80000001))
+    buf = ctypes.create_string_buffer(4096)
+    req = struct.pack("IIQQQ", 32, 0, 0xFFFFFFFFFFFFFFFF, 0, 0)  # the root mount, from the start
+    ok("listmount", libc.syscall(458, req, buf, 512, 0))
+    ok("statmount", libc.syscall(457, req, buf, 4096, 0))
+    st = os.fstat(fd)  # (to what it is: the probe changes nothing where it succeeds)
+    ok("fchmod", libc.fchmod(fd, st.st_mode & 0o7777))
+    ok("fchown", libc.fchown(fd, st.st_uid, st.st_gid))
+    ok("fsetxattr", libc.fsetxattr(fd, b"user.x", b"1", 1, 0))
+    ok("fremovexattr", libc.fremovexattr(fd, b"user.x"))  # (what it set, if it could)
+    # the page cache: drop another's pages, or ask which are there (not by timing)
+    ok("fadvise_dontneed", libc.posix_fadvise(fd, 0, 4096, 4) and -1)  # (it returns the errno)
+    libc.mmap.restype = ctypes.c_void_p
+    page = ctypes.c_void_p(libc.mmap(None, 4096, 1, 1, fd, ctypes.c_long(0)))  # read, shared
+    ok("mincore", libc.mincore(page, 4096, ctypes.create_string_buffer(1)))
+    ok("madvise_pageout", libc.madvise(page, 4096, 21))
+    cstat = ctypes.create_string_buffer(64)
+    ok("cachestat", libc.syscall(451, fd, struct.pack("QQ", 0, 4096), cstat, 0))
+    print(json.dumps(out))
+    """
+    out = _run(probe)
+    assert "allowed" not in out.values(), out
+
+
+def test_a_test_limit_holds_whatever_the_program_does(mode):
+    """The first test's program closes its pipes and sleeps, or stops its process group: it is
+    that test's timeout, and the tests after it run in their own time (were the harness waiting on
+    it, or stopped with it, they would time out too)."""
+    prelude = "import os, signal, time\nx = input()\nif x == '0':\n"
+    for attack in (
+        "    for fd in (1, 2, 4):\n        os.close(fd)\n    time.sleep(60)\n",
+        "    os.kill(0, signal.SIGSTOP)\n",
+        "    os.killpg(0, signal.SIGSTOP)\n",
+    ):
+        tests = {"inputs": ["0", "1", "2"], "outputs": ["0", "1", "2"]}
+        out = programs.run_tests(prelude + attack + "print(x)", tests, 2.0, budget=25.0)
+        assert [o.status for o in out] == ["timeout", "ok", "ok"], (attack, out)
+    assert _no_leftovers()
+
+
+def test_a_fallback_folder_counts_its_unlinked_files(mode):
+    """Files written, held open and unlinked count in the folder's bound: a program that writes
+    128 MiB that way into a 64 MiB folder is stopped (isolated: its tmpfs is full; fallback: the
+    watcher kills it)."""
+    fill = """
+    import os, time
+    held, written = [], 0
+    try:
+        for k in range(12):
+            f = open(f"u{k}", "wb")
+            held.append(f)
+            os.unlink(f"u{k}")
+            for _ in range(11):
+                f.write(bytes(1 << 20))
+                f.flush()
+                written += 1
+    except OSError:
+        pass
+    time.sleep(1.5)
+    print(written)
+    """
+    r = programs.run_code(textwrap.dedent(fill), timeout=20)
+    if r.status == "ok":
+        assert int(r.stdout) <= isolation.SCRATCH >> 20, r
+    else:
+        assert "folder" in r.stderr, r
+
+
 def test_an_isolated_job_is_never_the_host_root(isolated):
     """An isolated job is JOB_UID inside its own user namespace and, seen from the host, nobody
     under a root trainer (else the trainer's own user), with no capability."""
