@@ -1,7 +1,7 @@
 """first_gpu_run.py: what to run first on a GPU node, needing nothing but the GPU: the checks, a
 stand-in run of a preset's trainer, then the preset's own run.
 
-    python tools/first_gpu_run.py --check                           # the checks (<= 10 min, 1 GPU)
+    python tools/first_gpu_run.py --check config/qwen3_8b.py        # the checks (<= 10 min, 1 GPU)
     python tools/first_gpu_run.py --stand_in config/qwen3_4b.py     # random Qwen3-0.6B-shaped model
     python tools/first_gpu_run.py --stand_in=4b config/qwen3_4b.py  # ... Qwen3-4B-shaped layers
     torchrun --nproc_per_node=8 tools/first_gpu_run.py config/qwen3_8b.py   # the preset's own files
