@@ -612,8 +612,8 @@ def test_the_recipe_table():
     lcb = data.RECIPES["livecodebench"]  # release_v5: the published files up to test5.jsonl
     assert lcb.files == tuple(f"test{k}.jsonl" for k in ("", 2, 3, 4, 5))
     assert lcb.dates == data.LCB_WINDOW == ("2024-08-01", "2025-02-01")
-    for name in ("aime24", "olympiadbench", "aime25"):  # ../shared/data's files, at their commit
-        assert len(data.RECIPES[name].revision) == 40
+    for name, n in (("aime24", 30), ("aime25", 30), ("olympiadbench", 674)):  # the authors' sets
+        assert data.RECIPES[name].host == "hf" and data.RECIPES[name].problems == n
 
 
 # --------------------------------------------------------------------------------------------------
@@ -719,7 +719,7 @@ def test_a_benchmark_that_is_not_the_published_set_is_said_and_refused_from_the_
     assert data.count_check("olympiadbench", recipe, 674, local=False).endswith(
         "674 problems, as many as the published set holds"
     )
-    with pytest.raises(ValueError, match="674 .*nothing written.*--revision"):
+    with pytest.raises(ValueError, match="publishes 674: .*nothing written.*--revision"):
         data.count_check("olympiadbench", recipe, 673, local=False)
     line = data.count_check("olympiadbench", recipe, 675, local=True)
     assert "675 problems, where hf:Hothan/OlympiadBench publishes 674" in line
