@@ -22,7 +22,7 @@ data/NAME.jsonl and data/NAME.manifest.json. One command a name, on a machine wi
     python machinery/data.py prepare apps livecodebench codecontests
     python machinery/data.py prepare apps500                    # the authors' APPS subset
 
-    name                split  published files (RECIPES: hub dataset or GitHub repo, files)
+    name                split  published files (RECIPES: hub dataset, files; the problems)
     polaris             train  POLARIS-Project/Polaris-Dataset-53K: polaris-data-53K.jsonl
     apps_train          train  codeparrot/apps: train.jsonl                   (introductory)
     codecontests_train  train  deepmind/code_contests: data/train-*.parquet
