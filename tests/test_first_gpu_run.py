@@ -66,6 +66,12 @@ def test_the_checks_before_anything_downloads(tmp_path):
     verdict, line = first_gpu_run.driver_check()
     if torch.version.cuda is None:
         assert verdict == "SKIPPED" and "torch.version.cuda None" in line
+    # a driver older than torch's CUDA fails, naming the driver series; as new or newer passes
+    verdict, line = first_gpu_run.driver_verdict(12080, "13.0", "570.86")
+    assert verdict == "FAILED" and "570.86 runs CUDA 12.8" in line and "580 series" in line
+    assert first_gpu_run.driver_verdict(13000, "13.0")[0] == "OK"
+    assert first_gpu_run.driver_verdict(13010, "12.8")[0] == "OK"
+    assert first_gpu_run.driver_verdict(13000, "13.1")[0] == "FAILED"
     verdict, line = first_gpu_run.sandbox_check()
     abi = confine.landlock_abi()
     assert (f"Landlock ABI {abi}" if abi else "no Landlock") in line

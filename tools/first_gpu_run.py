@@ -754,17 +754,19 @@ def driver_check():
     version = ctypes.c_int()
     if lib.cuDriverGetVersion(ctypes.byref(version)) != 0:
         return "FAILED", "libcuda.so.1's cuDriverGetVersion failed"
-    have = (version.value // 1000, version.value % 1000 // 10)
+    smi = "?"  # the driver's own version: nvidia-smi's, where it is installed
+    if shutil.which("nvidia-smi"):
+        query = ["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"]
+        out = subprocess.run(query, capture_output=True, text=True, timeout=60).stdout
+        smi = (out.split() or ["?"])[0]
+    return driver_verdict(version.value, built, smi)
+
+
+def driver_verdict(version, built, smi="?"):
+    """(verdict, line): a driver of CUDA `version` (cuDriverGetVersion's: 13000 is 13.0) against
+    torch's CUDA `built` ("13.0"): it runs what it is as new as, major and minor."""
+    have = (version // 1000, version % 1000 // 10)
     need = tuple(int(x) for x in built.split(".")[:2])
-    smi = (
-        subprocess.run(
-            ["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
-            capture_output=True,
-            text=True,
-        ).stdout.split("\n")[0]
-        if shutil.which("nvidia-smi")
-        else "?"
-    )
     line = (
         f"the driver {smi} runs CUDA {have[0]}.{have[1]}; torch {torch.__version__} needs {built}"
     )
