@@ -796,7 +796,9 @@ RECIPES = {
         "test",
         "aime24",
         problems=30,
-        note="[paper] benchmark: AIME 2024, 30 problems ([authors] their loader's AIME24)",
+        note="[paper] benchmark: AIME 2024, 30 problems ([authors] their loader's AIME24); the "
+        "gold: its Answer field (ours; their loader's key order reads Solution first and takes "
+        "its \\boxed{} or last line)",
     ),
     "aime25": Recipe(
         "hf",
