@@ -22,13 +22,14 @@ data/NAME.jsonl and data/NAME.manifest.json. One command a name, on a machine wi
     python machinery/data.py prepare apps livecodebench codecontests
     python machinery/data.py prepare apps500                    # the authors' APPS subset
 
-    name                split  published files (RECIPES: hub dataset or GitHub repo, files)
+    name                split  published files (RECIPES: hub dataset, files; the problems)
     polaris             train  POLARIS-Project/Polaris-Dataset-53K: polaris-data-53K.jsonl
     apps_train          train  codeparrot/apps: train.jsonl                   (introductory)
     codecontests_train  train  deepmind/code_contests: data/train-*.parquet
-    aime24              test   QwenLM/Qwen2.5-Math: evaluation/data/aime24/test.jsonl
-    aime25              test   Zhuofeng-Li/math-evaluation-harness: data/aime25/test.jsonl
-    olympiadbench       test   QwenLM/Qwen2.5-Math: evaluation/data/olympiadbench/test.jsonl
+    aime24              test   Maxwell-Jia/AIME_2024: aime_2024_problems.parquet              (30)
+    aime25              test   yentinglin/aime_2025: data/train-*.parquet                     (30)
+    olympiadbench       test   Hothan/OlympiadBench: OlympiadBench/OE_TO_maths_en_COMP/       (674)
+                                   OE_TO_maths_en_COMP.parquet
     apps                test   codeparrot/apps: test.jsonl                    (introductory)
     apps500             test   codeparrot/apps: test.jsonl        (its first 500 rows: [authors])
     livecodebench       test   livecodebench/code_generation_lite: test.jsonl ... test5.jsonl
@@ -36,11 +37,17 @@ data/NAME.jsonl and data/NAME.manifest.json. One command a name, on a machine wi
 
 RL reads train splits only (the Qwen3 presets' data_mix; a test checks it): the sets the paper
 reports are test splits, and evaluation alone reads them. LiveCodeBench is release_v5 (the files up
-to test5.jsonl) within 2024-08-01 <= contest_date < 2025-02-01 (LCB_WINDOW: why, there). The math
-benchmarks are raw GitHub files at a pinned commit; the Hugging Face ones are read at the commit
-their branch points to when `prepare` runs. CodeContests tasks are graded on public + private +
-generated tests (ours, as AlphaCode; the authors' loader grades its train problems on private tests
-alone, its test problems on public tests alone).
+to test5.jsonl) within 2024-08-01 <= contest_date < 2025-02-01 (LCB_WINDOW: why, there). Every set
+is a Hugging Face dataset, read at the commit its branch points to when `prepare` runs (recorded in
+the manifest). The math benchmarks are the hub datasets the authors' loader reads
+(scripts/dataprocess/load_math.py), and `prepare` checks that each holds the problems its published
+set does (the counts above; Recipe.problems): a different count from the hub writes nothing, one
+from `--from` files is written and said. The same sets as raw GitHub files (QwenLM/Qwen2.5-Math's
+evaluation/data/aime24 and olympiadbench test.jsonl, 30 and 675 rows; math-evaluation-harness'
+data/aime25/test.jsonl) are a `--from` source: each converter tells the shapes by their fields.
+CodeContests tasks are graded on public + private + generated tests (ours, as AlphaCode; the
+authors' loader grades its train problems on private tests alone, its test problems on public
+tests alone).
 
     python machinery/data.py prepare apps --from test.jsonl --out /tmp/d   # offline: local files
     python machinery/data.py prepare apps --revision COMMIT                # another hub commit
@@ -297,7 +304,11 @@ def _aime_answer(a):
 
 
 def from_aime24(row, index=0):
-    """QwenLM/Qwen2.5-Math evaluation/data/aime24: id, problem, solution, answer ("025"), url."""
+    """Maxwell-Jia/AIME_2024 (the hub's): ID ("2024-I-1"), Problem, Solution, Answer (an int); or
+    QwenLM/Qwen2.5-Math's evaluation/data/aime24 (GitHub): id, problem, solution, answer ("025"),
+    url."""
+    if "Problem" in row:  # the hub's shape
+        return _math("aime24", row["ID"], row["Problem"], _aime_answer(row["Answer"]))
     return _math(
         "aime24",
         row.get("id", index),
@@ -308,15 +319,17 @@ def from_aime24(row, index=0):
 
 
 def from_aime25(row, index=0):
-    """math-evaluation-harness data/aime25: problem, answer."""
+    """yentinglin/aime_2025 (the hub's): id, problem, answer; or math-evaluation-harness'
+    data/aime25 (GitHub): problem, answer."""
     return _math("aime25", row.get("id", index), row["problem"], _aime_answer(row["answer"]))
 
 
 def from_olympiadbench(row, index=0):
-    """Qwen2.5-Math evaluation/data/olympiadbench: question, final_answer (a list, or a Python-list
-    literal as a string), is_multiple_answer, unit, ... A literal is read by ast.literal_eval: a
-    dataset row never gets to run code. Multiple answers are joined with ", " (math_equal compares
-    such lists as sets); `$` delimiters go."""
+    """Hothan/OlympiadBench's OE_TO_maths_en_COMP (the hub's) or Qwen2.5-Math's
+    evaluation/data/olympiadbench (GitHub), one shape: id, question, final_answer (a list, or a
+    Python-list literal as a string), context, is_multiple_answer, unit, ... A literal is read by
+    ast.literal_eval: a dataset row never gets to run code. Multiple answers are joined with ", "
+    (math_equal compares such lists as sets); `$` delimiters go."""
     answers = row["final_answer"]
     if isinstance(answers, str):
         try:
@@ -730,10 +743,9 @@ LCB_WINDOW = ("2024-08-01", "2025-02-01")
 @dataclass(frozen=True)
 class Recipe:
     """Where a prepared task file comes from. host "hf": a Hugging Face dataset repo, its files
-    read at the commit `revision` points to when `prepare` runs; host "github": raw files at a
-    pinned commit."""
+    read at the commit `revision` points to when `prepare` runs."""
 
-    host: str  # "hf" or "github"
+    host: str  # "hf"
     repo: str  # owner/name
     files: tuple  # paths or glob patterns in the repo: JSONL or parquet, never a dataset script
     split: str  # "train" (RL may read it) or "test" (a benchmark: evaluation alone reads it)
@@ -742,11 +754,10 @@ class Recipe:
     difficulty: str | None = None  # APPS: keep this difficulty only
     dates: tuple | None = None  # LiveCodeBench: keep start <= contest_date < end
     rows: int | None = None  # keep the first `rows` rows read, in the published order (a subset)
+    problems: int | None = None  # the problems the published set holds: prepare checks the count
     note: str = ""  # why this split; where we differ from the authors
 
 
-QWEN_MATH = "a45202bd16f1ec06f433442dc1152d0074773465"  # QwenLM/Qwen2.5-Math, as ../shared/data
-HARNESS = "a0448031ca940fa85ebc55a461a047874ea5ac5f"  # Zhuofeng-Li/math-evaluation-harness
 CC_TESTS = (
     "graded on public + private + generated tests (ours, as AlphaCode); the authors' loader grades "
     "train problems on private tests alone, test problems on public tests alone"
@@ -779,31 +790,35 @@ RECIPES = {
         note=f"[paper] RL's code: CodeContests train; {CC_TESTS}",
     ),
     "aime24": Recipe(
-        "github",
-        "QwenLM/Qwen2.5-Math",
-        ("evaluation/data/aime24/test.jsonl",),
+        "hf",
+        "Maxwell-Jia/AIME_2024",
+        ("aime_2024_problems.parquet",),
         "test",
         "aime24",
-        revision=QWEN_MATH,
-        note="[paper] benchmark: AIME 2024, 30 problems",
+        problems=30,
+        note="[paper] benchmark: AIME 2024, 30 problems ([authors] their loader's AIME24); the "
+        "gold: its Answer field (ours; their loader's key order reads Solution first and takes "
+        "its \\boxed{} or last line)",
     ),
     "aime25": Recipe(
-        "github",
-        "Zhuofeng-Li/math-evaluation-harness",
-        ("data/aime25/test.jsonl",),
+        "hf",
+        "yentinglin/aime_2025",
+        ("data/train-*.parquet",),
         "test",
         "aime25",
-        revision=HARNESS,
-        note="[paper] benchmark: AIME 2025, 30 problems",
+        problems=30,
+        note="[paper] benchmark: AIME 2025, 30 problems ([authors] their loader's AIME25)",
     ),
     "olympiadbench": Recipe(
-        "github",
-        "QwenLM/Qwen2.5-Math",
-        ("evaluation/data/olympiadbench/test.jsonl",),
+        "hf",
+        "Hothan/OlympiadBench",
+        ("OlympiadBench/OE_TO_maths_en_COMP/OE_TO_maths_en_COMP.parquet",),
         "test",
         "olympiadbench",
-        revision=QWEN_MATH,
-        note="[paper] benchmark: OlympiadBench's English text-only open-ended maths, 675 problems",
+        problems=674,
+        note="[paper] benchmark: OlympiadBench's English text-only open-ended maths, the "
+        "OE_TO_maths_en_COMP set ([authors] their loader's); 674 problems (Qwen2.5-Math's GitHub "
+        "file of it: 675)",
     ),
     "apps": Recipe(
         "hf",
@@ -869,9 +884,6 @@ def _published_files(recipe, revision=None):
     """(commit, data_files) of a recipe's published files: a hub branch is resolved to its commit
     first, so that the files read are the commit recorded."""
     revision = revision or recipe.revision
-    if recipe.host == "github":
-        base = f"https://raw.githubusercontent.com/{recipe.repo}/{revision}"
-        return revision, [f"{base}/{f}" for f in recipe.files]
     from huggingface_hub import HfApi  # a dependency of datasets
 
     sha = HfApi().dataset_info(recipe.repo, revision=revision).sha
@@ -933,6 +945,7 @@ def prepare(name, out_dir="data", from_files=None, revision=None, cache_dir=None
         if from_files or not _network_error(e):
             raise  # a converter's bug is one, not "offline"
         raise Unreachable(_unreachable(name, recipe, e)) from None
+    problems = count_check(name, recipe, len(tasks), local=bool(from_files))
     manifest = {
         "name": name,
         "tool": "machinery/data.py prepare" + (" --from" if from_files else ""),
@@ -943,10 +956,30 @@ def prepare(name, out_dir="data", from_files=None, revision=None, cache_dir=None
         "converter": recipe.converter,
         "filter": _filter_text(recipe.difficulty, recipe.dates),
         "subset": f"the first {recipe.rows} rows" if recipe.rows else None,
+        "problems": problems,
         "note": recipe.note,
         "datasets": datasets.__version__,
     }
     return _write(tasks, skipped, n_read, os.path.join(out_dir, f"{name}.jsonl"), manifest)
+
+
+def count_check(name, recipe, written, local):
+    """The line saying whether the `written` tasks are the problems recipe's published set holds
+    (None for a recipe without a count). Another count from the published files (another version
+    of them) is a ValueError: nothing is written; from `local` (--from) files it is said."""
+    if recipe.problems is None:
+        return None
+    if written == recipe.problems:
+        return f"{name}: {written} problems, as many as the published set holds"
+    line = (
+        f"{name}: {written} problems, where {recipe.host}:{recipe.repo} publishes {recipe.problems}"
+    )
+    if not local:
+        raise ValueError(
+            f"{line}: another version of its files? nothing written (--revision COMMIT reads "
+            f"another commit; --from FILE files you have)"
+        )
+    return f"{line} (your --from files: written as they are)"
 
 
 # --------------------------------------------------------------------------------------------------
@@ -958,6 +991,8 @@ def _report(manifest, out):
     print(f"wrote {manifest['written']} tasks to {out}" + (f" ({skipped})" if skipped else ""))
     for reason, where in manifest["first_skipped"].items():
         print(f"  first {reason}: {where}")
+    if manifest.get("problems"):
+        print(manifest["problems"])
 
 
 def _from_files(names, given):
@@ -992,7 +1027,7 @@ def main(argv=None):
         metavar="FILE",
         help="local files in the published shape (one NAME), or NAME=FILE for several names",
     )
-    p.add_argument("--revision", help="a hub branch or commit (a GitHub commit) to read instead")
+    p.add_argument("--revision", help="a hub branch or commit to read instead")
     c = sub.add_parser("convert", help="convert a JSONL file of published rows")
     c.add_argument("source", choices=sorted(CONVERTERS))
     c.add_argument("inp")

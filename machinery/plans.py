@@ -42,13 +42,29 @@ keeps (activation checkpointing: each layer's input and one layer's intermediate
 chunk, the bf16 weights computed with; each rank checks it against its GPU's free memory too
 (short_of_memory).
 
+The disk a run needs (--plan prints it beside the memory; first_gpu_run.py --check holds it
+against what is free), GB = 1e9 bytes:
+
+    checkpoint  = (2 B bf16 weights (4 B fp32 on a CPU) + 4 B fp32 masters) x P
+                  + 8 B x a model's parameters x each Adam state saved     (checkpoint_bytes)
+    RL          = checkpoint x the most step_N folders on disk at once: a save writes its folder
+                  whole beside the kept ones (the 2 newest and every val_every-th) before it
+                  removes the stale (checkpoints_on_disk)
+    SFT         = its output (fp32: 4 B x P) + two checkpoints of --save_every (the newest and
+                  the one being written: model/ 4 B + state/ 12 B a parameter) + --model's
+                  download in the hub cache (2 B x P: bf16 safetensors)                 (sft_disk)
+    Qwen3-8B: a checkpoint (2 + 4 + 2 x 8) B x 8.19e9 = 180 GB, 6 at once at step 400 = 1.08 TB;
+    SFT 0.31 TB; the path ~1.4 TB, and the teacher's download (Qwen3-32B: 65.5 GB)
+
 `cfg` is anything with settings.Config's fields (the plans read policy, mode, init_from,
-engine_kwargs, device, offload_idle_state, batch_size, executor_batch_size).
+engine_kwargs, device, offload_idle_state, batch_size, executor_batch_size, out_dir, steps,
+save_every, val_every).
 
 Needs: machinery/rundir.py (cold_start_dirs: a cold start's model folders), machinery/provenance.py
 """
 
 import dataclasses
+import inspect
 import json
 import math
 import os
@@ -59,6 +75,8 @@ from machinery import rundir
 RESERVE_GIB = 4.0  # ours: the CUDA context, NCCL's buffers, the allocator's fragmentation
 H200_GIB = 139.0  # the plan's GPU where no GPU is here to ask: one H200
 GIB = 2**30
+GB = 1e9  # disk: decimal, as df -H and the hub's file sizes
+SFT_CHECKPOINT_B = 16  # SFT's checkpoint a parameter: model/ fp32 4 B, state/ masters + AdamW 12 B
 # Qwen3's shapes, each from its config.json on the Hugging Face hub (Qwen/Qwen3-0.6B, Qwen3-4B,
 # Qwen3-8B): 0.6B and 4B tie the lm head to the embeddings, 8B does not. qwen3_params counts
 # 5.96e8, 4.02e9 and 8.19e9 (tests/test_first_gpu_run.py builds each on the meta device)
@@ -284,6 +302,7 @@ def plan_report(cfg, world, given=None):
         f"(its bf16 weights {p['engine_weights']:.1f}); reserve {p['reserve']:g} GiB",
         "update = weights + gradients + Adam on the GPU + the engine's share (asleep: the "
         "activations' room) + reserve; wake = the same without the gradients, the engine awake",
+        rl_disk_line(cfg, params),
     ]
     offloads = [cfg.offload_idle_state]
     offload = dataclasses.replace(cfg, offload_idle_state=not cfg.offload_idle_state)
@@ -488,7 +507,8 @@ def sft_report(model, hp, ranks):
     lines = [
         f"sft.py --plan: {model}, {params:.3g} parameters; batch_size {hp['batch_size']} (a "
         f"step, over the ranks), micro_tokens {hp['micro_tokens']}, checkpointing "
-        f"{hp['checkpointing']}"
+        f"{hp['checkpointing']}",
+        sft_disk_line(model, params),
     ]
     for w in map(int, ranks.split(",")):
         share = -(-hp["batch_size"] // w)  # a rank's samples a step
@@ -497,3 +517,86 @@ def sft_report(model, hp, ranks):
         verdict = "does not fit: " + problems[0].split(" GiB (")[-1][:-1] if problems else "fits"
         lines.append(f"{w} rank(s): {sft_plan_line(*plan)}: {verdict}")
     return "\n".join(lines)
+
+
+# --------------------------------------------------------------------------------------------------
+# Disk: what a run writes (the module docstring's arithmetic)
+
+
+def checkpoint_bytes(cfg, params, states=None):
+    """Bytes of one train.py checkpoint (rundir.save_checkpoint) of a trainer of `params`
+    parameters (both models' with separate policies): its HF folders (bf16 on a GPU, fp32 on a
+    CPU), state/'s fp32 master weights and the two fp32 moments of each Adam state saved
+    (`states`: those that have stepped; default every one a rank holds once each role has,
+    adam_states). Tokenizer and config files (a few MB) are left out. The check before a save
+    asks for this much free."""
+    models = 1 if cfg.policy == "shared" else 2
+    held = adam_states(cfg)[0] if states is None else states
+    weights = (4 if cfg.device == "cpu" else 2) * params
+    return weights + 4 * params + 8 * params / models * held
+
+
+def checkpoints_on_disk(cfg):
+    """(the most step_N folders on disk at once, the step of the save that makes them): saves
+    every save_every steps and at the last, each written whole before rundir.stale's are removed
+    (the `keep` newest, every val_every-th)."""
+    keep = newest_kept()
+    saves = sorted({*range(cfg.save_every, cfg.steps + 1, cfg.save_every), cfg.steps})
+    names, most = [], (0, 0)
+    for step in saves:
+        names.append(f"step_{step:06d}")
+        most = max(most, (len(names), step))
+        gone = rundir.stale(names, keep, cfg.val_every)
+        names = [n for n in names if n not in gone]
+    return most
+
+
+def newest_kept():
+    """The newest checkpoints a save keeps (rundir.save_checkpoint's `keep`: train.py's)."""
+    return inspect.signature(rundir.save_checkpoint).parameters["keep"].default
+
+
+def rl_disk(cfg, params):
+    """{checkpoint, count, step, total}: an RL run's checkpoints, bytes (checkpoint_bytes x
+    checkpoints_on_disk)."""
+    count, step = checkpoints_on_disk(cfg)
+    one = checkpoint_bytes(cfg, params)
+    return {"checkpoint": one, "count": count, "step": step, "total": one * count}
+
+
+def rl_disk_line(cfg, params):
+    """The RL run's disk in a line (`train.py --plan`)."""
+    d, held = rl_disk(cfg, params), adam_states(cfg)[0]
+    weights = "4 B fp32 weights" if cfg.device == "cpu" else "2 B bf16 weights"
+    models = 1 if cfg.policy == "shared" else 2
+    curve = f", every {cfg.val_every}th" if cfg.val_every > 0 else ""
+    return (
+        f"disk ({cfg.out_dir}): a checkpoint ({weights} + 4 B fp32 masters + {held} Adam "
+        f"state(s) x {8 / models:g} B) x {params:.3g} params = {d['checkpoint'] / GB:.1f} GB; "
+        f"at most {d['count']} on disk at once (the {newest_kept()} newest{curve}, the one being "
+        f"written; at step {d['step']}): {d['total'] / GB:.0f} GB"
+    )
+
+
+def sft_disk(model, params):
+    """{output, checkpoints, hub, total}: bytes an SFT run of `params` parameters writes (its
+    output in fp32, two checkpoints of --save_every at once) and downloads (`model`, a hub id: its
+    bf16 safetensors in the hub cache; a local folder: nothing)."""
+    d = {
+        "output": 4 * params,
+        "checkpoints": 2 * SFT_CHECKPOINT_B * params,
+        "hub": 0 if os.path.isdir(str(model)) else 2 * params,
+    }
+    d["total"] = sum(d.values())
+    return d
+
+
+def sft_disk_line(model, params):
+    """SFT's disk in a line (`sft.py --plan`)."""
+    d = sft_disk(model, params)
+    hub = f"; {model}'s download {d['hub'] / GB:.1f} GB (bf16) in the hub cache" if d["hub"] else ""
+    return (
+        f"disk: the output 4 B x {params:.3g} = {d['output'] / GB:.1f} GB (fp32); with "
+        f"--save_every two checkpoints at once ({SFT_CHECKPOINT_B} B a parameter: model/ and "
+        f"state/) {d['checkpoints'] / GB:.0f} GB{hub}: {d['total'] / GB:.0f} GB"
+    )

