@@ -539,3 +539,36 @@ def test_plan_prints_each_rank_count_and_loads_nothing():
     assert "8.19e+09 parameters" in head and "micro_tokens 16384, checkpointing full" in head
     assert one.startswith("1 rank(s): ") and one.endswith("does not fit: at least 2 ranks")
     assert eight.startswith("8 rank(s): ") and eight.endswith(": fits")
+
+
+def test_a_killed_sft_resumes_to_the_bytes_of_a_run_left_alone(tmp_path):
+    """sft.py --steps=40 --save_every=20 --no_eval, SIGKILLed once OUT/step_000020/ (model/ and
+    state/) appears, then --resume: the final model.safetensors is byte for byte the uninterrupted
+    run's, and the checkpoints go with the run's end. A fresh run into the folder the killed one
+    left is refused (it would train over its checkpoints)."""
+    import signal
+    import time
+
+    from machinery import rundir
+
+    cmd = [sys.executable, "sft.py", "--steps=40", "--save_every=20", "--no_eval"]
+    alone, d = tmp_path / "alone", tmp_path / "d"
+    r = subprocess.run([*cmd, f"--out={alone}"], cwd=ROOT, capture_output=True, text=True)
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+    p = subprocess.Popen(
+        [*cmd, f"--out={d}"], cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
+    while not (d / "step_000020").is_dir():
+        assert p.poll() is None, "the run ended before its step-20 checkpoint"
+        time.sleep(0.2)
+    p.send_signal(signal.SIGKILL)
+    assert p.wait() == -signal.SIGKILL
+    assert {x.name for x in (d / "step_000020").iterdir()} == {"model", "state"}
+    assert not (d / "model.safetensors").exists()
+    r = subprocess.run([*cmd, f"--out={d}"], cwd=ROOT, capture_output=True, text=True)
+    assert r.returncode != 0 and "--resume" in r.stderr.strip().splitlines()[-1], r.stderr
+    r = subprocess.run([*cmd, f"--out={d}", "--resume"], cwd=ROOT, capture_output=True, text=True)
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+    assert "sft step    25/40" in r.stdout and "sft step     0/40" not in r.stdout
+    assert (d / "model.safetensors").read_bytes() == (alone / "model.safetensors").read_bytes()
+    assert rundir.checkpoints(d) == [] and rundir.finished(str(d))
