@@ -325,11 +325,11 @@ def write_checkpoint(out_dir, step, policies, tokenizer, trainer, rank, keep=2, 
     initialise it with a zero step, which shifts Adam's bias correction of that state's first real
     step."""
     name, need = f"step_{step:06d}", checkpoint_bytes(policies)
-    check_room(out_dir, need, name)
     tmp = os.path.join(out_dir, f".tmp_{name}")
     if rank == 0 and os.path.isdir(tmp):
         shutil.rmtree(tmp)
-    barrier()  # a killed save's folder is gone before any rank writes into it
+    barrier()  # a killed save's folder is gone (and its room free) before any rank writes
+    check_room(out_dir, need, name)
     try:
         write_state(tmp, step, policies, tokenizer, trainer, rank)
     except (Exception, CheckpointException) as e:
