@@ -390,7 +390,9 @@ def save_training(out_dir, step, model, opt, sched, tokenizer):
     position (write_checkpoint: model/ and state/, the 2 newest kept). It reads no RNG and changes
     no number. Collective under a process group."""
     rank, _ = rank_world()
-    trainer = {"step": step, "sched": sched.state_dict()}
+    # the schedule's position (its lambdas are code: torch.distributed.checkpoint keeps no None)
+    sched_state = {k: v for k, v in sched.state_dict().items() if k != "lr_lambdas"}
+    trainer = {"step": step, "sched": sched_state}
     write_checkpoint(out_dir, step, one_policy(model, opt), tokenizer, trainer, rank)
 
 
@@ -403,7 +405,7 @@ def resume_training(out_dir, model, opt, sched, seed):
     restore(one_policy(model, opt), ckpt, ts)
     if hasattr(opt, "relink"):  # a muon.Together: its groups the members' new ones
         opt.relink()
-    sched.load_state_dict(ts["sched"])
+    sched.load_state_dict({**ts["sched"], "lr_lambdas": [None] * len(sched.lr_lambdas)})
     restore_rng(ts, seed, rank_world()[0])
     return ts["step"]
 
