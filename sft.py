@@ -65,6 +65,7 @@ machinery/results.py"""
 
 import argparse
 import functools
+import itertools
 import math
 import os
 import random
@@ -207,10 +208,9 @@ def train_sft(
     batch's token-mean exactly (tests/test_sft.py: equal to the whole batch's gradient to fp32
     rounding). Every rank forwards as many micro-batches (FSDP2's forwards are collective): fillers
     that train nothing.
-    save_every > 0: a checkpoint every save_every steps in out_dir/step_N/ (rundir.write_checkpoint:
-    model/ and state/, with the schedule's position and every RNG); it reads no RNG and changes no
-    number, so the run's weights are those of a run without. resume: from out_dir's newest, the
-    batches of its steps skipped, to the same bytes as a run left alone. Returns a stats dict."""
+    save_every > 0: a checkpoint every save_every steps, out_dir/step_N/ (rundir.save_training: it
+    reads no RNG, changes no number); resume: on from out_dir's newest, to the bytes of a run left
+    alone. Returns a stats dict."""
     rank, world = ranks.rank_world()
     check_batches(samples, batch_size, world)
     torch.manual_seed(seed)
@@ -220,11 +220,10 @@ def train_sft(
         speed.prepare(model, checkpointing, shard=world > 1, bf16=device.type == "cuda")
     model.train()
     opt, sched = optimizer_schedule(model, optimizer, lr, weight_decay, steps, min_lr_ratio)
-    lengths = [len(e[0]) for e in encoded]
-    stream = rank_batches(lengths, batch_size, seed, rank, world)
     first = rundir.resume_training(out_dir, model, opt, sched, seed) if resume else 0
-    for _ in range(first):  # the batches of the steps done: the stream where the run left it
-        next(stream)
+    lengths = [len(e[0]) for e in encoded]
+    # (resumed: past the batches of the steps done, where the run left the stream)
+    stream = itertools.islice(rank_batches(lengths, batch_size, seed, rank, world), first, None)
     step_of = functools.partial(sft_step, model, encoded, lengths, micro_tokens, clip, opt, sched)
     losses, tokens, t0 = [], 0, time.perf_counter()
     for step in range(first, steps):

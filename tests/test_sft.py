@@ -541,6 +541,41 @@ def test_plan_prints_each_rank_count_and_loads_nothing():
     assert eight.startswith("8 rank(s): ") and eight.endswith(": fits")
 
 
+@pytest.mark.parametrize("optimizer", ["muon", "adamw"])
+def test_save_every_and_resume_give_the_bytes_of_a_run_left_alone(tmp_path, optimizer):
+    """train_sft stopped after its step-3 checkpoint (of 8) and resumed ends with the safetensors
+    bytes of a run left alone: weights, optimizer states (Muon's momentum, AdamW's moments), the
+    schedule's position, the batch stream and the RNGs all come back; the checkpoints go with the
+    run's end."""
+    from machinery import rundir
+    from world import tiny
+
+    tasks = tiny.make_tasks(60, seed=0, split="sft")
+    designer, executor = tiny.sft_traces(tasks, seed=0)
+
+    class Stop(Exception):
+        pass
+
+    def stop_at_5(line):
+        if line.startswith("sft step     5/"):
+            raise Stop
+
+    def train(out, log=None, resume=False):
+        model, tok = tiny.build_model(seed=0, hidden_size=64, num_layers=2)
+        if tok.pad_token_id is None:
+            tok.pad_token = tok.eos_token
+        kw = dict(optimizer=optimizer, log=log, log_every=1, save_every=3, resume=resume)
+        sft.train_sft(model, tok, designer[:20] + executor[:60], 8, 2e-3, 8, str(out), **kw)
+
+    train(tmp_path / "a")
+    with pytest.raises(Stop):
+        train(tmp_path / "b", log=stop_at_5)
+    assert rundir.checkpoints(tmp_path / "b") == ["step_000003"]
+    train(tmp_path / "b", resume=True)
+    a, b = ((tmp_path / d / "model.safetensors").read_bytes() for d in "ab")
+    assert a == b and rundir.finished(str(tmp_path / "b"))
+
+
 def test_a_killed_sft_resumes_to_the_bytes_of_a_run_left_alone(tmp_path):
     """sft.py --steps=40 --save_every=20 --no_eval, SIGKILLed once OUT/step_000020/ (model/ and
     state/) appears, then --resume: the final model.safetensors is byte for byte the uninterrupted
