@@ -663,22 +663,27 @@ def test_sigkill_anywhere_then_resume_is_exact(model_dir, uninterrupted, tmp_pat
         assert not list(Path(tempfile.gettempdir()).glob(f"metaagent-sandbox-{pid}-*"))
 
 
-def test_a_full_disk_stops_with_a_line_and_the_run_resumes_once_there_is_room(
-    model_dir, uninterrupted, tmp_path
-):
+def test_a_full_disk_stops_with_a_line_and_the_run_resumes_once_there_is_room(tmp_path):
     """out_dir on a small disk (a tmpfs made here) filled so that step 1's checkpoint fits and step
     2's cannot: the run stops non-zero with one line saying what it needs and where, no traceback,
-    step_000001 whole and nothing partial; with room made, --resume runs to the uninterrupted run's
-    weights and lines."""
+    step_000001 whole and nothing partial; with room made, --resume runs to the weights and lines of
+    a run on a roomy disk. (An untrained tiny model, short replies: the disk is the point.)"""
     from test_full_disk import disk_bytes, filled, mount_small_disk
 
+    from world import tiny
+
+    model = tmp_path / "model"
+    tiny.save_tiny(model, seed=0)
+    small = dict(batch_size=2, M=2, N=1, max_tokens=12, designer_max_tokens=24)
+    roomy = tmp_path / "roomy"
+    run(args_for(model, roomy, steps=3, **small))
     # the biggest checkpoint (both Adam states; step 1's has the Designer's alone)
-    size = disk_bytes(uninterrupted / f"step_{STEPS:06d}")
+    size = disk_bytes(roomy / "step_000003")
     c = tmp_path / "disk"
     mount_small_disk(c, 4 * size)
     try:
         filler = filled(c, int(1.2 * size))
-        args = args_for(model_dir, c, steps=STEPS, probe_tasks=2)
+        args = args_for(model, c, steps=3, **small)
         p = subprocess.run(
             [sys.executable, "train.py", *args], cwd=ROOT, capture_output=True, text=True
         )
@@ -691,11 +696,9 @@ def test_a_full_disk_stops_with_a_line_and_the_run_resumes_once_there_is_room(
         assert {d.name for d in (c / "step_000001").iterdir()} == {"model", "state"}
         assert not list(c.glob(".tmp_step_*"))
         filler.unlink()  # room made
-        run(args_for(model_dir, c, steps=STEPS, resume=True, probe_tasks=2))
-        assert same_weights(
-            weights(uninterrupted / f"step_{STEPS:06d}"), weights(c / f"step_{STEPS:06d}")
-        )
-        assert without_timings(metrics(c)) == without_timings(metrics(uninterrupted))
+        run(args_for(model, c, steps=3, resume=True, **small))
+        assert same_weights(weights(roomy / "step_000003"), weights(c / "step_000003"))
+        assert without_timings(metrics(c)) == without_timings(metrics(roomy))
     finally:
         subprocess.run(["umount", str(c)], check=False)
 
