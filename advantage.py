@@ -45,6 +45,8 @@ Usage:
     a_design = designer_advantages(R)             # [B, M]    -> every token of script d_i
     a_exec = executor_advantages(R)               # [B, M, N] -> each reply token of e_ij's calls
     a_exec = executor_advantages(R, executed=E)   # E [B, M, N] bool: runs that never ran left out
+    per_sample(samples, a_design)                 # [S]: each sample's, at its index (q, i) or
+                                                  # (q, i, j)
 
 Needs: no other file of this project (torch only).
 """
@@ -104,3 +106,8 @@ def executor_advantages(rewards, eps=1e-6, executed=None):
     valid = executed.reshape(x.shape)
     # Â_E,ij = (R_ij - mean_executed R) / (std_executed R + eps); 0 where e_ij never ran
     return _group_normalize(x, valid, eps).reshape(rewards.shape)
+
+
+def per_sample(samples, A):
+    """Each sample's advantage [S]: A at its index, (q, i) for a script, (q, i, j) for a call."""
+    return torch.tensor([float(A[s.index]) for s in samples])

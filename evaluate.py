@@ -198,10 +198,15 @@ def summary(per_problem, counts):
     }
 
 
-def evaluate_all(benchmarks, designer_engine, executor_engine, methods, K=1, rank=0, world=1, **kw):
+def evaluate_all(
+    benchmarks, designer_engine, executor_engine, methods, parts, K=1, rank=0, world=1, **kw
+):
     """results[method][benchmark] = evaluate_method(...); a tqdm bar over all problems of all
     methods. With world ranks, this rank evaluates its share of each benchmark (contiguous, np's
-    array_split) and rank 0 returns every rank's, gathered (gather); the others return None."""
+    array_split) and rank 0 returns every rank's, gathered (gather) as each benchmark finishes; the
+    others return None. parts (rundir.EvalParts(OUT, key)): each benchmark's results written as it
+    finishes, and those it already holds (a resumed evaluation's) taken instead of evaluated
+    again."""
     total = sum(len(share(t, rank, world)[1]) for _, t, _ in benchmarks) * len(methods)
     results = {}
     with tqdm(
@@ -211,17 +216,25 @@ def evaluate_all(benchmarks, designer_engine, executor_engine, methods, K=1, ran
             for name, tasks, _ in benchmarks:
                 bar.set_postfix_str(f"{method} on {name}")
                 first, mine = share(tasks, rank, world)
-                results.setdefault(method, {})[name] = evaluate_method(
-                    mine,
-                    designer_engine,
-                    executor_engine,
-                    method,
-                    K,
-                    progress=bar,
-                    q_offset=first,
-                    **kw,
-                )
-    return gather(results, rank, world)
+                done = parts.read(method, name)
+                if done is None:  # (every rank reads the same file: all skip it, or none)
+                    part = evaluate_method(
+                        mine,
+                        designer_engine,
+                        executor_engine,
+                        method,
+                        K,
+                        progress=bar,
+                        q_offset=first,
+                        **kw,
+                    )
+                    done = gather({method: {name: part}}, rank, world)
+                    done = done and done[method][name]  # rank 0's, every rank's results
+                    parts.write(method, name, done)  # (rank 0 writes; the others have None)
+                else:
+                    bar.update(len(mine))
+                results.setdefault(method, {})[name] = done
+    return results if rank == 0 else None
 
 
 def share(tasks, rank, world):
@@ -438,6 +451,7 @@ def parse_args(argv):
     )
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out", default="out/eval")
+    p.add_argument("--resume", action="store_true", help="keep OUT/parts/' benchmarks done")
     return p.parse_args(argv)
 
 
@@ -482,11 +496,15 @@ def main(argv=None):
             file=sys.stderr,
         )
     designer_eng, executor_eng = load_policies(a, used)
+    # each benchmark's results in OUT/parts/ as it finishes, with what made them
+    key = dict(models=[a.model, a.designer, a.executor], samples=a.samples, seed=a.seed, **used)
+    key["tasks"] = [(n, len(t), report.sha256(src)) for n, t, src in benchmarks]
     res = evaluate_all(
         benchmarks,
         designer_eng,
         executor_eng,
         methods,
+        rundir.EvalParts(a.out, key, a.resume),
         a.samples,
         rank=rank,
         world=world,

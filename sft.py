@@ -40,6 +40,9 @@ has the plan's memory free (torch.cuda.mem_get_info; a teacher's server still up
                                                     # --epochs 2 of 64 samples a step (SCALE)
     torchrun --nproc_per_node=8 sft.py --model ...  # FSDP2 (nccl on GPU, gloo on CPU), each
                                                     # batch shared by the ranks: the same run
+    python sft.py --steps=40 --save_every=20 --out=D   # a checkpoint every 20 steps: D/step_000020/
+    python sft.py --steps=40 --save_every=20 --out=D --resume   # ... and on from it, to the bytes
+                                                    # of a run left alone
     python sft.py --model Qwen/Qwen3-8B --plan --ranks 1,2,8
                                                     # a GPU rank's memory plan; loads nothing
 
@@ -62,10 +65,10 @@ machinery/results.py"""
 
 import argparse
 import functools
+import itertools
 import math
 import os
 import random
-import shutil
 import sys
 import time
 
@@ -80,6 +83,7 @@ import settings
 from machinery import data, muon, plans, ranks, rundir, speed
 from machinery import engine as engine_lib
 from machinery.chunked import token_logprobs
+from machinery.rundir import full_disk_exits
 from world import final_table, tiny
 
 # the tiny default: Muon, 1300 steps of 8 samples on the traces of 3000 tasks of the sft split, 600
@@ -89,15 +93,16 @@ TINY = dict(
 )
 # ... each batch whole, no checkpointing (the cold start's numbers as they were); a run on --data:
 # AdamW, micro-batches of 16384 tokens and checkpointed layers (its memory plan: plans.sft_plan)
-TINY.update(micro_tokens=0, checkpointing="off")
+TINY.update(micro_tokens=0, checkpointing="off", save_every=0)
 # batch_size: samples a step over every rank (8 a rank on 8 GPUs), a run's length in epochs over
 # the samples read (EPOCHS, ours; steps = ceil(epochs x samples / batch_size)), so it does not
 # depend on the GPU count
 SCALE = dict(
     steps=None, lr=1e-5, batch_size=64, optimizer="adamw", micro_tokens=16384, checkpointing="full"
 )
+SCALE.update(save_every=100)  # a checkpoint every 100 steps: --resume loses at most 100
 EPOCHS = 2
-HP = ("steps", "lr", "batch_size", "optimizer", "micro_tokens", "checkpointing")
+HP = ("steps", "lr", "batch_size", "optimizer", "micro_tokens", "checkpointing", "save_every")
 
 # --------------------------------------------------------------------------------------------------
 # batching: samples tokenized by engine.encode_samples (the chat-template prompt, the completion,
@@ -161,26 +166,6 @@ def start():
     return rank, world, torch.device("cpu")
 
 
-def save_checkpoint(model, tokenizer, out_dir):
-    """HF-format model + tokenizer (rundir.save_hf, as train.py writes its checkpoints), written to
-    a temporary folder and renamed into place. Under FSDP every rank takes part in gathering the
-    weights (a collective, one tensor at a time); rank 0 keeps and writes them."""
-    rank, world = ranks.rank_world()
-    state = rundir.gathered_state(model, rank)  # collective: every rank takes part
-    if rank == 0:
-        out_dir = os.path.abspath(out_dir)
-        tmp, old = out_dir + ".tmp", out_dir + ".old"
-        shutil.rmtree(tmp, ignore_errors=True)
-        rundir.save_hf(tmp, state, model, tokenizer)
-        shutil.rmtree(old, ignore_errors=True)
-        if os.path.exists(out_dir):
-            os.replace(out_dir, old)
-        os.replace(tmp, out_dir)
-        shutil.rmtree(old, ignore_errors=True)
-    if world > 1:
-        dist.barrier()
-
-
 # --------------------------------------------------------------------------------------------------
 # training
 
@@ -204,6 +189,8 @@ def train_sft(
     template_kwargs=None,
     micro_tokens=0,
     checkpointing="off",
+    save_every=0,
+    resume=False,
 ):
     """Train `model` on chat samples for `steps` optimizer steps; save to out_dir (HF format) if
     given. Prompts are rendered with template_kwargs (the preset's chat_template_kwargs, as RL,
@@ -220,7 +207,10 @@ def train_sft(
     micro-batch's loss is divided by the batch's token count over every rank, so the sum is the
     batch's token-mean exactly (tests/test_sft.py: equal to the whole batch's gradient to fp32
     rounding). Every rank forwards as many micro-batches (FSDP2's forwards are collective): fillers
-    that train nothing. Returns a stats dict."""
+    that train nothing.
+    save_every > 0: a checkpoint every save_every steps, out_dir/step_N/ (rundir.save_training: it
+    reads no RNG, changes no number); resume: on from out_dir's newest, to the bytes of a run left
+    alone. Returns a stats dict."""
     rank, world = ranks.rank_world()
     check_batches(samples, batch_size, world)
     torch.manual_seed(seed)
@@ -229,29 +219,24 @@ def train_sft(
     if not isinstance(model, FSDPModule):  # checkpointed layers; FSDP2 under torchrun
         speed.prepare(model, checkpointing, shard=world > 1, bf16=device.type == "cuda")
     model.train()
-    warmup = max(1, steps // 20)
-    opt = muon.make_optimizer(model, optimizer, lr, weight_decay)
-    lr_at = functools.partial(settings.warmup_cosine, warmup=warmup, end=steps, floor=min_lr_ratio)
-    sched = torch.optim.lr_scheduler.LambdaLR(opt, lr_at)
+    opt, sched = optimizer_schedule(model, optimizer, lr, weight_decay, steps, min_lr_ratio)
+    first = rundir.resume_training(out_dir, model, opt, sched, seed) if resume else 0
     lengths = [len(e[0]) for e in encoded]
-    stream = rank_batches(lengths, batch_size, seed, rank, world)
+    # (resumed: past the batches of the steps done, where the run left the stream)
+    stream = itertools.islice(rank_batches(lengths, batch_size, seed, rank, world), first, None)
     step_of = functools.partial(sft_step, model, encoded, lengths, micro_tokens, clip, opt, sched)
     losses, tokens, t0 = [], 0, time.perf_counter()
-    for step in range(steps):
+    for step in range(first, steps):
         loss, n_tok, gnorm = step_of(next(stream), engine_lib.pad_id(tokenizer))
         losses.append(loss)
         tokens += n_tok
         if rank == 0 and log is not None and (step % log_every == 0 or step == steps - 1):
-            gn = gnorm.full_tensor() if hasattr(gnorm, "full_tensor") else gnorm
-            lr_now = sched.get_last_lr()[0]
-            speed_now = tokens / (time.perf_counter() - t0)
-            log(
-                f"sft step {step:5d}/{steps}  loss {losses[-1]:.4f}  lr {lr_now:.2e}  "
-                f"gnorm {float(gn):.2f}  {speed_now:.0f} tok/s"
-            )
+            log(progress(step, steps, loss, sched, gnorm, tokens / (time.perf_counter() - t0)))
+        if out_dir and save_every and (step + 1) % save_every == 0 and step + 1 < steps:
+            rundir.save_training(out_dir, step + 1, model, opt, sched, tokenizer)
     wall = time.perf_counter() - t0
     if out_dir is not None:
-        save_checkpoint(model, tokenizer, out_dir)
+        rundir.save_model(model, tokenizer, out_dir)
     model.eval()
     return {
         "steps": steps,
@@ -261,6 +246,25 @@ def train_sft(
         "wall_s": wall,
         "samples": len(encoded),
     }
+
+
+def optimizer_schedule(model, optimizer, lr, weight_decay, steps, min_lr_ratio):
+    """The optimizer (muon.make_optimizer's) and its schedule: linear warmup over steps // 20, then
+    cosine down to min_lr_ratio x lr at the last step (settings.warmup_cosine)."""
+    opt = muon.make_optimizer(model, optimizer, lr, weight_decay)
+    lr_at = functools.partial(
+        settings.warmup_cosine, warmup=max(1, steps // 20), end=steps, floor=min_lr_ratio
+    )
+    return opt, torch.optim.lr_scheduler.LambdaLR(opt, lr_at)
+
+
+def progress(step, steps, loss, sched, gnorm, speed_now):
+    """A step's printed line: loss, lr, gradient norm, tokens/s."""
+    gn = gnorm.full_tensor() if hasattr(gnorm, "full_tensor") else gnorm
+    return (
+        f"sft step {step:5d}/{steps}  loss {loss:.4f}  lr {sched.get_last_lr()[0]:.2e}  "
+        f"gnorm {float(gn):.2f}  {speed_now:.0f} tok/s"
+    )
 
 
 def check_batches(samples, batch_size, world):
@@ -404,6 +408,8 @@ def parse_args(argv):
         help="tiny: the templates the Designer's samples show, with tiny.PRIOR_WEIGHTS on every "
         "kind (flat), the suited one (suited), or this template most (the Executor's unchanged)",
     )
+    p.add_argument("--save_every", type=int, help="a checkpoint every N steps (tiny 0: none; 100)")
+    p.add_argument("--resume", action="store_true", help="go on from OUT's newest checkpoint")
     p.add_argument("--plan", action="store_true", help="a GPU rank's memory plan; loads nothing")
     p.add_argument("--ranks", default="1,2,8", help="--plan's rank counts")
     p.add_argument("--seed", type=int, default=0)
@@ -429,6 +435,9 @@ def run_settings(a):
                 f"sft.py: --data: no {os.path.join(a.data, name)} (python tools/distill.py --out "
                 f"{a.data} writes designer.jsonl and executor.jsonl)"
             )
+    dirs = rundir.cold_start_dirs(a.out, separate=a.roles == "separate").values()
+    if not a.resume and any(rundir.checkpoints(d) for d in dirs):
+        sys.exit(f"sft.py: {a.out} holds a run's checkpoints: --resume goes on (or delete them)")
     if a.steps is not None and a.epochs is not None:
         sys.exit("sft.py: --steps or --epochs: a run's length is one of them")
     given = {k: getattr(a, k) for k in HP if getattr(a, k, None) is not None}
@@ -491,9 +500,8 @@ def train_role(a, hp, epochs, out_dir, samples, template_kwargs, device):
             f"sft -> {out_dir}: {len(samples)} samples, {length}{run['steps']} steps of "
             f"{hp['batch_size']} ({hp['batch_size'] // world} a rank), {run}, world {world}"
         )
-    stats = train_sft(
-        model, tok, samples, out_dir=out_dir, seed=a.seed, template_kwargs=template_kwargs, **run
-    )
+    kw = dict(out_dir=out_dir, seed=a.seed, template_kwargs=template_kwargs, resume=a.resume)
+    stats = train_sft(model, tok, samples, **kw, **run)
     if rank == 0:
         print(
             f"sft done: {stats['steps']} steps, final loss {stats['loss']:.4f}, "
@@ -514,8 +522,10 @@ def main(argv):
         jobs = [(os.path.join(a.out, "designer"), designer)]
         jobs.append((os.path.join(a.out, "executor"), executor))
     t0 = time.perf_counter()
-    for out_dir, samples in jobs:  # every role starts cold from the same base
-        train_role(a, hp, epochs, out_dir, samples, template_kwargs, device)
+    with full_disk_exits("sft.py", a.out):  # a full disk: one line; the last checkpoint stays
+        for out_dir, samples in jobs:  # every role starts cold from the same base
+            if not (a.resume and rundir.finished(out_dir)):  # (a resumed run's finished role)
+                train_role(a, hp, epochs, out_dir, samples, template_kwargs, device)
     if world > 1:
         # every rank past its last collective before any tears the group down: a rank that left
         # first can make gloo abort the other at exit (seen once, tests/test_sft.py under load)

@@ -81,6 +81,7 @@ import settings
 import stagewise
 from machinery import chunked, data, offload, ranks, recorder, rundir, shared_prompts, speed
 from machinery import engine as engine_lib
+from machinery.rundir import full_disk_exits
 from machinery.weights import EngineWeights
 from world import final_table, heldout, tiny
 
@@ -337,11 +338,6 @@ def lr_factor(cfg, step):
     return settings.warmup_cosine(step, cfg.lr_warmup, cfg.steps - 1, cfg.lr_floor)
 
 
-def per_sample(samples, A):
-    """Each sample's advantage [S]: A at its index, (q, i) for a script, (q, i, j) for a call."""
-    return torch.tensor([float(A[s.index]) for s in samples])
-
-
 # --------------------------------------------------------------------------------------------------
 # the loop
 
@@ -370,9 +366,9 @@ def rl_step(run, step):
     # 4. the inactive role's samples are dropped here, never forwarded
     roles = {}
     if "designer" in active:
-        roles["designer"] = (batch.designer, per_sample(batch.designer, A_D))
+        roles["designer"] = (batch.designer, advantage.per_sample(batch.designer, A_D))
     if "executor" in active:
-        roles["executor"] = (batch.executor, per_sample(batch.executor, A_E))
+        roles["executor"] = (batch.executor, advantage.per_sample(batch.executor, A_E))
     # 5-7. old log-probs, the GRPO update, the optimizer step; the new weights into the engine
     with run.rec.timed("update"):
         stats = update(cfg, step, roles, run.policy_of, run.pad_id, run.device, run.world)
@@ -396,10 +392,12 @@ def main(argv):
     cfg, sources, ckpt, ts = configure(argv)
     if cfg is None:  # --plan: printed, nothing loaded
         return
-    run = start(cfg, argv, sources, ckpt, ts)
-    for step in range(run.start, cfg.steps):
-        rl_step(run, step)
-    finish(run, argv)
+    # a full disk ends the run in one line (no traceback); its last complete checkpoint stays
+    with full_disk_exits("train.py", cfg.out_dir):
+        run = start(cfg, argv, sources, ckpt, ts)
+        for step in range(run.start, cfg.steps):
+            rl_step(run, step)
+        finish(run, argv)
 
 
 def configure(argv):

@@ -155,3 +155,10 @@ class Together(torch.optim.Optimizer):
     def load_state_dict(self, state_dict):
         for o, s in zip(self.optimizers, state_dict["optimizers"], strict=True):
             o.load_state_dict(s)
+        self.relink()
+
+    def relink(self):
+        """Its param_groups the members' own dicts again: a member's load_state_dict (torch's, or
+        torch.distributed.checkpoint's set_optimizer_state_dict) gives it new ones, which an LR
+        scheduler on this object would no longer reach."""
+        self.param_groups = [g for o in self.optimizers for g in o.param_groups]

@@ -4,6 +4,7 @@ the same rollout code as training."""
 
 import json
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -355,3 +356,32 @@ def test_a_separate_policy_run_gives_each_role_its_checkpoint_folder(tiny_model,
     assert rec["models"] == {"designer": str(step / "designer"), "executor": str(step / "executor")}
     head = (tmp_path / "e" / "results.md").read_text()
     assert f"- models: --designer {step / 'designer'} --executor {step / 'executor'}" in head
+
+
+def test_an_evaluation_killed_after_its_first_benchmark_resumes_without_redoing_it(
+    tiny_model, tmp_path
+):
+    """Each benchmark's results are written as it finishes (OUT/parts/); an evaluation SIGKILLed
+    right after its first (fault point part:1) resumes with --resume: the first is read back, not
+    evaluated again (its file untouched), and results.json holds the numbers of an evaluation left
+    alone."""
+    data = tiny_tasks(tmp_path, n=3)
+    args = [*data, "--model", str(tiny_model), "--tasks", "tiny", "--mode", "single", "auto"]
+    args += ["--backend", "hf", "--n_tiny", "3", "--short_prompt", "--max_tokens", "8"]
+    args += ["--designer_max_tokens", "16", "--protocol", "train", "--samples", "2"]
+    evaluate.main([*args, "--out", str(tmp_path / "alone")])
+    out = tmp_path / "killed"
+    cmd = [sys.executable, "evaluate.py", *args, "--out", str(out)]
+    env = {**os.environ, "METAAGENT_FAULT": "part:1"}
+    p = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=900, env=env)
+    assert p.returncode == -signal.SIGKILL, p.stdout[-2000:] + p.stderr[-2000:]
+    assert sorted(f.name for f in (out / "parts").iterdir()) == ["single@tiny.json"]
+    first = (out / "parts" / "single@tiny.json").stat()
+    p = subprocess.run([*cmd, "--resume"], cwd=ROOT, capture_output=True, text=True, timeout=900)
+    assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-2000:]
+    again = (out / "parts" / "single@tiny.json").stat()
+    assert (again.st_ino, again.st_mtime_ns) == (first.st_ino, first.st_mtime_ns)
+    a, b = (json.loads((d / "results.json").read_text()) for d in (tmp_path / "alone", out))
+    assert a["results"] == b["results"]
+    table = (tmp_path / "alone" / "results.md").read_text().split("### ", 1)[1]
+    assert (out / "results.md").read_text().split("### ", 1)[1] == table

@@ -540,3 +540,71 @@ def test_plan_prints_each_rank_count_and_loads_nothing():
     assert disk.startswith("disk: the output 4 B x 8.19e+09 = 32.8 GB (fp32)")  # plans.sft_disk
     assert one.startswith("1 rank(s): ") and one.endswith("does not fit: at least 2 ranks")
     assert eight.startswith("8 rank(s): ") and eight.endswith(": fits")
+
+
+@pytest.mark.parametrize("optimizer", ["muon", "adamw"])
+def test_save_every_and_resume_give_the_bytes_of_a_run_left_alone(tmp_path, optimizer):
+    """train_sft stopped after its step-3 checkpoint (of 8) and resumed ends with the safetensors
+    bytes of a run left alone: weights, optimizer states (Muon's momentum, AdamW's moments), the
+    schedule's position, the batch stream and the RNGs all come back; the checkpoints go with the
+    run's end."""
+    from machinery import rundir
+    from world import tiny
+
+    tasks = tiny.make_tasks(60, seed=0, split="sft")
+    designer, executor = tiny.sft_traces(tasks, seed=0)
+
+    class Stop(Exception):
+        pass
+
+    def stop_at_5(line):
+        if line.startswith("sft step     5/"):
+            raise Stop
+
+    def train(out, log=None, resume=False):
+        model, tok = tiny.build_model(seed=0, hidden_size=64, num_layers=2)
+        if tok.pad_token_id is None:
+            tok.pad_token = tok.eos_token
+        kw = dict(optimizer=optimizer, log=log, log_every=1, save_every=3, resume=resume)
+        sft.train_sft(model, tok, designer[:20] + executor[:60], 8, 2e-3, 8, str(out), **kw)
+
+    train(tmp_path / "a")
+    with pytest.raises(Stop):
+        train(tmp_path / "b", log=stop_at_5)
+    assert rundir.checkpoints(tmp_path / "b") == ["step_000003"]
+    train(tmp_path / "b", resume=True)
+    a, b = ((tmp_path / d / "model.safetensors").read_bytes() for d in "ab")
+    assert a == b and rundir.finished(str(tmp_path / "b"))
+
+
+def test_a_killed_sft_resumes_to_the_bytes_of_a_run_left_alone(tmp_path):
+    """sft.py --steps=40 --save_every=20 --no_eval, SIGKILLed once OUT/step_000020/ (model/ and
+    state/) appears, then --resume: the final model.safetensors is byte for byte the uninterrupted
+    run's, and the checkpoints go with the run's end. A fresh run into the folder the killed one
+    left is refused (it would train over its checkpoints)."""
+    import signal
+    import time
+
+    from machinery import rundir
+
+    cmd = [sys.executable, "sft.py", "--steps=40", "--save_every=20", "--no_eval"]
+    alone, d = tmp_path / "alone", tmp_path / "d"
+    r = subprocess.run([*cmd, f"--out={alone}"], cwd=ROOT, capture_output=True, text=True)
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+    p = subprocess.Popen(
+        [*cmd, f"--out={d}"], cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
+    while not (d / "step_000020").is_dir():
+        assert p.poll() is None, "the run ended before its step-20 checkpoint"
+        time.sleep(0.2)
+    p.send_signal(signal.SIGKILL)
+    assert p.wait() == -signal.SIGKILL
+    assert {x.name for x in (d / "step_000020").iterdir()} == {"model", "state"}
+    assert not (d / "model.safetensors").exists()
+    r = subprocess.run([*cmd, f"--out={d}"], cwd=ROOT, capture_output=True, text=True)
+    assert r.returncode != 0 and "--resume" in r.stderr.strip().splitlines()[-1], r.stderr
+    r = subprocess.run([*cmd, f"--out={d}", "--resume"], cwd=ROOT, capture_output=True, text=True)
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+    assert "sft step    25/40" in r.stdout and "sft step     0/40" not in r.stdout
+    assert (d / "model.safetensors").read_bytes() == (alone / "model.safetensors").read_bytes()
+    assert rundir.checkpoints(d) == [] and rundir.finished(str(d))

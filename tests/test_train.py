@@ -663,6 +663,46 @@ def test_sigkill_anywhere_then_resume_is_exact(model_dir, uninterrupted, tmp_pat
         assert not list(Path(tempfile.gettempdir()).glob(f"metaagent-sandbox-{pid}-*"))
 
 
+def test_a_full_disk_stops_with_a_line_and_the_run_resumes_once_there_is_room(tmp_path):
+    """out_dir on a small disk (a tmpfs made here) filled so that step 1's checkpoint fits and step
+    2's cannot: the run stops non-zero with one line saying what it needs and where, no traceback,
+    step_000001 whole and nothing partial; with room made, --resume runs to the weights and lines of
+    a run on a roomy disk. (An untrained tiny model, short replies: the disk is the point.)"""
+    from test_full_disk import disk_bytes, filled, mount_small_disk
+
+    from world import tiny
+
+    model = tmp_path / "model"
+    tiny.save_tiny(model, seed=0)
+    small = dict(batch_size=2, M=2, N=1, max_tokens=12, designer_max_tokens=24)
+    roomy = tmp_path / "roomy"
+    run(args_for(model, roomy, steps=3, **small))
+    # the biggest checkpoint (both Adam states; step 1's has the Designer's alone)
+    size = disk_bytes(roomy / "step_000003")
+    c = tmp_path / "disk"
+    mount_small_disk(c, 4 * size)
+    try:
+        filler = filled(c, int(1.2 * size))
+        args = args_for(model, c, steps=3, **small)
+        p = subprocess.run(
+            [sys.executable, "train.py", *args], cwd=ROOT, capture_output=True, text=True
+        )
+        assert p.returncode == 1, p.stdout[-2000:] + p.stderr[-2000:]
+        last = p.stderr.strip().splitlines()[-3:]
+        assert any(ln.startswith("train.py: disk full: step_000002 needs") for ln in last), last
+        assert any(str(c) in ln and "free" in ln for ln in last), last
+        assert "Traceback" not in p.stderr, p.stderr[-3000:]
+        assert rundir.checkpoints(c) == ["step_000001"]
+        assert {d.name for d in (c / "step_000001").iterdir()} == {"model", "state"}
+        assert not list(c.glob(".tmp_step_*"))
+        filler.unlink()  # room made
+        run(args_for(model, c, steps=3, resume=True, **small))
+        assert same_weights(weights(roomy / "step_000003"), weights(c / "step_000003"))
+        assert without_timings(metrics(c)) == without_timings(metrics(roomy))
+    finally:
+        subprocess.run(["umount", str(c)], check=False)
+
+
 def test_sigkill_with_the_idle_state_offloaded_then_resume_is_exact(
     model_dir, uninterrupted, tmp_path
 ):
