@@ -883,6 +883,71 @@ def test_vote_is_counted_by_the_given_equal_on_the_scripts_clock(mode):
     )
 
 
+SLOW = 3.5  # seconds each stub generation takes: longer than the runs' budget below
+OK = "<answer>ok</answer>"
+
+
+def _slow_generate(calls):
+    """A plain generate function whose generation outlasts the runs' budget."""
+    time.sleep(SLOW)
+    return [OK for _ in calls]
+
+
+class SlowPolled:
+    """A submit/poll engine whose every poll generates all it holds, at once and slowly (as the
+    transformers backend does)."""
+
+    def __init__(self):
+        self.queued = []
+
+    def submit(self, calls):
+        self.queued += calls
+
+    def poll(self):
+        time.sleep(SLOW if self.queued else 0)
+        done, self.queued = self.queued, []
+        return [(c, OK) for c in done]
+
+
+ASKS = "import time\ndef workflow(task):\n    time.sleep(%s)\n    return Agent('s', 'x')(task)"
+SAYS = "import time\ndef workflow(task):\n    time.sleep(%s)\n    return %s"
+
+
+@pytest.mark.parametrize("engine", ["function", "polled"])
+def test_a_runs_clock_is_its_own_time(mode, schedule, engine):
+    """A run's clock counts its own time (compute, programs, sleeps), never the trainer's time in
+    the engine: with a generation that outlasts the 2 s budget, runs that answer within it (at
+    once, after a program, as a tick starts) keep their answers; a run that truly overruns,
+    answering past its budget or never, is still timed out, near its budget."""
+    gen = _slow_generate if engine == "function" else SlowPolled()
+    limits = mas.Limits(timeout=2.0)
+    honest = [
+        ASKS % 0,
+        SAYS % (0.3, "'quick'"),
+        SAYS % (0.3, "run_python('print(2)').strip()"),
+        ASKS % 1.0,
+        SAYS % (1.2, "'late'"),  # (ticks: its answer comes as the tick starts)
+    ]
+    runs = sandbox.run_workflows(honest, ["q"] * 5, gen, limits=limits, schedule=schedule)
+    got = [(r.answer, r.error) for r in runs]
+    assert got == [("ok", None), ("quick", None), ("2", None), ("ok", None), ("late", None)]
+    overrun = [ASKS % 0, SAYS % (2.6, "'over'"), SAYS % (60, "'never'")]
+    runs = sandbox.run_workflows(overrun, ["q"] * 3, gen, limits=limits, schedule=schedule)
+    assert (runs[0].answer, runs[0].error) == ("ok", None)
+    for r in runs[1:]:
+        assert r.answer is None and "timeout after 2s" in r.error, r
+        assert r.duration < 2.0 + SLOW + MARGIN, r
+
+
+def test_a_run_killed_while_its_call_decodes_keeps_no_completion(mode, schedule):
+    """A run killed while its agent call is in the engine (here: a second request before the
+    first's reply) is handed nothing of that call, under either schedule: its run has no calls
+    (nothing to train on or to score its format by)."""
+    runs = sandbox.run_workflows([TWO_AT_ONCE, CHAIN], ["q", "q"], Polled(), schedule=schedule)
+    assert "protocol violation" in runs[0].error and runs[0].calls == [], runs[0]
+    assert runs[1].error is None and len(runs[1].calls) == 5
+
+
 def test_generate_failure_becomes_run_error(mode):
 
     def broken(calls):
