@@ -245,12 +245,13 @@ class Workflows:
 
     def turn(self):
         """Between two turns of the event loop: start the programs that have a free slot, then
-        the schedule's engine work."""
+        the schedule's engine work, during which drive() cannot read: watched (iso.watching)."""
         self.start_programs()
         if self.schedule == "ticks":
             self.tick()
         elif self.pending:
-            self.poll(self.waiting_scripts())
+            with iso.watching(self.jobs):
+                self.poll(self.waiting_scripts())
 
     def busy(self):  # calls decode: the event loop only looks at the jobs, it does not wait
         return self.pending > 0
@@ -285,10 +286,11 @@ class Workflows:
         waiting = self.all_waiting()
         if not waiting:
             return
-        for s in waiting:
-            self.submit(s)
-        while self.pending:
-            self.poll(waiting)
+        with iso.watching(self.jobs):
+            for s in waiting:
+                self.submit(s)
+            while self.pending:
+                self.poll(waiting)
 
     def all_waiting(self):
         """The live scripts in run order if every one of them waits on agent calls, else [] (one
@@ -314,8 +316,9 @@ class Workflows:
 
     def poll(self, waiting):
         """The calls the engine has finished since the last poll, each to its script; a script
-        whose every call is answered gets its replies. A failed poll fails the `waiting` runs
-        (the trainer goes on; rollout re-raises an engine's failure once the sandbox is clean)."""
+        whose every call is answered gets its replies (a run killed or ended while its call
+        decoded: nothing of it). A failed poll fails the `waiting` runs (the trainer goes on;
+        rollout re-raises an engine's failure once the sandbox is clean)."""
         try:
             done = self.engine.poll()
         except Exception as e:  # the engine failed: those runs fail
@@ -323,9 +326,11 @@ class Workflows:
         for call, comp in done:
             self.pending -= 1
             s = self.by_run[call.run]
+            if s.job.kill_reason is not None or s.job.finished:
+                continue
             s.answers[call.index] = comp
             if isinstance(s.waiting, list) and len(s.answers) == len(s.waiting):
-                self.hand_back(s)  # (a script that ended meanwhile: its run keeps the calls)
+                self.hand_back(s)
 
     def fail(self, waiting, e):
         """The engine failed: the `waiting` runs fail, and every later call at once."""
@@ -396,7 +401,7 @@ class Workflows:
         prompt = mas.agent_messages(role, ins, text, self.short)
         s.waiting = [AgentCall(s.k, s.used + i, role, ins, text, prompt) for i in range(n)]
         s.many, s.used = msg.get("many"), s.used + n
-        s.job.pause()
+        s.job.pause(s.job.said_at)
         if self.schedule == "continuous":
             self.submit(s)
 
@@ -465,7 +470,7 @@ class Workflows:
                 on_message=report,
                 on_end=report,
             )
-        s.job.pause()  # until its program starts: waiting for a slot is not the script's time
+        s.job.pause(s.job.said_at)  # until its program starts: waiting for a slot is not its time
         self.queued.append(s)
 
     def start_programs(self):
@@ -493,20 +498,23 @@ class Workflows:
             self.answer_with(s, sub, programs.tests_report(programs.outcomes(sub, n), tests))
 
     def answer_with(self, s, sub, text):
-        """A run_python / run_tests reply, once (a script may wait on a later one)."""
+        """A run_python / run_tests reply, once (a script may wait on a later one); the script's
+        clock stopped when its program's result was complete."""
         if s.waiting is sub and not s.job.finished:
             s.waiting = None
+            s.job.pause(sub.said_at)
             s.job.reply({"ok": text[: self.lim.max_output]})
 
     def ended(self, job):
-        """A script's job ended: its run's duration, why it has no answer if it has none; the next
-        script is launched."""
+        """A script's job ended: its run's duration, why it has no answer if it has none (an answer
+        it gave stands, though its job then outlived its deadline); the next script is
+        launched."""
         s = self.live.pop(job)
         if isinstance(s.waiting, iso.Job):  # its program ends with it
             s.waiting.kill("its script ended")
         r = self.runs[s.k]
-        r.duration = time.monotonic() - job.t0
-        if job.kill_reason:
+        r.duration = job.said_at - job.t0  # (its end)
+        if job.kill_reason and not (s.done and job.kill_reason.startswith("timeout")):
             r.answer, r.error = None, r.error or job.kill_reason
             programs.count_failure(job.kill_reason.split(":")[0].split(" after ")[0][:60])
         elif r.answer is None and r.error is None:
