@@ -948,6 +948,52 @@ def test_a_run_killed_while_its_call_decodes_keeps_no_completion(mode, schedule)
     assert runs[1].error is None and len(runs[1].calls) == 5
 
 
+def test_a_script_hands_the_trainer_capped_messages(mode, schedule):
+    """An agent call's message (role, instructions and message) over mas.Limits.max_message
+    characters, or a run's over max_messages in all (sample(m, n) counting n), is the script's
+    failure, counted; a message within both caps is served."""
+    say = "def workflow(task):\n    a = Agent('s', 'x')\n    return %s"
+    scripts = [
+        say % "a('m' * 1000)",
+        say % "a('m' * 40000)",
+        say % "''.join(a('m' * 30000) for _ in range(10))",
+        say % "''.join(a.sample('m' * 20000, 16))",
+    ]
+    before = programs.failures["limit exceeded"]
+    runs = sandbox.run_workflows(scripts, ["q"] * 4, _instant, schedule=schedule)
+    assert (runs[0].answer, runs[0].error) == ("s:0", None), runs[0]
+    for r in runs[1:]:
+        assert r.answer is None and "max_message" in r.error, r
+    assert programs.failures["limit exceeded"] - before == 3
+    assert len(runs[2].calls) == 8  # (8 x 30,000 characters: within the run's 262,144)
+
+
+def test_votes_are_counted_off_the_event_loop(mode, schedule):
+    """Six scripts whose votes take 3 s each to count (a slow `equal`) do not hold the trainer: a
+    program that another script asks for meanwhile starts before any count ends (it prints the
+    time it started: one clock for jobs and trainer), and every vote is counted on its own
+    script's clock."""
+    ends = []
+
+    def slow(a, b):
+        time.sleep(3.0)
+        ends.append(time.monotonic())
+        return False
+
+    voter = "def workflow(task):\n    return vote(['a', 'b'])"
+    asks = "def workflow(task):\n    return run_python('import time\\nprint(time.monotonic())')"
+    runs = sandbox.run_workflows(
+        [voter] * 6 + [asks],
+        ["q"] * 7,
+        _instant,
+        equal=slow,
+        limits=mas.Limits(timeout=30.0),
+        schedule=schedule,
+    )
+    assert [(r.answer, r.error) for r in runs[:6]] == [("a", None)] * 6
+    assert runs[6].error is None and float(runs[6].answer) < min(ends), (runs[6], ends)
+
+
 def test_generate_failure_becomes_run_error(mode):
 
     def broken(calls):
