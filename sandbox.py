@@ -18,26 +18,31 @@ request in a method of its own and hands the agent calls to the engine on the sc
         so no call waits for another script's longest reply. The script gets mas.answer_of(reply),
         the text inside the answer tag; WorkflowRun.calls keeps each full reply and what the engine
         returned (token ids, ...).
-    vote(answers)     mas.majority(answers, equal), counted here with the `equal` run_workflows was
-                      given
+    vote(answers)     mas.majority(answers, equal), with the `equal` run_workflows was given,
+                      counted in a thread beside the event loop (isolation.Background)
     run_python(code)  the program in a job of its own: its stdout, or its stdout and the error
     run_tests(code)   the program on the task's VISIBLE tests (public_tests; hidden tests never
                       enter a script): tests_report's "PASS k/k", or "FAIL j/k" and the first
                       failing case
 
 Limits (mas.Limits): max_calls agent calls a run (sample(m, n) counts n); max_programs run_python
-and run_tests calls a run; `timeout` wall seconds a run, counting its programs' run time and a
-vote's count, not the time it waits on the trainer or for a program's turn; max_output characters
-of an answer, of stdout, of a helper's reply; code_timeout seconds a run_python (run_tests: at most
-4 a test). Programs take turns: at most PROGRAMS_PER_CORE a usable core run at once in one
-run_workflows call, the others wait with their scripts' clocks stopped, and a program's clock
-starts when it starts (so that 600 scripts calling run_tests at one tick do not time one another
-out). vote() takes at most mas.MAX_VOTE answers of mas.MAX_VOTE_CHARS characters, and its count
-stops at the script's deadline. Every job: isolation.MEMORY bytes of memory more than the
-fork-server's (its folder's included), 16 MiB files, 64 open files, CPU seconds = its timeout + 1;
-its stdout past the cap closes the pipe. Nothing a script does raises in the trainer: every failure
-(syntax, exception, limit, timeout, crash, protocol violation, engine failure) is its
-WorkflowRun.error, and the ones the trainer had to catch are counted in `failures` (programs.py's).
+and run_tests calls a run; `timeout` wall seconds a run, its own time (its compute, its programs,
+its votes' counts, its sleeps), never the time it waits on the trainer: from the line that asks
+(or its program's end) to the reply, whatever the trainer does meanwhile (an engine call, other
+runs), nor the time its program waits for its turn; what a job said while the trainer was in the
+engine is read at the time it came (isolation.watching), and an answer given stands. max_output
+characters of an answer, of stdout, of a helper's reply; code_timeout seconds a run_python
+(run_tests: at most 4 a test); max_message characters of an agent call's role, instructions and
+message, max_messages of all of a run's (sample(m, n) counts n times). Programs take turns: at most
+PROGRAMS_PER_CORE a usable core run at once in one run_workflows call, the others wait with their
+scripts' clocks stopped, and a program's clock starts when it starts (so that 600 scripts calling
+run_tests at one tick do not time one another out). vote() takes at most mas.MAX_VOTE answers of
+mas.MAX_VOTE_CHARS characters, and its count stops at the script's deadline. Every job:
+isolation.MEMORY bytes of memory more than the fork-server's (its folder's included), 16 MiB files,
+64 open files, CPU seconds = its timeout + 1; its stdout past the cap closes the pipe. Nothing a
+script does raises in the trainer: every failure (syntax, exception, limit, timeout, crash,
+protocol violation, engine failure) is its WorkflowRun.error, and the ones the trainer had to catch
+are counted in `failures` (programs.py's).
 
 Programs under test, outside workflows, are machinery/programs.py's (run_code, run_tests, passed:
 reward.py grades with them).
@@ -200,12 +205,13 @@ class LiveScript:
     """A script whose job runs: its run k; the agent calls it used; what it waits on (None: it
     runs | a list of AgentCalls, `many` saying whether it asked for a list | the job of its
     run_python or run_tests | while that program waits its turn, the function that starts its
-    job); done: it sent its answer or error."""
+    job | "vote" while its vote is counted); done: it sent its answer or error."""
 
     k: int
     job: object
     used: int = 0
     programs: int = 0
+    chars: int = 0  # characters of its agent calls' messages (sample(m, n): n times)
     waiting: object = None
     many: bool = False
     done: bool = False
@@ -235,17 +241,20 @@ class Workflows:
         self.queued = deque()  # the scripts whose program waits its turn, in request order
         self.programs = []  # the programs' jobs running now, at most self.slots
         self.slots = PROGRAMS_PER_CORE * len(os.sched_getaffinity(0))
+        self.background = iso.Background()  # where votes are counted
 
     def run(self):
         self.launch()
-        iso.drive(self.jobs, idle=self.turn, busy=self.busy)
+        iso.drive(self.jobs, idle=self.turn, busy=self.busy, wake=self.background.fd)
         while self.pending:  # the calls of scripts that ended while they decoded: none is left in
             self.poll([])  # the engine for the next call of run_workflows
+        self.background.close()
         return self.runs
 
     def turn(self):
         """Between two turns of the event loop: start the programs that have a free slot, then
         the schedule's engine work, during which drive() cannot read: watched (iso.watching)."""
+        self.background.collect()  # the votes counted
         self.start_programs()
         if self.schedule == "ticks":
             self.tick()
@@ -398,6 +407,10 @@ class Workflows:
             return s.job.kill(
                 f"limit exceeded: more than max_calls={self.lim.max_calls} agent calls"
             )
+        size = len(role) + len(ins) + len(text)
+        s.chars += n * size
+        if size > self.lim.max_message or s.chars > self.lim.max_messages:
+            return s.job.kill("limit exceeded: more than max_message / max_messages characters")
         prompt = mas.agent_messages(role, ins, text, self.short)
         s.waiting = [AgentCall(s.k, s.used + i, role, ins, text, prompt) for i in range(n)]
         s.many, s.used = msg.get("many"), s.used + n
@@ -406,10 +419,11 @@ class Workflows:
             self.submit(s)
 
     def vote(self, s, msg):
-        """vote(answers): mas.majority with the `equal` run_workflows was given, counted here on the
-        voting script's clock (and on no other script's: they waited on this loop meanwhile). At
-        most mas.MAX_VOTE answers of mas.MAX_VOTE_CHARS characters; the deadline is checked before
-        each comparison (one comparison may overrun it: reward.math_equal's own timeout)."""
+        """vote(answers): mas.majority with the `equal` run_workflows was given, counted in a
+        thread of its own (the event loop and the other scripts go on meanwhile) on the voting
+        script's clock, up to its deadline, checked before each comparison (one comparison may
+        overrun it: reward.math_equal's own timeout). At most mas.MAX_VOTE answers of
+        mas.MAX_VOTE_CHARS characters."""
         job, votes = s.job, msg.get("answers")
         strings = isinstance(votes, list) and not {type(a) for a in votes} - {str}
         if not strings or len(votes) > mas.MAX_VOTE:
@@ -420,20 +434,19 @@ class Workflows:
             return job.kill(
                 "vote() needs run_workflows(..., equal=...): how two answers are compared"
             )
-        t0, won = time.monotonic(), None
-        try:
-            won = mas.majority(votes, partial(_equal_before, job.deadline, self.equal))
-        except _PastDeadline:
-            job.kill(f"timeout after {job.timeout:g}s (counting a vote)")
-        except Exception as e:  # a grader failing on odd answers fails this run only
-            job.kill(f"vote failed: {type(e).__name__}: {e}")
-        if won is not None and time.monotonic() >= job.deadline:
-            job.kill(f"timeout after {job.timeout:g}s (counting a vote)")
-        elif won is not None:
-            job.reply({"ok": won})
-        for other in self.jobs:
-            if other is not job and other.paused_at is None:
-                other.deadline += time.monotonic() - t0
+        s.waiting, equal = "vote", partial(_equal_before, job.deadline, self.equal)
+        self.background.run(partial(mas.majority, votes, equal), partial(self.counted, s))
+
+    def counted(self, s, won, at):
+        """A vote counted: its winner to its script (whose clock stopped then), or its failure."""
+        s.waiting = None
+        if isinstance(won, _PastDeadline) or at >= s.job.deadline:
+            s.job.kill(f"timeout after {s.job.timeout:g}s (counting a vote)")
+        elif isinstance(won, Exception):
+            s.job.kill(f"vote failed: {type(won).__name__}: {won}")
+        else:
+            s.job.pause(at)
+            s.job.reply({"ok": won})
 
     def program(self, s, op, msg):
         """run_python(code, input) or run_tests(code): the program in a job of its own, which the

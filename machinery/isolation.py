@@ -60,6 +60,8 @@ The trainer's side, thread-safe (one fork-server; each drive() call its own loop
                                  send, read, kill at deadlines; on_message, on_end and idle() are
                                  called here (a message whose handler raises fails its job only);
                                  what came while idle() worked is read before a deadline is checked
+    Background()                 run(fn, then): fn in a thread beside drive()'s loop, then(result)
+                                 in it
     watching(jobs)               around the trainer's long work: when each job said what drive()
                                  reads after it. A job's clock: wall time from its start, less the
                                  time it waits on the trainer (pause(at): from the line that asked,
@@ -1030,6 +1032,42 @@ def _read_ready(sel, wait):
             sel.unregister(key.fd)
             key.data.cut_off(key.fd)
     return len(ready)
+
+
+class Background:
+    """Work beside drive()'s loop that must not hold it up (a vote's count can take seconds):
+    run(fn, then) calls fn() in a thread of its own; once it has returned (or raised), collect(),
+    called in the loop (idle()), calls then(its result or exception, the time it ended). Its end
+    wakes drive(wake=background.fd) at once."""
+
+    def __init__(self):
+        self.finished, self.lock, self.wake = [], threading.Lock(), socket.socketpair()
+        self.fd = self.wake[0].fileno()
+
+    def run(self, fn, then):
+        threading.Thread(target=self._work, args=(fn, then), daemon=True).start()
+
+    def _work(self, fn, then):
+        try:
+            out = fn()
+        except Exception as e:  # noqa: BLE001 - then() says what it means
+            out = e
+        with self.lock:
+            self.finished.append((then, out, time.monotonic()))
+            if self.wake is not None:
+                self.wake[1].send(b"x")
+
+    def collect(self):
+        with self.lock:
+            finished, self.finished = self.finished, []
+        for then, out, at in finished:
+            then(out, at)
+
+    def close(self):  # (work still going on is of jobs that are gone: never collected)
+        with self.lock:
+            for sock in self.wake:
+                sock.close()
+            self.wake = None
 
 
 @contextlib.contextmanager
