@@ -925,8 +925,8 @@ def test_a_runs_clock_is_its_own_time(mode, schedule, engine):
         ASKS % 0,
         SAYS % (0.3, "'quick'"),
         SAYS % (0.3, "run_python('print(2)').strip()"),
-        ASKS % 1.0,
-        SAYS % (1.2, "'late'"),  # (ticks: its answer comes as the tick starts)
+        ASKS % 0.6,
+        SAYS % (0.9, "'late'"),  # (ticks: its answer comes as the tick starts)
     ]
     runs = sandbox.run_workflows(honest, ["q"] * 5, gen, limits=limits, schedule=schedule)
     got = [(r.answer, r.error) for r in runs]
