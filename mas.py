@@ -74,6 +74,8 @@ class Limits:
     )
     code_timeout: float = 10.0  # wall seconds of one run_python / run_tests from a script
     max_programs: int = 16  # run_python / run_tests calls per execution
+    max_message: int = 32768  # chars of an agent call's role, instructions and message
+    max_messages: int = 262144  # chars of all of them in an execution (sample(m, n): n times)
 
 
 # --------------------------------------------------------------------------------------------------

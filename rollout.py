@@ -325,7 +325,7 @@ def design(queries, engine, M, template, sampling, short, seed_of) -> Designs:
 @dataclass
 class Execution:
     """The runs (q, i, j) that happened, in (q, i, j) order; their sandbox.WorkflowRuns; the
-    engine's completion of every agent call, by (run, call)."""
+    engine's completion of every agent call handed to a run, by (run, call)."""
 
     keys: list[tuple[int, int, int]]
     runs: list
@@ -348,7 +348,7 @@ def execute(
     if not keys:
         return ran
     sampling = sampling or engine_lib.Sampling()
-    calls = ExecutorCalls(engine, sampling, keys, seed_of, ran.completions, stats)
+    calls = ExecutorCalls(engine, sampling, keys, seed_of, stats)
     ran.runs = sandbox.run_workflows(
         [scripts[q][i] for q, i, _ in keys],
         [queries[q] for q, _, _ in keys],
@@ -358,6 +358,8 @@ def execute(
         short=short,
         schedule=schedule,
     )
+    for k, run in enumerate(ran.runs):  # the calls handed to each run (a killed run's: not)
+        ran.completions.update(((k, c.index), c.completion) for c in run.calls)
     if "engine_error" in stats:
         e = stats.pop("engine_error")
         raise RuntimeError(
@@ -369,11 +371,11 @@ def execute(
 class ExecutorCalls:
     """The Executor's side of the sandbox's agent calls (sandbox.run_workflows takes it as its
     engine): call c of run k = (q, i, j) is submitted to the engine seeded from seed_of(q, i, j, c)
-    and its completion stored in completions[(k, c)] as it comes back."""
+    and its completion handed to the sandbox as it comes back."""
 
-    def __init__(self, eng, sampling, keys, seed_of, completions, stats):
+    def __init__(self, eng, sampling, keys, seed_of, stats):
         self.eng, self.sampling, self.keys, self.seed_of = eng, sampling, keys, seed_of
-        self.completions, self.stats, self.calls = completions, stats, {}
+        self.stats, self.calls = stats, {}
         self.tag = object()  # this rollout's requests: an earlier one's left in the engine differ
 
     def submit(self, calls):
@@ -402,7 +404,6 @@ class ExecutorCalls:
         out = []
         for (tag, run, index), comps in done:
             if tag is self.tag:  # (else a request of a rollout that failed: dropped)
-                self.completions[(run, index)] = comps[0]
                 out.append((self.calls.pop((run, index)), comps[0]))
         return out
 

@@ -18,26 +18,31 @@ request in a method of its own and hands the agent calls to the engine on the sc
         so no call waits for another script's longest reply. The script gets mas.answer_of(reply),
         the text inside the answer tag; WorkflowRun.calls keeps each full reply and what the engine
         returned (token ids, ...).
-    vote(answers)     mas.majority(answers, equal), counted here with the `equal` run_workflows was
-                      given
+    vote(answers)     mas.majority(answers, equal), with the `equal` run_workflows was given,
+                      counted in a thread beside the event loop (isolation.Background)
     run_python(code)  the program in a job of its own: its stdout, or its stdout and the error
     run_tests(code)   the program on the task's VISIBLE tests (public_tests; hidden tests never
                       enter a script): tests_report's "PASS k/k", or "FAIL j/k" and the first
                       failing case
 
 Limits (mas.Limits): max_calls agent calls a run (sample(m, n) counts n); max_programs run_python
-and run_tests calls a run; `timeout` wall seconds a run, counting its programs' run time and a
-vote's count, not the time it waits on the trainer or for a program's turn; max_output characters
-of an answer, of stdout, of a helper's reply; code_timeout seconds a run_python (run_tests: at most
-4 a test). Programs take turns: at most PROGRAMS_PER_CORE a usable core run at once in one
-run_workflows call, the others wait with their scripts' clocks stopped, and a program's clock
-starts when it starts (so that 600 scripts calling run_tests at one tick do not time one another
-out). vote() takes at most mas.MAX_VOTE answers of mas.MAX_VOTE_CHARS characters, and its count
-stops at the script's deadline. Every job: isolation.MEMORY bytes of memory more than the
-fork-server's (its folder's included), 16 MiB files, 64 open files, CPU seconds = its timeout + 1;
-its stdout past the cap closes the pipe. Nothing a script does raises in the trainer: every failure
-(syntax, exception, limit, timeout, crash, protocol violation, engine failure) is its
-WorkflowRun.error, and the ones the trainer had to catch are counted in `failures` (programs.py's).
+and run_tests calls a run; `timeout` wall seconds a run, its own time (its compute, its programs,
+its votes' counts, its sleeps), never the time it waits on the trainer: from the line that asks
+(or its program's end) to the reply, whatever the trainer does meanwhile (an engine call, other
+runs), nor the time its program waits for its turn; what a job said while the trainer was in the
+engine is read at the time it came (isolation.watching), and an answer given stands. max_output
+characters of an answer, of stdout, of a helper's reply; code_timeout seconds a run_python
+(run_tests: at most 4 a test); max_message characters of an agent call's role, instructions and
+message, max_messages of all of a run's (sample(m, n) counts n times). Programs take turns: at most
+PROGRAMS_PER_CORE a usable core run at once in one run_workflows call, the others wait with their
+scripts' clocks stopped, and a program's clock starts when it starts (so that 600 scripts calling
+run_tests at one tick do not time one another out). vote() takes at most mas.MAX_VOTE answers of
+mas.MAX_VOTE_CHARS characters, and its count stops at the script's deadline. Every job:
+isolation.MEMORY bytes of memory more than the fork-server's (its folder's included), 16 MiB files,
+64 open files, CPU seconds = its timeout + 1; its stdout past the cap closes the pipe. Nothing a
+script does raises in the trainer: every failure (syntax, exception, limit, timeout, crash,
+protocol violation, engine failure) is its WorkflowRun.error, and the ones the trainer had to catch
+are counted in `failures` (programs.py's).
 
 Programs under test, outside workflows, are machinery/programs.py's (run_code, run_tests, passed:
 reward.py grades with them).
@@ -218,12 +223,13 @@ class LiveScript:
     """A script whose job runs: its run k; the agent calls it used; what it waits on (None: it
     runs | a list of AgentCalls, `many` saying whether it asked for a list | the job of its
     run_python or run_tests | while that program waits its turn, the function that starts its
-    job); done: it sent its answer or error."""
+    job | "vote" while its vote is counted); done: it sent its answer or error."""
 
     k: int
     job: object
     used: int = 0
     programs: int = 0
+    chars: int = 0  # characters of its agent calls' messages (sample(m, n): n times)
     waiting: object = None
     many: bool = False
     done: bool = False
@@ -253,22 +259,26 @@ class Workflows:
         self.queued = deque()  # the scripts whose program waits its turn, in request order
         self.programs = []  # the programs' jobs running now, at most self.slots
         self.slots = PROGRAMS_PER_CORE * len(os.sched_getaffinity(0))
+        self.background = iso.Background()  # where votes are counted
 
     def run(self):
         self.launch()
-        iso.drive(self.jobs, idle=self.turn, busy=self.busy)
+        iso.drive(self.jobs, idle=self.turn, busy=self.busy, wake=self.background.fd)
         while self.pending:  # the calls of scripts that ended while they decoded: none is left in
             self.poll([])  # the engine for the next call of run_workflows
+        self.background.close()
         return self.runs
 
     def turn(self):
         """Between two turns of the event loop: start the programs that have a free slot, then
-        the schedule's engine work."""
+        the schedule's engine work, during which drive() cannot read: watched (iso.watching)."""
+        self.background.collect()  # the votes counted
         self.start_programs()
         if self.schedule == "ticks":
             self.tick()
         elif self.pending:
-            self.poll(self.waiting_scripts())
+            with iso.watching(self.jobs):
+                self.poll(self.waiting_scripts())
 
     def busy(self):  # calls decode: the event loop only looks at the jobs, it does not wait
         return self.pending > 0
@@ -303,10 +313,11 @@ class Workflows:
         waiting = self.all_waiting()
         if not waiting:
             return
-        for s in waiting:
-            self.submit(s)
-        while self.pending:
-            self.poll(waiting)
+        with iso.watching(self.jobs):
+            for s in waiting:
+                self.submit(s)
+            while self.pending:
+                self.poll(waiting)
 
     def all_waiting(self):
         """The live scripts in run order if every one of them waits on agent calls, else [] (one
@@ -332,8 +343,9 @@ class Workflows:
 
     def poll(self, waiting):
         """The calls the engine has finished since the last poll, each to its script; a script
-        whose every call is answered gets its replies. A failed poll fails the `waiting` runs
-        (the trainer goes on; rollout re-raises an engine's failure once the sandbox is clean)."""
+        whose every call is answered gets its replies (a run killed or ended while its call
+        decoded: nothing of it). A failed poll fails the `waiting` runs (the trainer goes on;
+        rollout re-raises an engine's failure once the sandbox is clean)."""
         try:
             done = self.engine.poll()
         except Exception as e:  # the engine failed: those runs fail
@@ -341,9 +353,11 @@ class Workflows:
         for call, comp in done:
             self.pending -= 1
             s = self.by_run[call.run]
+            if s.job.kill_reason is not None or s.job.finished:
+                continue
             s.answers[call.index] = comp
             if isinstance(s.waiting, list) and len(s.answers) == len(s.waiting):
-                self.hand_back(s)  # (a script that ended meanwhile: its run keeps the calls)
+                self.hand_back(s)
 
     def fail(self, waiting, e):
         """The engine failed: the `waiting` runs fail, and every later call at once."""
@@ -411,18 +425,23 @@ class Workflows:
             return s.job.kill(
                 f"limit exceeded: more than max_calls={self.lim.max_calls} agent calls"
             )
+        size = len(role) + len(ins) + len(text)
+        s.chars += n * size
+        if size > self.lim.max_message or s.chars > self.lim.max_messages:
+            return s.job.kill("limit exceeded: more than max_message / max_messages characters")
         prompt = mas.agent_messages(role, ins, text, self.short)
         s.waiting = [AgentCall(s.k, s.used + i, role, ins, text, prompt) for i in range(n)]
         s.many, s.used = msg.get("many"), s.used + n
-        s.job.pause()
+        s.job.pause(s.job.said_at)
         if self.schedule == "continuous":
             self.submit(s)
 
     def vote(self, s, msg):
-        """vote(answers): mas.majority with the `equal` run_workflows was given, counted here on the
-        voting script's clock (and on no other script's: they waited on this loop meanwhile). At
-        most mas.MAX_VOTE answers of mas.MAX_VOTE_CHARS characters; the deadline is checked before
-        each comparison (one comparison may overrun it: reward.math_equal's own timeout)."""
+        """vote(answers): mas.majority with the `equal` run_workflows was given, counted in a
+        thread of its own (the event loop and the other scripts go on meanwhile) on the voting
+        script's clock, up to its deadline, checked before each comparison (one comparison may
+        overrun it: reward.math_equal's own timeout). At most mas.MAX_VOTE answers of
+        mas.MAX_VOTE_CHARS characters."""
         job, votes = s.job, msg.get("answers")
         strings = isinstance(votes, list) and not {type(a) for a in votes} - {str}
         if not strings or len(votes) > mas.MAX_VOTE:
@@ -433,20 +452,19 @@ class Workflows:
             return job.kill(
                 "vote() needs run_workflows(..., equal=...): how two answers are compared"
             )
-        t0, won = time.monotonic(), None
-        try:
-            won = mas.majority(votes, partial(_equal_before, job.deadline, self.equal))
-        except _PastDeadline:
-            job.kill(f"timeout after {job.timeout:g}s (counting a vote)")
-        except Exception as e:  # a grader failing on odd answers fails this run only
-            job.kill(f"vote failed: {type(e).__name__}: {e}")
-        if won is not None and time.monotonic() >= job.deadline:
-            job.kill(f"timeout after {job.timeout:g}s (counting a vote)")
-        elif won is not None:
-            job.reply({"ok": won})
-        for other in self.jobs:
-            if other is not job and other.paused_at is None:
-                other.deadline += time.monotonic() - t0
+        s.waiting, equal = "vote", partial(_equal_before, job.deadline, self.equal)
+        self.background.run(partial(mas.majority, votes, equal), partial(self.counted, s))
+
+    def counted(self, s, won, at):
+        """A vote counted: its winner to its script (whose clock stopped then), or its failure."""
+        s.waiting = None
+        if isinstance(won, _PastDeadline) or at >= s.job.deadline:
+            s.job.kill(f"timeout after {s.job.timeout:g}s (counting a vote)")
+        elif isinstance(won, Exception):
+            s.job.kill(f"vote failed: {type(won).__name__}: {won}")
+        else:
+            s.job.pause(at)
+            s.job.reply({"ok": won})
 
     def program(self, s, op, msg):
         """run_python(code, input) or run_tests(code): the program in a job of its own, which the
@@ -483,7 +501,7 @@ class Workflows:
                 on_message=report,
                 on_end=report,
             )
-        s.job.pause()  # until its program starts: waiting for a slot is not the script's time
+        s.job.pause(s.job.said_at)  # until its program starts: waiting for a slot is not its time
         self.queued.append(s)
 
     def start_programs(self):
@@ -511,20 +529,23 @@ class Workflows:
             self.answer_with(s, sub, programs.tests_report(programs.outcomes(sub, n), tests))
 
     def answer_with(self, s, sub, text):
-        """A run_python / run_tests reply, once (a script may wait on a later one)."""
+        """A run_python / run_tests reply, once (a script may wait on a later one); the script's
+        clock stopped when its program's result was complete."""
         if s.waiting is sub and not s.job.finished:
             s.waiting = None
+            s.job.pause(sub.said_at)
             s.job.reply({"ok": text[: self.lim.max_output]})
 
     def ended(self, job):
-        """A script's job ended: its run's duration, why it has no answer if it has none; the next
-        script is launched."""
+        """A script's job ended: its run's duration, why it has no answer if it has none (an answer
+        it gave stands, though its job then outlived its deadline); the next script is
+        launched."""
         s = self.live.pop(job)
         if isinstance(s.waiting, iso.Job):  # its program ends with it
             s.waiting.kill("its script ended")
         r = self.runs[s.k]
-        r.duration = time.monotonic() - job.t0
-        if job.kill_reason:
+        r.duration = job.said_at - job.t0  # (its end)
+        if job.kill_reason and not (s.done and job.kill_reason.startswith("timeout")):
             r.answer, r.error = None, r.error or job.kill_reason
             programs.count_failure(job.kill_reason.split(":")[0].split(" after ")[0][:60])
         elif r.answer is None and r.error is None:

@@ -31,7 +31,8 @@ A job gets four descriptors from the trainer (passed over the fork-server's sock
 socket that carries one JSON object a line each way (the job's payload; a script's requests and
 their replies; a harness's outcomes); stdout and stderr, pipes the trainer reads up to caps (past
 a cap it closes the pipe: the job's next write fails); and a status pipe on which the fork-server
-writes how the job ended, {"rc": exit code or -signal, "why": ...}. At its deadline the trainer has
+writes how and when the job ended, {"rc": exit code or -signal, "why": ..., "at": its
+time.monotonic(), one clock in every namespace}. At its deadline the trainer has
 the fork-server SIGKILL it: PID 1 of its own namespace, unable to fork, it leaves nothing behind,
 and its tmpfs goes with its mount namespace. The fork-server, and so every job, ends when the
 trainer's end of its socket closes (the trainer exits or dies).
@@ -69,10 +70,17 @@ The trainer's side, thread-safe (one fork-server; each drive() call its own loop
                                  the fork-server, started on first use
     Job(kind, payload, timeout, max_output, memory, on_message, on_end)
                                  one job, submitted at once
-    drive(jobs, idle, until, busy)
+    drive(jobs, idle, until, busy, wake)
                                  send, read, kill at deadlines; on_message, on_end and idle() are
                                  called here (a message whose handler raises fails its job only);
                                  what came while idle() worked is read before a deadline is checked
+    Background()                 run(fn, then): fn in a thread beside drive()'s loop, then(result)
+                                 in it
+    watching(jobs)               around the trainer's long work: when each job said what drive()
+                                 reads after it. A job's clock: wall time from its start, less the
+                                 time it waits on the trainer (pause(at): from the line that asked,
+                                 or its program's end, to the reply); a line said past its deadline
+                                 is not handled, and a job that ended past it timed out
     outcome(job) -> (stdout, stderr, status, seconds, returncode)
                                  status: ok | error | timeout | memory | killed
 
@@ -687,7 +695,7 @@ def _serve(sock_fd, base, mode, abi, cgroup):
                 if capped and why is None:
                     why = f"its processes and threads reached their cap ({TASKS})"
                 with contextlib.suppress(OSError):
-                    os.write(sfd, _line({"rc": rc, "why": why}))
+                    os.write(sfd, _line({"rc": rc, "why": why, "at": time.monotonic()}))
                 os.close(sfd)
                 shutil.rmtree(os.path.join(base, str(key.data)), ignore_errors=True)
                 if setup["cgroup"] is not None and not _end_cgroup(setup["cgroup"], key.data):
@@ -1035,7 +1043,8 @@ class Job:
         self.on_message, self.on_end = on_message or _nothing, on_end or _nothing
         self.messages, self.t0 = [], time.monotonic()
         self.deadline = self.t0 + timeout
-        self.paused_at = self.kill_reason = self.rc = self.chan = self.why = None
+        self.paused_at = self.kill_reason = self.rc = self.chan = self.why = self.heard = None
+        self.said_at = self.t0  # when the job last said something: a line, or its end
         self.out, self.err, self.status, self.inbuf = bytearray(), b"", b"", bytearray()
         self.open, self.cut, self.err_read = set(), set(), 0
         self.sendbuf = bytearray(_line(payload))
@@ -1059,8 +1068,8 @@ class Job:
             with contextlib.suppress(OSError):  # (a fork-server that is gone took it along)
                 self.server.sock.send(json.dumps({"op": "kill", "id": self.id}).encode())
 
-    def pause(self):  # its clock stops while it waits on the trainer
-        self.paused_at = time.monotonic()
+    def pause(self, at):  # its clock stops at `at` (when it asked) while it waits on the trainer
+        self.paused_at = at
 
     def resume(self):  # and runs again
         if self.paused_at is not None:
@@ -1092,6 +1101,7 @@ class Job:
         elif fd == self.st_r:
             self.status += data
         elif self.kill_reason is None:  # the channel: one JSON object a line
+            self.said_at = self.heard or time.monotonic()  # (heard: watching() saw it come)
             self.inbuf += data
             if len(self.inbuf) > MAX_LINE:
                 self.kill("protocol violation: oversized message on the sandbox channel")
@@ -1109,6 +1119,8 @@ class Job:
                 msg = None
             if not isinstance(msg, dict):
                 self.kill("protocol violation: malformed message on the sandbox channel")
+            if self.paused_at is None and self.said_at >= self.deadline:  # said too late
+                self.kill(f"timeout after {self.timeout:g}s")
             if self.kill_reason is not None:
                 return
             self.messages.append(msg)
@@ -1138,11 +1150,15 @@ class Job:
                 if fd not in self.cut:
                     os.close(fd)
             self.chan, self.open = None, set()
-            try:  # {"rc": ..., "why": ...}; nothing when it never started
+            try:  # {"rc": ..., "why": ..., "at": ...}; nothing when it never started
                 status = json.loads(self.status or b"{}")
-                self.rc, self.why = status.get("rc"), status.get("why")
+                self.rc, self.why, at = status.get("rc"), status.get("why"), status.get("at")
             except Exception:  # noqa: BLE001 - then it has no exit status
-                pass
+                at = None
+            late = isinstance(at, float) and at >= self.deadline  # it ended past its deadline
+            self.said_at = at if isinstance(at, float) else time.monotonic()
+            if late and self.kill_reason is None and self.paused_at is None:
+                self.kill_reason = f"timeout after {self.timeout:g}s"
 
 
 def last_line(text):
@@ -1186,35 +1202,40 @@ def outcome(job):
     )
 
 
-def drive(jobs, idle=_nothing, until=_nothing, busy=_nothing):
+def drive(jobs, idle=_nothing, until=_nothing, busy=_nothing, wake=None):
     """The trainer's event loop over `jobs`, a list its callbacks may extend: send payloads and
     replies, collect output and messages, kill each job at its deadline (a paused job's clock stands
     still), call job.on_end once a job has ended and idle() after every turn (while busy() holds,
-    without waiting for the jobs in between). Returns when every job has ended, or as soon as
-    until() holds; the jobs still running then are killed, as when the loop is left any other
-    way."""
+    without waiting for the jobs in between; a byte on the pipe `wake` ends a wait too). Returns
+    when every job has ended, or as soon as until() holds; the jobs still running then are killed,
+    as when the loop is left any other way."""
     sel, live, seen = selectors.DefaultSelector(), [], 0  # live: the jobs not yet ended
+    if wake is not None:
+        sel.register(wake, selectors.EVENT_READ, None)
     try:
         while True:
-            for j in jobs[seen:]:
+            live = _end(live)
+            idle()
+            for j in jobs[seen:]:  # (jobs idle() started too: they ran while it worked)
                 for fd in j.open:
                     sel.register(fd, selectors.EVENT_READ, j)
             live, seen = live + jobs[seen:], len(jobs)
-            for j in [j for j in live if j.finished]:
-                j.close()
-                j.on_end(j)
-            live = [j for j in live if not j.finished]
-            idle()
-            if not live and seen == len(jobs) or until():
+            if not live or until():
                 return
-            # what came while idle() worked (an engine's poll can take seconds) is read before a
-            # deadline is checked: a job that ended in time is not timed out
-            _read_ready(sel, 0)
+            # what came while idle() worked (an engine call can take a minute) is read, at the
+            # times it came (watching()), and the jobs that ended meanwhile are ended, before any
+            # deadline is checked: a job that spoke or ended in time is not timed out
+            for _ in range(16):
+                if not _read_ready(sel, 0):
+                    break
+            for j in live:
+                j.heard = None
+            live = _end(live)
             now = time.monotonic()
-            waits = [0.5]
+            waits = [0.5 if live else 0.0]
             for j in live:
                 j.flush_send()
-                running = j.kill_reason is None and j.paused_at is None and not j.finished
+                running = j.kill_reason is None and j.paused_at is None
                 if running and now >= j.deadline:
                     j.kill(f"timeout after {j.timeout:g}s")
                 elif running:
@@ -1234,12 +1255,97 @@ def drive(jobs, idle=_nothing, until=_nothing, busy=_nothing):
         sel.close()
 
 
+def _end(jobs):
+    """The jobs that have not ended; each that has is closed, and its on_end called."""
+    for j in [j for j in jobs if j.finished]:
+        j.close()
+        j.on_end(j)
+    return [j for j in jobs if not j.finished]
+
+
 def _read_ready(sel, wait):
-    """Read what every job's ready descriptor holds, waiting at most `wait` seconds for one."""
-    for key, _ in sel.select(wait):
-        if not key.data.on_readable(key.fd):
+    """Read what every job's ready descriptor holds, waiting at most `wait` seconds for one (a
+    byte on the wake pipe ends the wait); how many were ready."""
+    ready = sel.select(wait)
+    for key, _ in ready:
+        if key.data is None:  # the wake pipe
+            os.read(key.fd, 4096)
+        elif not key.data.on_readable(key.fd):
             sel.unregister(key.fd)
             key.data.cut_off(key.fd)
+    return len(ready)
+
+
+class Background:
+    """Work beside drive()'s loop that must not hold it up (a vote's count can take seconds):
+    run(fn, then) calls fn() in a thread of its own; once it has returned (or raised), collect(),
+    called in the loop (idle()), calls then(its result or exception, the time it ended). Its end
+    wakes drive(wake=background.fd) at once."""
+
+    def __init__(self):
+        self.finished, self.lock, self.wake = [], threading.Lock(), socket.socketpair()
+        self.fd = self.wake[0].fileno()
+
+    def run(self, fn, then):
+        threading.Thread(target=self._work, args=(fn, then), daemon=True).start()
+
+    def _work(self, fn, then):
+        try:
+            out = fn()
+        except Exception as e:  # noqa: BLE001 - then() says what it means
+            out = e
+        with self.lock:
+            self.finished.append((then, out, time.monotonic()))
+            if self.wake is not None:
+                self.wake[1].send(b"x")
+
+    def collect(self):
+        with self.lock:
+            finished, self.finished = self.finished, []
+        for then, out, at in finished:
+            then(out, at)
+
+    def close(self):  # (work still going on is of jobs that are gone: never collected)
+        with self.lock:
+            for sock in self.wake:
+                sock.close()
+            self.wake = None
+
+
+@contextlib.contextmanager
+def watching(jobs):
+    """While the trainer works elsewhere (an engine call can take a minute), a thread notes when
+    each running job's channel last received something: drive() then reads it as said at that
+    time (Job.said_at), so that waiting on the trainer is never counted on the job's clock, and
+    a line said past the deadline still is. (Edge-triggered: each arrival wakes it once.)"""
+    ep, (stop_r, stop_w), heard, by_fd = select.epoll(), os.pipe(), {}, {}
+    ep.register(stop_r, select.EPOLLIN)
+    for j in jobs:
+        j.flush_send()  # first what the trainer has to say: payloads, replies
+        if j.chan is not None and j.chan.fileno() in j.open:
+            by_fd[j.chan.fileno()] = j
+            ep.register(j.chan.fileno(), select.EPOLLIN | select.EPOLLET)
+
+    def watch():
+        while True:
+            events = ep.poll()
+            now = time.monotonic()
+            heard.update((fd, now) for fd, _ in events)
+            if stop_r in heard:
+                return
+
+    thread = threading.Thread(target=watch, daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        os.write(stop_w, b"x")
+        thread.join()
+        for fd, j in by_fd.items():
+            j.heard = heard.get(fd, j.heard)
+        ep.close()
+        os.close(stop_r)
+        os.close(stop_w)
 
 
 # the fork-server: `python -E -s machinery/isolation.py FD BASE MODE ABI`
