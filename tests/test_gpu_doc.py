@@ -31,8 +31,8 @@ page's `git clone`). NOT_RUN names the commands it does not run, each with what 
 test fails on a command of the page that is in neither. Then it checks what each step left: the
 prepared files and manifests, the teacher's samples (nothing failed), the cold start, the killed and
 resumed run on vLLM (steps 2-4 kept, step 2 as a curve step, every sync's reload probed), the curve
-at steps 0, 2 and 4, the figures, the three evaluations (the header names each benchmark), the
-teacher stopped.
+at steps 0, 2 and 4, the figures, the five evaluations (the header names each benchmark) and Table 1
+across three of them, the teacher stopped.
 """
 
 import contextlib
@@ -336,13 +336,21 @@ def test_the_page_runs_end_to_end_on_a_cpu(tmp_path):
     for r in rows[1:]:
         assert r["reload/probe_gap"] <= r["reload/probe_limit"], r["step"]
     assert (rl / "plots" / "training.png").is_file() or list(rl.glob("*.png"))
-    # step 6: three evaluations, each header naming its benchmarks
+    # step 6: five evaluations, each header naming its benchmarks
     heads = {
         d: (work / "out" / d / "results.md").read_text().split("### ")[0]
-        for d in ("eval-8b", "eval-8b-step200", "eval-qwen3-8b")
+        for d in ("eval-8b", "eval-8b-step200", "eval-qwen3-8b", "eval-base-8b", "eval-sft-8b")
     }
-    for name in ("aime24", "aime25", "olympiadbench", "apps500", "livecodebench", "codecontests"):
-        assert f"  - {name}: " in heads["eval-8b"], name
+    six = ("aime24", "aime25", "olympiadbench", "apps500", "livecodebench", "codecontests")
+    for name in six:
+        for d in ("eval-8b", "eval-base-8b", "eval-sft-8b"):
+            assert f"  - {name}: " in heads[d], (d, name)
+    # Table 1 across the three: the base model's single agent, the cold start's and the RL model's
+    # every method, the paper's column order
+    cols = "| livecodebench | apps500 | codecontests | aime24 | aime25 | olympiadbench | average |"
+    assert f"| model | method {cols}" in log
+    assert f"| {student} | single | " in log and "| out/sft-qwen3-8b | auto | " in log
+    assert "| out/qwen3-8b-rl step 4 | auto | " in log
     assert "(run out/qwen3-8b-rl, step 2)" in heads["eval-8b-step200"]
     assert "x 2 samples a problem" in heads["eval-8b-step200"]
     assert f"--model {student}" in heads["eval-qwen3-8b"]
