@@ -31,7 +31,7 @@ page's `git clone`). NOT_RUN names the commands it does not run, each with what 
 test fails on a command of the page that is in neither. Then it checks what each step left: the
 prepared files and manifests, the teacher's samples (nothing failed), the cold start, the killed and
 resumed run on vLLM (steps 2-4 kept, step 2 as a curve step, every sync's reload probed), the curve
-at steps 0, 2 and 4, the figures, the five evaluations (the header names each benchmark) and Table 1
+at steps 0, 2 and 4, the figures, the four evaluations (the header names each benchmark) and Table 1
 across three of them, the teacher stopped.
 """
 
@@ -175,12 +175,14 @@ def published_files(folder):
         ],
         "aime25": [{"problem": t["question"], "answer": t["answer"]} for t in maths[6:]],
         "olympiadbench": [
-            {"question": t["question"], "final_answer": [t["answer"]]} for t in maths[4:]
+            {"question": t["question"], "final_answer": [t["answer"]]} for t in maths[4:6]
         ],
+        # one APPS problem to evaluate (each problem is run by every method, on vLLM)
+        "apps": [json.loads(open(FIX / "apps.jsonl").readline())],
     }
     files = {name: [_jsonl(folder / f"{name}.jsonl", r)] for name, r in rows.items()}
-    for name in ("apps_train", "apps", "apps500"):
-        files[name] = [str(FIX / "apps.jsonl")]
+    files["apps500"] = files["apps"]
+    files["apps_train"] = [str(FIX / "apps.jsonl")]
     for name in ("codecontests_train", "codecontests"):
         files[name] = [str(FIX / "codecontests.jsonl")]
     files["livecodebench"] = [str(FIX / "livecodebench_v5_window.jsonl")]
@@ -336,14 +338,14 @@ def test_the_page_runs_end_to_end_on_a_cpu(tmp_path):
     for r in rows[1:]:
         assert r["reload/probe_gap"] <= r["reload/probe_limit"], r["step"]
     assert (rl / "plots" / "training.png").is_file() or list(rl.glob("*.png"))
-    # step 6: five evaluations, each header naming its benchmarks
+    # steps 6-7: four evaluations, each header naming its benchmarks
     heads = {
         d: (work / "out" / d / "results.md").read_text().split("### ")[0]
-        for d in ("eval-8b", "eval-8b-step200", "eval-qwen3-8b", "eval-base-8b", "eval-sft-8b")
+        for d in ("eval-8b", "eval-8b-step200", "eval-qwen3-8b", "eval-sft-8b")
     }
     six = ("aime24", "aime25", "olympiadbench", "apps500", "livecodebench", "codecontests")
     for name in six:
-        for d in ("eval-8b", "eval-base-8b", "eval-sft-8b"):
+        for d in ("eval-8b", "eval-qwen3-8b", "eval-sft-8b"):
             assert f"  - {name}: " in heads[d], (d, name)
     # Table 1 across the three: the base model's single agent, the cold start's and the RL model's
     # every method, the paper's column order
