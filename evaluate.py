@@ -446,8 +446,7 @@ def parse_args(argv):
 def main(argv=None):
     argv = sys.argv[1:] if argv is None else list(argv)
     if argv[:1] == ["--table"]:  # results.json of earlier evaluations, one table (results.py)
-        print(report.paper_table(argv[1:]))
-        return None
+        return print(report.paper_table(argv[1:]))
     a = parse_args(argv)
     both = (
         "evaluate.py: give --run RUN, --model (one model, both roles), or --designer and --executor"

@@ -1316,3 +1316,27 @@ def test_repair_metrics_count_the_repairs_their_copies_and_their_advantage():
     assert recorder.repair_metrics([{"repairs": 0, "copies": 0}], A_E[..., :1]) == {
         "repair/calls": 0
     }
+
+
+def test_the_authors_format_reward_runs(model_dir, tmp_path):
+    """--format_reward=authors: `--help` names it, and a one-step run grades every run by their
+    term, R = correct + 0.4 delivered + 0.4 solution (reward.py), recorded in rollouts.jsonl."""
+    p = subprocess.run(
+        [sys.executable, "train.py", "--format_reward=authors", "--help"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert p.returncode == 0 and 'format_reward: str = "paper"' in p.stdout + p.stderr
+    out = tmp_path / "authors"
+    run(args_for(model_dir, out, steps=1, format_reward="authors", record_queries=4))
+    assert json.loads((out / "run.json").read_text())["config"]["format_reward"] == "authors"
+    seen = 0
+    for tree in trees(out):
+        for script in tree["scripts"]:
+            for r in script["runs"]:
+                assert r["format"] in (0.0, 0.5, 1.0)
+                assert r["R"] == pytest.approx(r["correct"] + 0.8 * r["format"])
+                seen += 1
+    assert seen == 4 * 2 * 2  # every run of the step's 4 queries (M 2, N 2)
