@@ -10,7 +10,7 @@ The reward of one execution e_ij of workflow d_i on query q (the paper's eq. for
 
 format_reward="authors" (settings.Config.format_reward) puts the authors' term in place of λ·format,
 with its own two weights: PettingLLMs' gen_agent adds 0.4 for a `<delivery>...</delivery>` block in
-the workflow's output and 0.4 for a `\boxed{}` that is no placeholder name (math) or a `<solution>`
+the workflow's output and 0.4 for a `\\boxed{}` that is no placeholder name (math) or a `<solution>`
 whose code parses and has 10 characters or more (code), to the Designer's and the Executor's reward
 alike. On our reply format their delivery block is the answer tag, their boxed answer or solution
 the answer the script returns:
