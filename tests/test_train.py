@@ -1318,17 +1318,26 @@ def test_repair_metrics_count_the_repairs_their_copies_and_their_advantage():
     }
 
 
-def test_the_authors_format_reward_runs(model_dir, tmp_path):
-    """--format_reward=authors: `--help` names it, and a one-step run grades every run by their
-    term, R = correct + 0.4 delivered + 0.4 solution (reward.py), recorded in rollouts.jsonl."""
+def test_format_reward_is_a_setting():
+    """`--format_reward=authors --help` parses and lists the setting; a value of neither kind is
+    refused, naming both."""
     p = subprocess.run(
         [sys.executable, "train.py", "--format_reward=authors", "--help"],
         cwd=ROOT,
         capture_output=True,
         text=True,
-        timeout=120,
+        timeout=300,
     )
-    assert p.returncode == 0 and 'format_reward: str = "paper"' in p.stdout + p.stderr
+    assert 'format_reward: str = "paper"' in p.stderr and "unknown config key" not in p.stderr
+    assert settings.parse_config(["config/tiny.py"]).format_reward == "paper"
+    cfg = settings.parse_config(["config/tiny.py", "--format_reward=theirs"])
+    with pytest.raises(settings.ConfigError, match="format_reward must be one of"):
+        settings.validate(cfg)
+
+
+def test_the_authors_format_reward_runs(model_dir, tmp_path):
+    """--format_reward=authors: a one-step run grades every run by their term, R = correct +
+    0.4 delivered + 0.4 solution (reward.py), recorded in rollouts.jsonl."""
     out = tmp_path / "authors"
     run(args_for(model_dir, out, steps=1, format_reward="authors", record_queries=4))
     assert json.loads((out / "run.json").read_text())["config"]["format_reward"] == "authors"
