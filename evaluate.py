@@ -21,6 +21,8 @@ paper's "Avg"). A script or program that crashes is simply wrong; it never abort
         --config config/qwen3_8b.py --tasks aime24          # separate policies, one model a role
     python world/tiny.py tasks && python evaluate.py --run out/tiny-rl --tasks tiny
                                                             # the tiny world's held-out tasks
+    python evaluate.py --table out/eval-base out/eval-sft out/eval-rl   # the paper's Table 1: a
+                                        # row per model and method of each folder, nothing run
 
 --run RUN evaluates a train.py run with the settings it was trained with, read from RUN/run.json's
 config: the backend and engine_kwargs, chat_template_kwargs (Qwen3: thinking off), max_tokens and
@@ -457,6 +459,8 @@ def parse_args(argv):
 
 def main(argv=None):
     argv = sys.argv[1:] if argv is None else list(argv)
+    if argv[:1] == ["--table"]:  # results.json of earlier evaluations, one table (results.py)
+        return print(report.paper_table(argv[1:]))
     a = parse_args(argv)
     both = (
         "evaluate.py: give --run RUN, --model (one model, both roles), or --designer and --executor"

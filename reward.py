@@ -8,6 +8,19 @@ The reward of one execution e_ij of workflow d_i on query q (the paper's eq. for
     format   = share of the execution's executor replies that carry exactly one well-formed
                answer tag
 
+format_reward="authors" (settings.Config.format_reward) puts the authors' term in place of λ·format,
+with its own two weights: PettingLLMs' gen_agent adds 0.4 for a `<delivery>...</delivery>` block in
+the workflow's output and 0.4 for a `\\boxed{}` that is no placeholder name (math) or a `<solution>`
+whose code parses and has 10 characters or more (code), to the Designer's and the Executor's reward
+alike. On our reply format their delivery block is the answer tag, their boxed answer or solution
+the answer the script returns:
+
+    R = correct + 0.4 · delivered + 0.4 · solution       (format = (delivered + solution) / 2)
+    delivered = 1 if some executor reply of the execution carries a well-formed answer tag
+    solution  = 1 if the returned answer's graded part is no placeholder (math: not empty, not a
+                bare name such as "answer" or "{x}"), or its program parses and has >= 10
+                characters (code)
+
 correct is strictly binary, as the paper's is: a program that passes 9 of 10 hidden tests is wrong
 (code_score, the fraction passed, stays a diagnostic).
 
@@ -43,6 +56,7 @@ GRADE_BUDGET wall seconds for a task's tests. Replies are parsed in time linear 
 Needs: machinery/programs.py, machinery/isolation.py, machinery/confine.py (programs under test),
 mas.py (the answer tag and its regex), machinery/grader.py"""
 
+import ast
 import logging
 import os
 import re
@@ -62,6 +76,8 @@ GRADER_MEMORY = 4 << 30  # address space of one grader process: a blow-up dies, 
 # wall seconds a program gets for all the hidden tests of one task (4 s a test at most as well): a
 # program that passes a 200-test CodeContests task takes a few seconds here
 GRADE_BUDGET = 120.0
+# [authors] a placeholder where a math answer belongs: a bare name, in braces or not
+PLACEHOLDER = re.compile(r"[{}]*[a-zA-Z_][a-zA-Z_0-9]*[{}]*")
 
 
 # --------------------------------------------------------------------------------------------------
@@ -374,11 +390,14 @@ def well_formed(reply):
     return i < j and reply[i + len(o) : j].strip() != ""
 
 
-def format_score(run):
+def format_score(run, task=None, format_reward="paper"):
     """The paper's format reward (weighted by λ in R): the share of the execution's executor
     replies (run.calls[k].reply) that carry exactly one well-formed answer tag; 0 when there were no
     replies. Only the tag's content goes back to the script: a reply without one gives the script ""
-    from agent(message), so a badly formatted reply also starves the workflow."""
+    from agent(message), so a badly formatted reply also starves the workflow. format_reward
+    "authors": authors_format(task, run) instead."""
+    if format_reward == "authors":
+        return authors_format(task, run)
     return sum(well_formed(c.reply) for c in run.calls) / len(run.calls) if run.calls else 0.0
 
 
@@ -412,14 +431,28 @@ def correctness(task, answer, budget=GRADE_BUDGET, math_timeout=5.0):
     raise ValueError(f"task {task.get('id')!r}: unknown kind {kind!r} (expected 'math' or 'code')")
 
 
-def reward(task, run, *, lam, correct=None, fmt=None):
+def authors_format(task, run):
+    """The authors' format term on our replies, as a share of its two checks (the module
+    docstring): (delivered + solution) / 2."""
+    delivered = any(well_formed(c.reply) for c in run.calls)
+    graded = (graded_part(task.get("kind"), run.answer) or "").strip()
+    if task.get("kind") != "code":  # math: an answer that is no placeholder name
+        return (delivered + bool(graded and not PLACEHOLDER.fullmatch(graded))) / 2
+    try:  # code: a program of 10 characters or more that parses (ast.parse raises if not)
+        return (delivered + (len(graded) >= 10 and ast.parse(graded) is not None)) / 2
+    except (SyntaxError, ValueError):  # (ValueError: a null byte)
+        return delivered / 2
+
+
+def reward(task, run, *, lam, correct=None, fmt=None, format_reward="paper"):
     """R = correct + λ·format (the paper's; a run that failed to parse or run just earns no
-    correctness). λ has no default here: settings.Config.lam is its one (0.4, the paper's).
+    correctness), or format_reward "authors": correct + 0.8 · authors_format (their two 0.4s; λ
+    unused). λ has no default here: settings.Config.lam is its one (0.4, the paper's).
     correct, fmt: the run's correctness and format share when they are already known (grade_runs
     and format_score, as rollout.py grades a step's runs), else None: computed here."""
     correct = correctness(task, run.answer) if correct is None else correct
-    fmt = format_score(run) if fmt is None else fmt
-    return correct + lam * fmt
+    fmt = format_score(run, task, format_reward) if fmt is None else fmt
+    return correct + (lam if format_reward == "paper" else 0.8) * fmt  # (authors: 0.4 a check)
 
 
 def grade_runs(pairs, workers=4, **limits):

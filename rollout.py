@@ -203,6 +203,7 @@ def rollout(
     step=0,
     *,
     lam,
+    format_reward="paper",
     seed=0,
     template=None,
     designer_sampling=None,
@@ -217,6 +218,7 @@ def rollout(
     in order.
 
     lam: λ in R = correct + λ·format (settings.Config.lam in training; 0 makes R the correctness).
+    format_reward: "paper" (λ·format) or "authors" (their term, reward.py; settings.Config's).
     template: None (the Designer writes the scripts) or a key of mas.TEMPLATES (a fixed structure:
       every one of the M designs is that template; designer_engine is not used and may be None).
     designer_engine, executor_engine: anything with engine.py's generate; separate policies that
@@ -247,7 +249,7 @@ def rollout(
             grading or {},
         )
     with _timed(stats, "grade_s"):
-        graded = grade(queries, ran, lam, grading or {})
+        graded = grade(queries, ran, lam, grading or {}, format_reward)
     stats["sandbox_failures"] = dict(programs.failures - failed_before)
     return assemble(len(queries), M, N, designs, ran, graded, stats)
 
@@ -412,16 +414,18 @@ class ExecutorCalls:
 # Phase 3: grade
 
 
-def grade(queries, ran, lam, grading):
+def grade(queries, ran, lam, grading, format_reward="paper"):
     """R = correct + λ·format of every run that happened, by reward.reward, from the correctness
     reward.grade_runs gives (each distinct answer to a query graded once) and each run's format
-    share. Returns (correct, format, R), lists in ran.keys' order."""
+    share (format_reward "authors": their term's share). Returns (correct, format, R), lists in
+    ran.keys' order."""
     pairs = [(queries[q], run) for (q, _, _), run in zip(ran.keys, ran.runs, strict=True)]
     correct = reward_lib.grade_runs(pairs, **grading)
-    formats = [reward_lib.format_score(run) for _, run in pairs]
+    formats = [reward_lib.format_score(run, task, format_reward) for task, run in pairs]
     rewards = []
     for (task, run), c, f in zip(pairs, correct, formats, strict=True):
-        rewards.append(reward_lib.reward(task, run, lam=lam, correct=c, fmt=f))
+        kw = dict(lam=lam, correct=c, fmt=f, format_reward=format_reward)
+        rewards.append(reward_lib.reward(task, run, **kw))
     return correct, formats, rewards
 
 

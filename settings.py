@@ -62,6 +62,8 @@ class Config:
     first_role: str = "executor"  # [authors] the role of the first stage (stagewise.py)
     policy: str = "shared"  # [paper] shared (one model plays both roles) | separate
     lam: float = 0.4  # [paper] R = correct + lam * format
+    # paper | authors: their format term, 0.4 a check of two, in place of lam * format (reward.py)
+    format_reward: str = "paper"
     # a fixed structure (mas.TEMPLATES), no Designer: "single" = single-agent GRPO
     template: str = ""
     # the update
@@ -69,12 +71,11 @@ class Config:
     executor_batch_size: int = 0  # > 0: an Executor-only step rolls out this many queries instead
     designer_lr: float = 5e-6  # [paper] the Designer's updates
     executor_lr: float = 5e-6  # [paper] the Executor's updates
-    # ours: constant (the paper gives none; the tiny default) | warmup_cosine [authors] (lr_warmup
-    # steps, then cosine down to lr_floor x at the last step; warmup_cosine below): PettingLLMs'
-    # ppo_trainer/eval.yaml `optim` from 2026-02-21 on, which the Qwen3 presets take
+    # constant [authors] (their override_lr sets each update's lr) | warmup_cosine (lr_warmup steps,
+    # then cosine down to lr_floor x at the last step: warmup_cosine below; their PPO optim's)
     lr_schedule: str = "constant"
-    lr_warmup: int = 10  # [authors] warmup_cosine's warmup steps
-    lr_floor: float = 0.3  # [authors] warmup_cosine's last lr, a fraction of the peak
+    lr_warmup: int = 10  # warmup_cosine's warmup steps
+    lr_floor: float = 0.3  # warmup_cosine's last lr, a fraction of the peak
     weight_decay: float = 0.01  # [authors] AdamW's (verl's actor optimizer); the paper does not say
     grad_clip: float = 1.0  # [authors] the gradient's global norm clipped to this (verl's)
     clip_eps: float = 0.2  # [authors] GRPO's clip, both ways (verl's clip_ratio); paper: silent
@@ -97,9 +98,7 @@ class Config:
     max_tokens: int = 8192  # [paper] per executor completion
     designer_max_tokens: int = 8192  # [paper] per designer completion
     temperature: float = 1.0  # [authors] the rollout's sampling, both roles
-    # ours: untruncated (theirs 0.9): the clipped ratio needs the sampler's own distribution, and
-    # engine.py's log-probs are the truncated one's (the presets say more)
-    top_p: float = 1.0
+    top_p: float = 1.0  # ours: untruncated (theirs 0.9: the presets say why ours)
     # the sandbox and grading: mas.Limits' fields a run changes ({"timeout": 120.0}: max_calls,
     # timeout, max_output, code_timeout, max_programs); a program's wall seconds for a task's hidden
     # tests (reward.passes_all); SymPy's seconds for a math comparison (reward.math_equal)
@@ -267,6 +266,7 @@ def value_problems(cfg, world):
         "policy": ("shared", "separate"),
         "backend": ("auto", "vllm", "hf", "lean"),
         "rollout_schedule": ("ticks", "continuous"),
+        "format_reward": ("paper", "authors"),
         "device": ("auto", "cpu", "cuda"),
         "ac_policy": ("off", "full"),
         "logprobs": LOGPROBS,

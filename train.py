@@ -489,6 +489,7 @@ def rollout_settings(cfg, tiny_data):
         ),
         short=tiny_data,
         lam=cfg.lam,
+        format_reward=cfg.format_reward,
         **rollout_lib.config_kwargs(cfg),
     )
 

@@ -10,17 +10,19 @@ the reason, and where ours differs from theirs, their key: one shared policy (AE
 full`: two), one engine a rank (AE `tensor_model_parallel_size`: the node's GPUs), untruncated
 sampling (AE `top_p: 0.9`, `top_k: 20`, `repetition_penalty: 1.10`), a checkpoint every 20 steps
 (AE `save_freq: 5`), fp32 masters (PPO `model_dtype: bf16`), the prompt's length (AE
-`max_prompt_length: 7000`), the data mix (AE `apps_ratio: 0.0`), CodeContests' tests. Taken as
-theirs: AE `total_training_steps: 400`, `val_freq: 100`, PPO's cosine schedule. It fits one GPU
-too.
+`max_prompt_length: 7000`), the data mix (AE `env.dataset: dapo_math`, read through `env.name:
+math_env`), CodeContests' tests, the paper's format term (their gen_agent's: `--format_reward=
+authors`), micro-batches of sequences (theirs PPO `use_dynamic_bsz`, 16,384 tokens). Taken as
+theirs: AE `total_training_steps: 400`, `val_freq: 100`, and a constant 5e-6 (their `override_lr`
+sets each update's lr; PPO's cosine schedule never takes effect). It fits one GPU too.
 """
 
 exec(open(__file__.replace("qwen3_4b.py", "qwen3_8b.py")).read())
 
 out_dir = "out/qwen3-4b-rl"  # ours
 init_from = "out/sft-qwen3-4b"  # ours: Qwen3-4B (tied embeddings) after the SFT cold start
-# ours: Qwen3-4B's smaller activations, twice the 8B's sequences a forward (theirs AE
-# `ppo_micro_batch_size_per_gpu: 4`, one value for every model size)
+# ours: Qwen3-4B's smaller activations, twice the 8B's sequences a forward (theirs PPO
+# `use_dynamic_bsz: True`, `ppo_max_token_len_per_gpu: 16384` for every model size)
 micro_batch = 8
 # The memory plan (config/qwen3_8b.py's arithmetic, init_from's 4.02e9 parameters, the idle
 # role's Adam state offloaded as there): the trainer 16 B x 4.02e9 / ranks = 7.5 GiB on 8 ranks,

@@ -6,8 +6,13 @@
 config where the paper is silent, with its file and key: PettingLLMs, the K=30 run
 pettingllms/config/autoevol/math_L1_iterated_br.yaml (AE, as of 2026-04-23), whose optimizer block
 is pettingllms/config/ppo_trainer/eval.yaml (PPO, as of 2026-04-13), the version AE reads
-(docs/NOTES.md, issue #69, names the commits read and how the schedule changed across versions).
+(docs/NOTES.md, issue #69, names the commits read and how the schedule changed across versions),
+and where that key takes effect in their trainer: pettingllms/trainer/ (the PPO trainer, TR:
+multi_agents_ppo_trainer.py; the rollout, EX: multi_agents_execution_engine_autoevol.py and
+async_generate.py) and the verl copy in that repository (verl/verl/workers/: fsdp_workers.py and
+actor/dp_actor.py), as of the AE commit. A key their run never reads is named as such.
 Ours marks our choices, each with its reason, and where it differs from theirs, their key and value.
+docs/gpu.md's table "ours / theirs / why" lists every difference that changes a run.
 init_from is an SFT cold start of Qwen3-8B (`python sft.py --model Qwen/Qwen3-8B --data DIR --out
 out/sft-qwen3-8b`), the data files in machinery/data.py's task format (`python machinery/data.py
 prepare ...`): docs/gpu.md makes both.
@@ -24,52 +29,79 @@ init_from = "out/sft-qwen3-8b"  # ours: the path docs/gpu.md's SFT writes
 # each its own AdamW state)
 policy = "shared"
 # [paper] Polaris + APPS + CodeContests, their train splits (`python machinery/data.py prepare
-# polaris apps_train codecontests_train`; the benchmarks' test splits are evaluation's only);
-# [authors] AE `env.math_ratio: 0.5`: half math, half code. Their math set is `dataset_math:
-# polaris` (a dapo_math set is named too, unused here: the paper names Polaris); their code half is
-# `dataset_code: code_contests` alone (`apps_ratio: 0.0`): ours adds APPS train at half of it, as
-# the paper names APPS. CodeContests tasks are graded on public + private + generated tests (ours,
-# as AlphaCode: fewer false passes); [authors] private tests alone (machinery/data.py's CC_TESTS)
+# polaris apps_train codecontests_train`; the benchmarks' test splits are evaluation's only), half
+# math, half code. Theirs differs: AE `env.name: math_env` makes EX's env batch MathEnvBatch, whose
+# load_math_problem_batch (multi_agent_env/math/math_utils.py) reads `env.dataset: dapo_math`: their
+# run trains on DAPO-Math alone, math only. AE's `math_ratio: 0.5`, `dataset_math: polaris`,
+# `dataset_code: code_contests` and `apps_ratio: 0.0` are read by multi_agent_env/mixed/mixed_env.py
+# alone (`env.name: mixed_env`), not by this run. CodeContests tasks are graded on public + private
+# + generated tests (ours, as AlphaCode: fewer false passes); their loader, private tests alone
+# (machinery/data.py's CC_TESTS)
 data_mix = {
     "data/polaris.jsonl": 1.0,
     "data/apps_train.jsonl": 0.5,
     "data/codecontests_train.jsonl": 0.5,
 }
 
-M = 4  # [paper]; [authors] AE `design_sample_num: 4`
-N = 4  # [paper]; [authors] AE `execute_sample_num: 4`
-K = 30  # [paper] stage length; [authors] AE `phase_alternate_steps: 30`
+# [paper]; [authors] AE `design_sample_num: 4`, `execute_sample_num: 4`: EX's
+# _load_config_parameters and init_agents_and_envs (`sample_num = design_sample_num *
+# execute_sample_num` in train mode)
+M = 4
+N = 4
+# [paper] stage length; [authors] AE `phase_alternate_steps: 30`, `first_phase_trains: executor`
+# (the paper is silent on the first role): TR.fit, `phase = (global_steps // 30) % 2` from step 0,
+# the other policy frozen (its update skipped) for the phase
+K = 30
 mode = "stagewise"  # [paper]
-first_role = "executor"  # [authors] AE `first_phase_trains: executor` (the paper is silent)
+first_role = "executor"
 lam = 0.4  # [paper]
+# ours: the paper's λ·format (reward.py), where theirs is their own term (+0.4 a `<delivery>`
+# block, +0.4 a boxed answer or a parseable solution: multi_agent_env/autoevol/gen_agent.py,
+# MASGenerator.step and MASExecutor.step), added to both roles' reward; `--format_reward=authors`
+# puts theirs in place of λ·format
+format_reward = "paper"
 
 batch_size = 8  # [paper] queries per step (1 per GPU on 8xH200); [authors] AE `train_batch_size: 8`
+# (EX's gen_batch_size in train mode)
 designer_lr = 5e-6  # [paper]; [authors] AE `designer_lr: 5e-6`
 executor_lr = 5e-6  # [paper]; [authors] AE `executor_lr: 5e-6`
-steps = 400  # [authors] AE `total_training_steps: 400` (the paper gives no step count)
-# [authors] PPO `optim`: `warmup_style: cosine`, `lr_warmup_steps: 10`, `min_lr_ratio: 0.3`,
-# `num_cycles: 0.5`: 10 steps of warmup, then a half cosine down to 0.3x at the last step
-# (train.lr_factor; their warmup starts at 0, ours at 1/10 of the lr). The paper gives no schedule
-lr_schedule = "warmup_cosine"
-# Config's defaults, not set here: weight_decay 0.01 [authors] PPO `weight_decay: 0.01`, grad_clip
-# 1.0 [authors] PPO `grad_clip: 1.0`, clip_eps 0.2 [authors] PPO `clip_ratio_low`/`_high: 0.2`, no
-# KL term [authors] PPO `use_kl_loss: False`, a token-mean loss [authors] PPO `loss_agg_mode:
-# "token-mean"`, full fine-tuning [authors] AE `lora_rank: 0`
+steps = 400  # [authors] AE `total_training_steps: 400` (TR.fit's loop; the paper gives none)
+# [authors] a constant 5e-6: with `designer_lr` and `executor_lr` set, TR._update_parameters puts
+# `override_lr` into each role's sub-batch meta info, and fsdp_workers.update_actor writes it into
+# every param group before the update (the scheduler's value put back after): PPO `optim`'s
+# `warmup_style: cosine` (10 warmup steps, down to `min_lr_ratio: 0.3`) steps but never takes effect
+lr_schedule = "constant"
+# Config's defaults, not set here: weight_decay 0.01 [authors] PPO `weight_decay: 0.01`
+# (fsdp_workers._build_model_optimizer's AdamW), grad_clip 1.0 [authors] PPO `grad_clip: 1.0`
+# (dp_actor._optimizer_step), clip_eps 0.2 [authors] PPO `clip_ratio_low`/`_high: 0.2`, no KL term
+# [authors] PPO `use_kl_loss: False` (both dp_actor.update_policy), a token-mean loss (PPO
+# `loss_agg_mode: "token-mean"`: theirs per micro-batch, below), full fine-tuning [authors] AE
+# `lora_rank: 0`
 # ours: on-policy, one optimizer step a rollout (the paper does not say; theirs PPO
-# `ppo_mini_batch_size: 16`, `ppo_epochs: 1`, over their trainer's own sample count)
+# `ppo_mini_batch_size: 16`, `ppo_epochs: 1`: dp_actor.update_policy, an optimizer step per 16 of
+# their trainer's own samples)
 minibatches = 1
-micro_batch = 4  # [authors] AE `ppo_micro_batch_size_per_gpu: 4`: 4 sequences a forward
+# ours: 4 sequences a forward, the loss a token-mean over the whole batch's trained tokens (grpo.py:
+# the micro-batches add up to the one-batch loss). Theirs: PPO `use_dynamic_bsz: True`,
+# `ppo_max_token_len_per_gpu: 16384` (dp_actor.update_policy: micro-batches packed to 16,384 tokens,
+# each a token-mean weighted by its sequences / `ppo_mini_batch_size`: sequence-weighted
+# token-means). AE's `ppo_micro_batch_size_per_gpu: 4` sits under `ppo_trainer_config.actor`, a key
+# verl never reads (it reads `actor_rollout_ref.actor`)
+micro_batch = 4
 logprobs = (
     "chunked"  # ours: the lm head a chunk at a time (chunked.py); shared-prompt rows (a custom 4D
 )
 # mask) are tested on CPU only, and the compiled/kept-logit variants wait for
 # `python tools/bench.py train` on an H200
-max_tokens = 8192  # [paper] per completion; [authors] AE `max_response_length: 8192`
+# [paper] per completion; [authors] AE `max_response_length: 8192` (async_generate.py's sampling
+# `max_tokens`, both roles)
+max_tokens = 8192
 designer_max_tokens = 8192  # [paper]
 # the prompt: [authors] AE `max_prompt_length: 7000`, longer prompts dropped; ours: no separate
 # cap, a prompt and its completion within the engine's max_model_len (16384 = 8192 + 8192 below),
 # so no task is dropped for its length
-# Sampling: T 1 [authors] AE `train_llm_config.temperature: 1.0`, untruncated (top_p 1, no top-k,
+# Sampling (async_generate.py reads `train_llm_config` in training, `val_llm_config` in
+# validation): T 1 [authors] AE `train_llm_config.temperature: 1.0`, untruncated (top_p 1, no top-k,
 # no repetition penalty): ours, where theirs is AE `top_p: 0.9`, `top_k: 20`, `min_p: 0.0`,
 # `repetition_penalty: 1.10` (the Designer's and the Executor's `train_llm_config` alike). Ours
 # because the clipped ratio pi_theta / pi_old needs the sampler's own distribution: truncation and
@@ -94,9 +126,11 @@ chat_template_kwargs = {"enable_thinking": False}
 device = "cuda"
 # ours: fp32 master weights (train.load_model: Adam's 5e-6 steps are below bf16's resolution of most
 # weights), bf16 compute on the GPU and in the engine; [authors] PPO `model_dtype: bf16`
-# The benchmark curve during RL (world/heldout.py's Benchmark): [authors] AE `val_freq: 100`,
-# greedy (AE `val_llm_config`: `temperature: 0`, `top_p: 1`, `top_k: -1`; `validate_sample_num:
-# 1`: one draw a problem, heldout.VAL_SAMPLING), on AE `benchmark: AIME24` (all 30 problems)
+# The benchmark curve during RL (world/heldout.py's Benchmark): [authors] AE `val_freq: 100`
+# (TR.fit: at step 0, `val_before_train`'s default, and every 100), greedy (AE `val_llm_config`:
+# `temperature: 0`, `top_p: 1`, `top_k: -1`; `validate_sample_num: 1`, EX in validate mode: one
+# draw a problem, heldout.VAL_SAMPLING), on AE `benchmark: AIME24` (MathEnvBatch in validate mode:
+# all 30 problems)
 val_tasks = "aime24"
 val_every = 100
 # The memory plan of a rank (plans.memory_plan, checked before any model loads, from

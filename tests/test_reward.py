@@ -624,3 +624,31 @@ def test_the_linear_parsers_read_what_the_regexes_read():
         assert unclosed == (m.group(1) if m else None), text
         assert reward._last_boxed(text) == _last_boxed_by_scanning(text), text
         assert mas.answers_in(text) == mas.ANSWER_RE.findall(text), text
+
+
+def test_format_reward_paper_and_authors_tell_replies_apart(sb):
+    """format_reward "paper": λ · the share of well-formed executor replies; "authors" (their
+    gen_agent term): +0.4 when some reply delivers through the answer tag, +0.4 for a final answer
+    that is no placeholder (math) or a program that parses, of 10 characters or more (code)."""
+    math_task = {"id": "m", "kind": "math", "question": "?", "answer": "025"}
+    # one of three replies tagged: paper 0.4/3; authors: delivered (0.4), "24" no placeholder (0.4)
+    run = _run(["draft", "<answer>24</answer>", "no tag"], answer="24")
+    assert reward.reward(math_task, run, lam=0.4) == pytest.approx(0.4 / 3)
+    assert reward.reward(math_task, run, lam=0.4, format_reward="authors") == pytest.approx(0.8)
+    # every reply tagged, but the answer a placeholder name: paper 0.4; authors the delivery only
+    named = _run(["<answer>answer</answer>"], answer="{answer}")
+    assert reward.reward(math_task, named, lam=0.4) == pytest.approx(0.4)
+    assert reward.reward(math_task, named, lam=0.4, format_reward="authors") == pytest.approx(0.4)
+    # the authors' term has its own weights: λ does not scale it; correctness adds as before
+    right = _run(["<answer>25</answer>"], answer="\\boxed{25}")
+    assert reward.reward(math_task, right, lam=0.0, format_reward="authors") == pytest.approx(1.8)
+    assert reward.format_score(_run([], answer=None), math_task, "authors") == 0.0
+    code_task = {"id": "c", "kind": "code", "question": "?", "tests": ADD}
+    short, broken = "print(1)", "```python\ndef f(:\n    return 1\n```"
+    prog = "```python\na, b = map(int, input().split())\nprint(a + b)\n```"
+    for answer, authors in ((prog, 1.8), (short, 0.4), (broken, 0.4)):
+        run = _run(["<answer>x</answer>", "untagged"], answer=answer)
+        paper = (answer == prog) + 0.4 / 2
+        assert reward.reward(code_task, run, lam=0.4) == pytest.approx(paper)
+        got = reward.reward(code_task, run, lam=0.4, format_reward="authors")
+        assert got == pytest.approx(authors), answer

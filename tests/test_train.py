@@ -1356,3 +1356,36 @@ def test_repair_metrics_count_the_repairs_their_copies_and_their_advantage():
     assert recorder.repair_metrics([{"repairs": 0, "copies": 0}], A_E[..., :1]) == {
         "repair/calls": 0
     }
+
+
+def test_format_reward_is_a_setting():
+    """`--format_reward=authors --help` parses and lists the setting; a value of neither kind is
+    refused, naming both."""
+    p = subprocess.run(
+        [sys.executable, "train.py", "--format_reward=authors", "--help"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert 'format_reward: str = "paper"' in p.stderr and "unknown config key" not in p.stderr
+    assert settings.parse_config(["config/tiny.py"]).format_reward == "paper"
+    cfg = settings.parse_config(["config/tiny.py", "--format_reward=theirs"])
+    with pytest.raises(settings.ConfigError, match="format_reward must be one of"):
+        settings.validate(cfg)
+
+
+def test_the_authors_format_reward_runs(model_dir, tmp_path):
+    """--format_reward=authors: a one-step run grades every run by their term, R = correct +
+    0.4 delivered + 0.4 solution (reward.py), recorded in rollouts.jsonl."""
+    out = tmp_path / "authors"
+    run(args_for(model_dir, out, steps=1, format_reward="authors", record_queries=4))
+    assert json.loads((out / "run.json").read_text())["config"]["format_reward"] == "authors"
+    seen = 0
+    for tree in trees(out):
+        for script in tree["scripts"]:
+            for r in script["runs"]:
+                assert r["format"] in (0.0, 0.5, 1.0)
+                assert r["R"] == pytest.approx(r["correct"] + 0.8 * r["format"])
+                seen += 1
+    assert seen == 4 * 2 * 2  # every run of the step's 4 queries (M 2, N 2)
