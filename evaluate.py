@@ -71,7 +71,6 @@ machinery/grader.py, machinery/results.py"""
 import argparse
 import dataclasses
 import json
-import math
 import os
 import sys
 from pathlib import Path
@@ -264,20 +263,6 @@ def gather(results, rank, world):
             counts = {k: sum(p["counts"][k] for p in parts) for k in parts[0]["counts"]}
             out.setdefault(method, {})[name] = summary(problems, counts)
     return out
-
-
-# ------------------------------------------------------------------------------------------- tables
-# --------------------------------------------------------------------------------------- statistics
-def paired_margin(a, b):
-    """Mean of a - b over the same problems, and its standard error (the spread of the per-problem
-    differences / sqrt(n)): the draw of problems cancels, so this is the honest error bar of a
-    margin."""
-    d = [x - y for x, y in zip(a, b)]
-    if not d:
-        return float("nan"), float("nan")
-    mean = sum(d) / len(d)
-    var = sum((x - mean) ** 2 for x in d) / max(1, len(d) - 1)
-    return mean, math.sqrt(var / len(d))
 
 
 # --------------------------------------------------------------------------------------------- main

@@ -9,6 +9,7 @@ problem's result, each task file's SHA-256 and ids). evaluate.py calls write_res
     write_results(a, used, benchmarks, names, results, world)   both files, the tables printed
     paper_table(["out/eval-base", "out/eval-sft", "out/eval-rl"])   Table 1 across evaluations
                                      (`python evaluate.py --table DIR [DIR ...]` prints it)
+    paired_margin(a, b)              a margin over the same problems and its standard error
 
 `a` is evaluate.py's arguments, `used` its settings_used().
 
@@ -17,6 +18,7 @@ Needs: machinery/data.py (the manifest beside a task file)
 
 import hashlib
 import json
+import math
 import os
 from pathlib import Path
 
@@ -205,3 +207,16 @@ def paper_table(folders):
         mean = _pct(sum(per[b] for b in cols) / len(cols)) if set(cols) <= set(per) else "-"
         lines.append(f"| {model} | {method} | " + " | ".join(cells) + f" | {mean} |")
     return "\n".join(lines)
+
+
+# --------------------------------------------------------------------------------------- statistics
+def paired_margin(a, b):
+    """Mean of a - b over the same problems, and its standard error (the spread of the per-problem
+    differences / sqrt(n)): the draw of problems cancels, so this is the honest error bar of a
+    margin."""
+    d = [x - y for x, y in zip(a, b)]
+    if not d:
+        return float("nan"), float("nan")
+    mean = sum(d) / len(d)
+    var = sum((x - mean) ** 2 for x in d) / max(1, len(d) - 1)
+    return mean, math.sqrt(var / len(d))

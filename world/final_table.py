@@ -6,7 +6,7 @@ cold start nor RL nor the tuning of RL's settings sees), measured by heldout.py,
 difference task by task:
 
     RL - SFT = mean_t (x_RL,t - x_SFT,t),   SE = std_t(x_RL,t - x_SFT,t) / sqrt(T)
-                                                                      (evaluate.paired_margin)
+                                                                      (report.paired_margin)
 
 Rows: the sampled accuracy of the learned designs and of the single agent (heldout.SAMPLES draws a
 task, each a fresh design executed once), and the exact rows by teacher forcing
@@ -51,6 +51,7 @@ import evaluate
 import mas
 import settings
 from machinery import engine as engine_lib
+from machinery import results as report
 from machinery import rundir, weights
 from world import heldout, tiny
 
@@ -138,12 +139,12 @@ def _own_first_replies(cfg, eng, sft_dirs, tasks, contexts, path):
 
 
 def known_margin(x, y):
-    """evaluate.paired_margin over the tasks where both values are known (a context that occurs):
+    """report.paired_margin over the tasks where both values are known (a context that occurs):
     (mean, SE, tasks); (nan, nan, 0) where none is."""
     pairs = [(a, b) for a, b in zip(x, y) if a is not None and b is not None]
     if not pairs:
         return float("nan"), float("nan"), 0
-    m, se = evaluate.paired_margin([a for a, _ in pairs], [b for _, b in pairs])
+    m, se = report.paired_margin([a for a, _ in pairs], [b for _, b in pairs])
     return m, se, len(pairs)
 
 
@@ -227,7 +228,7 @@ def final_table(cfg, eng, ckpt, split="eval"):
     # error bar
     gains = {}
     for what, k in (("learned designs", 0), ("single agent", 1)):
-        gains[what] = evaluate.paired_margin(rl[k][0], sft[k][0])
+        gains[what] = report.paired_margin(rl[k][0], sft[k][0])
         m, se = gains[what]
         gain = f"RL - SFT, {what + ':':16s} {100 * m:+5.1f} points"
         print(f"{gain} (paired standard error {100 * se:.1f})")
@@ -265,7 +266,7 @@ def final_table(cfg, eng, ckpt, split="eval"):
         ("executor_answer", "Executor, answer tokens"),
         ("executor_steps", "Executor, format+steps"),
     ):
-        gains[what] = evaluate.paired_margin(rl[2][what], sft[2][what])
+        gains[what] = report.paired_margin(rl[2][what], sft[2][what])
         m, se = gains[what]
         gain = f"RL - SFT, {label + ':':24s} {100 * m:+5.1f} points"
         print(f"{gain} (paired standard error {100 * se:.1f})")
@@ -292,14 +293,14 @@ def final_table(cfg, eng, ckpt, split="eval"):
     kinds_of = [t["kind"] for t in tasks]
     for kind in kinds:
         idx = [i for i, k in enumerate(kinds_of) if k == kind]
-        gains[f"accuracy/{kind}"] = evaluate.paired_margin(
+        gains[f"accuracy/{kind}"] = report.paired_margin(
             [rl[0][0][i] for i in idx], [sft[0][0][i] for i in idx]
         )
     mix = mix_shares(cfg)
     gains["accuracy/rl_mix"] = mixed_margin(gains, mix)
     # each template forced, on the code tasks
     for name in names:
-        gains[f"code/{name}"] = evaluate.paired_margin(rl[3][name], sft[3][name])
+        gains[f"code/{name}"] = report.paired_margin(rl[3][name], sft[3][name])
     print(
         "sampled accuracy of the learned designs per kind and at the RL mix "
         f"({', '.join(f'{k} {v:.0%}' for k, v in mix.items())}); each template forced on code:"
@@ -409,7 +410,7 @@ def format_figures(fig):
     per task)."""
     t, pp, kinds = fig["templates"], fig["per_problem"], fig["kinds"]
     best = max((k for k in t if k != "single"), key=t.get)
-    _, se = evaluate.paired_margin(pp[best], pp["single"])
+    _, se = report.paired_margin(pp[best], pp["single"])
     lines = [
         f"held-out tasks: {fig['tasks']}",
         f"(a) designer completions that parse: {100 * fig['parse']:.1f}%   (target >= 95%)",
@@ -426,9 +427,7 @@ def format_figures(fig):
             idx = [i for i, k in enumerate(kinds) if k == kind]
             acc = {name: sum(pp[name][i] for i in idx) / len(idx) for name in pp}
             top = max((k for k in acc if k not in ("single", "designs")), key=acc.get)
-            m, se = evaluate.paired_margin(
-                [pp[top][i] for i in idx], [pp["single"][i] for i in idx]
-            )
+            m, se = report.paired_margin([pp[top][i] for i in idx], [pp["single"][i] for i in idx])
             lines.append(
                 f"    {kind} ({len(idx)} tasks): "
                 + ", ".join(f"{k} {100 * v:.1f}%" for k, v in acc.items())
