@@ -59,9 +59,6 @@ data-file hashes, the models, K, the protocol, the settings and where they were 
 that is not there ends the run in one line that says so. One query of your own, as a page of its
 tree: tools/ask.py.
 
-paired_margin gives the honest error bar of a difference on the same problems (world/final_table.py,
-sft.py's quality bar).
-
 Needs: machinery/data.py, machinery/engine.py, machinery/weights.py, mas.py, rollout.py,
 settings.py, machinery/decode.py, machinery/isolation.py, machinery/confine.py,
 machinery/provenance.py, machinery/ranks.py, machinery/reload_check.py, machinery/rundir.py,

@@ -15,7 +15,7 @@ import torch
 import evaluate
 import settings
 import sft
-from machinery import data, engine, muon
+from machinery import data, engine, muon, results
 from world import final_table, tiny
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -319,7 +319,7 @@ def test_muon_under_fsdp2_equals_one_process(tmp_path):
 
 
 def test_quality_bar_figures_paired_margin_and_kinds():
-    m, se = evaluate.paired_margin([1, 1, 0, 1], [0, 1, 0, 0])
+    m, se = results.paired_margin([1, 1, 0, 1], [0, 1, 0, 0])
     assert m == pytest.approx(0.5) and se == pytest.approx((1 / 3) ** 0.5 / 2)
     fig = {
         "tasks": 4,
