@@ -12,7 +12,6 @@ import sys
 import pytest
 import torch
 
-import evaluate
 import settings
 import sft
 from machinery import data, engine, muon, results
