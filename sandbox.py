@@ -549,7 +549,7 @@ class Workflows:
             r.answer, r.error = None, r.error or job.kill_reason
             programs.count_failure(job.kill_reason.split(":")[0].split(" after ")[0][:60])
         elif r.answer is None and r.error is None:
-            _, err, _, _, rc = iso.outcome(job)
+            _, err, _, _, rc = programs.outcome(job)
             why = iso.last_line(err)
             if rc is not None and rc >= 0:
                 why = f"the script exited (code {rc}) without returning: {why or 'no message'}"
@@ -570,5 +570,5 @@ def _equal_before(deadline, equal, a, b):
 
 def _program_text(job):
     """What run_python gives a script: the program's stdout, and how it failed if it did."""
-    out, err, status, _, _ = iso.outcome(job)
+    out, err, status, _, _ = programs.outcome(job)
     return out if status == "ok" else f"{out}{status}: {iso.last_line(err) or status}"

@@ -124,6 +124,7 @@ SCRATCH = 64 << 20  # bytes of a job's folder (at most a quarter of its memory)
 FOLDER_FILES = 256  # files a fallback job's folder may hold
 FILE_SIZE = 16 << 20  # largest file a job may write
 TASKS = 256  # processes and threads a job may have at once (a pids cgroup of its own, or nproc)
+AT_CAP = "its processes and threads reached their cap"  # what outcome() then says
 JOB_DIR = "/job"  # an isolated job's folder (its tmpfs), its working directory and HOME
 JOB_UID = 1000  # an isolated job's user inside its own user namespace
 NOBODY = 65534  # the host user an isolated job is when the trainer is root
@@ -693,7 +694,7 @@ def _serve(sock_fd, base, mode, abi, cgroup):
                 rc = os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
                 capped = setup["cgroup"] is not None and _capped(setup["cgroup"], key.data)
                 if capped and why is None:
-                    why = f"its processes and threads reached their cap ({TASKS})"
+                    why = f"{AT_CAP} ({TASKS})"
                 with contextlib.suppress(OSError):
                     os.write(sfd, _line({"rc": rc, "why": why, "at": time.monotonic()}))
                 os.close(sfd)
@@ -1285,6 +1286,7 @@ class Background:
     def __init__(self):
         self.finished, self.lock, self.wake = [], threading.Lock(), socket.socketpair()
         self.fd = self.wake[0].fileno()
+        self.wake[1].setblocking(False)  # a full pipe means a wake waits already: never block
 
     def run(self, fn, then):
         threading.Thread(target=self._work, args=(fn, then), daemon=True).start()
@@ -1297,7 +1299,8 @@ class Background:
         with self.lock:
             self.finished.append((then, out, time.monotonic()))
             if self.wake is not None:
-                self.wake[1].send(b"x")
+                with contextlib.suppress(BlockingIOError):  # (collect() waits on this lock)
+                    self.wake[1].send(b"x")
 
     def collect(self):
         with self.lock:

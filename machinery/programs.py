@@ -82,12 +82,20 @@ class TestOutcome:
     error: str | None
 
 
+def outcome(job):
+    """isolation.outcome of an ended job, a job stopped at its cap of tasks counted ("task cap")."""
+    out = iso.outcome(job)
+    if iso.AT_CAP in out[1]:
+        count_failure("task cap")
+    return out
+
+
 def run_code(code, stdin="", timeout=10.0, *, memory=iso.MEMORY):
     """Run one Python program in a sandbox job, as `python -c` would; nothing it does raises
     here."""
     job = iso.Job("code", {"code": str(code), "stdin": str(stdin)}, timeout, 1 << 20, memory)
     iso.drive([job])
-    return RunResult(*iso.outcome(job))
+    return RunResult(*outcome(job))
 
 
 def tests_job(code, tests, per_test, max_output, budget=None, **callbacks):  # inputs: not empty
@@ -117,7 +125,7 @@ def _outcome(msg):
 def outcomes(job, n):
     outs = [_outcome(m) for m in job.messages[:n]]
     if len(outs) < n:  # the harness was killed (its overall deadline) or died: the rest did not run
-        _, err, status, _, _ = iso.outcome(job)
+        _, err, status, _, _ = outcome(job)
         why = status if status != "ok" else "error"
         outs += [TestOutcome(why, "", iso.last_line(err) or why)] * (n - len(outs))
     return outs

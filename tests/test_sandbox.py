@@ -10,6 +10,8 @@ boundary's tests (the second half) attack each class of what a job could reach: 
 process; each attack is written to succeed were the boundary not there.
 """
 
+import contextlib
+import functools
 import json
 import os
 import re
@@ -20,6 +22,7 @@ import sys
 import textwrap
 import time
 import zlib
+from concurrent import futures
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
@@ -1455,6 +1458,7 @@ def test_a_job_cannot_exhaust_the_hosts_tasks(mode):
     time.sleep(2.5)
     """
     honest = "import threading\nt = threading.Thread(target=print, args=(7,))\nt.start()\nt.join()"
+    capped = programs.failures["task cap"]
     with ThreadPoolExecutor(2) as ex:
         held = ex.submit(programs.run_code, textwrap.dedent(attack), timeout=20)
         time.sleep(1.0)
@@ -1465,6 +1469,8 @@ def test_a_job_cannot_exhaust_the_hosts_tasks(mode):
     assert r.stdout.strip().isdigit() and int(r.stdout) < 256, r
     assert int(r.stdout) < isolation.TASKS and "tasks" in sandbox.isolation(), r
     assert beside.stdout == "7\n" and [o.output for o in graded] == ["7\n", "7\n"]
+    if "a pids cgroup of its own" in sandbox.isolation():  # a fallback job's cgroup: counted
+        assert programs.failures["task cap"] == capped + 1 and isolation.AT_CAP in r.stderr
     assert _no_leftovers()
 
 
@@ -1772,3 +1778,34 @@ def test_trainer_exit_takes_the_server_down():
             time.sleep(0.05)
         else:
             raise AssertionError("the sandbox outlived its trainer")
+
+
+def test_background_work_ends_however_many_wait_to_be_collected():
+    """isolation.Background (where votes are counted): 3,000 counts that end while nothing reads
+    the wake socket (the event loop busy elsewhere) are each collected. A full wake socket once
+    held a count's thread inside the lock that collect() takes, and the final table's thousands of
+    votes froze the main job there."""
+    bg, got = isolation.Background(), []
+
+    def then(out, at):
+        got.append(out)
+
+    def count_all():
+        for k in range(3000):
+            bg.run(functools.partial(int, k), then)
+        end = time.monotonic() + 120
+        while len(got) < 3000 and time.monotonic() < end:
+            time.sleep(0.5)  # the counts pile up before anything is collected
+            bg.collect()
+
+    with ThreadPoolExecutor(1) as ex:
+        done = ex.submit(count_all)
+        frozen = not futures.wait([done], timeout=60).done
+        if frozen:  # a frozen collect() waits on a count's send: read the wake socket for it
+            bg.wake[0].setblocking(False)
+            with contextlib.suppress(BlockingIOError):
+                while bg.wake[0].recv(1 << 16):
+                    pass
+        done.result(timeout=180)
+    bg.close()
+    assert not frozen and sorted(got) == list(range(3000))
