@@ -471,16 +471,6 @@ def test_every_recipe_is_tested_offline():
     assert sorted(PREPARED) == sorted(data.RECIPES)
 
 
-def test_only_a_network_error_is_called_offline(monkeypatch, tmp_path):
-    """Listing a recipe's published files: a bug of ours (a recipe whose files are None) is raised
-    as itself, never "offline, prepare from files you have" (data.Unreachable), which only a
-    network's or a hub client's error is."""
-    broken = data.Recipe("github", "owner/name", None, "train", "polaris")
-    monkeypatch.setitem(data.RECIPES, "broken", broken)
-    with pytest.raises(TypeError):
-        data.prepare("broken", str(tmp_path), cache_dir=str(tmp_path))
-
-
 @pytest.mark.parametrize("name", sorted(PREPARED))
 def test_prepare_from_files(name, tmp_path):
     fixtures, n_read, n_written, skipped = PREPARED[name]
