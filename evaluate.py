@@ -61,7 +61,8 @@ tree: tools/ask.py.
 
 Needs: machinery/data.py, machinery/engine.py, machinery/weights.py, mas.py, rollout.py,
 settings.py, machinery/decode.py, machinery/isolation.py, machinery/confine.py,
-machinery/provenance.py, machinery/ranks.py, machinery/reload_check.py, machinery/rundir.py,
+machinery/provenance.py, machinery/ranks.py, machinery/cpu_bits.py, machinery/reload_check.py,
+machinery/rundir.py,
 reward.py, sandbox.py, stagewise.py, machinery/plans.py, machinery/programs.py,
 machinery/grader.py, machinery/results.py"""
 

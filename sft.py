@@ -56,7 +56,8 @@ From Python:
                                               # quality bar: parse rate, template accuracies
 
 Needs: evaluate.py, machinery/chunked.py, machinery/data.py, machinery/engine.py,
-machinery/muon.py, machinery/ranks.py, machinery/rundir.py, machinery/speed.py,
+machinery/muon.py, machinery/ranks.py, machinery/cpu_bits.py, machinery/rundir.py,
+machinery/speed.py,
 machinery/weights.py, mas.py, rollout.py, settings.py, world/tiny.py, machinery/decode.py,
 machinery/isolation.py, machinery/confine.py, machinery/provenance.py,
 machinery/reload_check.py, reward.py, sandbox.py, stagewise.py, machinery/plans.py,
@@ -80,7 +81,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 import mas
 import rollout
 import settings
-from machinery import data, muon, plans, ranks, rundir, speed
+from machinery import cpu_bits, data, muon, plans, ranks, rundir, speed
 from machinery import engine as engine_lib
 from machinery.chunked import token_logprobs
 from machinery.rundir import full_disk_exits
@@ -547,4 +548,6 @@ def main(argv):
 
 
 if __name__ == "__main__":
+    if parse_args(sys.argv[1:]).model is None and not torch.cuda.is_available():
+        cpu_bits.restart_pinned(__file__)  # the same bits on every x86 CPU
     main(sys.argv[1:])

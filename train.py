@@ -55,7 +55,8 @@ points between them) are machinery/recorder.py's. The tiny default ends with a t
 tasks (world/final_table.py): RL against SFT, sampled, exact.
 
 Needs: advantage.py, grpo.py, machinery/chunked.py, machinery/data.py, machinery/engine.py,
-machinery/ranks.py, machinery/recorder.py, machinery/rundir.py, machinery/shared_prompts.py,
+machinery/ranks.py, machinery/cpu_bits.py, machinery/recorder.py, machinery/rundir.py,
+machinery/shared_prompts.py,
 machinery/speed.py, machinery/weights.py, rollout.py, settings.py, stagewise.py,
 world/final_table.py, world/heldout.py, world/tiny.py, evaluate.py, machinery/decode.py,
 machinery/isolation.py, machinery/confine.py, machinery/loggers.py, machinery/offload.py,
@@ -81,6 +82,7 @@ import settings
 import stagewise
 from machinery import chunked, data, offload, ranks, recorder, rundir, shared_prompts, speed
 from machinery import engine as engine_lib
+from machinery.cpu_bits import restart_pinned
 from machinery.rundir import full_disk_exits
 from machinery.weights import EngineWeights
 from world import final_table, heldout, tiny
@@ -408,6 +410,8 @@ def configure(argv):
         if "--plan" in argv:  # a GPU rank's memory per rank count; loads nothing
             return print(settings.plan_report(argv)), None, None, None
         cfg = settings.parse_config(argv)
+        if settings.is_tiny(cfg) and cfg.device != "cuda" and not torch.cuda.is_available():
+            restart_pinned(__file__)  # the same bits on every x86 CPU: machinery/cpu_bits.py
         settings.validate(cfg, world=int(os.environ.get("WORLD_SIZE", "1")))
         sources = load_mix(cfg)  # a broken data file fails here, before any model loads
         ckpt, ts = rundir.latest(cfg.out_dir) if cfg.resume else (None, None)

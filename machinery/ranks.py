@@ -16,7 +16,7 @@ may use, for its trainer and its engine alike (torch's threads, OMP_NUM_THREADS,
 thread binding, which without OMP_NUM_THREADS drops torch to one thread), and gloo. The group waits
 an hour for a collective: rank 0 may run the tiny world's SFT cold start while the others wait.
 
-Needs: no other file of this project (torch only).
+Needs: machinery/cpu_bits.py.
 """
 
 import datetime
@@ -25,6 +25,8 @@ import socket
 
 import torch
 import torch.distributed as dist
+
+from machinery import cpu_bits
 
 
 def setup(device="auto"):
@@ -44,7 +46,7 @@ def setup(device="auto"):
         torch.cuda.set_device(device)
     else:
         usable = sorted(os.sched_getaffinity(0))
-        n = max(1, len(usable) // local_world)
+        n = max(1, cpu_bits.threads(len(usable)) // local_world)  # pinned: THREADS
         torch.set_num_threads(n)
         os.environ.setdefault("OMP_NUM_THREADS", str(n))
         if local_world > 1 or len(usable) < (os.cpu_count() or 1):

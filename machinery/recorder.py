@@ -47,7 +47,8 @@ never recomputed here), over every rank's queries:
 
 and where the learning signal goes (signal_metrics).
 
-Needs: machinery/loggers.py, machinery/rundir.py, machinery/provenance.py, machinery/ranks.py"""
+Needs: machinery/loggers.py, machinery/rundir.py, machinery/provenance.py, machinery/ranks.py,
+machinery/cpu_bits.py"""
 
 import contextlib
 import os

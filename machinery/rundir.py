@@ -57,7 +57,7 @@ meets a full disk, raises DiskFull with the temp folder deleted and every comple
     with full_disk_exits("train.py", out_dir):  # DiskFull, or ENOSPC from any write inside: the
         ...                                     # program ends non-zero with DiskFull's one line
 
-Needs: machinery/provenance.py, machinery/py, machinery/ranks.py
+Needs: machinery/provenance.py, machinery/py, machinery/ranks.py, machinery/cpu_bits.py
 """
 
 import contextlib

@@ -31,7 +31,8 @@ log-prob gap, and on a GPU the exact check of the engine's tensors after every s
 the step is also the fault-injection point of that role's phase (rundir.fault "designer-phase",
 "executor-phase": tests/test_train.py SIGKILLs a run there, at the phase's first generate call).
 
-Needs: machinery/ranks.py, machinery/reload_check.py, machinery/rundir.py, machinery/decode.py,
+Needs: machinery/ranks.py, machinery/cpu_bits.py, machinery/reload_check.py, machinery/rundir.py,
+machinery/decode.py,
 machinery/engine.py, machinery/provenance.py
 """
 

@@ -16,7 +16,8 @@ alone.
 
 Needs: advantage.py, evaluate.py, machinery/engine.py, rollout.py, settings.py, tools/show.py,
 machinery/data.py, machinery/decode.py, machinery/isolation.py, machinery/confine.py,
-machinery/provenance.py, machinery/ranks.py, machinery/reload_check.py, machinery/rundir.py,
+machinery/provenance.py, machinery/ranks.py, machinery/cpu_bits.py, machinery/reload_check.py,
+machinery/rundir.py,
 machinery/weights.py, mas.py, reward.py, sandbox.py, stagewise.py, machinery/plans.py,
 machinery/programs.py, machinery/grader.py, machinery/results.py"""
 

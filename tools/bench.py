@@ -34,7 +34,8 @@ engine measures a real tiny step: config/tiny.py's rollout from out/tiny-sft (`p
 it), rolled out as train.py rolls it out (tiny_step). torch and transformers are imported at the top
 (train.py needs them anyway); vLLM only through engine.py, when importable.
 
-Needs: grpo.py, machinery/engine.py, machinery/ranks.py, machinery/speed.py, rollout.py,
+Needs: grpo.py, machinery/engine.py, machinery/ranks.py, machinery/cpu_bits.py, machinery/speed.py,
+rollout.py,
 settings.py, train.py, world/tiny.py, advantage.py, evaluate.py, machinery/chunked.py,
 machinery/data.py, machinery/decode.py, machinery/isolation.py, machinery/confine.py,
 machinery/loggers.py, machinery/offload.py, machinery/provenance.py, machinery/recorder.py,

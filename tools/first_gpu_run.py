@@ -69,6 +69,7 @@ and why:
 
 Needs: machinery/engine.py, settings.py, world/tiny.py, machinery/decode.py, mas.py,
 stagewise.py, machinery/reload_check.py, machinery/rundir.py, machinery/ranks.py,
+machinery/cpu_bits.py,
 machinery/speed.py, rollout.py, sandbox.py, reward.py, machinery/isolation.py,
 machinery/confine.py; train.py (the fsdp and step4b parts call its update, the runs run it in a
 subprocess) and what it needs: advantage.py, grpo.py, evaluate.py, machinery/chunked.py,

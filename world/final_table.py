@@ -30,7 +30,8 @@ that runs of one seed (the same tasks) pair task by task (ablations.py).
 Needs: evaluate.py, machinery/engine.py, machinery/rundir.py, machinery/weights.py, mas.py,
 settings.py, world/heldout.py, world/tiny.py, machinery/chunked.py, machinery/data.py,
 machinery/decode.py, machinery/isolation.py, machinery/confine.py, machinery/provenance.py,
-machinery/ranks.py, machinery/reload_check.py, reward.py, rollout.py, sandbox.py, stagewise.py,
+machinery/ranks.py, machinery/cpu_bits.py, machinery/reload_check.py, reward.py, rollout.py,
+sandbox.py, stagewise.py,
 machinery/plans.py, machinery/programs.py, machinery/grader.py, machinery/results.py"""
 
 import argparse
@@ -50,9 +51,9 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import evaluate
 import mas
 import settings
+from machinery import cpu_bits, rundir, weights
 from machinery import engine as engine_lib
 from machinery import results as report
-from machinery import rundir, weights
 from world import heldout, tiny
 
 
@@ -457,11 +458,12 @@ def main(argv):
     cfg = settings.Config(**{**ts["config"], "out_dir": a.run_dir})
     if a.tasks is not None:
         cfg.eval_tasks = a.tasks
-    torch.set_num_threads(len(os.sched_getaffinity(0)))
+    torch.set_num_threads(cpu_bits.threads(len(os.sched_getaffinity(0))))
     name = "model" if cfg.policy == "shared" else "designer"
     eng = engine_lib.make_engine(os.path.join(ckpt, name), backend="lean")
     final_table(cfg, eng, ckpt, a.split)
 
 
 if __name__ == "__main__":
+    cpu_bits.restart_pinned(__file__)  # the tiny world on a CPU: the same bits on any x86 CPU
     main(sys.argv[1:])
