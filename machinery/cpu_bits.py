@@ -19,7 +19,9 @@ same on Intel and AMD machines with AVX2 or better:
 
 Each library reads its setting once, as it loads, so they are set before torch is imported:
 `restart_pinned()` starts the script again, in the same process (os.execv), with any that are
-missing. A setting the user gave is kept and named (the table then differs from the README's).
+missing. A setting the user gave is kept and named (the table then differs from the README's);
+METAAGENT_CPU_BITS=native skips the pins: this CPU's fastest kernels, its own table (the test
+suite's runs take it: their numbers need only agree with themselves).
 The cost: MKL's compatible path is slower than its AVX-512 one.
 
     if tiny_world and on_a_cpu:        # before the run's work: the script starts again
@@ -52,7 +54,8 @@ def restart_pinned(script):
     """The script (its __file__) again, in this process, with PINS in its environment; returns at
     once where they are there, or where this process is not that script (a test calling its
     main). A pin the user set otherwise is kept, and named."""
-    if os.path.realpath(sys.argv[0]) != os.path.realpath(script):
+    native = os.environ.get("METAAGENT_CPU_BITS") == "native"
+    if native or os.path.realpath(sys.argv[0]) != os.path.realpath(script):
         return
     missing = [k for k in PINS if k not in os.environ]
     other = [f"{k}={os.environ[k]}" for k in PINS if k in os.environ and os.environ[k] != PINS[k]]

@@ -19,7 +19,9 @@ RECORDED = json.loads((ROOT / "tests" / "fixtures" / "cpu_bits.json").read_text(
 
 
 def unpinned_env():
-    return {k: v for k, v in os.environ.items() if k not in cpu_bits.PINS}
+    """This environment without the pins, and without the test suite's opt-out (conftest.py)."""
+    pins = {*cpu_bits.PINS, "METAAGENT_CPU_BITS"}
+    return {k: v for k, v in os.environ.items() if k not in pins}
 
 
 def cpu_model():
@@ -72,6 +74,21 @@ def test_a_caller_that_is_not_the_script_is_not_restarted(tmp_path):
     run = subprocess.run(cmd, cwd=ROOT, env=unpinned_env(), capture_output=True, text=True)
     assert run.returncode == 0, run.stderr
     assert run.stdout.splitlines() == ["False"]  # a test calling train.main runs as it is
+
+
+def test_train_py_restarts_for_the_tiny_world_before_its_checks():
+    cmd = [sys.executable, "train.py", "--M=0"]  # a setting validate refuses, after the restart
+    run = subprocess.run(cmd, cwd=ROOT, env=unpinned_env(), capture_output=True, text=True)
+    assert run.returncode != 0 and "M must be >= 1" in run.stderr
+    assert run.stdout.startswith("cpu bits: ATen AVX2, MKL compatible")
+
+
+def test_the_native_opt_out_skips_the_pins(tmp_path):
+    env = dict(unpinned_env(), METAAGENT_CPU_BITS="native")
+    body = "import os; print('MKL_CBWR' in os.environ)\n"
+    run = subprocess.run(script(tmp_path, body), cwd=ROOT, env=env, capture_output=True, text=True)
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.splitlines() == ["False"]
 
 
 def test_this_cpu_computes_the_recorded_bits():
