@@ -85,6 +85,7 @@ from torch.distributed.checkpoint.api import CheckpointException
 from torch.distributed.checkpoint.state_dict_loader import _load_state_dict_from_keys
 from torch.distributed.tensor import DTensor
 
+from machinery import cpu_bits
 from machinery.provenance import CLOCK, git_state
 
 
@@ -255,7 +256,8 @@ def provenance(cfg, argv, end=False):
 
 
 def machine():
-    """The CPU model and cores, the GPU if any, torch's and Python's versions."""
+    """The CPU model and cores, the GPU if any, torch's and Python's versions, and whether its CPU
+    numerics were pinned (machinery/cpu_bits.py: the same bits on any x86 CPU) or this CPU's own."""
     cpu = platform.processor() or platform.machine()
     if os.path.exists("/proc/cpuinfo"):
         with open("/proc/cpuinfo") as f:
@@ -269,6 +271,7 @@ def machine():
         "torch": torch.__version__,
         "python": platform.python_version(),
         "host": platform.node(),
+        "cpu_bits": "pinned" if cpu_bits.pinned() else "native",
     }
 
 
