@@ -74,7 +74,13 @@ def arm(point, n):
     elif point == "saved":
         os.environ["METAAGENT_FAULT"] = f"saved:{n}"
     elif point == "part":
-        wrap(rundir.EvalParts, "write", after=lambda parts, *a: parts.written == n)
+        written = [0]  # the parts on disk (a rank but the first writes none: its result is None)
+
+        def part(parts, method, name, result):
+            written[0] += result is not None
+            return result is not None and written[0] == n
+
+        wrap(rundir.EvalParts, "write", after=part)
     else:
         raise SystemExit(f"kill_at.py: no point {point!r}")
 
