@@ -50,8 +50,8 @@ settings stop the run before any model loads (settings.validate). Distributed: e
 its share of the B queries with its own engine, the trainer is FSDP2 (gloo on CPU, NCCL + bf16 on
 GPU), and every rank gathers the full weights into its engine after each update. Separate policies:
 two models, one optimizer each; the one engine holds whichever role is generating (each role's view
-of it: machinery/weights.py). The step's records (its tree, its metrics line, its times, the fault
-points between them) are machinery/recorder.py's. The tiny default ends with a table on held-out
+of it: machinery/weights.py). The step's records (its tree, its metrics line, its times) are
+machinery/recorder.py's. The tiny default ends with a table on held-out
 tasks (world/final_table.py): RL against SFT, sampled, exact.
 
 Needs: advantage.py, grpo.py, machinery/chunked.py, machinery/data.py, machinery/engine.py,
@@ -277,7 +277,6 @@ def update(cfg, step, roles, policy_of, pad_id, device, world):
                     lp, b["old"], b["adv"], b["mask"], n, b["engine"], clip_eps=cfg.clip_eps
                 )
                 loss.backward()
-                rundir.fault("update", step + 1)
                 acc[f"{role}/loss"] += loss.item() / world / cfg.minibatches
                 acc[f"{role}/tokens"] += st["tokens"]
                 for k in ("clip_frac", "ratio_mean", "logprob_gap"):
@@ -357,7 +356,7 @@ def rl_step(run, step):
     queries = data.sample_queries(run.sources, run.mix, step, b * run.world, cfg.seed, run.pos)
     mine = queries[run.rank * b : (run.rank + 1) * b]
     # 2. rollout: M x N, R [b, M, N]; each role's view of the engine holds its weights
-    designer, executor = run.weights.view("designer", step), run.weights.view("executor", step)
+    designer, executor = run.weights.view("designer"), run.weights.view("executor")
     batch = rollout_lib.rollout(
         mine, designer, executor, step=step, q_offset=run.rank * b, **run.kw
     )
@@ -387,7 +386,6 @@ def rl_step(run, step):
     if (step + 1) % cfg.save_every == 0 or step + 1 == cfg.steps:
         state = {"step": step + 1, "data_pos": run.pos}
         rundir.save_checkpoint(cfg, step + 1, run.policies, run.tokenizer, state, run.rank)
-        run.rec.fault("saved")
 
 
 def main(argv):

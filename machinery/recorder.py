@@ -1,5 +1,5 @@
 """recorder.py: what a train.py run records of each step, and in which order: the step's tree, its
-metrics line, its clock, and the fault points between them.
+metrics line, and its clock.
 
 A step's records, all written by rank 0 (every rank calls: the metrics are reduced over the ranks),
 each on disk (fsync) before the step's checkpoint exists, so that no kill loses a logged step:
@@ -21,8 +21,7 @@ then TensorBoard and wandb (loggers.py) and a printed line. Use:
     rec.tree(batch, queries, A_D, A_E)                # rollouts.jsonl (time/record)
     rec.add(keys)                                     # more keys for the step's line (the held-out
                                                       # curve)
-    rec.line(batch, queries, A_D, A_E, stats, info)   # metrics.jsonl; then the fault point "logged"
-    rec.fault("saved")                                # a fault point of this step (rundir.fault)
+    rec.line(batch, queries, A_D, A_E, stats, info)   # metrics.jsonl
     rec.close()
 
 The metrics line's rollout part, step_metrics (A_D [b, M] and A_E [b, M, N] as the update used them,
@@ -96,9 +95,6 @@ class Recorder:
         key = f"time/{name}"
         self.times[key] = self.times.get(key, 0.0) + time.perf_counter() - t0
 
-    def fault(self, point):
-        rundir.fault(point, self.step + 1)
-
     def tree(self, batch, queries, A_D, A_E):
         """The step's tree into rollouts.jsonl: rank 0's first record_queries queries."""
         with self.timed("record"):
@@ -118,9 +114,8 @@ class Recorder:
             self.log(m)
 
     def line(self, batch, queries, A_D, A_E, stats, info):
-        """The step's metrics line (collective: step_metrics gathers every rank's runs), its fault
-        point "logged", and the printed line. stats: the update's; info: the reload probe's
-        (weights.info)."""
+        """The step's metrics line (collective: step_metrics gathers every rank's runs) and the
+        printed line. stats: the update's; info: the reload probe's (weights.info)."""
         m = {"step": self.step + 1, "active": self.roles}
         m.update(step_metrics(batch, queries, self.device, A_D, A_E))
         m["repair/trained"] = m["repair/calls"] if "executor" in self.roles else 0
@@ -130,7 +125,6 @@ class Recorder:
         m.update(self.times)
         m["time/step"] = time.perf_counter() - self.t0
         self.write(m)
-        self.fault("logged")
         if self.rank == 0:
             gap = max(stats.get(f"{r}/logprob_gap", 0.0) for r in self.roles.split("+"))
             print(

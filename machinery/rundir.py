@@ -33,9 +33,9 @@
 
 EvalParts: an evaluation's results a benchmark at a time, which a resumed evaluation takes back.
 
-fault(point, step) is the fault injection tests/test_train.py uses to SIGKILL a run at chosen
-points; append_jsonl writes a step's lines, durably (recorder.py calls both at their points of the
-step). run_files / clear_run: what a run writes into out_dir (a fresh run refuses such a folder;
+append_jsonl writes a step's lines, durably (recorder.py's). METAAGENT_FAULT=saved:N SIGKILLs a
+run once step N's checkpoint is whole (save_checkpoint), a crash to rehearse `--resume` on.
+run_files / clear_run: what a run writes into out_dir (a fresh run refuses such a folder;
 --overwrite deletes it); cold_start_dirs: the model folders of a cold start. A run folder that
 cannot be resumed raises RunFolderError, saying what to do.
 
@@ -291,25 +291,20 @@ def stale(names, keep, val_every=0):
     return [d for d in old if not (val_every > 0 and int(d[5:]) % val_every == 0)]
 
 
-def fault(point, step):
-    """Fault injection (tests/test_train.py): METAAGENT_FAULT=point:step SIGKILLs this process when
-    it reaches `point` of step `step` (1-based). Points: designer-phase and executor-phase
-    (mid-rollout: a role's first generate call, weights.RoleView), update (mid-update), checkpoint
-    (between a checkpoint's files), logged (metrics line written, checkpoint not), saved (checkpoint
-    written)."""
-    if os.environ.get("METAAGENT_FAULT") == f"{point}:{step}":
-        os.kill(os.getpid(), signal.SIGKILL)
-
-
 def save_checkpoint(cfg, step, policies, tokenizer, trainer_state, rank, keep=2):
     """out_dir/step_{step}/: {model | designer, executor}/ (HF folders) and state/ (a
     torch.distributed.checkpoint folder), written into a temp folder and renamed (atomic: a
     checkpoint folder is either complete or absent); the `keep` newest checkpoints stay, and those
     of the benchmark curve's steps (multiples of cfg.val_every: `evaluate.py --run RUN --step N`
     reads the model whose curve it saw; stale()). The trainer state gets the run's config.
-    write_checkpoint does the writing."""
+    write_checkpoint does the writing.
+
+    A crash to rehearse a resume on: with METAAGENT_FAULT=saved:N in the environment, every rank
+    SIGKILLs itself once step N's checkpoint is whole (`--resume` then goes on from step N)."""
     trainer = {**trainer_state, "config": dataclasses.asdict(cfg)}
     write_checkpoint(cfg.out_dir, step, policies, tokenizer, trainer, rank, keep, cfg.val_every)
+    if os.environ.get("METAAGENT_FAULT") == f"saved:{step}":
+        os.kill(os.getpid(), signal.SIGKILL)
 
 
 def write_checkpoint(out_dir, step, policies, tokenizer, trainer, rank, keep=2, keep_every=0):
@@ -434,7 +429,6 @@ def write_state(tmp, step, policies, tokenizer, trainer, rank):
                 stepped.append(f"{name}/{sname}")
             for p in held:
                 del opt.state[p]
-        fault("checkpoint", step)
     rngs = [rng_state()]
     if dist.is_initialized():
         rngs = [None] * dist.get_world_size()
@@ -559,10 +553,10 @@ class EvalParts:
     """An evaluation's results a benchmark at a time (evaluate.py): OUT/parts/METHOD@NAME.json, each
     with the key of what made it (models, settings, task files, samples, seed), written atomically
     as the benchmark finishes; a resumed evaluation (resume=True) takes those whose key is its own
-    instead of evaluating them again. Fault point "part" (fault()): the n-th part written."""
+    instead of evaluating them again."""
 
     def __init__(self, out, key, resume=False):
-        self.folder, self.resume, self.written = os.path.join(out, "parts"), resume, 0
+        self.folder, self.resume = os.path.join(out, "parts"), resume
         self.key = json.loads(json.dumps(key))  # as a file gives it back: lists, not tuples
 
     def path(self, method, name):
@@ -585,8 +579,6 @@ class EvalParts:
         with open(tmp, "w") as f:
             json.dump({"key": self.key, "result": result}, f)
         os.replace(tmp, self.path(method, name))
-        self.written += 1
-        fault("part", self.written)
 
 
 # --------------------------------------------------------------------------------------------------

@@ -13,7 +13,7 @@ One object for both roles (one model) is never reloaded.
 
     weights = EngineWeights(eng, {r: policy_of[r]["model"] for r in roles}, "designer", device)
     weights.probe("at the engine's start")                      # train.py: the trainer's models
-    d, e = weights.view("designer", step), weights.view("executor", step)
+    d, e = weights.view("designer"), weights.view("executor")
     batch = rollout(queries, d, e, M, N, step)
     weights.sleep(); ...the update...; weights.check_gap(stats, roles, step)
     weights.sync(step, save_every)
@@ -27,9 +27,7 @@ time (FSDP2: each full tensor on every rank) and reloaded in place; a folder is 
 time at each load (nothing stays in memory). Every reload of the trainer's weights is checked
 (reload_check.py): a probe at the engine's start, after the first sync and every save_every steps
 (its gap and bound in that step's metrics line: `info`), check_gap on each step's own engine/trainer
-log-prob gap, and on a GPU the exact check of the engine's tensors after every sync. A view given
-the step is also the fault-injection point of that role's phase (rundir.fault "designer-phase",
-"executor-phase": tests/test_train.py SIGKILLs a run there, at the phase's first generate call).
+log-prob gap, and on a GPU the exact check of the engine's tensors after every sync.
 
 Needs: machinery/ranks.py, machinery/cpu_bits.py, machinery/reload_check.py, machinery/rundir.py,
 machinery/decode.py,
@@ -49,11 +47,10 @@ from machinery import ranks, reload_check, rundir
 
 class RoleView:
     """The engine as one role sees it: generate() holds the role's weights first
-    (holder.hold(role)). With a step, the fault point of the role's phase in that step comes first
-    (rundir.fault, 1-based steps)."""
+    (holder.hold(role))."""
 
-    def __init__(self, holder, role, step=None):
-        self.holder, self.role, self.step = holder, role, step
+    def __init__(self, holder, role):
+        self.holder, self.role = holder, role
 
     def generate(self, prompts, sampling):
         self.hold()
@@ -67,8 +64,6 @@ class RoleView:
         return self.holder.eng.poll()
 
     def hold(self):
-        if self.step is not None:
-            rundir.fault(f"{self.role}-phase", self.step + 1)
         self.holder.hold(self.role)
 
 
@@ -99,8 +94,8 @@ class EngineWeights:
         self.dtype = torch.bfloat16 if self.cuda else None  # what vLLM computes in on a GPU
         self.info, self.bound = {}, None
 
-    def view(self, role, step=None):
-        return RoleView(self, role, step)
+    def view(self, role):
+        return RoleView(self, role)
 
     def load(self, role):
         src = self.sources[role]

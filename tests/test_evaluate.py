@@ -400,9 +400,9 @@ def test_an_evaluation_killed_after_its_first_benchmark_resumes_without_redoing_
     tiny_model, tmp_path
 ):
     """Each benchmark's results are written as it finishes (OUT/parts/); an evaluation SIGKILLed
-    right after its first (fault point part:1) resumes with --resume: the first is read back, not
-    evaluated again (its file untouched), and results.json holds the numbers of an evaluation left
-    alone."""
+    right after its first (tests/kill_at.py, point part:1) resumes with --resume: the first is read
+    back, not evaluated again (its file untouched), and results.json holds the numbers of an
+    evaluation left alone."""
     data = tiny_tasks(tmp_path, n=3)
     args = [*data, "--model", str(tiny_model), "--tasks", "tiny", "--mode", "single", "auto"]
     args += ["--backend", "hf", "--n_tiny", "3", "--short_prompt", "--max_tokens", "8"]
@@ -410,8 +410,8 @@ def test_an_evaluation_killed_after_its_first_benchmark_resumes_without_redoing_
     evaluate.main([*args, "--out", str(tmp_path / "alone")])
     out = tmp_path / "killed"
     cmd = [sys.executable, "evaluate.py", *args, "--out", str(out)]
-    env = {**os.environ, "METAAGENT_FAULT": "part:1"}
-    p = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=900, env=env)
+    kill = [sys.executable, str(ROOT / "tests" / "kill_at.py"), "part:1", *cmd[1:]]
+    p = subprocess.run(kill, cwd=ROOT, capture_output=True, text=True, timeout=900)
     assert p.returncode == -signal.SIGKILL, p.stdout[-2000:] + p.stderr[-2000:]
     assert sorted(f.name for f in (out / "parts").iterdir()) == ["single@tiny.json"]
     first = (out / "parts" / "single@tiny.json").stat()

@@ -8,7 +8,7 @@ are non-zero). With them:
 
 - bad config values and a used out_dir stop the run with a clear message before any model loads;
 - two seeded uninterrupted runs end with the same weights;
-- a run SIGKILLed at five points of its steps (fault injection: mid-rollout, mid-update, between a
+- a run SIGKILLed at five points of its steps (tests/kill_at.py: mid-rollout, mid-update, between a
   checkpoint's files, between a step's metrics line and its checkpoint, right after a checkpoint)
   and resumed each time ends with the same weights and the same metrics lines (timings aside) as the
   uninterrupted run;
@@ -587,7 +587,14 @@ def test_seeded_runs_agree_with_real_advantages(model_dir, uninterrupted, tmp_pa
     assert steps_of == {"model/designer": {STEPS // 2}, "model/executor": {STEPS // 2}}
 
 
+# mid-rollout, mid-update, between a checkpoint's files, between a step's metrics line and its
+# checkpoint, right after a checkpoint (tests/kill_at.py: where each is)
 FAULTS = ["executor-phase:1", "update:2", "checkpoint:2", "logged:3", "saved:3"]
+
+
+def kill_at(point):
+    """The arguments before a script's that run it SIGKILLed at `point` (tests/kill_at.py)."""
+    return [str(ROOT / "tests" / "kill_at.py"), point]
 
 
 def test_sigkill_anywhere_then_resume_is_exact(model_dir, uninterrupted, tmp_path, monkeypatch):
@@ -602,12 +609,11 @@ def test_sigkill_anywhere_then_resume_is_exact(model_dir, uninterrupted, tmp_pat
             model_dir, c, steps=STEPS, resume=True, loggers="tensorboard,wandb", probe_tasks=2
         )
         p = subprocess.Popen(
-            [sys.executable, "train.py", *args],
+            [sys.executable, *kill_at(point), "train.py", *args],
             cwd=ROOT,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
-            env={**os.environ, "METAAGENT_FAULT": point},
         )
         out, err = p.communicate(timeout=600)
         assert p.returncode == -signal.SIGKILL, (point, out[-2000:] + err[-2000:])
@@ -715,12 +721,11 @@ def test_sigkill_with_the_idle_state_offloaded_then_resume_is_exact(
     args = args_for(model_dir, c, steps=STEPS, resume=True, probe_tasks=2, offload_idle_state=True)
     for point in ("update:3", "saved:3"):
         p = subprocess.run(
-            [sys.executable, "train.py", *args],
+            [sys.executable, *kill_at(point), "train.py", *args],
             cwd=ROOT,
             capture_output=True,
             text=True,
             timeout=600,
-            env={**os.environ, "METAAGENT_FAULT": point},
         )
         assert p.returncode == -signal.SIGKILL, (point, p.stdout[-2000:] + p.stderr[-2000:])
     run(args)
@@ -739,12 +744,11 @@ def test_sigkill_with_the_idle_state_offloaded_then_resume_is_exact(
                 assert torch.equal(t, got[key]["state"][name][k]), (key, name, k)
 
 
-def torchrun(args, fault=None):
-    """train.py under torchrun at 2 gloo ranks; METAAGENT_FAULT=fault on both."""
+def torchrun(args, point=None):
+    """train.py under torchrun at 2 gloo ranks; with a point, both killed there (kill_at)."""
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    if fault:
-        env["METAAGENT_FAULT"] = fault
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2"]
+    cmd += kill_at(point) if point else []
     return subprocess.run(
         [*cmd, "train.py", *args], cwd=ROOT, capture_output=True, text=True, timeout=900, env=env
     )
