@@ -42,8 +42,8 @@ the K samples of a problem one; avg@K needs a sampled protocol.
 
 Every GPU: under `torchrun --nproc_per_node=G` each rank holds one engine and evaluates its share
 of each benchmark's problems (contiguous, in order); rank 0 gathers them into the one table. A
-problem's seeds follow its index in the benchmark, so G ranks give the table of one
-(tests/test_evaluate.py: two gloo ranks on a CPU). There --run is spelt --rundir: torchrun's own
+problem's seeds follow its index in the benchmark, so G ranks give the table of one (on a CPU,
+two gloo ranks give one process's numbers). There --run is spelt --rundir: torchrun's own
 parser would take --run for its --run-path.
 
 --tasks takes the benchmark names aime24, aime25, olympiadbench, apps, apps500 (the authors' APPS

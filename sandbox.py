@@ -183,7 +183,7 @@ def run_workflows(
       submitted when its script makes it, and the engine is polled while anything is pending, a
       script getting its replies when all of its call's samples are done (programs run meanwhile).
       With seeded calls and an engine whose completions do not depend on their batch, the two give
-      the same runs (tests/test_sandbox.py, tests/test_train.py).
+      the same runs.
     equal(a, b) -> bool: how a script's vote() compares two answers (rollout passes
       reward.math_equal); None: a script that votes fails, saying so.
     limits: mas.Limits (the default: mas.Limits()). width: at most this many scripts alive at once
@@ -274,6 +274,8 @@ class Workflows:
         the schedule's engine work, during which drive() cannot read: watched (iso.watching)."""
         self.background.collect()  # the votes counted
         self.start_programs()
+        # ticks and continuous give the same runs (the proof: tests/test_sandbox.py,
+        # test_continuous_runs_equal_ticks_runs)
         if self.schedule == "ticks":
             self.tick()
         elif self.pending:

@@ -206,9 +206,8 @@ def train_sft(
     micro_tokens > 0: a batch goes forward and backward in micro-batches of at most that many
     tokens (micro_batches), their gradients accumulated before the one optimizer step; each
     micro-batch's loss is divided by the batch's token count over every rank, so the sum is the
-    batch's token-mean exactly (tests/test_sft.py: equal to the whole batch's gradient to fp32
-    rounding). Every rank forwards as many micro-batches (FSDP2's forwards are collective): fillers
-    that train nothing.
+    batch's token-mean exactly (equal to the whole batch's gradient to fp32 rounding). Every rank
+    forwards as many micro-batches (FSDP2's forwards are collective): fillers that train nothing.
     save_every > 0: a checkpoint every save_every steps, out_dir/step_N/ (rundir.save_training: it
     reads no RNG, changes no number); resume: on from out_dir's newest, to the bytes of a run left
     alone. Returns a stats dict."""

@@ -834,6 +834,9 @@ def test_torchrun_two_ranks_equal_one_rank(model_dir, tmp_path):
 
 
 def test_a_used_out_dir_is_refused_and_overwrite_starts_over(model_dir, uninterrupted, tmp_path):
+    """A used out_dir is refused; --overwrite starts over there. The one-step run it makes grades
+    with --format_reward=authors: every run by their term, R = correct + 0.4 delivered + 0.4
+    solution (reward.py), recorded in rollouts.jsonl (one run serves both checks)."""
     import shutil
 
     d = tmp_path / "used"
@@ -848,10 +851,20 @@ def test_a_used_out_dir_is_refused_and_overwrite_starts_over(model_dir, uninterr
     ) == rundir.checkpoints(uninterrupted)
     assert not torch.distributed.is_initialized()
     (d / "notes.txt").write_text("mine")
-    run(args_for(model_dir, d, steps=1, overwrite=True))
+    run(args_for(model_dir, d, steps=1, overwrite=True, format_reward="authors", record_queries=4))
     assert [m["step"] for m in metrics(d)] == [1] and rundir.checkpoints(d) == ["step_000001"]
     assert {t["step"] for t in trees(d)} == {1}
     assert (d / "notes.txt").read_text() == "mine"  # only the run's own files are deleted
+    # the authors' format reward
+    assert json.loads((d / "run.json").read_text())["config"]["format_reward"] == "authors"
+    seen = 0
+    for tree in trees(d):
+        for script in tree["scripts"]:
+            for r in script["runs"]:
+                assert r["format"] in (0.0, 0.5, 1.0)
+                assert r["R"] == pytest.approx(r["correct"] + 0.8 * r["format"])
+                seen += 1
+    assert seen == 4 * 2 * 2  # every run of the step's 4 queries (M 2, N 2)
 
 
 def test_checkpoints_rotate_by_step_number_and_metrics_truncate_atomically(tmp_path):
@@ -1377,19 +1390,3 @@ def test_format_reward_is_a_setting():
     cfg = settings.parse_config(["config/tiny.py", "--format_reward=theirs"])
     with pytest.raises(settings.ConfigError, match="format_reward must be one of"):
         settings.validate(cfg)
-
-
-def test_the_authors_format_reward_runs(model_dir, tmp_path):
-    """--format_reward=authors: a one-step run grades every run by their term, R = correct +
-    0.4 delivered + 0.4 solution (reward.py), recorded in rollouts.jsonl."""
-    out = tmp_path / "authors"
-    run(args_for(model_dir, out, steps=1, format_reward="authors", record_queries=4))
-    assert json.loads((out / "run.json").read_text())["config"]["format_reward"] == "authors"
-    seen = 0
-    for tree in trees(out):
-        for script in tree["scripts"]:
-            for r in script["runs"]:
-                assert r["format"] in (0.0, 0.5, 1.0)
-                assert r["R"] == pytest.approx(r["correct"] + 0.8 * r["format"])
-                seen += 1
-    assert seen == 4 * 2 * 2  # every run of the step's 4 queries (M 2, N 2)
