@@ -104,6 +104,7 @@ def sampled(
         short=True,
         lam=0.0,
         q_offset=q_offset,
+        schedule=cfg.rollout_schedule,
         **rollout_lib.config_kwargs(cfg),
     )
     structures = Counter(r.structure or "unparsed" for r in b.runs)
@@ -309,6 +310,7 @@ class Benchmark:
             short=settings.is_tiny(cfg),
             lam=0.0,
             q_offset=int(part[0]) if len(part) else 0,
+            schedule=cfg.rollout_schedule,
             **rollout_lib.config_kwargs(cfg),
         )
         acc = gather_list(b.R.mean(dim=(1, 2)).tolist(), self.world)
