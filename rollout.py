@@ -255,10 +255,10 @@ def rollout(
 
 
 def config_kwargs(cfg):
-    """rollout()'s schedule, limits and grading as a Config sets them (train.py and the held-out
-    curves pass them on)."""
+    """rollout()'s limits and grading as a Config sets them (train.rl_step and the held-out curves
+    pass them on, with the rest of their settings by name)."""
     grading = dict(budget=cfg.grade_budget, math_timeout=cfg.math_timeout)
-    return dict(schedule=cfg.rollout_schedule, limits=mas.Limits(**cfg.sandbox), grading=grading)
+    return dict(limits=mas.Limits(**cfg.sandbox), grading=grading)
 
 
 def _seed(seed, step, q_offset, q, *rest):

@@ -12,8 +12,8 @@ taken from the authors' released config where the paper is silent; everything el
     python train.py config/qwen3_8b.py --plan --ranks=1,2,8   # plan_report: a GPU rank's memory
                                                                # (machinery/plans.py), nothing loads
 
-Needs: mas.py, stagewise.py, machinery/plans.py, machinery/rundir.py, machinery/provenance.py
-"""
+Needs: mas.py, stagewise.py, machinery/cpu_bits.py, machinery/plans.py, machinery/provenance.py,
+machinery/rundir.py"""
 
 import ast
 import dataclasses

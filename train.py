@@ -1,73 +1,33 @@
-"""train.py: MetaAgent-X reinforcement learning, end to end, in one readable loop.
+"""train.py: MetaAgent-X reinforcement learning, end to end, in one readable loop (rl_step).
 
-Each step (the paper's Algorithm 1, with stagewise co-evolution):
+Each step (the paper's Algorithm 1, with stagewise co-evolution), a few lines of rl_step each:
+    1. B queries from the training mix                                        (machinery/data.py)
+    2. the bi-level rollout: M scripts a query, N runs a script, R[q, i, j] = correct + lam * format
+    3. A_D[q, i] = norm_i(mean_j R[q, i, :]), A_E[q, i, j] = norm_ij(R[q])          (advantage.py)
+    4. the active role, one per stage of K steps (stagewise.py); the other's samples are dropped
+    5-7. update(): the clipped GRPO loss (grpo.py), its backward, clip and the role's AdamW step
+    8. the step's tree and metrics line; every save_every steps a checkpoint (machinery/rundir.py)
 
-    1. sample B queries from the training mix                    (machinery/data.py, world/tiny.py)
-    2. bi-level rollout: M scripts per query, N executions per script,
-       R[q, i, j] = correct + lambda * format                            (rollout.py: R [B, M, N])
-    3. advantages A_D[q, i] = norm_i(mean_j R[q, i, :]), A_E[q, i, j] = norm_ij(R[q])
-       (A_E over the runs that happened: a script that did not parse has none)    (advantage.py)
-    4. the active role at step t, one per stage of K steps; the other's samples are dropped
-                                                                                  (stagewise.py)
-    5. the "old" log-probs: on-policy (one optimizer step a rollout) the training forward's own,
-       detached (rho = 1); with several minibatches (the authors' setting; the paper does not say)
-       the trainer's, before the first update, so that the clip acts on the later minibatches
-    6. the clipped GRPO update, one token-mean per role                                (grpo.py)
-          L = sum_{designer tokens} l_t / N_D  +  sum_{executor tokens} l_t / N_E
-       N_role is the role's token count over all ranks, so that micro-batches and ranks add up
-       exactly and a few hundred designer tokens are not drowned by thousands of executor tokens.
-       A sample with A = 0 has l_t = 0 and no gradient: it is not forwarded, but its tokens count
-    7. the optimizer step, with the Adam state of the role being trained (one AdamW state per role
-       over the shared weights); the new weights gathered (FSDP2: each full tensor) into the engine
-    8. the step's tree (rollouts.jsonl: `python tools/show.py out_dir` draws it) and its
-       metrics.jsonl line, then a checkpoint every `save_every` steps (HF folders + a
-       torch.distributed.checkpoint folder of the master weights, Adam states and trainer state,
-       an atomic rename: machinery/rundir.py): a step's lines are on disk before its checkpoint, so
-       no kill loses them
-
-Run it:
-
-    python train.py                                 # the tiny default on CPU: the SFT cold start
-                                                    # if out/tiny-sft/ is missing, RL, a table
+    python train.py                                 # the tiny default on CPU: SFT, RL, a table
     python train.py config/qwen3_8b.py --M=8 --N=1  # a preset, with command-line overrides
-    python train.py config/tiny.py --resume         # continue from the last checkpoint in out_dir
-    python train.py config/tiny.py --overwrite      # start over in an out_dir that holds a run
-                                                    # (a fresh run refuses it: it would destroy it)
-    python train.py --logprobs=plain --backend=hf   # the tiny default on the plain path read here
-    torchrun --nproc_per_node=8 train.py config/qwen3_8b.py      # 8 GPUs: FSDP2, an engine a rank
-    torchrun --nproc_per_node=2 train.py config/tiny.py --backend=hf  # CPU: gloo, two ranks
+    torchrun --nproc_per_node=8 train.py config/qwen3_8b.py  # 8 GPUs: FSDP2, an engine a rank
 
-What runs is what you read here, except where a preset switches on a speed-up proven equal to it,
-named at its one dispatch point with the test that proves it: the tiny preset's logprobs="shared"
-(each prompt forwarded once: machinery/shared_prompts.py; batches() below) and backend="lean"
-(machinery/decode.py's written-out sampling loop; engine.make_engine, which start() calls).
-The tiny preset takes both for the main job's time (measured: docs/NOTES.md, issue #44);
-`--logprobs=plain --backend=hf` runs the plain path: grpo.token_logprobs and engine.HFEngine.
+settings.Config holds every setting (`--help` lists them). The tiny preset takes two speed-ups
+proven equal to the plain path read here: logprobs="shared" (rows_for) and backend="lean"
+(engine.make_engine); `--logprobs=plain --backend=hf` runs the plain path.
 
-settings.Config holds every setting (the paper's values marked); a config file assigns some of its
-names, `--name=value` (or `--name value`) overrides anything, `--help` lists every setting, and bad
-settings stop the run before any model loads (settings.validate). Distributed: each rank rolls out
-its share of the B queries with its own engine, the trainer is FSDP2 (gloo on CPU, NCCL + bf16 on
-GPU), and every rank gathers the full weights into its engine after each update. Separate policies:
-two models, one optimizer each; the one engine holds whichever role is generating (each role's view
-of it: machinery/weights.py). The step's records (its tree, its metrics line, its times) are
-machinery/recorder.py's. The tiny default ends with a table on held-out
-tasks (world/final_table.py): RL against SFT, sampled, exact.
+Needs: advantage.py, evaluate.py, grpo.py, mas.py, reward.py, rollout.py, sandbox.py, settings.py,
+stagewise.py, machinery/chunked.py, machinery/confine.py, machinery/cpu_bits.py, machinery/data.py,
+machinery/decode.py, machinery/engine.py, machinery/grader.py, machinery/isolation.py,
+machinery/loggers.py, machinery/offload.py, machinery/plans.py, machinery/programs.py,
+machinery/provenance.py, machinery/ranks.py, machinery/recorder.py, machinery/reload_check.py,
+machinery/results.py, machinery/rundir.py, machinery/shared_prompts.py, machinery/speed.py,
+machinery/weights.py, world/final_table.py, world/heldout.py, world/tiny.py"""
 
-Needs: advantage.py, grpo.py, machinery/chunked.py, machinery/data.py, machinery/engine.py,
-machinery/ranks.py, machinery/cpu_bits.py, machinery/recorder.py, machinery/rundir.py,
-machinery/shared_prompts.py,
-machinery/speed.py, machinery/weights.py, rollout.py, settings.py, stagewise.py,
-world/final_table.py, world/heldout.py, world/tiny.py, evaluate.py, machinery/decode.py,
-machinery/isolation.py, machinery/confine.py, machinery/loggers.py, machinery/offload.py,
-machinery/provenance.py, machinery/reload_check.py, mas.py, reward.py, sandbox.py,
-machinery/plans.py, machinery/programs.py, machinery/grader.py, machinery/results.py"""
-
-import functools
 import os
 import sys
 from collections import Counter
-from types import SimpleNamespace
+from dataclasses import dataclass
 
 import numpy as np
 import torch
@@ -162,68 +122,40 @@ def idle_to_host(cfg, policy_of, step):
 # the update
 
 
-def batches(cfg, samples, idx, values, pad_id, device):
-    """The samples idx as micro-batches: each the model's inputs, `mask` (the trained tokens),
-    values[name][k] (sample k's per-token vectors) laid out like it, `order` (its samples, in the
-    mask's token order) and `forward` (how its log-probs are computed). The same number on every
-    rank, at least one (FSDP's forwards are collective, and a step that forwards nothing still
-    steps Adam, on zero gradients, as forwarding samples of A = 0 would): fillers of padding.
-
-    The one dispatch point of Config.logprobs: "plain", the reference, one sample a row and
-    grpo.token_logprobs; "chunked" (the Qwen3 presets) the lm head a chunk at a time, never the full
-    logits in fp32, equal by tests/test_chunked.py::test_token_logprobs_matches_naive; "shared" (the
-    tiny preset) each prompt forwarded once for its samples (machinery/shared_prompts.py: block
-    masks, restarted positions), equal by tests/test_shared_prompts.py::
-    test_shared_prompts_match_unshared and, run for run, tests/test_train.py::
-    test_shared_rows_run_equals_plain."""
-    rows = chunked.token_logprobs if cfg.logprobs == "chunked" else grpo.token_logprobs
+def rows_for(cfg, pad_id):
+    """How the update lays its samples out in rows and computes their log-probs (Config.logprobs),
+    chosen once, at start(): batches(samples, idx, values), filler(values), logprobs(model, b)."""
+    # The one dispatch point of Config.logprobs. "plain", the reference: one sample a row, log pi by
+    # grpo.token_logprobs. The speed-ups, proven equal to it: "chunked" (the Qwen3 presets), the lm
+    # head a chunk at a time, never the full logits in fp32 (tests/test_chunked.py::
+    # test_token_logprobs_matches_naive); "shared" (the tiny preset), each prompt forwarded once for
+    # its samples: block masks, restarted positions (machinery/shared_prompts.py;
+    # tests/test_shared_prompts.py::test_shared_prompts_match_unshared and, run for run,
+    # tests/test_train.py::test_shared_rows_run_equals_plain).
     if cfg.logprobs == "shared":
-        bs = shared_prompts.batches(samples, idx, values, pad_id, cfg.micro_batch)
-        bs = [dict(b, forward=shared_prompts.logprobs) for b in bs]
-    else:  # one sample a row, similar lengths together
-        lengths = {k: len(samples[k].prompt_ids) + len(samples[k].completion_ids) for k in idx}
-        idx = sorted(idx, key=lambda k: (lengths[k], k))
-        size = cfg.micro_batch
-        bs = [
-            pack(samples, idx[i : i + size], values, pad_id, rows) for i in range(0, len(idx), size)
-        ]
+        return shared_prompts.SharedRows(pad_id, cfg.micro_batch)
+    logprobs = chunked.token_logprobs if cfg.logprobs == "chunked" else grpo.token_logprobs
+    return shared_prompts.Rows(logprobs, rollout_lib.samples_to_tensors, pad_id, cfg.micro_batch)
+
+
+def micro_batches(rows, samples, idx, values, device):
+    """The samples idx as `rows` lays them out, on device: the same number of micro-batches on every
+    rank, at least one (FSDP's forwards are collective, and a step that forwards nothing still steps
+    Adam, on zero gradients, as forwarding samples of A = 0 would): fillers, which train nothing."""
+    bs = rows.batches(samples, idx, values)
     n = int(ranks.all_sum([max(len(bs), 1)], device, dist.ReduceOp.MAX)[0])
-    filler = rollout_lib.Sample([pad_id], [pad_id], [0.0], ())
-    bs += [pack([filler], [], values, pad_id, rows)] * (n - len(bs))
+    bs += [rows.filler(values)] * (n - len(bs))
     return [{k: v.to(device) if torch.is_tensor(v) else v for k, v in b.items()} for b in bs]
 
 
-def pack(samples, order, values, pad_id, rows):
-    """One sample a row (rollout.samples_to_tensors), values laid out [S, T-1], log-probs by
-    rows(model, input_ids, attention_mask); no order: filler."""
-    b = rollout_lib.samples_to_tensors([samples[k] for k in order] if order else samples, pad_id)
-    mask = b["completion_mask"] * bool(order)  # a filler trains nothing
-    out = dict(input_ids=b["input_ids"], attention_mask=b["attention_mask"], mask=mask, order=order)
-    out["forward"] = functools.partial(row_logprobs, rows)
-    for name, v in values.items():
-        out[name] = None if v is None else laid_out(v, order, mask)
-    return out
-
-
-def laid_out(v, order, mask):
-    """The vectors v[k] of the samples in `order`, each on its sample's trained positions."""
-    if not order:
-        return torch.zeros(mask.shape)
-    return torch.zeros(mask.shape).masked_scatter(mask.bool(), torch.cat([v[k] for k in order]))
-
-
-def row_logprobs(rows, model, b):
-    return rows(model, b["input_ids"], b["attention_mask"])
-
-
 @torch.no_grad()
-def old_logprobs(cfg, model, samples, idx, pad_id, device):
+def old_logprobs(model, rows, samples, idx, device):
     """log pi_old of each trained token of the samples idx, by the trainer before the update:
     {k: [L_k]}."""
     old = {}
     model.eval()
-    for b in batches(cfg, samples, idx, {}, pad_id, device):
-        lp = b["forward"](model, b)[b["mask"].bool()].cpu()  # log pi, laid out like the mask
+    for b in micro_batches(rows, samples, idx, {}, device):
+        lp = rows.logprobs(model, b)[b["mask"].bool()].cpu()  # in the batch's token order
         lengths = [len(samples[k].completion_ids) for k in b["order"]]
         old.update(zip(b["order"], lp.split(lengths), strict=True))
     # FSDP2 keeps the root's weights gathered after a forward without grad; the update's backward
@@ -234,13 +166,14 @@ def old_logprobs(cfg, model, samples, idx, pad_id, device):
     return old
 
 
-def token_values(cfg, model, samples, A, pad_id, device):
+def token_values(cfg, model, rows, samples, A, device):
     """The per-token vectors of the samples that are forwarded (A != 0): A[k] on each completion
     token of sample k, the engine's log-probs, and log pi_old: on-policy (one minibatch) None, the
-    training forward's own, detached (grpo_loss's None: rho = 1); with several minibatches the
-    trainer's before the update."""
+    training forward's own, detached (grpo_loss's None: rho = 1); with several minibatches (the
+    authors' setting; the paper does not say) the trainer's before the update, so that the clip acts
+    on the later minibatches."""
     live = [k for k in range(len(samples)) if A[k] != 0 or cfg.forward_zero_adv]
-    old = old_logprobs(cfg, model, samples, live, pad_id, device) if cfg.minibatches > 1 else None
+    old = old_logprobs(model, rows, samples, live, device) if cfg.minibatches > 1 else None
     return {
         "adv": {k: A[k].expand(len(samples[k].completion_ids)) for k in live},
         "engine": {k: torch.tensor(samples[k].logprobs) for k in live},
@@ -248,31 +181,39 @@ def token_values(cfg, model, samples, A, pad_id, device):
     }
 
 
-def update(cfg, step, roles, policy_of, pad_id, device, world):
-    """roles[role] = (samples, A [S]): cfg.minibatches optimizer steps over the role's samples.
-    Returns the stats: per role the loss, clip fraction, ratio and engine/trainer log-prob gap
-    (means over the forwarded tokens) and the forwarded tokens; per policy the grad norm; the lr."""
+def update(cfg, step, roles, policy_of, rows, device, world):
+    """roles[role] = (samples, A [S]): cfg.minibatches optimizer steps over the roles' samples, laid
+    out and scored as `rows` says (rows_for). The loss is one token-mean per role,
+
+        L = sum_{designer tokens} l_t / N_D  +  sum_{executor tokens} l_t / N_E
+
+    N_role the role's tokens in the minibatch over all ranks, so that micro-batches and ranks add up
+    exactly and a few hundred designer tokens are not drowned by thousands of executor tokens. A
+    sample with A = 0 has l_t = 0 and no gradient: it is not forwarded, but its tokens count. Each
+    Adam state (opt_state: a role's, or both roles' in coupled mode) steps once a minibatch. Returns
+    the stats: per role the loss, clip fraction, ratio and engine/trainer log-prob gap (means over
+    the forwarded tokens) and the forwarded tokens; per policy the grad norm; the lr."""
     stats, acc, gap_max = {"lr": 0.0}, Counter(), Counter()
-    pols = list({id(policy_of[r]): policy_of[r] for r in roles}.values())
-    values = {}
+    lrs = {"designer": cfg.designer_lr, "executor": cfg.executor_lr}
+    values, parts, opts = {}, {}, {}  # per role; per Adam state: the roles whose gradient it steps
     for role, (samples, A) in roles.items():
-        values[role] = token_values(cfg, policy_of[role]["model"], samples, A, pad_id, device)
+        values[role] = token_values(cfg, policy_of[role]["model"], rows, samples, A, device)
+        order = np.random.default_rng([cfg.seed, step]).permutation(len(samples))
+        parts[role] = [[int(k) for k in part] for part in np.array_split(order, cfg.minibatches)]
+        opts.setdefault(policy_of[role]["opt"][opt_state(cfg, role)], []).append(role)
     for mb in range(cfg.minibatches):
-        for pol in pols:  # through the optimizers, which hold the parameters FSDP2 steps (below)
-            clear_grads(pol)
+        for opt in opts:  # through the optimizers, which hold the parameters FSDP2 steps
+            opt.zero_grad(set_to_none=True)
         for role, (samples, A) in roles.items():
-            order = np.random.default_rng([cfg.seed, step]).permutation(len(samples))
-            part = [int(k) for k in np.array_split(order, cfg.minibatches)[mb]]
+            part, model = parts[role][mb], policy_of[role]["model"]
             n_role = ranks.all_sum([sum(len(samples[k].completion_ids) for k in part)], device)[0]
             if n_role == 0:
                 continue
-            # a sample with A = 0 has l_t = 0 and no gradient: not forwarded (it counts in N_role)
             live = [k for k in part if A[k] != 0 or cfg.forward_zero_adv]
-            for b in batches(cfg, samples, live, values[role], pad_id, device):
-                # log pi_theta, laid out like b["mask"], as batches() chose (its dispatch point)
-                lp = b["forward"](policy_of[role]["model"], b)
-                # l_t = -min(rho A, clip(rho) A), summed / N_role (FSDP averages ranks' gradients)
-                n = n_role / world
+            n = n_role / world  # FSDP averages the ranks' gradients
+            for b in micro_batches(rows, samples, live, values[role], device):
+                lp = rows.logprobs(model, b)  # log pi_theta, laid out like b["mask"]
+                # l_t = -min(rho A, clip(rho) A), summed / N_role
                 loss, st = grpo.grpo_loss(
                     lp, b["old"], b["adv"], b["mask"], n, b["engine"], clip_eps=cfg.clip_eps
                 )
@@ -282,51 +223,28 @@ def update(cfg, step, roles, policy_of, pad_id, device, world):
                 for k in ("clip_frac", "ratio_mean", "logprob_gap"):
                     acc[f"{role}/{k}"] += st[k] * st["tokens"]
                 gap_max[role] = max(gap_max[role], st["logprob_gap_max"])
-        for pol in pols:  # the step of the Adam state of the role this step trains
-            optimizer_step(cfg, step, pol, [r for r in roles if policy_of[r] is pol], stats)
+        for opt, mine in opts.items():  # the gradient clipped, the lr of step t, the step
+            params = sum((group["params"] for group in opt.param_groups), [])
+            if not any(p.grad is not None for p in params):
+                continue  # nothing forwarded on any rank: no step
+            gn = torch.nn.utils.clip_grad_norm_(params, cfg.grad_clip)
+            gn = float(gn.full_tensor() if hasattr(gn, "full_tensor") else gn)  # every rank's
+            # per policy and per roles, a mean over the minibatches: one key when they coincide
+            name = policy_of[mine[0]]["name"]
+            for key in dict.fromkeys([f"{name}/grad_norm", f"{'+'.join(mine)}/grad_norm"]):
+                stats[key] = stats.get(key, 0.0) + gn / cfg.minibatches
+            for group in opt.param_groups:
+                group["lr"] = lrs[mine[0]] * lr_factor(cfg, step)
+            opt.step()
+            stats["lr"] = opt.param_groups[0]["lr"]
+            # FSDP2 (every GPU run): the gradients and torch's cache of them freed now, for the
+            # engine to wake into; one CPU process frees them at the next zero_grad, as ever
+            # (earlier would move the heap, and the tiny run's numbers with it, in their last bits)
+            if isinstance(params[0], DTensor):
+                opt.zero_grad(set_to_none=True)
+                torch.cuda.empty_cache()
     stats.update(recorder.role_stats(roles, acc, gap_max, device))
     return stats
-
-
-def clear_grads(pol):
-    """The policy's gradients freed, through its optimizers: they hold the parameters each step
-    updates (FSDP2: the shards). model.zero_grad would clear the module's parameters instead, which
-    after a forward without grad are the root's gathered copies, and leave the shards' last
-    gradients for the next backward to add to (tests/test_first_gpu_run.py: the grad norm with and
-    without such a forward, at 1 and 2 ranks)."""
-    for opt in pol["opt"].values():
-        opt.zero_grad(set_to_none=True)
-
-
-def optimizer_step(cfg, step, pol, mine, stats):
-    """One optimizer step of the policy pol, whose gradient is of the roles `mine`: clipped to norm
-    grad_clip, with the Adam state of those roles (opt_state) at their lr times lr_factor; its norm
-    into stats (per policy and per roles, a mean over the minibatches), and the lr. Nothing
-    forwarded on any rank: no step.
-
-    Under FSDP2 (every GPU run) the gradients are freed right after the step, and torch's cache of
-    them and of the activations emptied: the engine wakes into that memory for the rollout (vLLM
-    maps its own, outside torch's allocator; plans.memory_plan's wake), and no shard keeps a
-    gradient for the next step.
-    One process on a CPU frees them at the next update's start, as before: freeing them earlier
-    moves the heap, and the tiny run's numbers with it, in their last bits (docs/NOTES.md, #46)."""
-    opt = pol["opt"][opt_state(cfg, mine[0])]
-    params = sum((group["params"] for group in opt.param_groups), [])  # what opt.step updates
-    if not any(p.grad is not None for p in params):
-        return
-    gn = torch.nn.utils.clip_grad_norm_(params, cfg.grad_clip)
-    gn = float(gn.full_tensor() if hasattr(gn, "full_tensor") else gn)  # every rank's
-    # per policy and per roles: one key when they coincide, in this order (a set's order varies)
-    for key in dict.fromkeys([f"{pol['name']}/grad_norm", f"{'+'.join(mine)}/grad_norm"]):
-        stats[key] = stats.get(key, 0.0) + gn / cfg.minibatches
-    lr = {"designer": cfg.designer_lr, "executor": cfg.executor_lr}[mine[0]]
-    for group in opt.param_groups:
-        group["lr"] = lr * lr_factor(cfg, step)
-    opt.step()
-    if isinstance(params[0], DTensor):
-        clear_grads(pol)
-        torch.cuda.empty_cache()  # theirs and the activations' memory, cached by torch, freed
-    stats["lr"] = opt.param_groups[0]["lr"]
 
 
 def lr_factor(cfg, step):
@@ -343,22 +261,55 @@ def lr_factor(cfg, step):
 # the loop
 
 
-def rl_step(run, step):
+@dataclass
+class Run:
+    """What the steps share besides the Config: this rank's device; the policies (policy_of[role]:
+    the one that plays it), their weights in the engine (machinery/weights.py) and the tokenizer;
+    the update's rows (rows_for); the recorder and the held-out curves; the data sources and the
+    position in each (pos: the tasks taken so far, saved in each checkpoint)."""
+
+    device: torch.device
+    policy_of: dict
+    weights: EngineWeights
+    tokenizer: object
+    rows: object
+    rec: recorder.Recorder
+    curves: list
+    sources: list
+    pos: list
+
+
+def rl_step(cfg, step, run):
     """One RL step: the README's loop, a line each."""
-    cfg = run.cfg
+    rank, world = ranks.rank_world()
     # 4. the active role, known first (an Executor-only step may take more queries); the idle role's
     # Adam state in host memory meanwhile
     active = stagewise.active_roles(step, cfg.mode, cfg.K, cfg.first_role)
     idle_to_host(cfg, run.policy_of, step)
     run.rec.begin(step, active)
     # 1. queries: the same global batch on every rank, each rank takes its share
-    b = settings.step_batch(cfg, active) // run.world
-    queries = data.sample_queries(run.sources, run.mix, step, b * run.world, cfg.seed, run.pos)
-    mine = queries[run.rank * b : (run.rank + 1) * b]
-    # 2. rollout: M x N, R [b, M, N]; each role's view of the engine holds its weights
-    designer, executor = run.weights.view("designer"), run.weights.view("executor")
+    share = settings.step_batch(cfg, active) // world
+    mix = list(cfg.data_mix.values())
+    queries = data.sample_queries(run.sources, mix, step, share * world, cfg.seed, run.pos)
+    mine = queries[rank * share : (rank + 1) * share]
+    # 2. rollout: M x N, R [share, M, N]; each role's view of the engine holds its weights
     batch = rollout_lib.rollout(
-        mine, designer, executor, step=step, q_offset=run.rank * b, **run.kw
+        mine,
+        run.weights.view("designer"),
+        run.weights.view("executor"),
+        M=cfg.M,
+        N=cfg.N,
+        step=step,
+        lam=cfg.lam,
+        format_reward=cfg.format_reward,
+        template=cfg.template or None,
+        designer_sampling=sampling(cfg, cfg.designer_max_tokens),
+        executor_sampling=sampling(cfg, cfg.max_tokens),
+        schedule=cfg.rollout_schedule,
+        seed=cfg.seed * 1000,
+        q_offset=rank * share,
+        short=settings.is_tiny(cfg),
+        **rollout_lib.config_kwargs(cfg),  # the sandbox's limits, the grader's budgets
     )
     run.weights.sleep()  # vLLM on a GPU frees its memory while the trainer runs
     # 3. advantages (the Executor's over the runs that happened)
@@ -372,7 +323,7 @@ def rl_step(run, step):
         roles["executor"] = (batch.executor, advantage.per_sample(batch.executor, A_E))
     # 5-7. old log-probs, the GRPO update, the optimizer step; the new weights into the engine
     with run.rec.timed("update"):
-        stats = update(cfg, step, roles, run.policy_of, run.pad_id, run.device, run.world)
+        stats = update(cfg, step, roles, run.policy_of, run.rows, run.device, world)
     run.weights.check_gap(stats, active, step)  # the engine sampled with the trainer's weights
     with run.rec.timed("weight_sync"):
         run.weights.sync(step, cfg.save_every)
@@ -385,7 +336,13 @@ def rl_step(run, step):
     run.rec.line(batch, mine, A_D, A_E, stats, run.weights.info)
     if (step + 1) % cfg.save_every == 0 or step + 1 == cfg.steps:
         state = {"step": step + 1, "data_pos": run.pos}
-        rundir.save_checkpoint(cfg, step + 1, run.policies, run.tokenizer, state, run.rank)
+        policies = {pol["name"]: pol for pol in run.policy_of.values()}
+        rundir.save_checkpoint(cfg, step + 1, policies, run.tokenizer, state, rank)
+
+
+def sampling(cfg, max_tokens):
+    """The rollout's sampling settings, at most max_tokens a completion."""
+    return engine_lib.Sampling(temperature=cfg.temperature, top_p=cfg.top_p, max_tokens=max_tokens)
 
 
 def main(argv):
@@ -394,10 +351,10 @@ def main(argv):
         return
     # a full disk ends the run in one line (no traceback); its last complete checkpoint stays
     with full_disk_exits("train.py", cfg.out_dir):
-        run = start(cfg, argv, sources, ckpt, ts)
-        for step in range(run.start, cfg.steps):
-            rl_step(run, step)
-        finish(run, argv)
+        run, first = start(cfg, argv, sources, ckpt, ts)
+        for step in range(first, cfg.steps):
+            rl_step(cfg, step, run)
+        finish(cfg, run, argv)
 
 
 def configure(argv):
@@ -421,10 +378,7 @@ def configure(argv):
 def start(cfg, argv, sources, ckpt, ts):
     """The run set up: its folder and provenance, the tiny world's cold start where it is missing,
     the policies (resumed: the checkpoint's), the engine with the Designer's weights, the recorder,
-    the held-out curves and their step-0 line. Returned as what the steps read: cfg, rank, world,
-    device; policies, policy_of; eng, weights (in the engine: machinery/weights.py), tokenizer,
-    pad_id; rec, curves; sources, mix (their weights), pos (their positions); kw (the rollout's
-    settings); start (the first step)."""
+    the held-out curves and their step-0 line. Returns (the Run, its first step)."""
     rank, world, device = ranks.setup(cfg.device)
     tiny_data = settings.is_tiny(cfg)
     # --overwrite deletes the run in out_dir; the tiny world makes its cold start when it is missing
@@ -456,60 +410,35 @@ def start(cfg, argv, sources, ckpt, ts):
     weights.probe("at the engine's start")
     first, pos = (ts["step"], list(ts["data_pos"])) if ts else (0, [0] * len(sources))
     rundir.restore_rng(ts, cfg.seed, rank)
-    rec = recorder.Recorder(
-        cfg, rank, device, first, tiny_data
-    )  # a resume drops later steps' lines
-    run = SimpleNamespace(cfg=cfg, rank=rank, world=world, device=device, start=first)
-    run.policies, run.policy_of, run.rec = policies, policy_of, rec
-    run.eng, run.weights, run.tokenizer = eng, weights, tokenizer
-    run.pad_id, run.kw = engine_lib.pad_id(tokenizer), rollout_settings(cfg, tiny_data)
-    run.sources, run.mix, run.pos = sources, list(cfg.data_mix.values()), pos
+    rec = recorder.Recorder(cfg, rank, device, first, tiny_data)  # a resume drops later lines
     # the held-out curves (world/heldout.py): the tiny world's at each checkpoint, the benchmark's
     # every val_every steps; both at step 0 (the cold start), unless a resumed run has it
-    run.curves = heldout.curves(cfg, world, rank, rec.kept, tiny_data)
+    curves = heldout.curves(cfg, world, rank, rec.kept, tiny_data)
     zero = {}  # the step-0 line
-    for curve in run.curves:
+    for curve in curves:
         if first == 0 and not ranks.all_sum([curve.started], device, dist.ReduceOp.MAX)[0]:
             zero.update(curve(0, weights, policy_of, tokenizer))
     if zero:
         rec.write({"step": 0, **zero})
-    return run
+    rows = rows_for(cfg, engine_lib.pad_id(tokenizer))
+    run = Run(device, policy_of, weights, tokenizer, rows, rec, curves, sources, pos)
+    return run, first
 
 
-def rollout_settings(cfg, tiny_data):
-    """The rollout's settings, the same at every step (rollout.rollout's keywords)."""
-    return dict(
-        M=cfg.M,
-        N=cfg.N,
-        seed=cfg.seed * 1000,
-        template=cfg.template or None,
-        designer_sampling=engine_lib.Sampling(
-            temperature=cfg.temperature, top_p=cfg.top_p, max_tokens=cfg.designer_max_tokens
-        ),
-        executor_sampling=engine_lib.Sampling(
-            temperature=cfg.temperature, top_p=cfg.top_p, max_tokens=cfg.max_tokens
-        ),
-        short=tiny_data,
-        lam=cfg.lam,
-        format_reward=cfg.format_reward,
-        **rollout_lib.config_kwargs(cfg),
-    )
-
-
-def finish(run, argv):
+def finish(cfg, run, argv):
     """The tiny world's final table of the last checkpoint (world/final_table.py), the end in
     run.json, then every rank's teardown."""
-    cfg = run.cfg
+    rank, eng = ranks.rank_world()[0], run.weights.eng
     run.rec.close()
-    if cfg.eval_tasks > 0 and settings.is_tiny(cfg) and run.rank == 0:
+    if cfg.eval_tasks > 0 and settings.is_tiny(cfg) and rank == 0:
         last = os.path.join(cfg.out_dir, rundir.checkpoints(cfg.out_dir)[-1])
-        final_table.final_table(cfg, run.eng, last)
-    if run.rank == 0:
+        final_table.final_table(cfg, eng, last)
+    if rank == 0:
         rundir.provenance(cfg, argv, end=True)
     # every rank done before any tears down: the engine (vLLM's groups, which it made from ours,
     # and with them ours), then our group, if the engine left it
     dist.barrier()
-    run.eng.close()
+    eng.close()
     if dist.is_initialized():
         dist.destroy_process_group()
 

@@ -11,7 +11,7 @@ one's, or an H200's where none is here):
                + 8 B x a model's parameters x each Adam state on the GPU) / R
               + the engine's share (asleep: its level-2 sleep frees it for the update's activations)
               + RESERVE_GIB
-    wake    = update - the gradients (freed after the optimizer step: train.optimizer_step), the
+    wake    = update - the gradients (freed after the optimizer step: train.update), the
               engine awake in its share: its bf16 weights (2 B a parameter, whole on every rank),
               activations, CUDA graphs, the KV cache
     fits:     update <= the GPU's memory, and the engine's share >= its weights + RESERVE_GIB
@@ -60,7 +60,8 @@ against what is free), GB = 1e9 bytes:
 engine_kwargs, device, offload_idle_state, batch_size, executor_batch_size, out_dir, steps,
 save_every, val_every).
 
-Needs: machinery/rundir.py (cold_start_dirs: a cold start's model folders), machinery/provenance.py
+Needs: machinery/cpu_bits.py, machinery/provenance.py, machinery/rundir.py (cold_start_dirs: a cold
+start's model folders)
 """
 
 import dataclasses

@@ -1,6 +1,7 @@
-"""shared_prompts.py: the update's micro-batches with each prompt forwarded once for all the samples
-that share it (the same log-probs as one sample a row, at less cost: the tiny preset,
-Config.logprobs = "shared").
+"""shared_prompts.py: the update's micro-batches, one sample a row (Rows: the reference) or with
+each prompt forwarded once for all the samples that share it (SharedRows: the same log-probs at less
+cost, the tiny preset's Config.logprobs = "shared"). train.rows_for picks one; both have
+batches(samples, idx, values), filler(values) and logprobs(model, batch).
 
 A GRPO group is k completions of one prompt (the M designs of a query; the agent calls of a script's
 N runs that see the same context), and one sample a row forwards that prompt k times. One row [p,
@@ -20,12 +21,14 @@ with position_ids. The mask is dense, so a row's attention costs its length squa
 hides: a row is at most ROW_CAP x the longest sequence of the batch long. A micro-batch in which no
 row holds a second completion needs no mask (its block mask is the causal one).
 
-    values = {"adv": [...], "engine": [...]}
-    bs = batches(samples, idx, values, pad_id, micro_batch=8)   # as train.batches
-    logp = logprobs(model, bs[0])     # [1, N], laid out like bs[0]["mask"]
+    rows = SharedRows(pad_id, micro_batch=8)        # as Rows, one sample a row
+    bs = rows.batches(samples, idx, {"adv": {k: A_k, ...}, "engine": ...})
+    logp = rows.logprobs(model, bs[0])              # [1, N], laid out like bs[0]["mask"]
 
 Needs: machinery/chunked.py
 """
+
+from types import SimpleNamespace
 
 import torch
 
@@ -133,51 +136,106 @@ def share_rows(samples, idx, cap):
     return rows
 
 
-def batches(samples, idx, values, pad_id, micro_batch):
-    """train.batches with shared rows: the samples idx in micro-batches of at most micro_batch rows
-    and micro_batch x the longest sequence tokens (padded), never more than an unshared micro-batch
-    holds. Each batch: the rows' tensors, mask [1, N] and values[name][k] (a sample's per-token
-    vectors, or None) laid out [1, N] in the rows' token order, and "order", the samples in that
-    order."""
-    longest = max(
-        (len(samples[k].prompt_ids) + len(samples[k].completion_ids) for k in idx), default=1
-    )
-    rows = share_rows(samples, idx, int(min(ROW_CAP, micro_batch) * longest))
+class Rows:
+    """One sample a row, the reference layout: micro_batch rows a batch, similar lengths together,
+    each packed by pack(samples, pad_id) (rollout.samples_to_tensors: right padding, the completion
+    mask [S, T-1]); log pi by token_logprobs(model, input_ids, attention_mask), grpo's or
+    chunked's."""
 
-    def length(r):
-        return len(samples[r[0]].prompt_ids) + sum(len(samples[k].completion_ids) for k in r)
+    def __init__(self, token_logprobs, pack, pad_id, micro_batch):
+        self.token_logprobs, self.pack, self.pad_id = token_logprobs, pack, pad_id
+        self.micro_batch = micro_batch
 
-    mbs = []
-    for r in sorted(rows, key=lambda r: (length(r), r)):  # similar lengths together: little padding
-        if (
-            mbs
-            and len(mbs[-1]) < micro_batch
-            and (len(mbs[-1]) + 1) * length(r) <= micro_batch * longest
-        ):
-            mbs[-1].append(r)
-        else:
-            mbs.append([r])
-    out = []
-    for mb in mbs:
-        b = shared_prompt_rows(
-            [(samples[r[0]].prompt_ids, [samples[k].completion_ids for k in r]) for r in mb], pad_id
+    def batches(self, samples, idx, values):
+        """The samples idx in micro-batches: each the model's inputs, `mask` [S, T-1] (the trained
+        tokens), values[name][k] (sample k's per-token vectors, or None) laid out like it, and
+        `order` (its samples, in the mask's token order)."""
+        lengths = {k: len(samples[k].prompt_ids) + len(samples[k].completion_ids) for k in idx}
+        idx = sorted(idx, key=lambda k: (lengths[k], k))
+        out = []
+        for i in range(0, len(idx), self.micro_batch):
+            order = idx[i : i + self.micro_batch]
+            out.append(self.batch([samples[k] for k in order], order, values))
+        return out
+
+    def filler(self, values):
+        """A row of padding that trains nothing."""
+        pad = SimpleNamespace(
+            prompt_ids=[self.pad_id], completion_ids=[self.pad_id], logprobs=[0.0]
         )
-        order = []  # the samples, in the row's token order
-        for r in mb:
-            order += r
-        b["mask"] = torch.ones(1, len(b["targets"]))
-        b.update(
-            {
-                n: None if v is None else torch.cat([v[k] for k in order])[None]
-                for n, v in values.items()
-            }
+        return self.batch([pad], [], values)
+
+    def batch(self, samples, order, values):
+        """One micro-batch of `samples`, the samples `order` ([]: a filler)."""
+        b = self.pack(samples, self.pad_id)
+        mask = b["completion_mask"] * bool(order)  # a filler (no order) trains nothing
+        out = dict(input_ids=b["input_ids"], attention_mask=b["attention_mask"], mask=mask)
+        for name, v in values.items():  # v[k] on sample k's trained positions
+            out[name] = None if v is None else torch.zeros(mask.shape)
+            if v is not None and order:
+                out[name] = out[name].masked_scatter(mask.bool(), torch.cat([v[k] for k in order]))
+        return {**out, "order": order}
+
+    def logprobs(self, model, b):
+        """log pi of batch b's tokens, laid out like b["mask"] ([S, T-1])."""
+        return self.token_logprobs(model, b["input_ids"], b["attention_mask"])
+
+
+class SharedRows:
+    """Each prompt forwarded once for its samples, in rows of shared_prompt_rows: batches(),
+    filler() and logprobs() as Rows has them."""
+
+    def __init__(self, pad_id, micro_batch):
+        self.pad_id, self.micro_batch = pad_id, micro_batch
+
+    def batches(self, samples, idx, values):
+        """The samples idx in micro-batches of at most micro_batch rows and micro_batch x the
+        longest sequence tokens (padded), never more than an unshared micro-batch holds. Each
+        batch: the rows' tensors, mask [1, N] and values[name][k] (a sample's per-token vectors, or
+        None) laid out [1, N] in the rows' token order, and "order", the samples in that order."""
+        longest = max(
+            (len(samples[k].prompt_ids) + len(samples[k].completion_ids) for k in idx), default=1
         )
-        out.append({**b, "order": order})
-    return out
+        rows = share_rows(samples, idx, int(min(ROW_CAP, self.micro_batch) * longest))
 
+        def length(r):
+            return len(samples[r[0]].prompt_ids) + sum(len(samples[k].completion_ids) for k in r)
 
-def logprobs(model, b):
-    """The log-probs of batch b's trained tokens, laid out like b["mask"] ([1, N])."""
-    return shared_prompt_logprobs(
-        model, b["input_ids"], b["segment"], b["position_ids"], b["positions"], b["targets"]
-    )[None]
+        mbs = []
+        for r in sorted(rows, key=lambda r: (length(r), r)):  # similar lengths together
+            if (
+                mbs
+                and len(mbs[-1]) < self.micro_batch
+                and (len(mbs[-1]) + 1) * length(r) <= self.micro_batch * longest
+            ):
+                mbs[-1].append(r)
+            else:
+                mbs.append([r])
+        out = []
+        for mb in mbs:
+            prompts = [
+                (samples[r[0]].prompt_ids, [samples[k].completion_ids for k in r]) for r in mb
+            ]
+            b = shared_prompt_rows(prompts, self.pad_id)
+            order = []  # the samples, in the row's token order
+            for r in mb:
+                order += r
+            b["mask"] = torch.ones(1, len(b["targets"]))
+            for n, v in values.items():
+                b[n] = None if v is None else torch.cat([v[k] for k in order])[None]
+            out.append({**b, "order": order})
+        return out
+
+    def filler(self, values):
+        """A batch of one padding row that trains nothing (mask and values 0)."""
+        b = shared_prompt_rows([([self.pad_id], [[self.pad_id]])], self.pad_id)
+        b["mask"] = torch.zeros(1, 1)
+        for n, v in values.items():
+            b[n] = None if v is None else torch.zeros(1, 1)
+        return {**b, "order": []}
+
+    def logprobs(self, model, b):
+        """log pi of batch b's trained tokens, laid out like b["mask"] ([1, N])."""
+        return shared_prompt_logprobs(
+            model, b["input_ids"], b["segment"], b["position_ids"], b["positions"], b["targets"]
+        )[None]

@@ -166,7 +166,7 @@ def test_fsdp2_root_call(tmp_path):
 
 def test_bench_train_runs_on_a_tiny_shape(capsys):
     """`python tools/bench.py train` on a tiny Qwen3: each variant's update (its log-probs as
-    train.batches picks them, grpo_loss, backward) in a process of its own for its peak memory,
+    train.rows_for picks them, grpo_loss, backward) in a process of its own for its peak memory,
     then both in turn for their speed; a row each."""
     from tools import bench
 

@@ -78,9 +78,6 @@ def test_the_method_stays_small():
 # What the method's docstrings leave to docs/: a test's path or name, an issue number, a NOTES
 # section (\btest_ skips names such as public_test_cases; NOTES in capitals, unlike the verb).
 HISTORY = re.compile(r"tests/|\btest_\w|(?i:\bissues? #?\d)|(?<![\w&])#\d+\b|\bNOTES\b")
-# TEMPORARY: train.py is being rewritten on another branch, its docstrings cleaned there; the lead
-# empties this set when that branch is merged.
-HISTORY_EXEMPT_UNTIL_TRAIN_REWRITE_MERGES = {"train.py"}
 
 
 def docstrings(path):
@@ -117,7 +114,7 @@ def test_the_method_s_docstrings_teach_without_history():
     measured is docs/' business, or a `#` comment's at the one place a reader needs the proof."""
     found = []
     for f in FILES:
-        if len(f.parts) > 1 or f.name in HISTORY_EXEMPT_UNTIL_TRAIN_REWRITE_MERGES:
+        if len(f.parts) > 1:
             continue
         for name, doc in docstrings(ROOT / f):
             found += [f"{f}:{name}: {line}" for line in doc.splitlines() if HISTORY.search(line)]

@@ -137,7 +137,15 @@ def check(tmp, device, policy="shared"):
                 assert len(opt.state) == len(params_of(opt))  # both states where they were
             active_opt = r["policy_of"][role]["opt"][role]
             assert not getattr(active_opt, "host_state", {})  # the active role's is back
-            train.update(r["cfg"], step, samples_of(role, step), r["policy_of"], 0, device, world)
+            train.update(
+                r["cfg"],
+                step,
+                samples_of(role, step),
+                r["policy_of"],
+                train.rows_for(r["cfg"], 0),
+                device,
+                world,
+            )
         for name in runs[False]["policies"]:
             a, b = (runs[on]["policies"][name]["model"].state_dict() for on in (False, True))
             assert_same(a, b, f"{name}'s weights after step {step}")

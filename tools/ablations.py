@@ -46,9 +46,9 @@ before it stay in their own folders as they were written (issue #45's results/ab
 results/ablations34). The other arms of runs() (issue #34's: flat8, flat16, coupled, designer,
 executor, separate, k1, k10) run with --only.
 
-Needs: machinery/provenance.py, machinery/rundir.py (a cold start's folders),
-tools/ablation_report.py; train.py, sft.py and world/final_table.py (run as programs) and what
-their Needs lines name"""
+Needs: machinery/cpu_bits.py, machinery/provenance.py, machinery/rundir.py (a cold start's folders),
+sft.py and world/final_table.py (run as programs) and what their Needs lines name,
+tools/ablation_report.py; train.py"""
 
 import argparse
 import json

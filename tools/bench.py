@@ -66,7 +66,7 @@ import grpo
 import rollout as rollout_lib
 import settings
 import train
-from machinery import chunked, plans, programs, ranks, speed
+from machinery import chunked, plans, programs, ranks, shared_prompts, speed
 from machinery import engine as engine_lib
 from world import tiny
 
@@ -246,7 +246,7 @@ SMALL = {
     "vocab_size": 32768,
 }
 QUICK = {**SMALL, "hidden_size": 32, "intermediate_size": 64, "vocab_size": 512}  # in seconds
-# Config.logprobs' row functions, as train.batches picks them
+# Config.logprobs' row functions, as train.rows_for picks them
 ROWS = {"plain": grpo.token_logprobs, "chunked": chunked.token_logprobs}
 PEAK_FLOPS = 989e12  # H200 (and H100 SXM) dense bf16
 
@@ -277,8 +277,8 @@ def bench_train(variant=None, reps=3, quick=False):
     """One GRPO update (forward + backward) of a Qwen3 with a large vocabulary, where the logits
     dominate (CUDA: Qwen3-4B's hidden size and vocabulary, two layers, bf16; CPU: a small one): each
     Config.logprobs="chunked" (chunked.token_logprobs) vs plain (grpo.token_logprobs: the full
-    logits, log_softmax, gather), through train.row_logprobs as the loop calls it. Peak memory:
-    each variant's update in its own process, above what was allocated before it (CUDA
+    logits, log_softmax, gather), through shared_prompts.Rows.logprobs as the update calls it.
+    Peak memory: each variant's update in its own process, above what was allocated before it (CUDA
     max_memory_allocated; CPU the growth of ru_maxrss); speed: in this process, taking turns,
     medians of `reps`. quick: a tiny shape on the CPU, in seconds (tests/test_chunked.py's)."""
     cuda = torch.cuda.is_available() and not quick
@@ -292,7 +292,7 @@ def bench_train(variant=None, reps=3, quick=False):
     b["attention_mask"] = torch.ones_like(b["input_ids"])
 
     def update(v, rep=0):
-        logp = train.row_logprobs(ROWS[v], model, b)
+        logp = shared_prompts.Rows(ROWS[v], None, 0, B).logprobs(model, b)
         ones = torch.ones(B, device=logp.device)
         mask = b["attention_mask"][:, 1:]
         loss, _ = grpo.grpo_loss(logp, None, ones, mask, clip_eps=settings.Config.clip_eps)
@@ -418,7 +418,7 @@ def gpu_row(k, steps=3):
 
     def step():
         return (
-            train.update(cfg, 0, roles, {"executor": pol}, 0, device, world),
+            train.update(cfg, 0, roles, {"executor": pol}, train.rows_for(cfg, 0), device, world),
             torch.cuda.synchronize() if cuda else None,
         )
 

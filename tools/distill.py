@@ -84,9 +84,9 @@ deleted). Each call of a unit has its own seed (a hash of task id, template and 
 unit redone asks the same questions. Which of two equal executor samples is kept (the first to
 finish) depends on timing; how many are kept does not.
 
-Needs: machinery/data.py, mas.py, reward.py, sandbox.py, settings.py, machinery/isolation.py,
-machinery/confine.py, stagewise.py, machinery/plans.py, machinery/provenance.py,
-machinery/rundir.py, machinery/programs.py, machinery/grader.py"""
+Needs: mas.py, reward.py, sandbox.py, settings.py, stagewise.py, machinery/confine.py,
+machinery/cpu_bits.py, machinery/data.py, machinery/grader.py, machinery/isolation.py,
+machinery/plans.py, machinery/programs.py, machinery/provenance.py, machinery/rundir.py"""
 
 import argparse
 import asyncio

@@ -451,7 +451,15 @@ def fsdp_part(tmp):
             if no_grad_forward and step == 1:  # as a probe or the old log-probs would (unresharded)
                 with torch.no_grad():
                     model(input_ids=torch.tensor([samples[0].prompt_ids], device=device))
-            st = train.update(cfg, step, {"executor": (samples, adv)}, policy_of, 0, device, world)
+            st = train.update(
+                cfg,
+                step,
+                {"executor": (samples, adv)},
+                policy_of,
+                train.rows_for(cfg, 0),
+                device,
+                world,
+            )
             out.append(st["model/grad_norm"])
         return out
 
@@ -552,7 +560,9 @@ def step4b_part(tmp):
         free, total = (x / 2**30 for x in torch.cuda.mem_get_info())
         other = total - free - torch.cuda.memory_reserved() / 2**30  # vLLM asleep, the context
         torch.cuda.reset_peak_memory_stats()
-        train.update(cfg, step, {role: (samples, adv)}, policy_of, 0, device, world)
+        train.update(
+            cfg, step, {role: (samples, adv)}, policy_of, train.rows_for(cfg, 0), device, world
+        )
         peak = other + torch.cuda.max_memory_reserved() / 2**30
         peak_of.append(peak)
         print(
@@ -683,7 +693,9 @@ def save_part(tmp):
     for step in (0, 1):
         (role,) = stagewise.active_roles(step, cfg.mode, cfg.K, cfg.first_role)
         train.idle_to_host(cfg, policy_of, step)
-        train.update(cfg, step, {role: (samples, adv)}, policy_of, 0, device, world)
+        train.update(
+            cfg, step, {role: (samples, adv)}, policy_of, train.rows_for(cfg, 0), device, world
+        )
     idle = policy_of["executor"]["opt"][train.opt_state(cfg, "executor")]
     held = len(getattr(idle, "host_state", {}))
     before = adam_of(policy_of, cfg)
@@ -706,7 +718,9 @@ def save_part(tmp):
             "the resume did not hold the Designer's state (idle at step 3) in host memory"
         )
     train.idle_to_host(cfg, policy_of, 2)
-    train.update(cfg, 2, {"executor": (samples, adv)}, policy_of, 0, device, world)
+    train.update(
+        cfg, 2, {"executor": (samples, adv)}, policy_of, train.rows_for(cfg, 0), device, world
+    )
     torch.distributed.barrier()
     size = 0
     for root, _, files in os.walk(ckpt):

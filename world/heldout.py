@@ -49,8 +49,8 @@ it; tools/plot.py draws the curve beside the tiny one.
 
 Needs: machinery/engine.py, mas.py, rollout.py, settings.py, world/tiny.py, machinery/decode.py,
 machinery/data.py, reward.py, sandbox.py, stagewise.py, machinery/chunked.py,
-machinery/isolation.py, machinery/confine.py, machinery/plans.py, machinery/provenance.py,
-machinery/rundir.py, machinery/programs.py, machinery/grader.py"""
+machinery/isolation.py, machinery/confine.py, machinery/cpu_bits.py, machinery/plans.py,
+machinery/provenance.py, machinery/rundir.py, machinery/programs.py, machinery/grader.py"""
 
 from collections import Counter
 from pathlib import Path
@@ -104,6 +104,7 @@ def sampled(
         short=True,
         lam=0.0,
         q_offset=q_offset,
+        schedule=cfg.rollout_schedule,
         **rollout_lib.config_kwargs(cfg),
     )
     structures = Counter(r.structure or "unparsed" for r in b.runs)
@@ -309,6 +310,7 @@ class Benchmark:
             short=settings.is_tiny(cfg),
             lam=0.0,
             q_offset=int(part[0]) if len(part) else 0,
+            schedule=cfg.rollout_schedule,
             **rollout_lib.config_kwargs(cfg),
         )
         acc = gather_list(b.R.mean(dim=(1, 2)).tolist(), self.world)
