@@ -50,21 +50,11 @@ def fingerprint():
 
 
 def sft_steps(torch):
-    """The tiny model's weights after three AdamW steps on a fixed batch of random tokens."""
-    from transformers import Qwen3Config, Qwen3ForCausalLM
+    """The tiny model's weights (world/tiny.py's, the cold start's own) after three AdamW steps on a
+    fixed batch of random tokens."""
+    from world import tiny
 
-    torch.manual_seed(0)
-    config = Qwen3Config(
-        vocab_size=128,
-        hidden_size=128,
-        intermediate_size=384,
-        num_hidden_layers=2,
-        num_attention_heads=8,
-        num_key_value_heads=8,
-        head_dim=32,
-        tie_word_embeddings=True,
-    )
-    model = Qwen3ForCausalLM(config)
+    model, _ = tiny.build_model(seed=0)
     opt = torch.optim.AdamW(model.parameters(), lr=2e-3)
     ids = torch.randint(3, 128, (8, 70), generator=torch.Generator().manual_seed(1))
     for _ in range(3):
