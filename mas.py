@@ -11,7 +11,8 @@ call:
                                 part flows on; the full reply is kept for training.
     agent.sample(message, n)    n calls at once (batched, not one after another) -> list[str]
     vote(answers)               majority answer, answers compared in the trainer by the `equal` that
-                                sandbox.run_workflows was given (rollout gives reward.math_equal)
+                                sandbox.run_workflows was given (rollout gives reward.math_equal;
+                                a code task's: reward.text_equal, its programs compared as text)
     run_python(code, input="")  run a program in a fresh sandbox child -> its stdout (or the error)
     run_tests(code)             run a program on the task's VISIBLE tests -> "PASS 3/3" or "FAIL 1/3
                                 ..."

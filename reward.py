@@ -317,6 +317,19 @@ def math_equal(pred, gold, timeout=5.0):
     return _POOL.ask([pred, gold], timeout) is True
 
 
+def text_equal(pred, gold):
+    """Equal without SymPy: the same text (cleaned, spaces aside) or the same number, as math_equal
+    decides before it asks SymPy. What a vote over a code task's programs or outputs uses
+    (sandbox.py): SymPy would call `print(x*2)` and `print(2*x)` one answer, and spend its time on
+    the script's clock, where the count stops at the deadline."""
+    if pred is None or gold is None:
+        return False
+    pred, gold = str(pred), str(gold)
+    if len(pred) > MAX_ANSWER_CHARS or len(gold) > MAX_ANSWER_CHARS:
+        return False
+    return _fast_equal(pred, gold) is True
+
+
 # --------------------------------------------------------------------------------------------------
 # Programs
 

@@ -18,8 +18,9 @@ request in a method of its own and hands the agent calls to the engine on the sc
         so no call waits for another script's longest reply. The script gets mas.answer_of(reply),
         the text inside the answer tag; WorkflowRun.calls keeps each full reply and what the engine
         returned (token ids, ...).
-    vote(answers)     mas.majority(answers, equal), with the `equal` run_workflows was given,
-                      counted in a thread beside the event loop (isolation.Background)
+    vote(answers)     mas.majority(answers, equal), with the `equal` run_workflows was given
+                      (a code task's: the text alone), counted in a thread beside the event loop
+                      (isolation.Background)
     run_python(code)  the program in a job of its own: its stdout, or its stdout and the error
     run_tests(code)   the program on the task's VISIBLE tests (public_tests; hidden tests never
                       enter a script): tests_report's "PASS k/k", or "FAIL j/k" and the first
@@ -94,7 +95,8 @@ Landlock; without either start() raises SandboxUnavailable, saying what to enabl
 METAAGENT_UNSAFE_SANDBOX=1 (exactly "1"): then it warns on every start and every run_workflows.
 
 Needs: machinery/isolation.py, machinery/confine.py (the child processes), mas.py (the script
-language), machinery/data.py (task_text: what a script receives), machinery/programs.py"""
+language), machinery/data.py (task_text: what a script receives), machinery/programs.py, reward.py
+and machinery/grader.py (text_equal: how a code task's votes compare)"""
 
 import os
 import sys
@@ -104,6 +106,7 @@ from dataclasses import dataclass, field
 from functools import partial
 
 import mas
+import reward
 from machinery import data, programs
 from machinery import isolation as iso  # as iso: isolation() below is the function of that name
 
@@ -185,7 +188,8 @@ def run_workflows(
       With seeded calls and an engine whose completions do not depend on their batch, the two give
       the same runs.
     equal(a, b) -> bool: how a script's vote() compares two answers (rollout passes
-      reward.math_equal); None: a script that votes fails, saying so.
+      reward.math_equal); None: a script that votes fails, saying so. A code task's vote compares
+      text alone (reward.text_equal), whatever `equal` is: its answers are programs or outputs.
     limits: mas.Limits (the default: mas.Limits()). width: at most this many scripts alive at once
       (default: all of them).
     short: the tiny world's compact prompts (data.task_text(short=True),
@@ -253,6 +257,7 @@ class Workflows:
         self.by_run = {}  # k -> its LiveScript
         self.runs = [WorkflowRun(None, None) for _ in scripts]
         self.parts = [_task_parts(t, short) for t in tasks]
+        self.kinds = [t.get("kind") if isinstance(t, dict) else None for t in tasks]
         self.todo = deque(range(len(scripts)))  # the scripts not launched yet
         self.live = {}  # job -> its LiveScript, in launch order (that is, in k's order)
         self.jobs = []  # every job drive() watches: the scripts' and their programs'
@@ -450,11 +455,13 @@ class Workflows:
             return job.kill(f"bad vote call: at most {mas.MAX_VOTE} answers, each a string")
         if max(map(len, votes), default=0) > mas.MAX_VOTE_CHARS:
             return job.kill(f"bad vote call: an answer over {mas.MAX_VOTE_CHARS} characters")
-        if self.equal is None:
+        if self.equal is None and self.kinds[s.k] != "code":
             return job.kill(
                 "vote() needs run_workflows(..., equal=...): how two answers are compared"
             )
-        s.waiting, equal = "vote", partial(_equal_before, job.deadline, self.equal)
+        # a code task's answers are programs (or their outputs): the same answer only as text
+        same = reward.text_equal if self.kinds[s.k] == "code" else self.equal
+        s.waiting, equal = "vote", partial(_equal_before, job.deadline, same)
         self.background.run(partial(mas.majority, votes, equal), partial(self.counted, s))
 
     def counted(self, s, won, at):

@@ -970,6 +970,26 @@ def test_a_script_hands_the_trainer_capped_messages(mode, schedule):
     assert len(runs[2].calls) == 8  # (8 x 30,000 characters: within the run's 262,144)
 
 
+def test_a_code_tasks_vote_compares_programs_as_text(mode):
+    """Two programs are the same answer only as text (up to whitespace): the math `equal` is never
+    asked on a code task, whose vote would otherwise take SymPy's time on the script's clock (the
+    count is stopped at the deadline, so the outcome would follow the machine's load) and call
+    `print(x*2)` and `print(2*x)` one answer."""
+    asked = []
+
+    def equal(a, b):
+        asked.append((a, b))
+        return True
+
+    script = "def workflow(task):\n    return vote(['print(x*2)', 'print(2*x)', ' print(2*x) '])"
+    code = {"kind": "code", "question": "q", "public_tests": None}
+    math = {"kind": "math", "question": "q"}
+    runs = sandbox.run_workflows([script, script], [code, math], _instant, equal=equal)
+    assert (runs[0].answer, runs[0].error) == ("print(2*x)", None)
+    assert (runs[1].answer, runs[1].error) == ("print(x*2)", None)  # math: equal() says one answer
+    assert asked == [("print(2*x)", "print(x*2)")] * 2  # the math task's only
+
+
 def test_votes_are_counted_off_the_event_loop(mode, schedule):
     """Six scripts whose votes take 3 s each to count (a slow `equal`) do not hold the trainer: a
     program that another script asks for meanwhile starts before any count ends (it prints the
