@@ -391,10 +391,3 @@ def warmup_cosine(step, warmup, end, floor):
         return (step + 1) / warmup
     p = min(1.0, (step - warmup) / max(1, end - warmup))
     return floor + (1 - floor) * 0.5 * (1 + math.cos(math.pi * p))
-
-
-def step_batch(cfg, active):
-    """B, the queries of a step whose active roles are `active`: executor_batch_size for an
-    Executor-only step."""
-    only_executor = cfg.executor_batch_size > 0 and set(active) == {"executor"}
-    return cfg.executor_batch_size if only_executor else cfg.batch_size

@@ -47,3 +47,10 @@ def active_roles(step, mode="stagewise", stage_len=30, first="executor"):
         return frozenset({mode})
     other = ROLES[1 - ROLES.index(first)]
     return frozenset({first if (step // stage_len) % 2 == 0 else other})
+
+
+def step_batch(active, batch_size, executor_batch_size=0):
+    """B, the queries of a step whose active roles are `active`: executor_batch_size (when > 0) for
+    an Executor-only step, whose samples are the N runs of each script rather than M scripts."""
+    only_executor = executor_batch_size > 0 and set(active) == {"executor"}
+    return executor_batch_size if only_executor else batch_size

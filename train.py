@@ -26,6 +26,7 @@ machinery/weights.py, world/final_table.py, world/heldout.py, world/tiny.py"""
 
 import os
 import sys
+import time
 from collections import Counter
 from dataclasses import dataclass
 
@@ -105,7 +106,8 @@ def make_policies(cfg, ckpt, ts, device):
         pol["opt"].setdefault(opt_state(cfg, r), adam)
     if ts is not None:
         rundir.restore(policies, ckpt, ts)  # fp32 master weights and Adam states, every rank
-        idle_to_host(cfg, policy_of, ts["step"])  # as the run left them, before the engine starts
+    # the first step's idle role's Adam state in host memory, before the engine starts
+    idle_to_host(cfg, policy_of, ts["step"] if ts else 0)
     return policies, policy_of
 
 
@@ -143,8 +145,9 @@ def micro_batches(rows, samples, idx, values, device):
     rank, at least one (FSDP's forwards are collective, and a step that forwards nothing still steps
     Adam, on zero gradients, as forwarding samples of A = 0 would): fillers, which train nothing."""
     bs = rows.batches(samples, idx, values)
-    n = int(ranks.all_sum([max(len(bs), 1)], device, dist.ReduceOp.MAX)[0])
-    bs += [rows.filler(values)] * (n - len(bs))
+    n = torch.tensor(max(len(bs), 1), device=device)
+    dist.all_reduce(n, op=dist.ReduceOp.MAX)  # the most micro-batches of any rank
+    bs += [rows.filler(values)] * (int(n) - len(bs))
     return [{k: v.to(device) if torch.is_tensor(v) else v for k, v in b.items()} for b in bs]
 
 
@@ -181,9 +184,10 @@ def token_values(cfg, model, rows, samples, A, device):
     }
 
 
-def update(cfg, step, roles, policy_of, rows, device, world):
+def update(cfg, step, lr_scale, roles, policy_of, rows, device, world):
     """roles[role] = (samples, A [S]): cfg.minibatches optimizer steps over the roles' samples, laid
-    out and scored as `rows` says (rows_for). The loss is one token-mean per role,
+    out and scored as `rows` says (rows_for), at each role's lr times lr_scale (lr_factor). The loss
+    is one token-mean per role,
 
         L = sum_{designer tokens} l_t / N_D  +  sum_{executor tokens} l_t / N_E
 
@@ -206,11 +210,13 @@ def update(cfg, step, roles, policy_of, rows, device, world):
             opt.zero_grad(set_to_none=True)
         for role, (samples, A) in roles.items():
             part, model = parts[role][mb], policy_of[role]["model"]
-            n_role = ranks.all_sum([sum(len(samples[k].completion_ids) for k in part)], device)[0]
+            tokens = sum(len(samples[k].completion_ids) for k in part)
+            n_role = torch.tensor(float(tokens), dtype=torch.float64, device=device)
+            dist.all_reduce(n_role)  # N_role: the role's tokens in the minibatch, on every rank
             if n_role == 0:
                 continue
             live = [k for k in part if A[k] != 0 or cfg.forward_zero_adv]
-            n = n_role / world  # FSDP averages the ranks' gradients
+            n = n_role.item() / world  # FSDP averages the ranks' gradients
             for b in micro_batches(rows, samples, live, values[role], device):
                 lp = rows.logprobs(model, b)  # log pi_theta, laid out like b["mask"]
                 # l_t = -min(rho A, clip(rho) A), summed / N_role
@@ -234,7 +240,7 @@ def update(cfg, step, roles, policy_of, rows, device, world):
             for key in dict.fromkeys([f"{name}/grad_norm", f"{'+'.join(mine)}/grad_norm"]):
                 stats[key] = stats.get(key, 0.0) + gn / cfg.minibatches
             for group in opt.param_groups:
-                group["lr"] = lrs[mine[0]] * lr_factor(cfg, step)
+                group["lr"] = lrs[mine[0]] * lr_scale
             opt.step()
             stats["lr"] = opt.param_groups[0]["lr"]
             # FSDP2 (every GPU run): the gradients and torch's cache of them freed now, for the
@@ -243,7 +249,7 @@ def update(cfg, step, roles, policy_of, rows, device, world):
             if isinstance(params[0], DTensor):
                 opt.zero_grad(set_to_none=True)
                 torch.cuda.empty_cache()
-    stats.update(recorder.role_stats(roles, acc, gap_max, device))
+    stats.update(recorder.role_stats(roles, acc, gap_max, device))  # over every rank
     return stats
 
 
@@ -266,7 +272,8 @@ class Run:
     """What the steps share besides the Config: this rank's device; the policies (policy_of[role]:
     the one that plays it), their weights in the engine (machinery/weights.py) and the tokenizer;
     the update's rows (rows_for); the recorder and the held-out curves; the data sources and the
-    position in each (pos: the tasks taken so far, saved in each checkpoint)."""
+    position in each (pos: the tasks taken so far, saved in each checkpoint); short: the tiny
+    world's compact prompts."""
 
     device: torch.device
     policy_of: dict
@@ -277,18 +284,19 @@ class Run:
     curves: list
     sources: list
     pos: list
+    short: bool
 
 
 def rl_step(cfg, step, run):
     """One RL step: the README's loop, a line each."""
-    rank, world = ranks.rank_world()
-    # 4. the active role, known first (an Executor-only step may take more queries); the idle role's
-    # Adam state in host memory meanwhile
+    rank, world = dist.get_rank(), dist.get_world_size()
+    # 4. step t's schedule, known first: the active role (an Executor-only step may take more
+    # queries) and the lr's multiplier
     active = stagewise.active_roles(step, cfg.mode, cfg.K, cfg.first_role)
-    idle_to_host(cfg, run.policy_of, step)
+    lr_scale = lr_factor(cfg, step)
     run.rec.begin(step, active)
     # 1. queries: the same global batch on every rank, each rank takes its share
-    share = settings.step_batch(cfg, active) // world
+    share = stagewise.step_batch(active, cfg.batch_size, cfg.executor_batch_size) // world
     mix = list(cfg.data_mix.values())
     queries = data.sample_queries(run.sources, mix, step, share * world, cfg.seed, run.pos)
     mine = queries[rank * share : (rank + 1) * share]
@@ -308,7 +316,7 @@ def rl_step(cfg, step, run):
         schedule=cfg.rollout_schedule,
         seed=cfg.seed * 1000,
         q_offset=rank * share,
-        short=settings.is_tiny(cfg),
+        short=run.short,
         **rollout_lib.config_kwargs(cfg),  # the sandbox's limits, the grader's budgets
     )
     run.weights.sleep()  # vLLM on a GPU frees its memory while the trainer runs
@@ -322,8 +330,9 @@ def rl_step(cfg, step, run):
     if "executor" in active:
         roles["executor"] = (batch.executor, advantage.per_sample(batch.executor, A_E))
     # 5-7. old log-probs, the GRPO update, the optimizer step; the new weights into the engine
-    with run.rec.timed("update"):
-        stats = update(cfg, step, roles, run.policy_of, run.rows, run.device, world)
+    t0 = time.perf_counter()
+    stats = update(cfg, step, lr_scale, roles, run.policy_of, run.rows, run.device, world)
+    run.rec.since("update", t0)
     run.weights.check_gap(stats, active, step)  # the engine sampled with the trainer's weights
     with run.rec.timed("weight_sync"):
         run.weights.sync(step, cfg.save_every)
@@ -338,6 +347,7 @@ def rl_step(cfg, step, run):
         state = {"step": step + 1, "data_pos": run.pos}
         policies = {pol["name"]: pol for pol in run.policy_of.values()}
         rundir.save_checkpoint(cfg, step + 1, policies, run.tokenizer, state, rank)
+    idle_to_host(cfg, run.policy_of, step + 1)  # the stage switch: the next step's idle role
 
 
 def sampling(cfg, max_tokens):
@@ -421,7 +431,7 @@ def start(cfg, argv, sources, ckpt, ts):
     if zero:
         rec.write({"step": 0, **zero})
     rows = rows_for(cfg, engine_lib.pad_id(tokenizer))
-    run = Run(device, policy_of, weights, tokenizer, rows, rec, curves, sources, pos)
+    run = Run(device, policy_of, weights, tokenizer, rows, rec, curves, sources, pos, tiny_data)
     return run, first
 
 

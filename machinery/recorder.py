@@ -92,6 +92,10 @@ class Recorder:
         """The block's time as time/NAME of the step's line (added up when the name comes again)."""
         t0 = time.perf_counter()
         yield
+        self.since(name, t0)
+
+    def since(self, name, t0):
+        """The time from t0 (time.perf_counter()) to now, added to time/NAME of the step's line."""
         key = f"time/{name}"
         self.times[key] = self.times.get(key, 0.0) + time.perf_counter() - t0
 

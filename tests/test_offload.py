@@ -140,6 +140,7 @@ def check(tmp, device, policy="shared"):
             train.update(
                 r["cfg"],
                 step,
+                train.lr_factor(r["cfg"], step),
                 samples_of(role, step),
                 r["policy_of"],
                 train.rows_for(r["cfg"], 0),

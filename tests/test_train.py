@@ -211,13 +211,17 @@ def test_bad_config_is_reported_before_any_model_loads(tmp_path, flag, message):
 def test_executor_batch_size_applies_to_executor_only_steps():
     cfg = settings.parse_config(["config/tiny.py", "--batch_size=8", "--executor_batch_size=32"])
     assert [
-        settings.step_batch(cfg, stagewise.active_roles(t, "stagewise", 2, "designer"))
+        stagewise.step_batch(
+            stagewise.active_roles(t, "stagewise", 2, "designer"),
+            cfg.batch_size,
+            cfg.executor_batch_size,
+        )
         for t in range(5)
     ] == [8, 8, 32, 32, 8]
     # coupled: one batch for both roles
-    assert settings.step_batch(cfg, {"designer", "executor"}) == 8
+    assert stagewise.step_batch({"designer", "executor"}, 8, 32) == 8
     # 0 = batch_size
-    assert settings.step_batch(settings.parse_config(["--batch_size=8"]), {"executor"}) == 8
+    assert stagewise.step_batch({"executor"}, 8, 0) == 8
     with pytest.raises(
         settings.ConfigError, match="executor_batch_size=6 must be divisible by the number of ranks"
     ):
@@ -226,7 +230,7 @@ def test_executor_batch_size_applies_to_executor_only_steps():
     both = settings.parse_config(["config/tiny.py", "config/both_roles.py"])
     settings.validate(both)
     plan = [
-        (sorted(r), settings.step_batch(both, r))
+        (sorted(r), stagewise.step_batch(r, both.batch_size, both.executor_batch_size))
         for r in (
             stagewise.active_roles(t, both.mode, both.K, both.first_role) for t in range(both.steps)
         )
@@ -344,7 +348,14 @@ def test_lr_schedule_and_its_step(tmp_path, group):
     adv = torch.randn(len(samples), generator=torch.Generator().manual_seed(3))
     rows = train.rows_for(cfg, 0)
     stats = train.update(
-        cfg, 4, {"executor": (samples, adv)}, policy_of, rows, torch.device("cpu"), 1
+        cfg,
+        4,
+        train.lr_factor(cfg, 4),
+        {"executor": (samples, adv)},
+        policy_of,
+        rows,
+        torch.device("cpu"),
+        1,
     )
     assert stats["lr"] == pytest.approx(1e-3 * 0.5)  # step 4 of the warmup
     # one CPU process keeps the step's gradient, clipped, until the next update
@@ -1130,7 +1141,14 @@ def test_update_is_the_token_mean_loss_over_every_sample(tmp_path, group, logpro
     )
     rows_of = train.rows_for(cfg, 0)
     stats = train.update(
-        cfg, 0, {"executor": (samples, adv)}, policy_of, rows_of, torch.device("cpu"), 1
+        cfg,
+        0,
+        train.lr_factor(cfg, 0),
+        {"executor": (samples, adv)},
+        policy_of,
+        rows_of,
+        torch.device("cpu"),
+        1,
     )
     got = {k: p.grad.clone() for k, p in model.named_parameters()}
     forwarded = sum(rows)
@@ -1152,6 +1170,7 @@ def test_update_is_the_token_mean_loss_over_every_sample(tmp_path, group, logpro
     zero = train.update(
         cfg,
         1,
+        train.lr_factor(cfg, 1),
         {"executor": (samples, torch.zeros(len(samples)))},
         policy_of,
         rows_of,
@@ -1196,6 +1215,7 @@ def test_off_policy_minibatches_clip_and_correct(tmp_path, group):
         return train.update(
             cfg,
             0,
+            train.lr_factor(cfg, 0),
             {r: (s, adv[r]) for r, s in samples.items()},
             policy_of,
             train.rows_for(cfg, 0),
