@@ -6,9 +6,9 @@
 
    It holds the full-vocabulary logits of the batch at once, which is fine for a small vocabulary
    and not for Qwen3's ~151k (16k tokens x 151k x 4 bytes is ~10 GB, kept again for the backward).
-   machinery/chunked.py computes the same numbers a chunk of tokens at a time (the presets for large
-   models use it); machinery/shared_prompts.py forwards a prompt once for all the samples that share
-   it (the tiny preset). Both are tested equal to this one (train.rows_for names the tests).
+   machinery/logprob_rows.py computes the same numbers a chunk of tokens at a time (the presets for
+   large models use it), or forwards a prompt once for all the samples that share it (the tiny
+   preset). Both are tested equal to this one (train.rows_for names the tests).
 
 2) grpo_loss: the clipped surrogate, a token-mean over the trained tokens of the (global) batch
 

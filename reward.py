@@ -305,16 +305,11 @@ _POOL = grader.Pool("reward._serve_grader", HERE)
 def math_equal(pred, gold, timeout=5.0):
     """Is the answer `pred` equivalent to the reference `gold`? Safe from any thread; a comparison
     that needs more than `timeout` seconds of SymPy is killed and counts as not equal."""
-    if pred is None or gold is None:
-        return False
-    pred, gold = str(pred), str(gold)
-    if len(pred) > MAX_ANSWER_CHARS or len(gold) > MAX_ANSWER_CHARS:
-        return False
-    fast = _fast_equal(pred, gold)
+    fast = _decided(pred, gold)
     if fast is not None:
         return fast
     # in a grader process; stuck on a pathological expression (or died): killed, not equal
-    return _POOL.ask([pred, gold], timeout) is True
+    return _POOL.ask([str(pred), str(gold)], timeout) is True
 
 
 def text_equal(pred, gold):
@@ -322,12 +317,18 @@ def text_equal(pred, gold):
     decides before it asks SymPy. What a vote over a code task's programs or outputs uses
     (sandbox.py): SymPy would call `print(x*2)` and `print(2*x)` one answer, and spend its time on
     the script's clock, where the count stops at the deadline."""
+    return _decided(pred, gold) is True
+
+
+def _decided(pred, gold):
+    """math_equal's answer where SymPy is not needed (a missing or overlong answer: False), else
+    None."""
     if pred is None or gold is None:
         return False
     pred, gold = str(pred), str(gold)
     if len(pred) > MAX_ANSWER_CHARS or len(gold) > MAX_ANSWER_CHARS:
         return False
-    return _fast_equal(pred, gold) is True
+    return _fast_equal(pred, gold)
 
 
 # --------------------------------------------------------------------------------------------------

@@ -10,10 +10,10 @@ completion ids and the end-of-turn token are appended. Only the completion is tr
 
 where C is the set of completion tokens (plus the end-of-turn token, so the model learns to stop) of
 the whole batch on all ranks: a token-mean, with the token count all-reduced so every rank divides
-by the same number. Log-probs come from chunked.token_logprobs (never the full-vocabulary logits in
-fp32). Batches are length-bucketed (samples of similar length together, little padding); AdamW, or
-Muon on the hidden matrices (muon.py; the tiny default), with linear warmup and cosine decay;
-gradient-norm clipping; Hugging Face checkpoints (model and tokenizer).
+by the same number. Log-probs come from logprob_rows.chunked_token_logprobs (never the
+full-vocabulary logits in fp32). Batches are length-bucketed (samples of similar length together,
+little padding); AdamW, or Muon on the hidden matrices (muon.py; the tiny default), with linear
+warmup and cosine decay; gradient-norm clipping; Hugging Face checkpoints (model and tokenizer).
 
 What fits a GPU: a batch goes forward and backward in micro-batches of at most --micro_tokens
 tokens (padding counted), their gradients accumulated before the one optimizer step. Each
@@ -55,7 +55,7 @@ From Python:
     figures = final_table.evaluate_sft("out/x", heldout_tasks)  # (world/final_table.py) the
                                               # quality bar: parse rate, template accuracies
 
-Needs: evaluate.py, machinery/chunked.py, machinery/data.py, machinery/engine.py,
+Needs: evaluate.py, machinery/logprob_rows.py, machinery/data.py, machinery/engine.py,
 machinery/muon.py, machinery/ranks.py, machinery/cpu_bits.py, machinery/rundir.py,
 machinery/speed.py,
 machinery/weights.py, mas.py, rollout.py, settings.py, world/tiny.py, machinery/decode.py,
@@ -83,7 +83,7 @@ import rollout
 import settings
 from machinery import cpu_bits, data, muon, plans, ranks, rundir, speed
 from machinery import engine as engine_lib
-from machinery.chunked import token_logprobs
+from machinery.logprob_rows import chunked_token_logprobs
 from machinery.rundir import full_disk_exits
 from world import final_table, tiny
 
@@ -329,7 +329,7 @@ def sft_step(model, encoded, lengths, micro_tokens, clip, opt, sched, mine, pad_
     total = 0.0
     for ids, attn, mask in micro:
         with torch.autocast("cuda", dtype=torch.bfloat16, enabled=bf16):
-            lp = token_logprobs(model, ids, attn)
+            lp = chunked_token_logprobs(model, ids, attn)
         # FSDP averages gradients over ranks, so scale by world: the global token-mean; each
         # micro-batch's share of it, its gradient added to the others' until the step
         loss = -(lp.float() * mask).sum() * world / n_tok.clamp(min=1)

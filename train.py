@@ -17,11 +17,11 @@ proven equal to the plain path read here: logprobs="shared" (rows_for) and backe
 (engine.make_engine); `--logprobs=plain --backend=hf` runs the plain path.
 
 Needs: advantage.py, evaluate.py, grpo.py, mas.py, reward.py, rollout.py, sandbox.py, settings.py,
-stagewise.py, machinery/chunked.py, machinery/confine.py, machinery/cpu_bits.py, machinery/data.py,
-machinery/decode.py, machinery/engine.py, machinery/grader.py, machinery/isolation.py,
-machinery/loggers.py, machinery/offload.py, machinery/plans.py, machinery/programs.py,
+stagewise.py, machinery/confine.py, machinery/cpu_bits.py, machinery/data.py, machinery/decode.py,
+machinery/engine.py, machinery/grader.py, machinery/isolation.py, machinery/loggers.py,
+machinery/logprob_rows.py, machinery/offload.py, machinery/plans.py, machinery/programs.py,
 machinery/provenance.py, machinery/ranks.py, machinery/recorder.py, machinery/reload_check.py,
-machinery/results.py, machinery/rundir.py, machinery/shared_prompts.py, machinery/speed.py,
+machinery/results.py, machinery/rundir.py, machinery/speed.py,
 machinery/weights.py, world/final_table.py, world/heldout.py, world/tiny.py"""
 
 import os
@@ -41,7 +41,7 @@ import grpo
 import rollout as rollout_lib
 import settings
 import stagewise
-from machinery import chunked, data, offload, ranks, recorder, rundir, shared_prompts, speed
+from machinery import data, logprob_rows, offload, ranks, recorder, rundir, speed
 from machinery import engine as engine_lib
 from machinery.cpu_bits import restart_pinned
 from machinery.rundir import full_disk_exits
@@ -131,13 +131,14 @@ def rows_for(cfg, pad_id):
     # grpo.token_logprobs. The speed-ups, proven equal to it: "chunked" (the Qwen3 presets), the lm
     # head a chunk at a time, never the full logits in fp32 (tests/test_chunked.py::
     # test_token_logprobs_matches_naive); "shared" (the tiny preset), each prompt forwarded once for
-    # its samples: block masks, restarted positions (machinery/shared_prompts.py;
+    # its samples: block masks, restarted positions (machinery/logprob_rows.py;
     # tests/test_shared_prompts.py::test_shared_prompts_match_unshared and, run for run,
     # tests/test_train.py::test_shared_rows_run_equals_plain).
     if cfg.logprobs == "shared":
-        return shared_prompts.SharedRows(pad_id, cfg.micro_batch)
-    logprobs = chunked.token_logprobs if cfg.logprobs == "chunked" else grpo.token_logprobs
-    return shared_prompts.Rows(logprobs, rollout_lib.samples_to_tensors, pad_id, cfg.micro_batch)
+        return logprob_rows.SharedRows(pad_id, cfg.micro_batch)
+    chunked = cfg.logprobs == "chunked"
+    logprobs = logprob_rows.chunked_token_logprobs if chunked else grpo.token_logprobs
+    return logprob_rows.Rows(logprobs, rollout_lib.samples_to_tensors, pad_id, cfg.micro_batch)
 
 
 def micro_batches(rows, samples, idx, values, device):

@@ -88,11 +88,10 @@ minibatches = 1
 # token-means). AE's `ppo_micro_batch_size_per_gpu: 4` sits under `ppo_trainer_config.actor`, a key
 # verl never reads (it reads `actor_rollout_ref.actor`)
 micro_batch = 4
-logprobs = (
-    "chunked"  # ours: the lm head a chunk at a time (chunked.py); shared-prompt rows (a custom 4D
-)
+# ours: the lm head a chunk at a time (machinery/logprob_rows.py); shared-prompt rows (a custom 4D
 # mask) are tested on CPU only, and the compiled/kept-logit variants wait for
 # `python tools/bench.py train` on an H200
+logprobs = "chunked"
 # [paper] per completion; [authors] AE `max_response_length: 8192` (async_generate.py's sampling
 # `max_tokens`, both roles)
 max_tokens = 8192

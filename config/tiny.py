@@ -31,7 +31,7 @@ executor_lr = 5e-5
 # [authors] several optimizer steps a rollout (verl's ppo_mini_batch_size); the paper does not say
 minibatches = 4
 micro_batch = 32
-# ours: each prompt forwarded once for its samples (machinery/shared_prompts.py): the same numbers
+# ours: each prompt forwarded once for its samples (machinery/logprob_rows.py): the same numbers
 logprobs = "shared"
 
 backend = "lean"  # ours: decode.py's loop with exact drafting, the fast engine on a CPU

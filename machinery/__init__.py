@@ -5,8 +5,8 @@ Generation (engine.py, and decode.py's written-out loop under its lean backend; 
 proves each weight sync), the sandbox's isolation (isolation.py, under sandbox.py), a run's folder
 and record (rundir.py, recorder.py, loggers.py, provenance.py: the commit a run came from), the
 ranks (ranks.py), the trainer's weights in the engine (weights.py), the idle role's Adam state in
-host memory (offload.py), the speed-ups proven equal to the plain path (chunked.py,
-shared_prompts.py, speed.py), the SFT optimizer (muon.py), and the benchmark files (data.py). One
-concept a file, each copyable with the files its docstring's Needs line names; none of them is on
-the reading path.
+host memory (offload.py), the update's rows and their log-probs (logprob_rows.py: the plain,
+chunked and shared-prompt layouts, proven equal), the model's speed-ups (speed.py), the SFT
+optimizer (muon.py), and the benchmark files (data.py). One concept a file, each copyable with the
+files its docstring's Needs line names.
 """

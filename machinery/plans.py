@@ -341,7 +341,7 @@ def batch_fix(key, value, world):
 
 # --------------------------------------------------------------------------------------------------
 # SFT's memory plan (sft.py, checked before any model loads): no engine, activations instead
-SFT_CHUNK = 1024  # chunked.CHUNK: tokens whose full-vocabulary logits are alive at once
+SFT_CHUNK = 1024  # logprob_rows.CHUNK: tokens whose full-vocabulary logits are alive at once
 
 
 def model_shape(path):
@@ -376,7 +376,7 @@ def sft_plan(shape, params, world, micro_tokens, checkpointing, batch_size=8):
                   decoder layer's bf16 input (2 B x hidden x layers) and one layer's
                   intermediates, recomputed in its backward (2 B x (10 hidden + 4
                   intermediate)); off keeps every layer's (x layers: ~6 MB a token at 8B)
-    head        = chunked.py's fp32 logits of a chunk (3 x 1024 x vocab x 4 B) and the lm
+    head        = logprob_rows.py's fp32 logits of a chunk (3 x 1024 x vocab x 4 B) and the lm
                   head's fp32 gradient accumulator (vocab x hidden x 4 B)
     bf16        = the bf16 weights computed with: one process, autocast's copy of them all
                   (2 B x params, kept for the backward); FSDP2, the root's gathered embeddings

@@ -1,4 +1,4 @@
-"""What the tests of grpo.py, chunked.py and shared_prompts.py share: a tiny Qwen3, a batch,
+"""What the tests of grpo.py and logprob_rows.py share: a tiny Qwen3, a batch,
 tolerances."""
 
 import torch

@@ -1,5 +1,6 @@
-"""chunked.py: the lm head a chunk at a time gives the reference's log-probs and gradients (tied or
-not, any chunk size), keeps no full logits for the backward, and works under FSDP2's root call."""
+"""logprob_rows.py's chunked head: the lm head a chunk at a time gives the reference's log-probs
+and gradients (tied or not, any chunk size), keeps no full logits for the backward, and works under
+FSDP2's root call."""
 
 import copy
 import subprocess
@@ -9,7 +10,8 @@ import pytest
 import torch
 from qwen_helpers import LOGP, batch, grad_tol, grads_of, naive_token_logprobs, tiny_qwen3
 
-from machinery.chunked import chunked_logprobs, token_logprobs
+from machinery.logprob_rows import chunked_logprobs
+from machinery.logprob_rows import chunked_token_logprobs as token_logprobs
 
 
 @pytest.mark.parametrize("tie", [True, False])
@@ -103,7 +105,7 @@ def test_backward_keeps_no_full_logits():
 
 def test_fsdp2_root_call(tmp_path):
     """Under fully_shard the parameters outside a forward are sharded DTensors; token_logprobs (and
-    shared_prompts.shared_prompt_logprobs, through the same root call) must still work."""
+    logprob_rows.shared_prompt_logprobs, through the same root call) must still work."""
     import torch.distributed as dist
     from test_shared_prompts import shared_batch, shared_logprobs
     from torch.distributed.device_mesh import init_device_mesh

@@ -13,8 +13,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from machinery.chunked import token_logprobs
 from machinery.engine import Completion, HFEngine, Sampling, derive_seed, make_engine
+from machinery.logprob_rows import chunked_token_logprobs as token_logprobs
 
 CHAT = (
     "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
@@ -98,7 +98,8 @@ def direct_logprobs(model, c: Completion, temperature):
 
 
 def trainer_logprobs(model, c: Completion):
-    """chunked.token_logprobs on the same ids: what the trainer computes (it samples at T = 1)."""
+    """logprob_rows.chunked_token_logprobs on the same ids: what the trainer computes (it samples at
+    T = 1)."""
     ids = torch.tensor([c.prompt_ids + c.token_ids])
     with torch.no_grad():
         lp = token_logprobs(model, ids, torch.ones_like(ids))

@@ -299,17 +299,15 @@ loss.backward()
 # exact in any IEEE arithmetic: rho = exp(0) = 1, then sums and halves of small integers
 assert loss.item() == -2.0 and logp.grad.tolist() == [[-1.0, -1.0]] and stats["tokens"] == 2
 """,
-    "machinery.chunked": """
+    "machinery.logprob_rows": """
 import torch
 h = torch.randn(3, 4, dtype=torch.float64)
 w = torch.randn(5, 4, dtype=torch.float64)
 t = torch.tensor([0, 4, 2])
 ref = torch.log_softmax(h @ w.T, -1).gather(1, t[:, None])[:, 0]
-got = chunked.chunked_logprobs(h, w, t, chunk_size=2)
+got = logprob_rows.chunked_logprobs(h, w, t, chunk_size=2)
 assert torch.allclose(got, ref)   # float64: ~1e-15 apart, rtol 1e-5
-""",
-    "machinery.shared_prompts": """
-b = shared_prompts.shared_prompt_rows([([5, 6, 7], [[8, 9], [10]])], pad_id=0)
+b = logprob_rows.shared_prompt_rows([([5, 6, 7], [[8, 9], [10]])], pad_id=0)
 assert b["input_ids"].tolist() == [[5, 6, 7, 8, 9, 10]] and b["targets"].tolist() == [8, 9, 10]
 assert b["positions"].tolist() == [2, 3, 2] and b["position_ids"].tolist() == [[0, 1, 2, 3, 4, 3]]
 """,

@@ -88,7 +88,7 @@ def test_length_batches_and_schedule():
 def test_train_sft_learns_and_writes_loadable_checkpoint(tmp_path):
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from machinery.chunked import token_logprobs
+    from machinery.logprob_rows import chunked_token_logprobs as token_logprobs
 
     model, tok = tiny.build_model(seed=0, **SMALL)
     samples = add_samples(300)

@@ -1,5 +1,6 @@
-"""shared_prompts.py: one row [prompt, c_1, ..., c_k] per prompt, block attention, position ids
-restarting: the layout, and the log-probs, gradients and GRPO loss of one sample a row."""
+"""logprob_rows.py's shared rows: one row [prompt, c_1, ..., c_k] per prompt, block attention,
+position ids restarting: the layout, and the log-probs, gradients and GRPO loss of one sample a
+row."""
 
 import copy
 
@@ -8,8 +9,8 @@ import torch
 from qwen_helpers import EPS32, LOGP, grad_tol, grads_of, tiny_qwen3
 
 from grpo import grpo_loss
-from machinery.chunked import token_logprobs
-from machinery.shared_prompts import shared_prompt_logprobs, shared_prompt_mask, shared_prompt_rows
+from machinery.logprob_rows import chunked_token_logprobs as token_logprobs
+from machinery.logprob_rows import shared_prompt_logprobs, shared_prompt_mask, shared_prompt_rows
 
 
 def test_shared_prompt_rows_layout():

@@ -1,7 +1,7 @@
 """speed.prepare: every activation-checkpointing mode, eager and compiled, alone and under FSDP2,
-gives the plain model's log-probs and gradients (through chunked.token_logprobs, the large presets'
-path), keeps parameter and state-dict names, and `full` really replays the layer's matmuls in the
-backward while `off` does not.
+gives the plain model's log-probs and gradients (through logprob_rows.chunked_token_logprobs, the
+large presets' path), keeps parameter and state-dict names, and `full` really replays the layer's
+matmuls in the backward while `off` does not.
 
 compile uses torch.compile's "aot_eager" backend: dynamo traces the checkpointed layer exactly as
 inductor would receive it, without generating C++ (seconds instead of minutes on two shared cores).
@@ -18,7 +18,7 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from machinery import speed
-from machinery.chunked import token_logprobs
+from machinery.logprob_rows import chunked_token_logprobs as token_logprobs
 
 
 def tiny_qwen3(seed=0, layers=3):

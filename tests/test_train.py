@@ -36,7 +36,7 @@ import rollout as rollout_lib
 import settings
 import stagewise
 import train
-from machinery import chunked, data, loggers, recorder, rundir
+from machinery import data, loggers, logprob_rows, recorder, rundir
 from world import final_table
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -1015,7 +1015,9 @@ def test_load_model_applies_the_speed_options(model_dir, group):
     rows, plain_rows = train.rows_for(cfg, 0), train.rows_for(plain_cfg, 0)
     (b,) = train.micro_batches(rows, samples, [0, 1], {}, cpu)
     (b_plain,) = train.micro_batches(plain_rows, samples, [0, 1], {}, cpu)
-    assert rows.token_logprobs is chunked.token_logprobs  # the chunked path, dispatched
+    assert (
+        rows.token_logprobs is logprob_rows.chunked_token_logprobs
+    )  # the chunked path, dispatched
     got, want = rows.logprobs(fast, b), plain_rows.logprobs(plain, b_plain)
     got.sum().backward()
     want.sum().backward()
@@ -1056,7 +1058,7 @@ def test_batches_hold_every_sample_once_and_the_same_count_on_every_rank(group):
     rank must forward, at least one."""
     if group is None:
         return
-    from machinery import shared_prompts
+    from machinery import logprob_rows
 
     samples = repeated_prompt_samples()
     values = {
@@ -1078,8 +1080,8 @@ def test_batches_hold_every_sample_once_and_the_same_count_on_every_rank(group):
     # shared rows: one prompt a row, fewer rows than samples, none longer than ROW_CAP x the longest
     # sequence
     longest = max(len(s.prompt_ids) + len(s.completion_ids) for s in samples)
-    rows = shared_prompts.share_rows(
-        samples, range(len(samples)), int(shared_prompts.ROW_CAP * longest)
+    rows = logprob_rows.share_rows(
+        samples, range(len(samples)), int(logprob_rows.ROW_CAP * longest)
     )
     assert len(rows) < len(samples) and all(
         len({tuple(samples[k].prompt_ids) for k in r}) == 1 for r in rows
@@ -1088,7 +1090,7 @@ def test_batches_hold_every_sample_once_and_the_same_count_on_every_rank(group):
     def row_len(r):
         return len(samples[r[0]].prompt_ids) + sum(len(samples[k].completion_ids) for k in r)
 
-    assert all(row_len(r) <= shared_prompts.ROW_CAP * longest or len(r) == 1 for r in rows)
+    assert all(row_len(r) <= logprob_rows.ROW_CAP * longest or len(r) == 1 for r in rows)
 
 
 def naive_update(model, samples, adv, lr):

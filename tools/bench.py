@@ -13,7 +13,7 @@ where: docs/NOTES.md.
                                        # turns: the ratio
     python tools/bench.py engine       # the tiny rollout on each backend: lean, hf, vllm (when
                                        # importable)
-    python tools/bench.py train        # chunked.token_logprobs vs the full-logits log-softmax
+    python tools/bench.py train        # chunked_token_logprobs vs the full-logits log-softmax
     python tools/bench.py sft          # sft.py's peak memory at batch 8 and 32, each batch whole
                                        # and in micro-batches of 1024 tokens
     python tools/bench.py gpu          # CUDA: the Qwen3-4B-shaped update (GPU_ROWS), vLLM reload
@@ -36,10 +36,10 @@ it), rolled out as train.py rolls it out (tiny_step). torch and transformers are
 
 Needs: grpo.py, machinery/engine.py, machinery/ranks.py, machinery/cpu_bits.py, machinery/speed.py,
 rollout.py,
-settings.py, train.py, world/tiny.py, advantage.py, evaluate.py, machinery/chunked.py,
+settings.py, train.py, world/tiny.py, advantage.py, evaluate.py, machinery/logprob_rows.py,
 machinery/data.py, machinery/decode.py, machinery/isolation.py, machinery/confine.py,
 machinery/loggers.py, machinery/offload.py, machinery/provenance.py, machinery/recorder.py,
-machinery/reload_check.py, machinery/rundir.py, machinery/shared_prompts.py,
+machinery/reload_check.py, machinery/rundir.py, machinery/logprob_rows.py,
 machinery/weights.py, mas.py, reward.py, sandbox.py, stagewise.py, world/final_table.py,
 world/heldout.py; tools/distill.py (the distill section), machinery/plans.py,
 machinery/programs.py, machinery/grader.py, machinery/results.py"""
@@ -66,8 +66,8 @@ import grpo
 import rollout as rollout_lib
 import settings
 import train
-from machinery import chunked, plans, programs, ranks, shared_prompts, speed
 from machinery import engine as engine_lib
+from machinery import logprob_rows, plans, programs, ranks, speed
 from world import tiny
 
 HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the project root
@@ -247,7 +247,7 @@ SMALL = {
 }
 QUICK = {**SMALL, "hidden_size": 32, "intermediate_size": 64, "vocab_size": 512}  # in seconds
 # Config.logprobs' row functions, as train.rows_for picks them
-ROWS = {"plain": grpo.token_logprobs, "chunked": chunked.token_logprobs}
+ROWS = {"plain": grpo.token_logprobs, "chunked": logprob_rows.chunked_token_logprobs}
 PEAK_FLOPS = 989e12  # H200 (and H100 SXM) dense bf16
 
 
@@ -276,8 +276,8 @@ def in_subprocess(call, timeout=None):
 def bench_train(variant=None, reps=3, quick=False):
     """One GRPO update (forward + backward) of a Qwen3 with a large vocabulary, where the logits
     dominate (CUDA: Qwen3-4B's hidden size and vocabulary, two layers, bf16; CPU: a small one): each
-    Config.logprobs="chunked" (chunked.token_logprobs) vs plain (grpo.token_logprobs: the full
-    logits, log_softmax, gather), through shared_prompts.Rows.logprobs as the update calls it.
+    Config.logprobs="chunked" (logprob_rows.chunked_token_logprobs) vs plain (grpo.token_logprobs:
+    the full logits, log_softmax, gather), through logprob_rows.Rows.logprobs, as update calls it.
     Peak memory: each variant's update in its own process, above what was allocated before it (CUDA
     max_memory_allocated; CPU the growth of ru_maxrss); speed: in this process, taking turns,
     medians of `reps`. quick: a tiny shape on the CPU, in seconds (tests/test_chunked.py's)."""
@@ -292,7 +292,7 @@ def bench_train(variant=None, reps=3, quick=False):
     b["attention_mask"] = torch.ones_like(b["input_ids"])
 
     def update(v, rep=0):
-        logp = shared_prompts.Rows(ROWS[v], None, 0, B).logprobs(model, b)
+        logp = logprob_rows.Rows(ROWS[v], None, 0, B).logprobs(model, b)
         ones = torch.ones(B, device=logp.device)
         mask = b["attention_mask"][:, 1:]
         loss, _ = grpo.grpo_loss(logp, None, ones, mask, clip_eps=settings.Config.clip_eps)

@@ -72,9 +72,9 @@ stagewise.py, machinery/reload_check.py, machinery/rundir.py, machinery/ranks.py
 machinery/cpu_bits.py,
 machinery/speed.py, rollout.py, sandbox.py, reward.py, machinery/isolation.py,
 machinery/confine.py; train.py (the fsdp and step4b parts call its update, the runs run it in a
-subprocess) and what it needs: advantage.py, grpo.py, evaluate.py, machinery/chunked.py,
+subprocess) and what it needs: advantage.py, grpo.py, evaluate.py, machinery/logprob_rows.py,
 machinery/data.py, machinery/loggers.py, machinery/offload.py, machinery/provenance.py,
-machinery/recorder.py, machinery/shared_prompts.py, machinery/weights.py, world/final_table.py,
+machinery/recorder.py, machinery/logprob_rows.py, machinery/weights.py, world/final_table.py,
 world/heldout.py; sft.py (the sft4b part) and machinery/muon.py, machinery/plans.py,
 machinery/programs.py, machinery/grader.py, machinery/results.py"""
 

@@ -28,7 +28,7 @@ that runs of one seed (the same tasks) pair task by task (ablations.py).
                                                                   # another split
 
 Needs: evaluate.py, machinery/engine.py, machinery/rundir.py, machinery/weights.py, mas.py,
-settings.py, world/heldout.py, world/tiny.py, machinery/chunked.py, machinery/data.py,
+settings.py, world/heldout.py, world/tiny.py, machinery/logprob_rows.py, machinery/data.py,
 machinery/decode.py, machinery/isolation.py, machinery/confine.py, machinery/provenance.py,
 machinery/ranks.py, machinery/cpu_bits.py, machinery/reload_check.py, reward.py, rollout.py,
 sandbox.py, stagewise.py,

@@ -48,7 +48,7 @@ it; tools/plot.py draws the curve beside the tiny one.
     line = bench(step, weights)                    # the heldout/NAME/ keys of this step
 
 Needs: machinery/engine.py, mas.py, rollout.py, settings.py, world/tiny.py, machinery/decode.py,
-machinery/data.py, reward.py, sandbox.py, stagewise.py, machinery/chunked.py,
+machinery/data.py, reward.py, sandbox.py, stagewise.py, machinery/logprob_rows.py,
 machinery/isolation.py, machinery/confine.py, machinery/cpu_bits.py, machinery/plans.py,
 machinery/provenance.py, machinery/rundir.py, machinery/programs.py, machinery/grader.py"""
 

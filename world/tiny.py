@@ -56,8 +56,8 @@ Five pieces, each usable on its own:
 
 How these settings were chosen (the calibration runs and what moved the numbers): docs/NOTES.md.
 
-Needs: machinery/chunked.py, machinery/data.py, machinery/engine.py, mas.py, reward.py, rollout.py,
-sandbox.py, machinery/decode.py, machinery/isolation.py, machinery/confine.py,
+Needs: machinery/logprob_rows.py, machinery/data.py, machinery/engine.py, mas.py, reward.py,
+rollout.py, sandbox.py, machinery/decode.py, machinery/isolation.py, machinery/confine.py,
 machinery/programs.py, machinery/grader.py"""
 
 import argparse
@@ -82,7 +82,7 @@ import mas
 import reward
 import rollout
 import sandbox
-from machinery import chunked, data, engine
+from machinery import data, engine, logprob_rows
 
 PAD, UNK, END = "<|pad|>", "<|unk|>", "<|end|>"
 ROLES = ("system", "user", "assistant")
@@ -672,8 +672,8 @@ def exact_figures(
 def _sequence_logprobs(model, tokenizer, samples, batch_size, spans=None):
     """(log P(completion | messages) for each sample, by the trainer's own packing
     (rollout.samples_to_tensors: right padding, completion mask) and log-probs
-    (chunked.token_logprobs), in float64 sums; and the sum over each sample's span of completion
-    tokens [a, b) (spans[s], None: no span, sum 0.0))."""
+    (logprob_rows.chunked_token_logprobs), in float64 sums; and the sum over each sample's span of
+    completion tokens [a, b) (spans[s], None: no span, sum 0.0))."""
     spans = spans or [None] * len(samples)
     encoded, _ = engine.encode_samples(tokenizer, samples)
     seqs = [
@@ -688,7 +688,9 @@ def _sequence_logprobs(model, tokenizer, samples, batch_size, spans=None):
     with torch.no_grad():
         for s in range(0, len(seqs), batch_size):
             b = rollout.samples_to_tensors(seqs[s : s + batch_size], pad, device)
-            lp = chunked.token_logprobs(model, b["input_ids"], b["attention_mask"]).double()
+            lp = logprob_rows.chunked_token_logprobs(
+                model, b["input_ids"], b["attention_mask"]
+            ).double()
             seq_logp += (lp * b["completion_mask"]).sum(-1).tolist()
             for r, span in enumerate(spans[s : s + batch_size]):
                 # the completion's tokens in order: completion_mask marks them
