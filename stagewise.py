@@ -21,6 +21,7 @@ Usage:
     roles = active_roles(step, mode="stagewise", stage_len=30)   # 0-29 the Executor, 30-59 the
                                                                  # Designer
     if "designer" in roles: ...
+    B = step_batch(roles, batch_size=8, executor_batch_size=32)  # 32 on an Executor-only step
 
 Needs: no other file of this project.
 """
