@@ -2,8 +2,10 @@
 the path and says what makes it, with exit status 1: no traceback, no hub message about repo ids.
 Each runs as the README runs it, in a fresh interpreter from the project's root."""
 
+import os
 import subprocess
 import sys
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -55,11 +57,23 @@ CASES = [  # (argv, what the one line says, in order)
 ]
 
 
+@pytest.fixture(scope="module")
+def ended():
+    """Each case's program, run from the project's root in a fresh interpreter, as many at once as
+    the machine has cores: {argv as a tuple: its CompletedProcess}."""
+
+    def one(argv):
+        cmd = [sys.executable, *argv]
+        return subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=300)
+
+    argvs = [tuple(argv) for argv, _ in CASES]
+    with ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as pool:
+        return dict(zip(argvs, pool.map(one, argvs), strict=True))
+
+
 @pytest.mark.parametrize("argv,says", CASES, ids=[" ".join(c[0][:2]) for c in CASES])
-def test_a_missing_path_ends_the_program_in_one_line(argv, says):
-    p = subprocess.run(
-        [sys.executable, *argv], cwd=ROOT, capture_output=True, text=True, timeout=300
-    )
+def test_a_missing_path_ends_the_program_in_one_line(argv, says, ended):
+    p = ended[tuple(argv)]
     lines = p.stderr.strip().splitlines()
     assert p.returncode == 1 and len(lines) == 1, (p.returncode, p.stderr[-2000:])
     at = 0

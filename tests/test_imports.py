@@ -12,12 +12,14 @@ hidden import is still an edge.
 import ast
 import importlib
 import io
+import os
 import re
 import shutil
 import subprocess
 import sys
 import textwrap
 import tokenize
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -121,18 +123,22 @@ def test_the_method_s_docstrings_teach_without_history():
     assert found == [], "\n".join(found)
 
 
+@pytest.fixture(scope="module")
+def fresh_imports():
+    """Each module imported in a fresh interpreter of its own (an import that only works because
+    another module ran first would hide in one), as many at once as the machine has cores."""
+
+    def one(name):
+        cmd = [sys.executable, "-c", f"import {name}"]
+        return subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=300)
+
+    with ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as pool:
+        return dict(zip(sorted(MODULES), pool.map(one, sorted(MODULES)), strict=True))
+
+
 @pytest.mark.parametrize("name", sorted(MODULES))
-def test_module_imports(name):
-    # A fresh interpreter per module: an import that only works because another module ran first
-    # would hide here.
-    proc = subprocess.run(
-        [sys.executable, "-c", f"import {name}"],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert proc.returncode == 0, proc.stderr[-2000:]
+def test_module_imports(name, fresh_imports):
+    assert fresh_imports[name].returncode == 0, fresh_imports[name].stderr[-2000:]
 
 
 def test_module_docstrings():
