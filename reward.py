@@ -305,30 +305,24 @@ _POOL = grader.Pool("reward._serve_grader", HERE)
 def math_equal(pred, gold, timeout=5.0):
     """Is the answer `pred` equivalent to the reference `gold`? Safe from any thread; a comparison
     that needs more than `timeout` seconds of SymPy is killed and counts as not equal."""
-    fast = _decided(pred, gold)
-    if fast is not None:
-        return fast
-    # in a grader process; stuck on a pathological expression (or died): killed, not equal
-    return _POOL.ask([str(pred), str(gold)], timeout) is True
-
-
-def text_equal(pred, gold):
-    """Equal without SymPy: the same text (cleaned, spaces aside) or the same number, as math_equal
-    decides before it asks SymPy. What a vote over a code task's programs or outputs uses
-    (sandbox.py): SymPy would call `print(x*2)` and `print(2*x)` one answer, and spend its time on
-    the script's clock, where the count stops at the deadline."""
-    return _decided(pred, gold) is True
-
-
-def _decided(pred, gold):
-    """math_equal's answer where SymPy is not needed (a missing or overlong answer: False), else
-    None."""
     if pred is None or gold is None:
         return False
     pred, gold = str(pred), str(gold)
     if len(pred) > MAX_ANSWER_CHARS or len(gold) > MAX_ANSWER_CHARS:
         return False
-    return _fast_equal(pred, gold)
+    fast = _fast_equal(pred, gold)
+    if fast is not None:
+        return fast
+    # in a grader process; stuck on a pathological expression (or died): killed, not equal
+    return _POOL.ask([pred, gold], timeout) is True
+
+
+def text_equal(a, b):
+    """The same text, whitespace aside: how a vote over a code task's answers (programs, or their
+    outputs) compares them (sandbox.py). Not math_equal: SymPy would call `print(x*2)` and
+    `print(2*x)` one answer, its cleaning `print(a and b)` and `print(a, b)`, and its time would
+    count on the voting script's clock, where the count stops at the deadline."""
+    return "".join(str(a).split()) == "".join(str(b).split())
 
 
 # --------------------------------------------------------------------------------------------------

@@ -188,8 +188,9 @@ def run_workflows(
       With seeded calls and an engine whose completions do not depend on their batch, the two give
       the same runs.
     equal(a, b) -> bool: how a script's vote() compares two answers (rollout passes
-      reward.math_equal); None: a script that votes fails, saying so. A code task's vote compares
-      text alone (reward.text_equal), whatever `equal` is: its answers are programs or outputs.
+      reward.math_equal); None: a script that votes on any other task fails, saying so. A code
+      task's vote compares text alone, whitespace aside (reward.text_equal), whatever `equal` is:
+      its answers are programs or their outputs.
     limits: mas.Limits (the default: mas.Limits()). width: at most this many scripts alive at once
       (default: all of them).
     short: the tiny world's compact prompts (data.task_text(short=True),

@@ -115,7 +115,7 @@ def idle_to_host(cfg, policy_of, step):
     """The stage switch at step t: the Adam state of a role idle at t waits in host memory, an
     active role's is back on its device (machinery/offload.py; offload_idle_state off: nothing
     moves, both stay)."""
-    if cfg.offload_idle_state:
+    if cfg.offload_idle_state and step < cfg.steps:  # (after the last step: none to switch to)
         active = stagewise.active_roles(step, cfg.mode, cfg.K, cfg.first_role)
         offload.switch({r: pol["opt"][opt_state(cfg, r)] for r, pol in policy_of.items()}, active)
 

@@ -9,7 +9,8 @@ stage reads one of them. Per GPU rank, P parameters over R ranks (FSDP2 shards e
     the idle one in host memory:          (4 + 4 + 8) B x P / R                       = 16 P / R
     host memory a rank (pinned on a GPU): 8 B x P / R, one copy of one state
 
-switch(opts, active), called at every step once the active roles are known (train.idle_to_host):
+switch(opts, active), called for each step before it runs, with its active roles
+(train.idle_to_host: at the end of the step before, after its checkpoint, and at start-up):
 the state of each role not in `active` is copied into host memory and leaves the optimizer, and
 each active role's held state is copied back onto its parameters' device, a parameter at a time,
 out then in, so that neither the GPU nor the host ever holds more than one state (and a

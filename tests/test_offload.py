@@ -3,7 +3,8 @@ and comes back bit for bit, through train.py's own calls.
 
 A shared policy trained stagewise (K=2: the Executor at steps 0-1, the Designer at 2-3, the
 Executor at 4-5) by train.update, twice from the same weights on the same samples: with
-offload_idle_state (train.idle_to_host at each step, as main() calls it) and without. During each
+offload_idle_state (train.idle_to_host before each step, as rl_step and make_policies call it) and
+without. During each
 stage the idle role's optimizer holds no state (opt.state is empty; every moment is in
 opt.host_state, a copy: no storage the optimizer held), and after every step each weight, moment
 and step count equals the other run's bit for bit. A checkpoint taken while the Executor's state is

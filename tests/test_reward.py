@@ -188,6 +188,16 @@ def test_every_aime_gold():
     assert not wrong, wrong
 
 
+def test_text_equal_is_the_same_text_whitespace_aside():
+    """A code task's votes: programs that differ are different answers, whatever SymPy or the math
+    cleaning would say; layout is not a difference."""
+    assert reward.text_equal("def f(x):\n    return x+3", "def f(x): return x + 3")
+    assert not reward.text_equal("print(x*2)", "print(2*x)")
+    assert not reward.text_equal("print(a and b)", "print(a, b)")
+    assert not reward.text_equal('print("$5")', 'print("5")')
+    assert not reward.text_equal("1.0", "1")
+
+
 def test_math_equal_from_threads():
     cases = [
         ("\\frac{1}{2}", "0.5", True),

@@ -39,7 +39,7 @@ rollout.py,
 settings.py, train.py, world/tiny.py, advantage.py, evaluate.py, machinery/logprob_rows.py,
 machinery/data.py, machinery/decode.py, machinery/isolation.py, machinery/confine.py,
 machinery/loggers.py, machinery/offload.py, machinery/provenance.py, machinery/recorder.py,
-machinery/reload_check.py, machinery/rundir.py, machinery/logprob_rows.py,
+machinery/reload_check.py, machinery/rundir.py,
 machinery/weights.py, mas.py, reward.py, sandbox.py, stagewise.py, world/final_table.py,
 world/heldout.py; tools/distill.py (the distill section), machinery/plans.py,
 machinery/programs.py, machinery/grader.py, machinery/results.py"""
@@ -418,7 +418,16 @@ def gpu_row(k, steps=3):
 
     def step():
         return (
-            train.update(cfg, 0, roles, {"executor": pol}, train.rows_for(cfg, 0), device, world),
+            train.update(
+                cfg,
+                0,
+                train.lr_factor(cfg, 0),
+                roles,
+                {"executor": pol},
+                train.rows_for(cfg, 0),
+                device,
+                world,
+            ),
             torch.cuda.synchronize() if cuda else None,
         )
 

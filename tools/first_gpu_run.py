@@ -74,7 +74,7 @@ machinery/speed.py, rollout.py, sandbox.py, reward.py, machinery/isolation.py,
 machinery/confine.py; train.py (the fsdp and step4b parts call its update, the runs run it in a
 subprocess) and what it needs: advantage.py, grpo.py, evaluate.py, machinery/logprob_rows.py,
 machinery/data.py, machinery/loggers.py, machinery/offload.py, machinery/provenance.py,
-machinery/recorder.py, machinery/logprob_rows.py, machinery/weights.py, world/final_table.py,
+machinery/recorder.py, machinery/weights.py, world/final_table.py,
 world/heldout.py; sft.py (the sft4b part) and machinery/muon.py, machinery/plans.py,
 machinery/programs.py, machinery/grader.py, machinery/results.py"""
 
@@ -454,6 +454,7 @@ def fsdp_part(tmp):
             st = train.update(
                 cfg,
                 step,
+                train.lr_factor(cfg, step),
                 {"executor": (samples, adv)},
                 policy_of,
                 train.rows_for(cfg, 0),
@@ -561,7 +562,14 @@ def step4b_part(tmp):
         other = total - free - torch.cuda.memory_reserved() / 2**30  # vLLM asleep, the context
         torch.cuda.reset_peak_memory_stats()
         train.update(
-            cfg, step, {role: (samples, adv)}, policy_of, train.rows_for(cfg, 0), device, world
+            cfg,
+            step,
+            train.lr_factor(cfg, step),
+            {role: (samples, adv)},
+            policy_of,
+            train.rows_for(cfg, 0),
+            device,
+            world,
         )
         peak = other + torch.cuda.max_memory_reserved() / 2**30
         peak_of.append(peak)
@@ -694,7 +702,14 @@ def save_part(tmp):
         (role,) = stagewise.active_roles(step, cfg.mode, cfg.K, cfg.first_role)
         train.idle_to_host(cfg, policy_of, step)
         train.update(
-            cfg, step, {role: (samples, adv)}, policy_of, train.rows_for(cfg, 0), device, world
+            cfg,
+            step,
+            train.lr_factor(cfg, step),
+            {role: (samples, adv)},
+            policy_of,
+            train.rows_for(cfg, 0),
+            device,
+            world,
         )
     idle = policy_of["executor"]["opt"][train.opt_state(cfg, "executor")]
     held = len(getattr(idle, "host_state", {}))
@@ -719,7 +734,14 @@ def save_part(tmp):
         )
     train.idle_to_host(cfg, policy_of, 2)
     train.update(
-        cfg, 2, {"executor": (samples, adv)}, policy_of, train.rows_for(cfg, 0), device, world
+        cfg,
+        2,
+        train.lr_factor(cfg, 2),
+        {"executor": (samples, adv)},
+        policy_of,
+        train.rows_for(cfg, 0),
+        device,
+        world,
     )
     torch.distributed.barrier()
     size = 0
