@@ -1434,3 +1434,73 @@ def test_format_reward_is_a_setting():
     cfg = settings.parse_config(["config/tiny.py", "--format_reward=theirs"])
     with pytest.raises(settings.ConfigError, match="format_reward must be one of"):
         settings.validate(cfg)
+
+
+READING_PATH = {  # the files a reader opens from rl_step's queries to the optimizer step
+    "train.py",
+    "stagewise.py",
+    "machinery/data.py",
+    "rollout.py",
+    "mas.py",
+    "reward.py",
+    "machinery/engine.py",
+    "machinery/weights.py",
+    "advantage.py",
+    "machinery/logprob_rows.py",
+    "grpo.py",
+}
+INTERNALS = {  # the engine's, the sandbox's and the graders' insides, which a reader may skip
+    "machinery/decode.py",
+    "sandbox.py",
+    "machinery/isolation.py",
+    "machinery/confine.py",
+    "machinery/programs.py",
+    "machinery/grader.py",
+}
+
+
+def test_one_rl_step_runs_in_the_reading_path(tmp_path):
+    """The project files whose Python code runs (in the trainer's thread) from rl_step's queries
+    to the role's optimizer step, in one step of the tiny preset's paths (lean engine, shared-prompt
+    rows) with the tester template (its scripts run, call the Executor, run programs, are graded):
+    READING_PATH's eleven at most, the engine's, sandbox's and graders' insides aside."""
+    from world import tiny
+
+    tiny.save_tiny(str(tmp_path / "m"), seed=0, hidden_size=32, num_layers=2)
+    names, state = set(), {"on": False, "done": False}  # the code objects' file names
+
+    def profile(frame, event, arg):
+        name = frame.f_code.co_filename
+        if event == "call" and frame.f_code.co_name == "sample_queries":
+            state["on"] = True
+        if state["on"] and not state["done"] and event == "call":
+            names.add(name)
+        if state["on"] and event == "return" and "/torch/optim/" in name:
+            callers, up = [], frame.f_back
+            while up is not None and len(callers) < 6:
+                callers, up = callers + [up.f_code.co_name], up.f_back
+            state["done"] |= frame.f_code.co_name == "step" and "update" in callers
+
+    def traced(cfg, step, run):
+        sys.setprofile(profile)
+        try:
+            step_of_rl(cfg, step, run)
+        finally:
+            sys.setprofile(None)
+
+    step_of_rl = train.rl_step
+    argv = args_for(tmp_path / "m", tmp_path / "run", steps=1, template="tester", mode="executor")
+    argv += ["--backend=lean", "--logprobs=shared"]
+    try:
+        train.rl_step = traced
+        train.main(argv)
+    finally:
+        train.rl_step = step_of_rl
+    assert state["done"], "no optimizer step was traced"
+    seen = set()
+    for name in names:  # the project's files (not torch's, not <string> or <frozen ...>)
+        path = Path(name).resolve()
+        if name.endswith(".py") and path.is_relative_to(ROOT) and path.is_file():
+            seen.add(path.relative_to(ROOT).as_posix())
+    assert seen - INTERNALS <= READING_PATH, sorted(seen - INTERNALS - READING_PATH)
+    assert len(READING_PATH) <= 11 and {"train.py", "grpo.py", "rollout.py"} <= seen
