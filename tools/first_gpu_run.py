@@ -395,6 +395,16 @@ def engine_part(tmp):
     return problems, f"3 cycles, {'exact check and ' if cuda else ''}probe passed"
 
 
+def step_update(cfg, step, roles, policy_of, device, world):
+    """train.update as rl_step calls it at step t: the lr of step t, the Config's rows."""
+    import train
+
+    rows = train.rows_for(cfg, 0)
+    return train.update(
+        cfg, step, train.lr_factor(cfg, step), roles, policy_of, rows, device, world
+    )
+
+
 def random_samples(n_prompts, per_prompt, prompt_len, completion_len, vocab, seed=0):
     """Samples of random tokens (prompt_len, completion_len: (lo, hi) ranges), each prompt shared
     by per_prompt completions, as a step's; their advantages in [-1, 1]."""
@@ -435,7 +445,6 @@ def fsdp_part(tmp):
     grad between, against the unsharded model's (every rank the same samples: the same gradient);
     and the exact check's trainer tensors gathered from the shards, bit for bit the unsharded
     model's."""
-    import train
     from machinery import speed
 
     cfg = settings.Config(mode="executor", micro_batch=4, executor_lr=1e-4, logprobs="plain")
@@ -451,16 +460,7 @@ def fsdp_part(tmp):
             if no_grad_forward and step == 1:  # as a probe or the old log-probs would (unresharded)
                 with torch.no_grad():
                     model(input_ids=torch.tensor([samples[0].prompt_ids], device=device))
-            st = train.update(
-                cfg,
-                step,
-                train.lr_factor(cfg, step),
-                {"executor": (samples, adv)},
-                policy_of,
-                train.rows_for(cfg, 0),
-                device,
-                world,
-            )
+            st = step_update(cfg, step, {"executor": (samples, adv)}, policy_of, device, world)
             out.append(st["model/grad_norm"])
         return out
 
@@ -561,16 +561,7 @@ def step4b_part(tmp):
         free, total = (x / 2**30 for x in torch.cuda.mem_get_info())
         other = total - free - torch.cuda.memory_reserved() / 2**30  # vLLM asleep, the context
         torch.cuda.reset_peak_memory_stats()
-        train.update(
-            cfg,
-            step,
-            train.lr_factor(cfg, step),
-            {role: (samples, adv)},
-            policy_of,
-            train.rows_for(cfg, 0),
-            device,
-            world,
-        )
+        step_update(cfg, step, {role: (samples, adv)}, policy_of, device, world)
         peak = other + torch.cuda.max_memory_reserved() / 2**30
         peak_of.append(peak)
         print(
@@ -701,16 +692,7 @@ def save_part(tmp):
     for step in (0, 1):
         (role,) = stagewise.active_roles(step, cfg.mode, cfg.K, cfg.first_role)
         train.idle_to_host(cfg, policy_of, step)
-        train.update(
-            cfg,
-            step,
-            train.lr_factor(cfg, step),
-            {role: (samples, adv)},
-            policy_of,
-            train.rows_for(cfg, 0),
-            device,
-            world,
-        )
+        step_update(cfg, step, {role: (samples, adv)}, policy_of, device, world)
     idle = policy_of["executor"]["opt"][train.opt_state(cfg, "executor")]
     held = len(getattr(idle, "host_state", {}))
     before = adam_of(policy_of, cfg)
@@ -733,16 +715,7 @@ def save_part(tmp):
             "the resume did not hold the Designer's state (idle at step 3) in host memory"
         )
     train.idle_to_host(cfg, policy_of, 2)
-    train.update(
-        cfg,
-        2,
-        train.lr_factor(cfg, 2),
-        {"executor": (samples, adv)},
-        policy_of,
-        train.rows_for(cfg, 0),
-        device,
-        world,
-    )
+    step_update(cfg, 2, {"executor": (samples, adv)}, policy_of, device, world)
     torch.distributed.barrier()
     size = 0
     for root, _, files in os.walk(ckpt):
