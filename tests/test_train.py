@@ -54,18 +54,24 @@ def model_dir(tmp_path_factory):
     model, tok = tiny.build_model(seed=0, hidden_size=64, num_layers=2)
     if tok.pad_token_id is None:
         tok.pad_token = tok.eos_token
-    sft.train_sft(
-        model,
-        tok,
-        designer[:400] + executor,
-        steps=400,
-        lr=2e-3,
-        batch_size=16,
-        out_dir=out,
-        seed=0,
-        optimizer="muon",
-        log=lambda *a, **k: None,
-    )
+    # every core, as when this module runs alone (three other modules set one thread at import)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(len(os.sched_getaffinity(0)))
+    try:
+        sft.train_sft(
+            model,
+            tok,
+            designer[:400] + executor,
+            steps=400,
+            lr=2e-3,
+            batch_size=16,
+            out_dir=out,
+            seed=0,
+            optimizer="muon",
+            log=lambda *a, **k: None,
+        )
+    finally:
+        torch.set_num_threads(threads)
     return out
 
 
