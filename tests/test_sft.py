@@ -576,21 +576,18 @@ def test_save_every_and_resume_give_the_bytes_of_a_run_left_alone(tmp_path, opti
     assert a == b and rundir.finished(str(tmp_path / "b"))
 
 
-def test_a_killed_sft_resumes_to_the_bytes_of_a_run_left_alone(tmp_path):
-    """sft.py --data (the tiny world's traces of 200 tasks, written once: the path of a distilled
-    cold start, AdamW, micro-batches, checkpointed layers) --steps=40 --save_every=20, SIGKILLed
-    once OUT/step_000020/ (model/ and state/) appears, then --resume: the final model.safetensors
-    is byte for byte the uninterrupted run's, and the checkpoints go with the run's end. A fresh
-    run into the folder the killed one left is refused (it would train over its checkpoints)."""
+def test_a_killed_sft_resumes_to_the_bytes_of_a_run_left_alone(base, tmp_path):
+    """sft.py --data (the base fixture's samples: the path of a distilled cold start, AdamW,
+    micro-batches, checkpointed layers) --steps=40 --save_every=20, SIGKILLed once
+    OUT/step_000020/ (model/ and state/) appears, then --resume: the final model.safetensors is
+    byte for byte the uninterrupted run's, and the checkpoints go with the run's end. A fresh run
+    into the folder the killed one left is refused (it would train over its checkpoints)."""
     import signal
     import time
 
     from machinery import rundir
 
-    designer, executor = tiny.sft_traces(tiny.make_tasks(200, seed=0, split="sft"), seed=0)
-    data.write_jsonl(designer, str(tmp_path / "designer.jsonl"))
-    data.write_jsonl(executor, str(tmp_path / "executor.jsonl"))
-    cmd = [sys.executable, "sft.py", f"--data={tmp_path}", "--batch_size=8"]
+    cmd = [sys.executable, "sft.py", f"--data={base / 'data'}", "--batch_size=8"]
     cmd += ["--steps=40", "--save_every=20"]
     alone, d = tmp_path / "alone", tmp_path / "d"
     r = subprocess.run([*cmd, f"--out={alone}"], cwd=ROOT, capture_output=True, text=True)
