@@ -2,14 +2,29 @@
 kernels (machinery/cpu_bits.py: METAAGENT_CPU_BITS=native): their numbers need only agree with
 themselves, and the pins cost 3-4x in matrix products. tests/test_cpu_bits.py runs with the pins.
 
-The README's test command runs two workers, each taking a test module whole (`-n 2 --dist
-loadfile`); the longest modules are handed out first, so that neither worker ends alone on one."""
+The README's test command runs two workers (`-n 2 --dist loadfile --no-loadscope-reorder`), each
+taking a test module whole, the longest modules handed out first. Each worker and everything it
+starts computes on cores of its own (on 2 cores: one each), so a test's threads never wait on the
+other worker's: two threads of one process on a core the other worker also uses made a run 4x
+slower. METAAGENT_TEST_CORES names the machine's cores, for a test that needs them all."""
 
 import os
 
 os.environ.setdefault("METAAGENT_CPU_BITS", "native")
+os.environ.setdefault("METAAGENT_TEST_CORES", ",".join(map(str, sorted(os.sched_getaffinity(0)))))
 
-LONGEST = ["test_train.py", "test_gpu_doc.py", "test_distill.py", "test_first_gpu_run.py"]
+LONGEST = ["test_train.py", "test_gpu_doc.py", "test_first_gpu_run.py", "test_distill.py"]
+
+
+def pytest_configure(config):
+    """A worker of n on its share of the cores (taken in turn), where there are n or more."""
+    worker, count = (
+        os.environ.get("PYTEST_XDIST_WORKER"),
+        os.environ.get("PYTEST_XDIST_WORKER_COUNT"),
+    )
+    cores = sorted(os.sched_getaffinity(0))
+    if worker and count and len(cores) >= int(count):
+        os.sched_setaffinity(0, cores[int(worker.removeprefix("gw")) :: int(count)])
 
 
 def pytest_collection_modifyitems(items):
