@@ -6,9 +6,14 @@ The README's test command runs two workers (`-n 2 --dist loadfile --no-loadscope
 taking a test module whole, the longest modules handed out first. Each worker and everything it
 starts computes on cores of its own (on 2 cores: one each), so a test's threads never wait on the
 other worker's: two threads of one process on a core the other worker also uses made a run 4x
-slower. METAAGENT_TEST_CORES names the machine's cores, for a test that needs them all."""
+slower. METAAGENT_TEST_CORES names the machine's cores, for a test that needs them all.
+
+Each test leaves the environment as it found it: a main run in-process sets RANK, MASTER_PORT and
+the rest (machinery/ranks.py), and every later program of that worker would inherit them."""
 
 import os
+
+import pytest
 
 os.environ.setdefault("METAAGENT_CPU_BITS", "native")
 os.environ.setdefault("METAAGENT_TEST_CORES", ",".join(map(str, sorted(os.sched_getaffinity(0)))))
@@ -25,6 +30,14 @@ def pytest_configure(config):
     cores = sorted(os.sched_getaffinity(0))
     if worker and count and len(cores) >= int(count):
         os.sched_setaffinity(0, cores[int(worker.removeprefix("gw")) :: int(count)])
+
+
+@pytest.fixture(autouse=True)
+def environment_restored():
+    before = dict(os.environ)
+    yield
+    os.environ.clear()
+    os.environ.update(before)
 
 
 def pytest_collection_modifyitems(items):
