@@ -23,13 +23,11 @@ LONGEST = ["test_train.py", "test_gpu_doc.py", "test_first_gpu_run.py", "test_di
 
 def pytest_configure(config):
     """A worker of n on its share of the cores (taken in turn), where there are n or more."""
-    worker, count = (
-        os.environ.get("PYTEST_XDIST_WORKER"),
-        os.environ.get("PYTEST_XDIST_WORKER_COUNT"),
-    )
+    worker = os.environ.get("PYTEST_XDIST_WORKER")  # gw0, gw1, ... under -n
+    count = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
     cores = sorted(os.sched_getaffinity(0))
-    if worker and count and len(cores) >= int(count):
-        os.sched_setaffinity(0, cores[int(worker.removeprefix("gw")) :: int(count)])
+    if worker and len(cores) >= count:
+        os.sched_setaffinity(0, cores[int(worker.removeprefix("gw")) :: count])
 
 
 @pytest.fixture(autouse=True)
