@@ -8,7 +8,6 @@ killed mid-run and restarted, a dead port."""
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -19,6 +18,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 import torch
+from ports import server_port
 
 import mas
 import sft
@@ -30,12 +30,6 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SAMPLES = ("designer.jsonl", "executor.jsonl")
 
 torch.set_num_threads(1)
-
-
-def _free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _tasks_file(path, tasks):
@@ -481,7 +475,7 @@ def cold_start(tmp_path_factory):
 
 @contextmanager
 def vllm_server(model_dir, log_path, port=None):
-    port = port or _free_port()
+    port = port or server_port()
     env = {
         **os.environ,
         "VLLM_ENABLE_V1_MULTIPROCESSING": "0",
@@ -543,7 +537,7 @@ def _lines(path):
 def test_a_dead_port_stops_after_its_wait_in_one_line(tmp_path):
     """Nothing answers: distill.py asks for --wait seconds, then exits non-zero, one line."""
     tasks = _tasks_file(tmp_path / "tasks.jsonl", tiny.make_tasks(2, seed=7))
-    url = f"http://127.0.0.1:{_free_port()}"
+    url = f"http://127.0.0.1:{server_port()}"
     argv = ["--teacher", url, "--model", "m", "--tasks", tasks, "--out", str(tmp_path / "o")]
     out, err = _distill([*argv, "--wait", "3"], text=True).communicate(timeout=300)
     assert err.count("\n") == 1 and err.startswith("distill.py: the teacher at "), err
@@ -564,7 +558,7 @@ def test_distill_against_vllm_serving_a_tiny_cold_start(cold_start, tmp_path):
     train."""
     tasks = [*tiny.make_tasks(COLD_TASKS, seed=7), _long_task(2100)]  # the context: 2048
     path = _tasks_file(tmp_path / "tasks.jsonl", tasks)
-    out, port = str(tmp_path / "d"), _free_port()
+    out, port = str(tmp_path / "d"), server_port()
     url = f"http://127.0.0.1:{port}"
     names = [*distill.PAPER, "design"]
     argv = ["--teacher", url, "--model", "tiny", "--tasks", path, "--short"]

@@ -51,6 +51,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from ports import server_port
 
 ROOT = Path(__file__).resolve().parents[1]
 DOC = ROOT / "docs" / "gpu.md"
@@ -246,12 +247,6 @@ def teacher_model(folder, files, originals):
     return str(folder)
 
 
-def _free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def checkout(folder):
     """The working tree's tracked files (results/ and tests/ aside), copied: the page's clone."""
     files = subprocess.run(
@@ -277,7 +272,7 @@ def test_the_page_runs_end_to_end_on_a_cpu(tmp_path):
     student = str(tmp_path / "student")
     tiny.save_tiny(student, seed=1, hidden_size=64, num_layers=2)
     work = checkout(tmp_path / "metaagent-x")
-    port = _free_port()
+    port = server_port()
     script, expected = ["cd " + str(work)], []
     for k, cmd in enumerate(commands(DOC.read_text())):
         if not_run(cmd):
